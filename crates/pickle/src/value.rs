@@ -1,0 +1,582 @@
+//! The decoded document: a compact arena of values.
+//!
+//! Real snapshots hold millions of small dicts, so the representation is
+//! chosen for memory first: a [`Value`] is one packed `u64` (4-bit tag,
+//! 60-bit payload), container items live in one flat pool, and strings live
+//! in one byte arena. Containers are referred to by [`ContainerId`]; a memoised
+//! container that the pickle references twice (through BINGET) is *the same*
+//! id both times, so the memo identity survives decoding and can be used as
+//! an interning key by consumers.
+
+use std::fmt;
+
+const TAG_BITS: u32 = 4;
+const TAG_MASK: u64 = (1 << TAG_BITS) - 1;
+
+const T_NONE: u64 = 0;
+const T_BOOL: u64 = 1;
+const T_INT: u64 = 2; // inline, 60-bit signed
+const T_WIDE: u64 = 3; // i64 that does not fit 60 bits, index into `wide`
+const T_BIG: u64 = 4; // arbitrary precision, index into `bigs`
+const T_FLOAT: u64 = 5;
+const T_STR: u64 = 6;
+const T_BYTES: u64 = 7;
+const T_LIST: u64 = 8;
+const T_TUPLE: u64 = 9;
+const T_DICT: u64 = 10;
+const T_SET: u64 = 11;
+const T_FROZENSET: u64 = 12;
+const T_OPAQUE: u64 = 13;
+const T_BYTEARRAY: u64 = 14;
+
+const INLINE_MIN: i64 = -(1 << 59);
+const INLINE_MAX: i64 = (1 << 59) - 1;
+
+/// A packed handle to a decoded value. Cheap to copy; resolve it with
+/// [`Document::get`].
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Value(u64);
+
+impl Value {
+    pub const NONE: Value = Value(T_NONE);
+    /// Internal marker for an unwritten memo slot; never reachable from a document.
+    pub(crate) const VACANT: Value = Value(15);
+
+    #[inline]
+    fn new(tag: u64, payload: u64) -> Value {
+        Value(tag | (payload << TAG_BITS))
+    }
+    #[inline]
+    fn tag(self) -> u64 {
+        self.0 & TAG_MASK
+    }
+    #[inline]
+    fn index(self) -> usize {
+        (self.0 >> TAG_BITS) as usize
+    }
+    #[inline]
+    pub(crate) fn bool(b: bool) -> Value {
+        Value::new(T_BOOL, b as u64)
+    }
+    /// The container this value refers to, if it is a list, tuple, dict or set.
+    #[inline]
+    pub fn container(self) -> Option<ContainerId> {
+        match self.tag() {
+            T_LIST | T_TUPLE | T_DICT | T_SET | T_FROZENSET => {
+                Some(ContainerId(self.index() as u32))
+            }
+            _ => None,
+        }
+    }
+    /// The string-arena index, if this is a string: equal ids mean the same
+    /// pickled object (memo identity), a cheap interning key.
+    #[inline]
+    pub fn str_id(self) -> Option<u32> {
+        (self.tag() == T_STR).then_some(self.index() as u32)
+    }
+    #[inline]
+    pub fn is_none(self) -> bool {
+        self.tag() == T_NONE
+    }
+}
+
+impl fmt::Debug for Value {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Value(tag={}, payload={})", self.tag(), self.0 >> TAG_BITS)
+    }
+}
+
+/// Identity of a container (list, tuple, dict, set, frozenset).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ContainerId(pub u32);
+
+/// Kinds of containers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ContainerKind {
+    List,
+    Tuple,
+    /// Items are stored as alternating key, value.
+    Dict,
+    Set,
+    FrozenSet,
+}
+
+impl ContainerKind {
+    fn tag(self) -> u64 {
+        match self {
+            ContainerKind::List => T_LIST,
+            ContainerKind::Tuple => T_TUPLE,
+            ContainerKind::Dict => T_DICT,
+            ContainerKind::Set => T_SET,
+            ContainerKind::FrozenSet => T_FROZENSET,
+        }
+    }
+}
+
+/// Something the pickle asked to *construct or call*. vramscope never does
+/// either; the request is kept as an inert description.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Opaque {
+    /// `GLOBAL` / `STACK_GLOBAL`: a reference to `module.name`.
+    Global { module: String, name: String },
+    /// `REDUCE`: `callable(*args)`, not called.
+    Reduce { callable: Value, args: Value },
+    /// `NEWOBJ` / `NEWOBJ_EX` / `INST` / `OBJ`: `cls.__new__(cls, *args)`, not run.
+    NewObj { class: Value, args: Value },
+    /// `BUILD`: `obj.__setstate__(state)`, not run.
+    Build { object: Value, state: Value },
+    /// `PERSID` / `BINPERSID`: an external object reference.
+    PersistentId(Value),
+    /// `EXT1/2/4`: an entry of the copyreg extension registry.
+    Extension(u32),
+    /// `NEXT_BUFFER`: an out-of-band buffer that is not in the file.
+    OutOfBandBuffer,
+}
+
+/// A borrowed view of a value.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Val<'d> {
+    None,
+    Bool(bool),
+    Int(i64),
+    /// An integer that does not fit `i64`: little-endian two's complement.
+    BigInt(&'d [u8]),
+    Float(f64),
+    Str(&'d str),
+    Bytes(&'d [u8]),
+    ByteArray(&'d [u8]),
+    List(ContainerId),
+    Tuple(ContainerId),
+    Dict(ContainerId),
+    Set(ContainerId),
+    FrozenSet(ContainerId),
+    Opaque(&'d Opaque),
+}
+
+impl Val<'_> {
+    /// Python-ish type name, for error messages.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Val::None => "None",
+            Val::Bool(_) => "bool",
+            Val::Int(_) | Val::BigInt(_) => "int",
+            Val::Float(_) => "float",
+            Val::Str(_) => "str",
+            Val::Bytes(_) => "bytes",
+            Val::ByteArray(_) => "bytearray",
+            Val::List(_) => "list",
+            Val::Tuple(_) => "tuple",
+            Val::Dict(_) => "dict",
+            Val::Set(_) => "set",
+            Val::FrozenSet(_) => "frozenset",
+            Val::Opaque(_) => "object (not constructed)",
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Container {
+    kind: ContainerKind,
+    /// Number of items (for dicts: 2 × number of pairs).
+    len: u32,
+    /// First and last chunk, or `NO_CHUNK`.
+    first: u32,
+    last: u32,
+}
+
+/// A run of a container's items in the flat pool. Most containers are filled
+/// by one SETITEMS/APPENDS and have exactly one chunk.
+#[derive(Clone, Copy)]
+struct Chunk {
+    start: u32,
+    len: u32,
+    next: u32,
+}
+
+const NO_CHUNK: u32 = u32::MAX;
+
+/// One construct that was skipped rather than executed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Skipped {
+    /// Byte offset of the opcode.
+    pub offset: u64,
+    /// What the pickle asked for, e.g. `call os.system(...)`.
+    pub what: String,
+}
+
+/// Set when the input ended before the STOP opcode.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Truncation {
+    /// Where the input ended.
+    pub offset: u64,
+    /// Why parsing stopped there.
+    pub reason: String,
+}
+
+/// A decoded pickle. Build one with [`crate::parse`] or [`DocumentBuilder`].
+#[derive(Default)]
+pub struct Document {
+    pub(crate) root: Option<Value>,
+    wide: Vec<i64>,
+    bigs: Vec<Box<[u8]>>,
+    floats: Vec<f64>,
+    str_data: String,
+    str_ends: Vec<u64>,
+    bytes_data: Vec<u8>,
+    bytes_ends: Vec<u64>,
+    containers: Vec<Container>,
+    chunks: Vec<Chunk>,
+    items: Vec<Value>,
+    opaques: Vec<Opaque>,
+    /// Executable constructs that were skipped, in file order (at most
+    /// [`MAX_SKIPPED_RECORDS`] kept; `skipped_count` has the total).
+    pub skipped: Vec<Skipped>,
+    pub skipped_count: u64,
+    /// `Some` when the input was cut short and the root was recovered.
+    pub truncated: Option<Truncation>,
+    /// Protocol from the PROTO opcode (0 if absent).
+    pub protocol: u8,
+}
+
+/// Cap on the number of skipped-construct records kept in a document.
+pub const MAX_SKIPPED_RECORDS: usize = 1000;
+
+/// Error from [`DocumentBuilder`] when the arena would outgrow 32-bit indices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CapacityError(pub &'static str);
+
+impl Document {
+    /// The top-level value.
+    pub fn root(&self) -> Value {
+        self.root.unwrap_or(Value::NONE)
+    }
+
+    /// Resolve a handle.
+    #[inline]
+    pub fn get(&self, v: Value) -> Val<'_> {
+        let i = v.index();
+        match v.tag() {
+            T_NONE => Val::None,
+            T_BOOL => Val::Bool(i != 0),
+            T_INT => Val::Int((v.0 as i64) >> TAG_BITS),
+            T_WIDE => Val::Int(self.wide[i]),
+            T_BIG => Val::BigInt(&self.bigs[i]),
+            T_FLOAT => Val::Float(self.floats[i]),
+            T_STR => Val::Str(self.str_at(i)),
+            T_BYTES => Val::Bytes(self.bytes_at(i)),
+            T_BYTEARRAY => Val::ByteArray(self.bytes_at(i)),
+            T_LIST => Val::List(ContainerId(i as u32)),
+            T_TUPLE => Val::Tuple(ContainerId(i as u32)),
+            T_DICT => Val::Dict(ContainerId(i as u32)),
+            T_SET => Val::Set(ContainerId(i as u32)),
+            T_FROZENSET => Val::FrozenSet(ContainerId(i as u32)),
+            _ => Val::Opaque(&self.opaques[i]),
+        }
+    }
+
+    #[inline]
+    fn str_at(&self, i: usize) -> &str {
+        let start = if i == 0 { 0 } else { self.str_ends[i - 1] as usize };
+        &self.str_data[start..self.str_ends[i] as usize]
+    }
+
+    #[inline]
+    fn bytes_at(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.bytes_ends[i - 1] as usize };
+        &self.bytes_data[start..self.bytes_ends[i] as usize]
+    }
+
+    /// The string behind `v`, if it is one.
+    #[inline]
+    pub fn as_str(&self, v: Value) -> Option<&str> {
+        v.str_id().map(|i| self.str_at(i as usize))
+    }
+
+    /// The string with arena index `id` (see [`Value::str_id`]).
+    pub fn str_by_id(&self, id: u32) -> Option<&str> {
+        ((id as usize) < self.str_ends.len()).then(|| self.str_at(id as usize))
+    }
+
+    /// The integer behind `v` if it fits `i64` (bools count as 0/1, as in Python).
+    #[inline]
+    pub fn as_int(&self, v: Value) -> Option<i64> {
+        match self.get(v) {
+            Val::Int(i) => Some(i),
+            Val::Bool(b) => Some(b as i64),
+            _ => None,
+        }
+    }
+
+    /// Number of items in a container (pairs for dicts).
+    pub fn len(&self, c: ContainerId) -> usize {
+        let k = &self.containers[c.0 as usize];
+        match k.kind {
+            ContainerKind::Dict => k.len as usize / 2,
+            _ => k.len as usize,
+        }
+    }
+
+    pub fn is_empty(&self, c: ContainerId) -> bool {
+        self.containers[c.0 as usize].len == 0
+    }
+
+    pub fn kind(&self, c: ContainerId) -> ContainerKind {
+        self.containers[c.0 as usize].kind
+    }
+
+    /// Number of containers in the document.
+    pub fn container_count(&self) -> usize {
+        self.containers.len()
+    }
+
+    /// Items of a list, tuple or set in order. For dicts this yields keys and
+    /// values alternately; prefer [`Document::pairs`].
+    pub fn items(&self, c: ContainerId) -> Items<'_> {
+        let k = &self.containers[c.0 as usize];
+        Items {
+            doc: self,
+            chunk: k.first,
+            pos: 0,
+        }
+    }
+
+    /// Key/value pairs of a dict, in insertion order (duplicates kept; the
+    /// last one wins in Python, see [`Document::dict_get`]).
+    pub fn pairs(&self, c: ContainerId) -> Pairs<'_> {
+        Pairs {
+            inner: self.items(c),
+        }
+    }
+
+    /// Look a string key up in a dict (last occurrence wins, as in Python).
+    pub fn dict_get(&self, c: ContainerId, key: &str) -> Option<Value> {
+        let mut found = None;
+        for (k, v) in self.pairs(c) {
+            if self.as_str(k) == Some(key) {
+                found = Some(v);
+            }
+        }
+        found
+    }
+
+    /// Rough heap size in bytes, for memory accounting.
+    pub fn heap_bytes(&self) -> usize {
+        self.items.capacity() * 8
+            + self.chunks.capacity() * std::mem::size_of::<Chunk>()
+            + self.containers.capacity() * std::mem::size_of::<Container>()
+            + self.str_data.capacity()
+            + self.str_ends.capacity() * 8
+            + self.bytes_data.capacity()
+            + self.bytes_ends.capacity() * 8
+    }
+}
+
+/// Iterator over a container's items.
+pub struct Items<'d> {
+    doc: &'d Document,
+    chunk: u32,
+    pos: u32,
+}
+
+impl Iterator for Items<'_> {
+    type Item = Value;
+    #[inline]
+    fn next(&mut self) -> Option<Value> {
+        loop {
+            if self.chunk == NO_CHUNK {
+                return None;
+            }
+            let ch = &self.doc.chunks[self.chunk as usize];
+            if self.pos < ch.len {
+                let v = self.doc.items[(ch.start + self.pos) as usize];
+                self.pos += 1;
+                return Some(v);
+            }
+            self.chunk = ch.next;
+            self.pos = 0;
+        }
+    }
+}
+
+/// Iterator over a dict's pairs.
+pub struct Pairs<'d> {
+    inner: Items<'d>,
+}
+
+impl Iterator for Pairs<'_> {
+    type Item = (Value, Value);
+    #[inline]
+    fn next(&mut self) -> Option<(Value, Value)> {
+        let k = self.inner.next()?;
+        let v = self.inner.next()?;
+        Some((k, v))
+    }
+}
+
+/// Builds a [`Document`]. The pickle VM uses it, and so can other readers
+/// (JSON) that want to hand the same model to the snapshot decoder.
+#[derive(Default)]
+pub struct DocumentBuilder {
+    pub(crate) doc: Document,
+}
+
+fn index_u32(n: usize, what: &'static str) -> Result<u64, CapacityError> {
+    if n as u64 >= (1u64 << 32) - 1 {
+        Err(CapacityError(what))
+    } else {
+        Ok(n as u64)
+    }
+}
+
+impl DocumentBuilder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn int(&mut self, i: i64) -> Value {
+        if (INLINE_MIN..=INLINE_MAX).contains(&i) {
+            Value((i << TAG_BITS) as u64 | T_INT)
+        } else {
+            self.doc.wide.push(i);
+            Value::new(T_WIDE, (self.doc.wide.len() - 1) as u64)
+        }
+    }
+
+    /// An integer from little-endian two's complement bytes of any length.
+    pub fn int_from_le_bytes(&mut self, bytes: &[u8]) -> Value {
+        if bytes.is_empty() {
+            return self.int(0);
+        }
+        if bytes.len() <= 8 {
+            let neg = bytes[bytes.len() - 1] & 0x80 != 0;
+            let mut buf = if neg { [0xffu8; 8] } else { [0u8; 8] };
+            buf[..bytes.len()].copy_from_slice(bytes);
+            return self.int(i64::from_le_bytes(buf));
+        }
+        // Trim redundant sign-extension bytes, then see whether it fits i64.
+        let neg = bytes[bytes.len() - 1] & 0x80 != 0;
+        let pad = if neg { 0xff } else { 0 };
+        let mut n = bytes.len();
+        while n > 1 && bytes[n - 1] == pad && (bytes[n - 2] & 0x80 != 0) == neg {
+            n -= 1;
+        }
+        if n <= 8 {
+            return self.int_from_le_bytes(&bytes[..n]);
+        }
+        self.doc.bigs.push(bytes[..n].into());
+        Value::new(T_BIG, (self.doc.bigs.len() - 1) as u64)
+    }
+
+    pub fn float(&mut self, f: f64) -> Value {
+        self.doc.floats.push(f);
+        Value::new(T_FLOAT, (self.doc.floats.len() - 1) as u64)
+    }
+
+    pub fn bool(&mut self, b: bool) -> Value {
+        Value::bool(b)
+    }
+
+    pub fn str(&mut self, s: &str) -> Result<Value, CapacityError> {
+        let id = index_u32(self.doc.str_ends.len(), "strings")?;
+        self.doc.str_data.push_str(s);
+        self.doc.str_ends.push(self.doc.str_data.len() as u64);
+        Ok(Value::new(T_STR, id))
+    }
+
+    pub fn bytes(&mut self, b: &[u8], bytearray: bool) -> Result<Value, CapacityError> {
+        let id = index_u32(self.doc.bytes_ends.len(), "byte strings")?;
+        self.doc.bytes_data.extend_from_slice(b);
+        self.doc.bytes_ends.push(self.doc.bytes_data.len() as u64);
+        Ok(Value::new(if bytearray { T_BYTEARRAY } else { T_BYTES }, id))
+    }
+
+    pub fn opaque(&mut self, o: Opaque) -> Value {
+        self.doc.opaques.push(o);
+        Value::new(T_OPAQUE, (self.doc.opaques.len() - 1) as u64)
+    }
+
+    /// A new empty container.
+    pub fn container(&mut self, kind: ContainerKind) -> Result<Value, CapacityError> {
+        let id = index_u32(self.doc.containers.len(), "containers")?;
+        self.doc.containers.push(Container {
+            kind,
+            len: 0,
+            first: NO_CHUNK,
+            last: NO_CHUNK,
+        });
+        Ok(Value::new(kind.tag(), id))
+    }
+
+    /// A new container holding `items`.
+    pub fn container_with(
+        &mut self,
+        kind: ContainerKind,
+        items: &[Value],
+    ) -> Result<Value, CapacityError> {
+        let v = self.container(kind)?;
+        if let Some(c) = v.container() {
+            self.extend(c, items)?;
+        }
+        Ok(v)
+    }
+
+    /// Append items (for dicts: alternating keys and values).
+    pub fn extend(&mut self, c: ContainerId, items: &[Value]) -> Result<(), CapacityError> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        let d = &mut self.doc;
+        let pool_len = d.items.len();
+        if pool_len as u64 + items.len() as u64 >= u32::MAX as u64 {
+            return Err(CapacityError("container items"));
+        }
+        let k = d.containers[c.0 as usize];
+        if k.len as u64 + items.len() as u64 >= u32::MAX as u64 {
+            return Err(CapacityError("items in one container"));
+        }
+        d.items.extend_from_slice(items);
+        // Grow the last chunk in place when it ends at the pool's end (APPEND
+        // after APPEND), otherwise start a new chunk.
+        if k.last != NO_CHUNK {
+            let last = &mut d.chunks[k.last as usize];
+            if (last.start + last.len) as usize == pool_len {
+                last.len += items.len() as u32;
+                d.containers[c.0 as usize].len += items.len() as u32;
+                return Ok(());
+            }
+        }
+        let idx = index_u32(d.chunks.len(), "chunks")? as u32;
+        d.chunks.push(Chunk {
+            start: pool_len as u32,
+            len: items.len() as u32,
+            next: NO_CHUNK,
+        });
+        let k = &mut d.containers[c.0 as usize];
+        if k.last == NO_CHUNK {
+            k.first = idx;
+        } else {
+            d.chunks[k.last as usize].next = idx;
+        }
+        k.last = idx;
+        k.len += items.len() as u32;
+        Ok(())
+    }
+
+    /// Read access while building (the VM inspects what it built).
+    pub fn doc(&self) -> &Document {
+        &self.doc
+    }
+
+    pub(crate) fn record_skipped(&mut self, offset: u64, what: String) {
+        self.doc.skipped_count += 1;
+        if self.doc.skipped.len() < MAX_SKIPPED_RECORDS {
+            self.doc.skipped.push(Skipped { offset, what });
+        }
+    }
+
+    /// Finish with `root` as the top-level value.
+    pub fn finish(mut self, root: Value) -> Document {
+        self.doc.root = Some(root);
+        self.doc
+    }
+}

@@ -1,0 +1,1 @@
+//! Pickle writer (see the synth crate).
