@@ -324,9 +324,14 @@ impl Document {
         self.containers[c.0 as usize].kind
     }
 
-    /// Number of containers in the document.
+    /// Number of containers in the document (ids are `0..container_count`).
     pub fn container_count(&self) -> usize {
         self.containers.len()
+    }
+
+    /// Number of strings in the arena (ids from [`Value::str_id`] are below it).
+    pub fn string_count(&self) -> usize {
+        self.str_ends.len()
     }
 
     /// Items of a list, tuple or set in order. For dicts this yields keys and

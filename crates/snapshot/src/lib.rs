@@ -1,1 +1,32 @@
-//! placeholder
+//! PyTorch memory snapshots, decoded into interned, columnar tables.
+//!
+//! [`load`] reads any snapshot PyTorch has written — the dict layout of 2.1
+//! to today, the legacy 2.0 layout, a bare list of segments, JSON, gzip or
+//! zstd, `torch.save` archives — without executing anything in the file.
+//! Strings, frames and stacks are interned to `u32` ids ([`StrId`],
+//! [`FrameId`], [`StackId`]); each device's events are columns
+//! ([`DeviceTrace`]).
+//!
+//! ```no_run
+//! use vramscope_snapshot::{load, LoadOptions};
+//! let snap = load("snapshot.pickle".as_ref(), &LoadOptions::default())?;
+//! for d in snap.devices() {
+//!     let n = snap.trace(d).map_or(0, |t| t.len());
+//!     println!("device {d}: {n} events, {} segments", snap.segments_of(d).count());
+//! }
+//! # Ok::<(), vramscope_snapshot::SnapshotError>(())
+//! ```
+
+mod decode;
+mod error;
+mod input;
+mod intern;
+mod json;
+mod keys;
+mod model;
+mod zip;
+
+pub use error::SnapshotError;
+pub use input::{decode_bytes, load, LoadOptions, LoadProgress};
+pub use intern::{Frame, FrameId, FrameTable, StackId, StackTable, StrId, StringTable};
+pub use model::*;

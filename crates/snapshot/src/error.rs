@@ -1,0 +1,60 @@
+//! Errors of the snapshot reader: each says what was expected, what was found
+//! and where (file, byte offset or key path).
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("{0}")]
+    Pickle(#[from] vramscope_pickle::PickleError),
+
+    #[error("invalid JSON at line {line}, column {column}: {message}")]
+    Json {
+        line: usize,
+        column: usize,
+        message: String,
+    },
+
+    #[error("{format} data is corrupt: {message}")]
+    Decompress {
+        format: &'static str,
+        message: String,
+    },
+
+    #[error("safety limit exceeded: {what} (limit {limit} bytes; raise it with the max-decompressed option if the file is trusted)")]
+    Limit { what: String, limit: u64 },
+
+    #[error("expected {expected} at {path}, found {found}")]
+    Schema {
+        path: String,
+        expected: &'static str,
+        found: String,
+    },
+
+    #[error("not a memory snapshot: {0}")]
+    NotASnapshot(String),
+
+    #[error("torch.save archive: {0}")]
+    Archive(String),
+}
+
+impl SnapshotError {
+    pub(crate) fn schema(
+        path: impl Into<String>,
+        expected: &'static str,
+        found: impl Into<String>,
+    ) -> Self {
+        SnapshotError::Schema {
+            path: path.into(),
+            expected,
+            found: found.into(),
+        }
+    }
+}

@@ -1,0 +1,250 @@
+//! From a path or bytes to a decoded [`Snapshot`]: memory mapping,
+//! decompression (gzip and zstd, detected by magic bytes), `torch.save` zip
+//! archives, and the choice between pickle and JSON.
+
+use std::fs::File;
+use std::io::Read;
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::decode::Decoder;
+use crate::error::SnapshotError;
+use crate::model::{Compression, Encoding, Snapshot, SourceInfo};
+use crate::{json, zip};
+
+/// Progress of a long load, for progress bars.
+#[derive(Clone, Copy, Debug)]
+pub struct LoadProgress {
+    pub stage: &'static str,
+    pub done: u64,
+    pub total: u64,
+}
+
+/// Options for [`load`] and [`decode_bytes`]. `Default` gives the documented defaults.
+#[derive(Clone)]
+pub struct LoadOptions {
+    /// Cap on decompressed size. Default `None`: the larger of 1 GiB and
+    /// 2000 × the compressed size, so a tiny "zip bomb" cannot allocate gigabytes.
+    pub max_decompressed_bytes: Option<u64>,
+    /// Keep what was parsed from a file that ends early (a process killed
+    /// mid-dump), with a warning. Default true.
+    pub recover_truncated: bool,
+    /// Called during long loads.
+    pub progress: Option<Arc<dyn Fn(LoadProgress) + Send + Sync>>,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            max_decompressed_bytes: None,
+            recover_truncated: true,
+            progress: None,
+        }
+    }
+}
+
+/// Read a snapshot file (any supported layout, encoding and compression).
+pub fn load(path: &Path, opts: &LoadOptions) -> Result<Snapshot, SnapshotError> {
+    let io = |source| SnapshotError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = File::open(path).map_err(io)?;
+    let len = file.metadata().map_err(io)?.len();
+    if len == 0 {
+        return Err(SnapshotError::NotASnapshot(format!(
+            "{} is empty",
+            path.display()
+        )));
+    }
+    // SAFETY: the map is read-only and private; a file truncated underneath
+    // us would fault, which is the documented limitation of mapping files.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+    #[cfg(unix)]
+    let _ = map.advise(memmap2::Advice::Sequential);
+    decode_mapped(&map, opts)
+}
+
+/// Decode a snapshot held in memory.
+pub fn decode_bytes(bytes: &[u8], opts: &LoadOptions) -> Result<Snapshot, SnapshotError> {
+    decode_inner(bytes, opts, None)
+}
+
+fn decode_mapped(map: &memmap2::Mmap, opts: &LoadOptions) -> Result<Snapshot, SnapshotError> {
+    decode_inner(map, opts, Some(map))
+}
+
+fn decode_inner(
+    bytes: &[u8],
+    opts: &LoadOptions,
+    map: Option<&memmap2::Mmap>,
+) -> Result<Snapshot, SnapshotError> {
+    let file_bytes = bytes.len() as u64;
+    let limit = opts
+        .max_decompressed_bytes
+        .unwrap_or_else(|| (1u64 << 30).max(file_bytes.saturating_mul(2000)));
+    let (compression, owned) = decompress(bytes, limit)?;
+    // Pages of the map are only needed once; dropping them as the parser
+    // moves on keeps resident memory near the size of the decoded model.
+    let map = if owned.is_some() { None } else { map };
+    let data: &[u8] = owned.as_deref().unwrap_or(bytes);
+    let (doc, encoding) = parse_document(data, opts, map)?;
+    let decoded_bytes = data.len() as u64;
+    drop(owned);
+    if let Some(p) = &opts.progress {
+        p(LoadProgress {
+            stage: "decoding",
+            done: 0,
+            total: 1,
+        });
+    }
+    let d = Decoder::new(&doc).decode()?;
+    let mut warnings = d.warnings;
+    if let Some(t) = &doc.truncated {
+        warnings.insert(
+            0,
+            format!(
+                "the file is truncated (ends at byte {}: {}); showing what was recovered",
+                t.offset, t.reason
+            ),
+        );
+    }
+    let skipped: Vec<String> = doc
+        .skipped
+        .iter()
+        .map(|s| format!("{} at byte {} (not executed)", s.what, s.offset))
+        .collect();
+    if doc.skipped_count > 0 {
+        warnings.push(format!(
+            "{} construct(s) that would execute code when loaded with pickle.load were skipped",
+            doc.skipped_count
+        ));
+    }
+    let source = SourceInfo {
+        file_bytes,
+        decoded_bytes,
+        encoding,
+        compression,
+        layout: d.layout,
+        legacy_blocks: d.legacy_blocks,
+        skipped,
+        skipped_count: doc.skipped_count,
+        warnings,
+        truncated: doc.truncated.is_some(),
+    };
+    Ok(Snapshot {
+        strings: d.strings,
+        frames: d.frames,
+        stacks: d.stacks,
+        segments: d.segments,
+        blocks: d.blocks,
+        traces: d.traces,
+        annotations: d.annotations,
+        allocator_settings: d.allocator_settings,
+        source,
+    })
+}
+
+fn decompress(bytes: &[u8], limit: u64) -> Result<(Compression, Option<Vec<u8>>), SnapshotError> {
+    let too_big = |fmt: &str| SnapshotError::Limit {
+        what: format!("{fmt} data decompresses to more than the limit"),
+        limit,
+    };
+    if bytes.starts_with(&[0x1f, 0x8b]) {
+        let mut out = Vec::new();
+        let dec = flate2::read::MultiGzDecoder::new(bytes);
+        dec.take(limit + 1)
+            .read_to_end(&mut out)
+            .map_err(|e| SnapshotError::Decompress {
+                format: "gzip",
+                message: e.to_string(),
+            })?;
+        if out.len() as u64 > limit {
+            return Err(too_big("gzip"));
+        }
+        return Ok((Compression::Gzip, Some(out)));
+    }
+    if bytes.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+        let mut out = Vec::new();
+        let dec = ruzstd::decoding::StreamingDecoder::new(bytes).map_err(|e| {
+            SnapshotError::Decompress {
+                format: "zstd",
+                message: e.to_string(),
+            }
+        })?;
+        dec.take(limit + 1)
+            .read_to_end(&mut out)
+            .map_err(|e| SnapshotError::Decompress {
+                format: "zstd",
+                message: e.to_string(),
+            })?;
+        if out.len() as u64 > limit {
+            return Err(too_big("zstd"));
+        }
+        return Ok((Compression::Zstd, Some(out)));
+    }
+    Ok((Compression::None, None))
+}
+
+fn parse_document(
+    data: &[u8],
+    opts: &LoadOptions,
+    map: Option<&memmap2::Mmap>,
+) -> Result<(vramscope_pickle::Document, Encoding), SnapshotError> {
+    if data.starts_with(b"PK\x03\x04") {
+        let inner = zip::find_data_pkl(data)?;
+        let doc = parse_pickle(inner, opts, None)?;
+        let protocol = doc.protocol;
+        return Ok((doc, Encoding::TorchSave { protocol }));
+    }
+    let first = data.iter().find(|b| !b.is_ascii_whitespace()).copied();
+    if matches!(first, Some(b'{') | Some(b'[')) && !data.starts_with(b"(") {
+        // '[' is not a pickle opcode a snapshot starts with; '{' neither.
+        return Ok((json::parse_json(data)?, Encoding::Json));
+    }
+    let doc = parse_pickle(data, opts, map)?;
+    let protocol = doc.protocol;
+    Ok((doc, Encoding::Pickle { protocol }))
+}
+
+fn parse_pickle(
+    data: &[u8],
+    opts: &LoadOptions,
+    map: Option<&memmap2::Mmap>,
+) -> Result<vramscope_pickle::Document, SnapshotError> {
+    let total = data.len() as u64;
+    let mut dropped_to = 0usize;
+    let mut on_progress = |pos: u64| {
+        if let Some(p) = &opts.progress {
+            p(LoadProgress {
+                stage: "parsing",
+                done: pos,
+                total,
+            });
+        }
+        #[cfg(unix)]
+        if let Some(m) = map {
+            let upto = (pos as usize).saturating_sub(1 << 20) & !0xffff;
+            if upto > dropped_to {
+                // SAFETY: the map is private and read-only and the parser
+                // copies everything it keeps; pages behind the cursor are
+                // never read again, and would simply be re-read from the
+                // file if they were.
+                let _ = unsafe {
+                    m.unchecked_advise_range(
+                        memmap2::UncheckedAdvice::DontNeed,
+                        dropped_to,
+                        upto - dropped_to,
+                    )
+                };
+                dropped_to = upto;
+            }
+        }
+    };
+    let mut popts = vramscope_pickle::ParseOptions {
+        recover_truncated: opts.recover_truncated,
+        progress: Some(&mut on_progress),
+        ..Default::default()
+    };
+    Ok(vramscope_pickle::parse_with(data, &mut popts)?)
+}
