@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# The project's test command. Works from any directory:
+#
+#   scripts/test.sh [extra args passed to `cargo test`]
+#
+# Steps:
+#   1. scripts/setup-venv.sh        (.venv with maturin, pytest, hypothesis, numpy, torch)
+#   2. cargo build --release --workspace
+#   3. cargo test --workspace --release --no-fail-fast
+#   4. if a Python package (pyproject.toml using maturin) exists: maturin develop --release
+#   5. pytest -q on python/tests and/or tests/python, if they contain test files
+#
+# `.venv/bin` is put first on PATH so Rust tests that spawn `python3` get the
+# venv's interpreter (with torch). Real snapshot fixtures are read from
+# ../shared/fixtures/real relative to the repository root.
+#
+# Ends with a plain line `N passed, N failed` (cargo test totals plus pytest
+# totals) and exits non-zero if any step failed.
+set -euo pipefail
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo_root"
+
+say() { printf '\n==> %s\n' "$*" >&2; }
+fail_step() { printf '\ntest.sh: FAILED step: %s\n' "$*" >&2; }
+
+logdir="$(mktemp -d "${TMPDIR:-/tmp}/vramscope-test.XXXXXX")"
+trap 'rm -rf -- "$logdir"' EXIT
+
+failed_steps=()
+passed=0
+failed=0
+
+# 1. Python environment.
+say "setting up .venv (scripts/setup-venv.sh)"
+if ! scripts/setup-venv.sh; then
+    fail_step "scripts/setup-venv.sh"
+    exit 1
+fi
+export VIRTUAL_ENV="$repo_root/.venv"
+export PATH="$VIRTUAL_ENV/bin:$PATH"
+unset PYTHONHOME
+
+# 2. Build.
+say "cargo build --release --workspace"
+if ! cargo build --release --workspace; then
+    fail_step "cargo build --release --workspace"
+    exit 1
+fi
+
+# 3. Rust tests (output shown and kept for the summary).
+say "cargo test --workspace --release --no-fail-fast $*"
+cargo_log="$logdir/cargo-test.log"
+if ! cargo test --workspace --release --no-fail-fast "$@" 2>&1 | tee "$cargo_log"; then
+    fail_step "cargo test --workspace --release"
+    failed_steps+=("cargo test")
+fi
+# Lines look like: "test result: ok. 12 passed; 0 failed; 1 ignored; ..."
+read -r cp cf < <(awk '
+    /^test result: / {
+        for (i = 1; i <= NF; i++) {
+            if ($(i) ~ /^passed;?$/) p += $(i-1)
+            if ($(i) ~ /^failed;?$/) f += $(i-1)
+        }
+    }
+    END { printf "%d %d\n", p, f }' "$cargo_log")
+passed=$((passed + cp))
+failed=$((failed + cf))
+
+# 4 + 5. Python tests.
+py_test_dirs=()
+for d in python/tests tests/python; do
+    if [[ -d "$d" ]] && find "$d" -name 'test_*.py' -o -name '*_test.py' | grep -q .; then
+        py_test_dirs+=("$d")
+    fi
+done
+
+if [[ ${#py_test_dirs[@]} -gt 0 ]]; then
+    # Build the Python extension into the venv if the project ships one.
+    for pyproject in python/pyproject.toml pyproject.toml; do
+        if [[ -f "$pyproject" ]] && grep -q maturin "$pyproject"; then
+            pydir="$(dirname "$pyproject")"
+            say "maturin develop --release (in $pydir)"
+            if ! (cd "$pydir" && maturin develop --release); then
+                fail_step "maturin develop --release ($pydir)"
+                failed_steps+=("maturin develop")
+            fi
+            break
+        fi
+    done
+
+    say "pytest -q ${py_test_dirs[*]}"
+    py_log="$logdir/pytest.log"
+    set +e
+    python -m pytest -q "${py_test_dirs[@]}" 2>&1 | tee "$py_log"
+    py_rc=${PIPESTATUS[0]}
+    set -e
+    if [[ $py_rc -eq 5 ]]; then
+        echo "test.sh: pytest collected no tests; treating as success" >&2
+    elif [[ $py_rc -ne 0 ]]; then
+        fail_step "pytest (exit $py_rc)"
+        failed_steps+=("pytest")
+    fi
+    # Last summary line looks like: "3 failed, 40 passed, 2 errors in 1.23s"
+    read -r pp pf < <(awk '
+        / in [0-9.]+s/ && (/passed/ || /failed/ || /error/) { line = $0 }
+        END {
+            p = 0; f = 0
+            n = split(line, w, /[ ,=]+/)
+            for (i = 2; i <= n; i++) {
+                if (w[i] == "passed") p = w[i-1]
+                if (w[i] == "failed") f += w[i-1]
+                if (w[i] == "error" || w[i] == "errors") f += w[i-1]
+            }
+            printf "%d %d\n", p, f
+        }' "$py_log")
+    passed=$((passed + pp))
+    failed=$((failed + pf))
+fi
+
+echo
+if [[ ${#failed_steps[@]} -gt 0 ]]; then
+    echo "test.sh: failed steps: ${failed_steps[*]}" >&2
+    echo "$passed passed, $failed failed"
+    exit 1
+fi
+echo "$passed passed, $failed failed"
