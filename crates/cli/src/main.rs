@@ -1,1 +1,68 @@
-fn main() {}
+//! The `vramscope` command. It only translates arguments and errors; all
+//! logic lives in the library crates.
+//!
+//! Exit codes: 0 success; 1 a file could not be read or written; 2 the input
+//! is not a valid snapshot, or the command line is wrong; 3 a check failed
+//! (reserved for `vramscope check`).
+
+mod output;
+mod progress;
+mod summary;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Find where PyTorch GPU memory went, and why.
+#[derive(Parser)]
+#[command(name = "vramscope", version, about, long_about = None)]
+#[command(
+    after_help = "Exit codes: 0 success, 1 file not readable/writable, 2 invalid snapshot or usage"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Memory at the end, the peak and what held it, fragmentation and OOMs.
+    Summary(summary::Args),
+}
+
+/// Errors the CLI maps to exit codes.
+#[derive(Debug)]
+pub enum CliError {
+    /// A file could not be read or written (exit 1).
+    Io(anyhow::Error),
+    /// Invalid input or usage (exit 2).
+    Invalid(anyhow::Error),
+}
+
+impl From<vramscope_snapshot::SnapshotError> for CliError {
+    fn from(e: vramscope_snapshot::SnapshotError) -> Self {
+        match e {
+            vramscope_snapshot::SnapshotError::Io { .. } => CliError::Io(e.into()),
+            other => CliError::Invalid(other.into()),
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Summary(a) => summary::run(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(CliError::Io(e)) if output::is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(CliError::Io(e)) => {
+            eprintln!("vramscope: error: {e:#}");
+            ExitCode::from(1)
+        }
+        Err(CliError::Invalid(e)) => {
+            eprintln!("vramscope: error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -147,6 +147,9 @@ mod tests {
 
     #[test]
     fn raw_unicode() {
-        assert_eq!(raw_unicode_escape(b"caf\\u00e9 \\U0001f600"), "caf\u{e9} \u{1f600}");
+        assert_eq!(
+            raw_unicode_escape(b"caf\\u00e9 \\U0001f600"),
+            "caf\u{e9} \u{1f600}"
+        );
     }
 }

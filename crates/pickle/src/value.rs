@@ -82,7 +82,12 @@ impl Value {
 
 impl fmt::Debug for Value {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Value(tag={}, payload={})", self.tag(), self.0 >> TAG_BITS)
+        write!(
+            f,
+            "Value(tag={}, payload={})",
+            self.tag(),
+            self.0 >> TAG_BITS
+        )
     }
 }
 
@@ -276,13 +281,21 @@ impl Document {
 
     #[inline]
     fn str_at(&self, i: usize) -> &str {
-        let start = if i == 0 { 0 } else { self.str_ends[i - 1] as usize };
+        let start = if i == 0 {
+            0
+        } else {
+            self.str_ends[i - 1] as usize
+        };
         &self.str_data[start..self.str_ends[i] as usize]
     }
 
     #[inline]
     fn bytes_at(&self, i: usize) -> &[u8] {
-        let start = if i == 0 { 0 } else { self.bytes_ends[i - 1] as usize };
+        let start = if i == 0 {
+            0
+        } else {
+            self.bytes_ends[i - 1] as usize
+        };
         &self.bytes_data[start..self.bytes_ends[i] as usize]
     }
 
@@ -492,7 +505,10 @@ impl DocumentBuilder {
         let id = index_u32(self.doc.bytes_ends.len(), "byte strings")?;
         self.doc.bytes_data.extend_from_slice(b);
         self.doc.bytes_ends.push(self.doc.bytes_data.len() as u64);
-        Ok(Value::new(if bytearray { T_BYTEARRAY } else { T_BYTES }, id))
+        Ok(Value::new(
+            if bytearray { T_BYTEARRAY } else { T_BYTES },
+            id,
+        ))
     }
 
     pub fn opaque(&mut self, o: Opaque) -> Value {

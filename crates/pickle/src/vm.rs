@@ -11,15 +11,19 @@
 //! * When the input ends before STOP (a process killed mid-dump), the open
 //!   containers are closed as if their pending SETITEMS/APPENDS had run, and
 //!   the document records a [`Truncation`].
+//! * Module and class names that STACK_GLOBAL takes from (possibly memoised)
+//!   strings are cut to `MAX_NAME_BYTES`, so that a 5-byte
+//!   `BINGET BINGET STACK_GLOBAL` cannot copy a huge string again each time.
+//! * Decimal integers of protocols 0/1 (INT, LONG) are limited to
+//!   `MAX_DECIMAL_DIGITS` digits, as in CPython 3.11+ (`int()`'s default
+//!   limit): converting longer ones takes quadratic time.
 
 use std::collections::HashMap;
 
 use crate::error::PickleError;
 use crate::ops::*;
 use crate::text;
-use crate::value::{
-    ContainerKind, Document, DocumentBuilder, Opaque, Truncation, Val, Value,
-};
+use crate::value::{ContainerKind, Document, DocumentBuilder, Opaque, Truncation, Val, Value};
 
 /// Options for [`parse_with`]. `Default` gives the documented defaults.
 pub struct ParseOptions<'a> {
@@ -73,6 +77,26 @@ pub fn parse_with(input: &[u8], opts: &mut ParseOptions<'_>) -> Result<Document,
         Err(e @ PickleError::UnexpectedEof { .. }) if opts.recover_truncated => vm.recover(e),
         Err(e) => Err(e),
     }
+}
+
+/// Longest module or name kept from a STACK_GLOBAL (longer ones are cut and
+/// end in `…`), and longest name quoted in a [`Document::skipped`] record.
+const MAX_NAME_BYTES: usize = 256;
+
+/// Most digits accepted in a protocol 0/1 decimal integer (CPython's
+/// default `sys.get_int_max_str_digits()`).
+const MAX_DECIMAL_DIGITS: usize = 4300;
+
+/// `s`, cut to `MAX_NAME_BYTES` on a char boundary.
+fn clip(s: &str) -> String {
+    if s.len() <= MAX_NAME_BYTES {
+        return s.to_owned();
+    }
+    let mut end = MAX_NAME_BYTES;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
 }
 
 /// Memo slot that was never written.
@@ -196,7 +220,11 @@ impl<'i> Vm<'i> {
                         return Err(self.underflow(name));
                     }
                     let at = self.stack.len() - n;
-                    let v = cap!(self, self.b.container_with(ContainerKind::Tuple, &self.stack[at..]));
+                    let v = cap!(
+                        self,
+                        self.b
+                            .container_with(ContainerKind::Tuple, &self.stack[at..])
+                    );
                     self.stack.truncate(at);
                     self.stack.push(v);
                 }
@@ -258,7 +286,10 @@ impl<'i> Vm<'i> {
                     if (self.stack.len() - m) % 2 != 0 {
                         return Err(self.bad("DICT", "odd number of items after MARK".into()));
                     }
-                    let v = cap!(self, self.b.container_with(ContainerKind::Dict, &self.stack[m..]));
+                    let v = cap!(
+                        self,
+                        self.b.container_with(ContainerKind::Dict, &self.stack[m..])
+                    );
                     self.stack.truncate(m);
                     self.stack.push(v);
                 }
@@ -353,12 +384,14 @@ impl<'i> Vm<'i> {
                 }
                 GET => {
                     let line = self.line("GET")?;
-                    let i = text::parse_u64(line).ok_or_else(|| self.bad("GET", "not an index".into()))?;
+                    let i = text::parse_u64(line)
+                        .ok_or_else(|| self.bad("GET", "not an index".into()))?;
                     self.get_memo(i)?;
                 }
                 PUT => {
                     let line = self.line("PUT")?;
-                    let i = text::parse_u64(line).ok_or_else(|| self.bad("PUT", "not an index".into()))?;
+                    let i = text::parse_u64(line)
+                        .ok_or_else(|| self.bad("PUT", "not an index".into()))?;
                     self.put_memo(i)?;
                 }
                 // --- constructs that would execute code: recorded, never run ---
@@ -370,39 +403,65 @@ impl<'i> Vm<'i> {
                 STACK_GLOBAL => {
                     let name = self.pop("STACK_GLOBAL")?;
                     let module = self.pop("STACK_GLOBAL")?;
-                    let (Some(m), Some(n)) = (self.b.doc().as_str(module), self.b.doc().as_str(name)) else {
-                        return Err(self.wrong("STACK_GLOBAL", "two strings (module, name)", module));
+                    let (Some(m), Some(n)) =
+                        (self.b.doc().as_str(module), self.b.doc().as_str(name))
+                    else {
+                        return Err(self.wrong(
+                            "STACK_GLOBAL",
+                            "two strings (module, name)",
+                            module,
+                        ));
                     };
-                    let (m, n) = (m.to_owned(), n.to_owned());
+                    let (m, n) = (clip(m), clip(n));
                     self.push_global(m, n);
                 }
                 REDUCE => {
                     let args = self.pop("REDUCE")?;
                     let callable = self.pop("REDUCE")?;
-                    let what = format!("call {}{}", self.describe(callable), self.describe_args(args));
+                    let what = format!(
+                        "call {}{}",
+                        self.describe(callable),
+                        self.describe_args(args)
+                    );
                     self.push_opaque(Opaque::Reduce { callable, args }, what);
                 }
                 NEWOBJ => {
                     let args = self.pop("NEWOBJ")?;
                     let class = self.pop("NEWOBJ")?;
-                    let what = format!("construct {}{}", self.describe(class), self.describe_args(args));
+                    let what = format!(
+                        "construct {}{}",
+                        self.describe(class),
+                        self.describe_args(args)
+                    );
                     self.push_opaque(Opaque::NewObj { class, args }, what);
                 }
                 NEWOBJ_EX => {
                     let _kwargs = self.pop("NEWOBJ_EX")?;
                     let args = self.pop("NEWOBJ_EX")?;
                     let class = self.pop("NEWOBJ_EX")?;
-                    let what = format!("construct {}{}", self.describe(class), self.describe_args(args));
+                    let what = format!(
+                        "construct {}{}",
+                        self.describe(class),
+                        self.describe_args(args)
+                    );
                     self.push_opaque(Opaque::NewObj { class, args }, what);
                 }
                 INST => {
                     let module = text::latin1(self.line("INST")?);
                     let name = text::latin1(self.line("INST")?);
                     let m = self.pop_mark("INST")?;
-                    let args = cap!(self, self.b.container_with(ContainerKind::Tuple, &self.stack[m..]));
+                    let args = cap!(
+                        self,
+                        self.b
+                            .container_with(ContainerKind::Tuple, &self.stack[m..])
+                    );
                     self.stack.truncate(m);
-                    let class = self.b.opaque(Opaque::Global { module: module.clone(), name: name.clone() });
-                    self.push_opaque(Opaque::NewObj { class, args }, format!("construct {module}.{name}(...)"));
+                    let class = self.b.opaque(Opaque::Global {
+                        module: module.clone(),
+                        name: name.clone(),
+                    });
+                    let what = format!("construct {module}.{name}{}", self.describe_args(args));
+                    self.push_opaque(Opaque::NewObj { class, args }, what);
                 }
                 OBJ => {
                     let m = self.pop_mark("OBJ")?;
@@ -410,9 +469,17 @@ impl<'i> Vm<'i> {
                         return Err(self.underflow("OBJ"));
                     }
                     let class = self.stack[m];
-                    let args = cap!(self, self.b.container_with(ContainerKind::Tuple, &self.stack[m + 1..]));
+                    let args = cap!(
+                        self,
+                        self.b
+                            .container_with(ContainerKind::Tuple, &self.stack[m + 1..])
+                    );
                     self.stack.truncate(m);
-                    let what = format!("construct {}(...)", self.describe(class));
+                    let what = format!(
+                        "construct {}{}",
+                        self.describe(class),
+                        self.describe_args(args)
+                    );
                     self.push_opaque(Opaque::NewObj { class, args }, what);
                 }
                 BUILD => {
@@ -424,7 +491,10 @@ impl<'i> Vm<'i> {
                 PERSID => {
                     let pid = text::latin1(self.line("PERSID")?);
                     let v = cap!(self, self.b.str(&pid));
-                    self.push_opaque(Opaque::PersistentId(v), format!("load persistent id {pid:?}"));
+                    self.push_opaque(
+                        Opaque::PersistentId(v),
+                        format!("load persistent id {pid:?}"),
+                    );
                 }
                 BINPERSID => {
                     let pid = self.pop("BINPERSID")?;
@@ -439,7 +509,10 @@ impl<'i> Vm<'i> {
                         }
                         _ => self.u32le("EXT4")?,
                     };
-                    self.push_opaque(Opaque::Extension(code), format!("look up extension code {code}"));
+                    self.push_opaque(
+                        Opaque::Extension(code),
+                        format!("look up extension code {code}"),
+                    );
                 }
                 NEXT_BUFFER => {
                     self.push_opaque(Opaque::OutOfBandBuffer, "use an out-of-band buffer".into());
@@ -582,7 +655,12 @@ impl<'i> Vm<'i> {
         Ok(())
     }
 
-    fn push_bytes(&mut self, n: usize, op: &'static str, bytearray: bool) -> Result<(), PickleError> {
+    fn push_bytes(
+        &mut self,
+        n: usize,
+        op: &'static str,
+        bytearray: bool,
+    ) -> Result<(), PickleError> {
         let raw = self.take(n, op)?;
         let v = cap!(self, self.b.bytes(raw, bytearray));
         self.stack.push(v);
@@ -590,6 +668,14 @@ impl<'i> Vm<'i> {
     }
 
     fn decimal_int(&mut self, digits: &[u8], op: &'static str) -> Result<Value, PickleError> {
+        let n = digits.trim_ascii().len();
+        if n > MAX_DECIMAL_DIGITS + 1 {
+            return Err(PickleError::LimitExceeded {
+                offset: self.op_start as u64,
+                what: "digits in a decimal integer",
+                limit: MAX_DECIMAL_DIGITS as u64,
+            });
+        }
         let bytes = text::decimal_to_le_bytes(digits)
             .ok_or_else(|| self.bad(op, "not a decimal integer".into()))?;
         Ok(self.b.int_from_le_bytes(&bytes))
@@ -597,7 +683,11 @@ impl<'i> Vm<'i> {
 
     /// SETITEMS / APPENDS / ADDITEMS: items above the mark go into the
     /// container just below it.
-    fn extend_from_mark(&mut self, op: &'static str, kind: ContainerKind) -> Result<(), PickleError> {
+    fn extend_from_mark(
+        &mut self,
+        op: &'static str,
+        kind: ContainerKind,
+    ) -> Result<(), PickleError> {
         let m = self.pop_mark(op)?;
         if m == 0 {
             return Err(self.underflow(op));
@@ -611,7 +701,12 @@ impl<'i> Vm<'i> {
         Ok(())
     }
 
-    fn extend_top(&mut self, op: &'static str, kind: ContainerKind, items: &[Value]) -> Result<(), PickleError> {
+    fn extend_top(
+        &mut self,
+        op: &'static str,
+        kind: ContainerKind,
+        items: &[Value],
+    ) -> Result<(), PickleError> {
         let target = *self.top(op)?;
         self.check_target(op, kind, target)?;
         if let Some(c) = target.container() {
@@ -620,7 +715,13 @@ impl<'i> Vm<'i> {
         Ok(())
     }
 
-    fn extend_value(&mut self, op: &'static str, kind: ContainerKind, target: Value, from: usize) -> Result<(), PickleError> {
+    fn extend_value(
+        &mut self,
+        op: &'static str,
+        kind: ContainerKind,
+        target: Value,
+        from: usize,
+    ) -> Result<(), PickleError> {
         self.check_target(op, kind, target)?;
         if let Some(c) = target.container() {
             cap!(self, self.b.extend(c, &self.stack[from..]));
@@ -630,7 +731,12 @@ impl<'i> Vm<'i> {
 
     /// Items added to an opaque object (e.g. an OrderedDict that was not
     /// constructed) are dropped with it; anything else of the wrong kind is an error.
-    fn check_target(&self, op: &'static str, kind: ContainerKind, target: Value) -> Result<(), PickleError> {
+    fn check_target(
+        &self,
+        op: &'static str,
+        kind: ContainerKind,
+        target: Value,
+    ) -> Result<(), PickleError> {
         let doc = self.b.doc();
         let ok = match (doc.get(target), kind) {
             (Val::Opaque(_), _) => true,
@@ -652,7 +758,11 @@ impl<'i> Vm<'i> {
     }
 
     /// TUPLE / LIST / FROZENSET: a new container from the items above the mark.
-    fn build_from_mark(&mut self, op: &'static str, kind: ContainerKind) -> Result<(), PickleError> {
+    fn build_from_mark(
+        &mut self,
+        op: &'static str,
+        kind: ContainerKind,
+    ) -> Result<(), PickleError> {
         let m = self.pop_mark(op)?;
         let v = cap!(self, self.b.container_with(kind, &self.stack[m..]));
         self.stack.truncate(m);
@@ -709,7 +819,9 @@ impl<'i> Vm<'i> {
 
     fn describe(&self, v: Value) -> String {
         match self.b.doc().get(v) {
-            Val::Opaque(Opaque::Global { module, name }) => format!("{module}.{name}"),
+            Val::Opaque(Opaque::Global { module, name }) => {
+                format!("{}.{}", clip(module), clip(name))
+            }
             Val::Opaque(_) => "an unconstructed object".into(),
             other => format!("a {}", other.type_name()),
         }
@@ -742,6 +854,27 @@ impl<'i> Vm<'i> {
 
     // ----- truncated input -----
 
+    /// CPython writes a one-item batch as `item APPEND` without a MARK, so a
+    /// dump cut short can leave `[.., list, item]` on the stack with the
+    /// APPEND never read. In a dict's MARK region (key, value pairs from
+    /// `from`) an odd item count that ends in `list, item` is exactly that.
+    fn apply_pending_appends(&mut self, from: usize) {
+        while self.stack.len() >= from + 2 && (self.stack.len() - from) % 2 == 1 {
+            let n = self.stack.len();
+            let Some(c) = self.stack[n - 2].container() else {
+                break;
+            };
+            if self.b.doc().kind(c) != ContainerKind::List {
+                break;
+            }
+            let item = self.stack[n - 1];
+            if self.b.extend(c, &[item]).is_err() {
+                break;
+            }
+            self.stack.pop();
+        }
+    }
+
     /// Close every open MARK as if the pending SETITEMS/APPENDS/ADDITEMS had
     /// run; the bottom of the stack becomes the root.
     fn recover(mut self, cause: PickleError) -> Result<Document, PickleError> {
@@ -750,6 +883,7 @@ impl<'i> Vm<'i> {
             let kind = target.and_then(|t| t.container().map(|c| self.b.doc().kind(c)));
             match kind {
                 Some(ContainerKind::Dict) => {
+                    self.apply_pending_appends(m);
                     // A key whose value never arrived is dropped.
                     let end = m + (self.stack.len() - m) / 2 * 2;
                     if let Some(c) = target.and_then(Value::container) {
@@ -763,13 +897,20 @@ impl<'i> Vm<'i> {
                 }
                 _ => {
                     // A MARK for TUPLE/LIST/DICT-style construction: build a list.
-                    let v = cap!(self, self.b.container_with(ContainerKind::List, &self.stack[m..]));
+                    let v = cap!(
+                        self,
+                        self.b.container_with(ContainerKind::List, &self.stack[m..])
+                    );
                     self.stack.truncate(m);
                     self.stack.push(v);
                     continue;
                 }
             }
             self.stack.truncate(m);
+        }
+        // Below every MARK: the root, and perhaps a value waiting for APPEND.
+        if self.stack.len() >= 2 {
+            self.apply_pending_appends(1);
         }
         let Some(&root) = self.stack.first() else {
             return Err(cause);

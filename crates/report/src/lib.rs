@@ -1,1 +1,18 @@
-//! placeholder
+//! Renderings of vramscope analyses: terminal text and JSON.
+//!
+//! ```no_run
+//! let snap = vramscope_snapshot::load("snap.pickle".as_ref(), &Default::default())?;
+//! let summary = vramscope_analysis::summarize(&snap, &Default::default());
+//! print!("{}", vramscope_report::summary_text(&summary, "snap.pickle"));
+//! # Ok::<(), vramscope_snapshot::SnapshotError>(())
+//! ```
+
+pub mod format;
+mod text;
+
+pub use text::summary_text;
+
+/// The `--json` form of a summary (pretty-printed, stable field names).
+pub fn summary_json(s: &vramscope_analysis::Summary) -> String {
+    serde_json::to_string_pretty(s).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+}

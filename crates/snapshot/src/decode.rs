@@ -216,6 +216,13 @@ impl<'d> Decoder<'d> {
         }
     }
 
+    /// Something that was not constructed (listed in the skipped constructs);
+    /// a field holding one is treated as absent.
+    #[inline]
+    fn is_opaque(&self, v: Value) -> bool {
+        matches!(self.doc.get(v), Val::Opaque(_))
+    }
+
     fn found(&self, v: Value) -> String {
         match self.doc.get(v) {
             Val::Str(s) => format!("str {:?}", s.chars().take(40).collect::<String>()),
@@ -339,6 +346,9 @@ impl<'d> Decoder<'d> {
             name: self.empty,
         };
         for (k, val) in self.doc.pairs(c) {
+            if self.is_opaque(val) {
+                continue;
+            }
             match self.key(k) {
                 Key::Filename => f.filename = self.str_id(val).map_err(|e| e.key("filename"))?,
                 Key::Name => f.name = self.str_id(val).map_err(|e| e.key("name"))?,
@@ -423,6 +433,9 @@ impl<'d> Decoder<'d> {
         let (mut cc, mut um, mut cat) = (None, None, None);
         let (mut dfree, mut fwd) = (None, None);
         for (k, val) in self.doc.pairs(c) {
+            if self.is_opaque(val) {
+                continue;
+            }
             let key = self.key(k);
             let r = match key {
                 Key::Action => self.action(val).map(|a| action = Some(a)),
@@ -497,6 +510,9 @@ impl<'d> Decoder<'d> {
         };
         let mut block_list = None;
         for (k, val) in self.doc.pairs(c) {
+            if self.is_opaque(val) {
+                continue;
+            }
             let key = self.key(k);
             let r = match key {
                 Key::Device => self
@@ -576,6 +592,9 @@ impl<'d> Decoder<'d> {
         let mut requested = None;
         let mut history = None;
         for (k, val) in self.doc.pairs(c) {
+            if self.is_opaque(val) {
+                continue;
+            }
             let key = self.key(k);
             let r = match key {
                 Key::Address => self.uint(val).map(|x| b.address = x),

@@ -1,0 +1,222 @@
+//! Allocation sites: the frame a user recognises as "where this came from".
+//!
+//! A stack starts deep inside PyTorch (C++ allocator frames, `torch/nn/...`);
+//! the site is the first frame in the user's own code. Library frames, C++
+//! frames and interpreter noise are skipped, using the same filters as
+//! PyTorch's viewer plus site-packages and the standard library.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+use vramscope_snapshot::{Frame, FrameId, Snapshot, StackId};
+
+use crate::replay::LiveBlock;
+
+/// Frames PyTorch's viewer hides (names and files).
+const NOISE_NAMES: &[&str] = &[
+    "unwind::unwind",
+    "CapturedTraceback::gather",
+    "_start",
+    "__libc_start_main",
+    "PyEval_",
+    "PyObject_",
+    "PyFunction_",
+];
+const NOISE_FILES: &[&str] = &[
+    "core/boxing",
+    "/Register",
+    "/Redispatch",
+    "pythonrun.c",
+    "Modules/main.c",
+    "Objects/call.c",
+    "Objects/methodobject.c",
+    "ceval.c",
+];
+
+/// A frame's file, line and function as text. Profiler-built snapshots put
+/// the whole location into the name (`"torch/optim/adam.py(140): _init_group"`,
+/// filename `"none"`); those are split back apart.
+pub fn frame_location(snap: &Snapshot, f: Frame) -> (String, u32, String) {
+    let file = snap.str(f.filename);
+    let name = snap.str(f.name);
+    if file == "none" || file.is_empty() {
+        if let Some((loc, func)) = name.split_once("): ") {
+            if let Some((path, line)) = loc.rsplit_once('(') {
+                if let Ok(line) = line.parse::<u32>() {
+                    return (path.to_owned(), line, func.to_owned());
+                }
+            }
+        }
+    }
+    (file.to_owned(), f.line, name.to_owned())
+}
+
+/// Whether a frame is C++ or interpreter code rather than Python. Python
+/// frames name a `.py` file or a pseudo-file such as `<frozen runpy>`,
+/// `<string>` or `<ipython-input-3>`; anything else (`??`, `.cpp`, `.so`,
+/// `thread48.o`) is native.
+pub fn is_native(file: &str, _name: &str) -> bool {
+    !(file.ends_with(".py") || file.ends_with(".pyx") || file.starts_with('<'))
+}
+
+/// For stacks with no Python frame (the autograd engine's thread runs
+/// backward in C++), the autograd node is the most telling frame:
+/// `torch::autograd::generated::MmBackward0::apply(...)`.
+fn is_backward_node(name: &str) -> bool {
+    name.contains("Backward") && name.contains("::apply")
+}
+
+/// Whether a frame is noise nobody wants to see.
+pub fn is_noise(file: &str, name: &str) -> bool {
+    NOISE_NAMES.iter().any(|n| name.contains(n)) || NOISE_FILES.iter().any(|n| file.contains(n))
+}
+
+/// Whether a Python file belongs to a library rather than the user's code.
+pub fn is_library(file: &str) -> bool {
+    let f = file.replace('\\', "/");
+    f.contains("site-packages/")
+        || f.contains("dist-packages/")
+        || f.starts_with("<frozen")
+        || f.starts_with("torch/")
+        || f.contains("/torch/")
+        || f.contains("/lib/python3")
+        || f.contains("/Lib/")
+        || f.starts_with('<')
+}
+
+/// The site of a stack: first user frame, else first Python frame, else
+/// the autograd node of a C++-only backward stack, else the first non-noise
+/// frame. `None` if the stack is empty.
+pub fn site_frame(snap: &Snapshot, stack: StackId) -> Option<FrameId> {
+    let frames = snap.stacks.get(stack);
+    let mut first_python = None;
+    let mut first_backward = None;
+    let mut first_any = None;
+    for &fid in frames {
+        let (file, _, name) = frame_location(snap, snap.frames.get(fid));
+        if is_noise(&file, &name) {
+            continue;
+        }
+        first_any.get_or_insert(fid);
+        if is_native(&file, &name) {
+            if is_backward_node(&name) {
+                first_backward.get_or_insert(fid);
+            }
+            continue;
+        }
+        first_python.get_or_insert(fid);
+        if !is_library(&file) {
+            return Some(fid);
+        }
+    }
+    first_python.or(first_backward).or(first_any)
+}
+
+/// Bytes held by one allocation site.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Site {
+    /// `file:line in function`, or `<no stack recorded>`.
+    pub site: String,
+    pub file: String,
+    pub line: u32,
+    pub function: String,
+    pub bytes: u64,
+    pub count: u64,
+    /// Stack of the largest block at this site, innermost first, noise removed.
+    pub stack: Vec<String>,
+}
+
+/// A frame as one line: `file:line in function`.
+pub fn frame_label(snap: &Snapshot, fid: FrameId) -> String {
+    let (file, line, name) = frame_location(snap, snap.frames.get(fid));
+    format!("{file}:{line} in {name}")
+}
+
+/// The readable frames of a stack (noise removed), innermost first.
+pub fn stack_lines(snap: &Snapshot, stack: StackId) -> Vec<String> {
+    snap.stacks
+        .get(stack)
+        .iter()
+        .filter(|&&fid| {
+            let (file, _, name) = frame_location(snap, snap.frames.get(fid));
+            !is_noise(&file, &name)
+        })
+        .map(|&fid| frame_label(snap, fid))
+        .collect()
+}
+
+/// Group blocks by site; the `top` largest sites by bytes, largest first.
+pub fn group_by_site(snap: &Snapshot, blocks: &[LiveBlock], top: usize) -> Vec<Site> {
+    // Keyed by site frame; `None` gathers blocks without a stack.
+    let mut site_of_stack: HashMap<StackId, Option<FrameId>> = HashMap::new();
+    let mut groups: HashMap<Option<FrameId>, (u64, u64, LiveBlock)> = HashMap::new();
+    for b in blocks {
+        let key = *site_of_stack
+            .entry(b.stack)
+            .or_insert_with(|| site_frame(snap, b.stack));
+        let e = groups.entry(key).or_insert((0, 0, *b));
+        e.0 += b.size;
+        e.1 += 1;
+        if b.size > e.2.size {
+            e.2 = *b;
+        }
+    }
+    let mut v: Vec<_> = groups.into_iter().collect();
+    v.sort_unstable_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(&b.0)));
+    v.truncate(top);
+    v.into_iter()
+        .map(|(key, (bytes, count, example))| match key {
+            Some(fid) => {
+                let (file, line, function) = frame_location(snap, snap.frames.get(fid));
+                Site {
+                    site: format!("{file}:{line} in {function}"),
+                    file,
+                    line,
+                    function,
+                    bytes,
+                    count,
+                    stack: stack_lines(snap, example.stack),
+                }
+            }
+            None => Site {
+                site: "<no stack recorded>".into(),
+                file: String::new(),
+                line: 0,
+                function: String::new(),
+                bytes,
+                count,
+                stack: Vec::new(),
+            },
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn library_paths() {
+        assert!(is_library(
+            "/usr/lib/python3/dist-packages/torch/nn/modules/linear.py"
+        ));
+        assert!(is_library(
+            "C:\\Users\\me\\venv\\Lib\\site-packages\\torch\\nn\\functional.py"
+        ));
+        assert!(is_library("<frozen runpy>"));
+        assert!(!is_library("/home/me/project/train.py"));
+        assert!(!is_library("D:\\work\\cs336\\model.py"));
+    }
+
+    #[test]
+    fn native_frames() {
+        assert!(is_native("??", "torch::unwind::unwind()"));
+        assert!(is_native(
+            "/pytorch/c10/cuda/CUDACachingAllocator.cpp",
+            "malloc"
+        ));
+        assert!(is_native("thread48.o", "execute_native_thread_routine"));
+        assert!(!is_native("<frozen runpy>", "_run_module_as_main"));
+        assert!(!is_native("/home/me/train.py", "forward"));
+    }
+}

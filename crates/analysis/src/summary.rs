@@ -1,0 +1,262 @@
+//! `vramscope summary`: one [`Summary`] per file, one [`DeviceSummary`] per
+//! device. The serialized form is the stable `--json` output (see
+//! `docs/summary-json.md`); add fields, never rename or remove them.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use vramscope_snapshot::{Action, DeviceTrace, Snapshot, NO_TIME};
+
+use crate::replay::{allocated_series, reserved_after, Replay};
+use crate::segments::{memory_state, MemoryState};
+use crate::sites::{group_by_site, Site};
+
+/// Options of the summary. `Default` gives the documented defaults.
+#[derive(Clone, Debug)]
+pub struct SummaryOptions {
+    /// Only this device. Default: every device with segments or events.
+    pub device: Option<u32>,
+    /// Allocation sites listed at the peak, at the end and per OOM. Default 10.
+    pub top_sites: usize,
+}
+
+impl Default for SummaryOptions {
+    fn default() -> Self {
+        SummaryOptions {
+            device: None,
+            top_sites: 10,
+        }
+    }
+}
+
+/// OOM events whose holders are listed (the rest get totals only).
+pub const MAX_DETAILED_OOMS: usize = 20;
+
+/// Summary JSON schema version; bumped only on incompatible change.
+pub const SUMMARY_SCHEMA_VERSION: u32 = 1;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    pub schema_version: u32,
+    pub source: SourceSummary,
+    pub devices: Vec<DeviceSummary>,
+    /// `allocator_settings` as recorded (`PYTORCH_CUDA_ALLOC_CONF`, ...).
+    pub allocator_settings: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Names of annotations (`record_function` scopes) with their counts.
+    pub annotations: BTreeMap<String, u64>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct SourceSummary {
+    pub file_bytes: u64,
+    pub decoded_bytes: u64,
+    /// `pickle`, `json` or `torch.save`.
+    pub encoding: String,
+    pub pickle_protocol: Option<u8>,
+    /// `none`, `gzip` or `zstd`.
+    pub compression: String,
+    /// `dict` or `segment_list`.
+    pub layout: String,
+    pub legacy_blocks: bool,
+    pub truncated: bool,
+    pub warnings: Vec<String>,
+    /// Constructs that would have executed code under `pickle.load`.
+    pub skipped: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct DeviceSummary {
+    pub device: u32,
+    /// State at the end (the moment of the dump).
+    pub end: MemoryState,
+    pub events: EventStats,
+    pub peak: Peak,
+    /// Reserved memory's highest point over the trace.
+    pub peak_reserved_bytes: u64,
+    /// Alive at the end, by allocation site.
+    pub end_top_sites: Vec<Site>,
+    pub ooms: Vec<Oom>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct EventStats {
+    pub total: u64,
+    /// Count per action name (`alloc`, `free_requested`, ...).
+    pub by_action: BTreeMap<String, u64>,
+    pub first_time_us: Option<i64>,
+    pub last_time_us: Option<i64>,
+    pub span_us: Option<i64>,
+    /// Events that carry a stack.
+    pub with_stack: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Peak {
+    /// Highest allocated total over the trace, blocks from before the window included.
+    pub allocated_bytes: u64,
+    /// First event after which the peak holds (`null`: at the start of the trace).
+    pub event_index: Option<u64>,
+    pub time_us: Option<i64>,
+    /// Bytes alive from before the trace window (counted from its start).
+    pub before_window_bytes: u64,
+    pub top_sites: Vec<Site>,
+    pub live_blocks: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Oom {
+    pub event_index: u64,
+    pub time_us: Option<i64>,
+    pub requested_bytes: u64,
+    /// Free memory on the device when the allocation failed.
+    pub device_free_bytes: Option<u64>,
+    pub allocated_bytes: u64,
+    pub reserved_bytes: u64,
+    pub top_holders: Vec<Site>,
+}
+
+fn time_at(t: &DeviceTrace, i: usize) -> Option<i64> {
+    t.time_us.get(i).copied().filter(|&x| x != NO_TIME)
+}
+
+fn event_stats(t: &DeviceTrace) -> EventStats {
+    let mut counts = [0u64; Action::ALL.len()];
+    for &a in &t.action {
+        counts[a as usize] += 1;
+    }
+    let by_action = Action::ALL
+        .iter()
+        .filter(|a| counts[**a as usize] > 0)
+        .map(|a| (a.as_str().to_owned(), counts[*a as usize]))
+        .collect();
+    let times = || t.time_us.iter().copied().filter(|&x| x != NO_TIME);
+    let first = times().min();
+    let last = times().max();
+    EventStats {
+        total: t.len() as u64,
+        by_action,
+        first_time_us: first,
+        last_time_us: last,
+        span_us: first.zip(last).map(|(a, b)| b - a),
+        with_stack: t.stack.iter().filter(|s| !s.is_none()).count() as u64,
+    }
+}
+
+/// Summarise one device.
+pub fn summarize_device(snap: &Snapshot, device: u32, opts: &SummaryOptions) -> DeviceSummary {
+    let empty = DeviceTrace::default();
+    let t = snap.trace(device).unwrap_or(&empty);
+    let replay = Replay::new(snap, device);
+    let oom_idx: Vec<usize> = (0..t.len())
+        .filter(|&i| t.action[i] == Action::Oom)
+        .collect();
+    // Holders are listed for the first OOMs only: later ones usually repeat them.
+    let detailed = oom_idx.len().min(MAX_DETAILED_OOMS);
+    let mut points = vec![replay.peak_index, t.len().checked_sub(1)];
+    points.extend(oom_idx[..detailed].iter().map(|&i| i.checked_sub(1)));
+    let mut lives = replay.live_at_points(t, &points).into_iter();
+    let peak_live = lives.next().unwrap_or_default();
+    let end_live = lives.next().unwrap_or_default();
+    let peak = Peak {
+        allocated_bytes: replay.peak_bytes,
+        event_index: replay.peak_index.map(|i| i as u64),
+        time_us: replay.peak_index.and_then(|i| time_at(t, i)),
+        before_window_bytes: replay.initial_bytes,
+        top_sites: group_by_site(snap, &peak_live, opts.top_sites),
+        live_blocks: peak_live.len() as u64,
+    };
+    let reserved = reserved_after(snap, device);
+    let end_reserved: u64 = snap.segments_of(device).map(|s| s.total_size).sum();
+    let peak_reserved_bytes = reserved
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(0)
+        .max(end_reserved);
+    let allocated = if oom_idx.is_empty() {
+        Vec::new()
+    } else {
+        allocated_series(&replay, t)
+    };
+    let ooms = oom_idx
+        .iter()
+        .enumerate()
+        .map(|(k, &i)| {
+            let holders = if k < detailed {
+                lives.next().unwrap_or_default()
+            } else {
+                Vec::new()
+            };
+            Oom {
+                event_index: i as u64,
+                time_us: time_at(t, i),
+                requested_bytes: t.size[i],
+                device_free_bytes: t.device_free_at(i),
+                allocated_bytes: i
+                    .checked_sub(1)
+                    .map_or(replay.initial_bytes, |j| allocated[j]),
+                reserved_bytes: reserved.get(i).copied().unwrap_or(end_reserved),
+                top_holders: group_by_site(snap, &holders, opts.top_sites),
+            }
+        })
+        .collect();
+    DeviceSummary {
+        device,
+        end: memory_state(snap, device),
+        events: event_stats(t),
+        peak,
+        peak_reserved_bytes,
+        end_top_sites: group_by_site(snap, &end_live, opts.top_sites),
+        ooms,
+    }
+}
+
+/// Summarise a snapshot.
+pub fn summarize(snap: &Snapshot, opts: &SummaryOptions) -> Summary {
+    let devices: Vec<u32> = match opts.device {
+        Some(d) => vec![d],
+        None => snap.devices(),
+    };
+    let src = &snap.source;
+    let (encoding, protocol) = match src.encoding {
+        vramscope_snapshot::Encoding::Pickle { protocol } => ("pickle", Some(protocol)),
+        vramscope_snapshot::Encoding::TorchSave { protocol } => ("torch.save", Some(protocol)),
+        vramscope_snapshot::Encoding::Json => ("json", None),
+    };
+    let mut annotations = BTreeMap::new();
+    for a in &snap.annotations {
+        if a.stage != vramscope_snapshot::AnnotationStage::End {
+            *annotations.entry(snap.str(a.name).to_owned()).or_insert(0) += 1;
+        }
+    }
+    Summary {
+        schema_version: SUMMARY_SCHEMA_VERSION,
+        source: SourceSummary {
+            file_bytes: src.file_bytes,
+            decoded_bytes: src.decoded_bytes,
+            encoding: encoding.into(),
+            pickle_protocol: protocol,
+            compression: match src.compression {
+                vramscope_snapshot::Compression::None => "none",
+                vramscope_snapshot::Compression::Gzip => "gzip",
+                vramscope_snapshot::Compression::Zstd => "zstd",
+            }
+            .into(),
+            layout: match src.layout {
+                vramscope_snapshot::Layout::Dict => "dict",
+                vramscope_snapshot::Layout::SegmentList => "segment_list",
+            }
+            .into(),
+            legacy_blocks: src.legacy_blocks,
+            truncated: src.truncated,
+            warnings: src.warnings.clone(),
+            skipped: src.skipped.clone(),
+        },
+        devices: devices
+            .into_iter()
+            .map(|d| summarize_device(snap, d, opts))
+            .collect(),
+        allocator_settings: snap.allocator_settings.clone(),
+        annotations,
+    }
+}

@@ -1,0 +1,21 @@
+//! Writing to stdout so that `vramscope ... | head` ends quietly.
+
+use std::io::Write;
+
+use crate::CliError;
+
+/// Write `text` to stdout; a closed pipe is reported as an I/O error that
+/// `main` turns into a clean exit.
+pub fn print(text: &str) -> Result<(), CliError> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|_| out.flush())
+        .map_err(|e| CliError::Io(anyhow::Error::new(e).context("writing to stdout")))
+}
+
+pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}

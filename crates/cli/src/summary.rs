@@ -1,0 +1,67 @@
+//! `vramscope summary FILE [--device N] [--json]`.
+
+use std::path::PathBuf;
+
+use anyhow::anyhow;
+use vramscope_analysis::{summarize, SummaryOptions};
+
+use crate::{output, progress, CliError};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Snapshot file: pickle (protocol 0-5), JSON, gzip/zstd, torch.save archive.
+    pub file: PathBuf,
+    /// Only this device (default: every device with segments or events).
+    #[arg(long)]
+    pub device: Option<u32>,
+    /// Print JSON (schema: docs/summary-json.md) instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Allocation sites to list at the peak, the end and each OOM.
+    #[arg(long, default_value_t = 10)]
+    pub top: usize,
+    /// No progress bar.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+pub fn run(a: Args) -> Result<(), CliError> {
+    let len = std::fs::metadata(&a.file).map(|m| m.len()).unwrap_or(0);
+    let (opts, bar) = progress::load_options(len, a.quiet);
+    let snap = vramscope_snapshot::load(&a.file, &opts);
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    let snap = snap.map_err(|e| match CliError::from(e) {
+        CliError::Io(e) => CliError::Io(e),
+        CliError::Invalid(e) => {
+            CliError::Invalid(e.context(format!("{} is not a readable snapshot", a.file.display())))
+        }
+    })?;
+    if let Some(d) = a.device {
+        let present = snap.devices();
+        if !present.contains(&d) {
+            return Err(CliError::Invalid(anyhow!(
+                "device {d} has no segments or events in {}; devices present: {present:?}",
+                a.file.display()
+            )));
+        }
+    }
+    let opts = SummaryOptions {
+        device: a.device,
+        top_sites: a.top,
+    };
+    let s = summarize(&snap, &opts);
+    let text = if a.json {
+        let mut j = vramscope_report::summary_json(&s);
+        j.push('\n');
+        j
+    } else {
+        let name = a.file.file_name().map_or_else(
+            || a.file.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        vramscope_report::summary_text(&s, &name)
+    };
+    output::print(&text)
+}

@@ -1,0 +1,69 @@
+//! Helpers shared by the CLI tests.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+/// `../shared/fixtures/real` beside the project root, if present. In CI
+/// (`CI` set) its absence is a failure, elsewhere the caller skips.
+pub fn real_fixtures() -> Option<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/real");
+    if dir.join("SOURCES.md").exists() {
+        return Some(dir);
+    }
+    if std::env::var_os("CI").is_some() {
+        panic!("real fixtures not found at {}", dir.display());
+    }
+    eprintln!("skipping: real fixtures not found at {}", dir.display());
+    None
+}
+
+pub fn vramscope(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_vramscope"))
+        .args(args)
+        .output()
+        .expect("run vramscope")
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A fresh temporary directory for one test.
+pub fn temp_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("vramscope-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("create temp dir");
+    d
+}
+
+/// Run a Python snippet with `python3`; `None` when Python is unavailable.
+pub fn python(script: &str, args: &[&str]) -> Option<Output> {
+    let o = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .output()
+        .ok()?;
+    assert!(
+        o.status.success(),
+        "python failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    Some(o)
+}
+
+pub fn summary_json(path: &std::path::Path) -> serde_json::Value {
+    let o = vramscope(&["summary", "--json", path.to_str().expect("utf-8 path")]);
+    assert!(
+        o.status.success(),
+        "summary failed for {}: {}",
+        path.display(),
+        stderr(&o)
+    );
+    serde_json::from_slice(&o.stdout).expect("summary --json is JSON")
+}

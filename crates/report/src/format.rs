@@ -1,0 +1,88 @@
+//! Number formatting for people: binary units, thousands separators, times.
+
+/// `1536` → `1.50 KiB`; bytes below 1 KiB print as `512 B`.
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{v:.2} {}", UNITS[u])
+}
+
+/// `1234567` → `1,234,567`.
+pub fn count(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A duration in µs as `850 µs`, `12.3 ms`, `4.56 s`, `3 min 05 s`.
+pub fn duration_us(us: i64) -> String {
+    let a = us.unsigned_abs();
+    let sign = if us < 0 { "-" } else { "" };
+    if a < 1_000 {
+        format!("{sign}{a} µs")
+    } else if a < 1_000_000 {
+        format!("{sign}{:.1} ms", a as f64 / 1e3)
+    } else if a < 120_000_000 {
+        format!("{sign}{:.2} s", a as f64 / 1e6)
+    } else {
+        let s = a / 1_000_000;
+        format!("{sign}{} min {:02} s", s / 60, s % 60)
+    }
+}
+
+/// µs since the Unix epoch as `2026-11-21 21:46:43.123 UTC`.
+pub fn timestamp_us(us: i64) -> String {
+    let secs = us.div_euclid(1_000_000);
+    let ms = us.rem_euclid(1_000_000) / 1000;
+    let days = secs.div_euclid(86_400);
+    let sod = secs.rem_euclid(86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + (m <= 2) as i64;
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{ms:03} UTC",
+        sod / 3600,
+        sod / 60 % 60,
+        sod % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units() {
+        assert_eq!(bytes(512), "512 B");
+        assert_eq!(bytes(1536), "1.50 KiB");
+        assert_eq!(bytes(25_178_406_912), "23.45 GiB");
+        assert_eq!(count(1_234_567), "1,234,567");
+        assert_eq!(count(12), "12");
+        assert_eq!(duration_us(1_500_000), "1.50 s");
+        assert_eq!(
+            timestamp_us(1_763_324_225_770_003),
+            "2025-11-16 20:17:05.770 UTC"
+        );
+    }
+}

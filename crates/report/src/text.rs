@@ -1,0 +1,238 @@
+//! The terminal rendering of a [`Summary`]: readable at a glance, sizes in
+//! binary units, the peak and any OOM explained with the sites that held memory.
+
+use std::fmt::Write;
+
+use vramscope_analysis::{DeviceSummary, Site, Summary};
+
+use crate::format::{bytes, count, duration_us, timestamp_us};
+
+/// Render a summary for a terminal. `name` labels the input (a file name).
+pub fn summary_text(s: &Summary, name: &str) -> String {
+    let mut o = String::new();
+    let src = &s.source;
+    let enc = match src.pickle_protocol {
+        Some(p) => format!("{} protocol {p}", src.encoding),
+        None => src.encoding.clone(),
+    };
+    let comp = if src.compression == "none" {
+        String::new()
+    } else {
+        format!(", {}", src.compression)
+    };
+    let legacy = if src.legacy_blocks {
+        ", PyTorch 2.0 layout"
+    } else {
+        ""
+    };
+    let _ = writeln!(
+        o,
+        "{name}  ({}, {enc}{comp}{legacy})",
+        bytes(src.file_bytes)
+    );
+    if s.devices.is_empty() {
+        let _ = writeln!(o, "\n  No device has segments or events in this snapshot.");
+    }
+    for d in &s.devices {
+        device(&mut o, d);
+    }
+    if let Some(settings) = &s.allocator_settings {
+        let mut parts = Vec::new();
+        for (k, v) in settings {
+            let shown = match v {
+                serde_json::Value::String(x) if x.is_empty() => continue,
+                serde_json::Value::String(x) => x.clone(),
+                serde_json::Value::Object(m) if m.values().all(|x| x == &serde_json::json!(0)) => {
+                    continue
+                }
+                other => other.to_string(),
+            };
+            parts.push(format!("{k}={shown}"));
+        }
+        if !parts.is_empty() {
+            let _ = writeln!(o, "\nAllocator settings  {}", parts.join("  "));
+        }
+    }
+    if !s.annotations.is_empty() {
+        let mut v: Vec<_> = s.annotations.iter().collect();
+        v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        let shown: Vec<String> = v.iter().take(6).map(|(k, n)| format!("{k} ×{n}")).collect();
+        let more = if v.len() > 6 {
+            format!(" (+{} more)", v.len() - 6)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(o, "Annotations         {}{more}", shown.join(", "));
+    }
+    for w in &src.warnings {
+        let _ = writeln!(o, "warning: {w}");
+    }
+    for sk in &src.skipped {
+        let _ = writeln!(o, "skipped: {sk}");
+    }
+    o
+}
+
+fn device(o: &mut String, d: &DeviceSummary) {
+    let e = &d.end;
+    let _ = writeln!(o, "\nDevice {} {}", d.device, "─".repeat(60));
+    let _ = writeln!(
+        o,
+        "  At the end      reserved {}   allocated {}   active {}",
+        bytes(e.reserved_bytes),
+        bytes(e.allocated_bytes),
+        bytes(e.active_bytes)
+    );
+    let p = &d.peak;
+    let when = match p.event_index {
+        Some(i) => {
+            let t = match (p.time_us, d.events.first_time_us) {
+                (Some(t), Some(t0)) => format!(" (+{}, {})", duration_us(t - t0), timestamp_us(t)),
+                _ => String::new(),
+            };
+            format!("at event {}{t}", count(i))
+        }
+        None => "at the start of the trace".into(),
+    };
+    let _ = writeln!(
+        o,
+        "  Peak allocated  {} {when}; reserved peaked at {}",
+        bytes(p.allocated_bytes),
+        bytes(d.peak_reserved_bytes)
+    );
+    if p.before_window_bytes > 0 {
+        let _ = writeln!(
+            o,
+            "                  {} was allocated before the trace window (counted from its start)",
+            bytes(p.before_window_bytes)
+        );
+    }
+    let ev = &d.events;
+    let span = ev
+        .span_us
+        .map(|s| format!(" over {}", duration_us(s)))
+        .unwrap_or_default();
+    // Lifecycle order (alloc before frees) reads better than alphabetical.
+    let actions: Vec<String> = vramscope_snapshot::Action::ALL
+        .iter()
+        .filter_map(|a| {
+            ev.by_action
+                .get(a.as_str())
+                .map(|v| format!("{} {}", a.as_str(), count(*v)))
+        })
+        .collect();
+    let _ = writeln!(
+        o,
+        "  Events          {}{span}: {}",
+        count(ev.total),
+        actions.join(" · ")
+    );
+    if ev.total > 0 && ev.with_stack == 0 {
+        let _ = writeln!(
+            o,
+            "                  no stacks recorded (record with context=\"all\" for stacks)"
+        );
+    }
+    let sc = &e.segments;
+    let mut kinds = vec![
+        format!("{} large", count(sc.large)),
+        format!("{} small", count(sc.small)),
+    ];
+    if sc.expandable > 0 {
+        kinds.push(format!("{} expandable", count(sc.expandable)));
+    }
+    if sc.private_pool > 0 {
+        kinds.push(format!("{} in private pools", count(sc.private_pool)));
+    }
+    let _ = writeln!(
+        o,
+        "  Segments        {} ({}), {} blocks",
+        count(sc.total),
+        kinds.join(", "),
+        count(sc.blocks)
+    );
+    let f = &e.fragmentation;
+    let _ = writeln!(
+        o,
+        "  Cached free     {} in {} blocks; largest free block {} (fragmentation {:.0}%)",
+        bytes(f.cached_free_bytes),
+        count(f.free_blocks),
+        bytes(f.largest_free_block),
+        f.fragmentation_ratio * 100.0
+    );
+    let _ = writeln!(
+        o,
+        "                  rounding waste {}, pending free {}, {} segment(s) with nothing allocated",
+        bytes(f.rounding_waste_bytes),
+        bytes(f.pending_free_bytes),
+        count(f.empty_segments)
+    );
+    sites(
+        o,
+        "Alive at the peak, by allocation site",
+        &p.top_sites,
+        p.allocated_bytes,
+    );
+    if d.peak.event_index.is_some() && !d.end_top_sites.is_empty() {
+        sites(
+            o,
+            "Alive at the end, by allocation site",
+            &d.end_top_sites,
+            e.allocated_bytes,
+        );
+    }
+    for oom in &d.ooms {
+        let t = match (oom.time_us, ev.first_time_us) {
+            (Some(t), Some(t0)) => format!(" (+{})", duration_us(t - t0)),
+            _ => String::new(),
+        };
+        let free = oom
+            .device_free_bytes
+            .map(|b| format!(", {} free on the device", bytes(b)))
+            .unwrap_or_default();
+        let _ = writeln!(
+            o,
+            "\n  OUT OF MEMORY at event {}{t}: requested {}{free}",
+            count(oom.event_index),
+            bytes(oom.requested_bytes)
+        );
+        let _ = writeln!(
+            o,
+            "                  allocated {}, reserved {} ({} cached but unallocated)",
+            bytes(oom.allocated_bytes),
+            bytes(oom.reserved_bytes),
+            bytes(oom.reserved_bytes.saturating_sub(oom.allocated_bytes))
+        );
+        if !oom.top_holders.is_empty() {
+            sites(
+                o,
+                "Biggest holders at the OOM",
+                &oom.top_holders,
+                oom.allocated_bytes,
+            );
+        }
+    }
+}
+
+fn sites(o: &mut String, title: &str, sites: &[Site], total: u64) {
+    if sites.is_empty() {
+        return;
+    }
+    let _ = writeln!(o, "\n  {title}");
+    let _ = writeln!(o, "  {:>12} {:>6} {:>8}  site", "bytes", "share", "blocks");
+    for s in sites {
+        let share = if total > 0 {
+            s.bytes as f64 * 100.0 / total as f64
+        } else {
+            0.0
+        };
+        let _ = writeln!(
+            o,
+            "  {:>12} {:>5.1}% {:>8}  {}",
+            bytes(s.bytes),
+            share,
+            count(s.count),
+            s.site
+        );
+    }
+}
