@@ -92,8 +92,13 @@ def machine_info(python: str) -> dict:
         "os": platform.platform(),
         "python": run_capture([python, "-c", "import sys; print(sys.version.split()[0])"]),
         "torch": run_capture([python, "-c", "import torch; print(torch.__version__)"]),
-        "vramscope": run_capture([str(BIN), "--version"]) if BIN.exists() else None,
+        "vramscope": vramscope_version(),
     }
+
+
+def vramscope_version() -> str | None:
+    v = run_capture([str(BIN), "--version"]) if BIN.exists() else None
+    return v.removeprefix("vramscope").strip() or None if v else None
 
 
 def ensure_binary(force: bool) -> None:
