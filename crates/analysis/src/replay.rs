@@ -7,7 +7,7 @@
 //! before the window and count as live from its start; this is also how
 //! PyTorch's own viewer draws them.
 
-use std::collections::HashMap;
+use vramscope_snapshot::hash::FxHashMap as HashMap;
 
 use vramscope_snapshot::{Action, DeviceTrace, Snapshot, StackId};
 
@@ -57,7 +57,7 @@ impl Replay {
     pub fn new(snap: &Snapshot, device: u32) -> Replay {
         let empty = DeviceTrace::default();
         let t = snap.trace(device).unwrap_or(&empty);
-        let mut open: HashMap<u64, u32> = HashMap::new();
+        let mut open: HashMap<u64, u32> = HashMap::default();
         let mut pre_window = Vec::new();
         for i in 0..t.len() {
             match t.action[i] {

@@ -5,7 +5,7 @@
 //! frames and interpreter noise are skipped, using the same filters as
 //! PyTorch's viewer plus site-packages and the standard library.
 
-use std::collections::HashMap;
+use vramscope_snapshot::hash::FxHashMap as HashMap;
 
 use serde::Serialize;
 use vramscope_snapshot::{Frame, FrameId, Snapshot, StackId};
@@ -148,8 +148,8 @@ pub fn stack_lines(snap: &Snapshot, stack: StackId) -> Vec<String> {
 /// Group blocks by site; the `top` largest sites by bytes, largest first.
 pub fn group_by_site(snap: &Snapshot, blocks: &[LiveBlock], top: usize) -> Vec<Site> {
     // Keyed by site frame; `None` gathers blocks without a stack.
-    let mut site_of_stack: HashMap<StackId, Option<FrameId>> = HashMap::new();
-    let mut groups: HashMap<Option<FrameId>, (u64, u64, LiveBlock)> = HashMap::new();
+    let mut site_of_stack: HashMap<StackId, Option<FrameId>> = HashMap::default();
+    let mut groups: HashMap<Option<FrameId>, (u64, u64, LiveBlock)> = HashMap::default();
     for b in blocks {
         let key = *site_of_stack
             .entry(b.stack)

@@ -74,6 +74,13 @@ impl Value {
     pub fn str_id(self) -> Option<u32> {
         (self.tag() == T_STR).then_some(self.index() as u32)
     }
+    /// The integer, when it is stored inline (|i| < 2^59, nearly every
+    /// integer in a snapshot); a tag test with no document lookup.
+    #[inline(always)]
+    pub fn as_inline_int(self) -> Option<i64> {
+        (self.tag() == T_INT).then_some((self.0 as i64) >> TAG_BITS)
+    }
+
     #[inline]
     pub fn is_none(self) -> bool {
         self.tag() == T_NONE
@@ -257,7 +264,7 @@ impl Document {
     }
 
     /// Resolve a handle.
-    #[inline]
+    #[inline(always)]
     pub fn get(&self, v: Value) -> Val<'_> {
         let i = v.index();
         match v.tag() {
@@ -353,8 +360,8 @@ impl Document {
         let k = &self.containers[c.0 as usize];
         Items {
             doc: self,
-            chunk: k.first,
-            pos: 0,
+            cur: &[],
+            next_chunk: k.first,
         }
     }
 
@@ -392,8 +399,9 @@ impl Document {
 /// Iterator over a container's items.
 pub struct Items<'d> {
     doc: &'d Document,
-    chunk: u32,
-    pos: u32,
+    /// Rest of the current chunk.
+    cur: &'d [Value],
+    next_chunk: u32,
 }
 
 impl Iterator for Items<'_> {
@@ -401,17 +409,16 @@ impl Iterator for Items<'_> {
     #[inline]
     fn next(&mut self) -> Option<Value> {
         loop {
-            if self.chunk == NO_CHUNK {
-                return None;
-            }
-            let ch = &self.doc.chunks[self.chunk as usize];
-            if self.pos < ch.len {
-                let v = self.doc.items[(ch.start + self.pos) as usize];
-                self.pos += 1;
+            if let Some((&v, rest)) = self.cur.split_first() {
+                self.cur = rest;
                 return Some(v);
             }
-            self.chunk = ch.next;
-            self.pos = 0;
+            if self.next_chunk == NO_CHUNK {
+                return None;
+            }
+            let ch = &self.doc.chunks[self.next_chunk as usize];
+            self.cur = &self.doc.items[ch.start as usize..(ch.start + ch.len) as usize];
+            self.next_chunk = ch.next;
         }
     }
 }
@@ -451,6 +458,19 @@ impl DocumentBuilder {
         Self::default()
     }
 
+    /// A builder with room reserved for a pickle of `input_len` bytes.
+    /// Reserving avoids repeated reallocation of the big arenas; pages that
+    /// are never written are never made resident, so over-estimating costs
+    /// address space only.
+    pub fn for_input(input_len: usize) -> Self {
+        const MAX_ITEMS: usize = 1 << 28;
+        let mut b = Self::default();
+        b.doc.items.reserve(MAX_ITEMS.min(input_len / 2));
+        b.doc.containers.reserve(MAX_ITEMS.min(input_len / 24));
+        b.doc.chunks.reserve(MAX_ITEMS.min(input_len / 24));
+        b
+    }
+
     pub fn int(&mut self, i: i64) -> Value {
         if (INLINE_MIN..=INLINE_MAX).contains(&i) {
             Value((i << TAG_BITS) as u64 | T_INT)
@@ -461,6 +481,7 @@ impl DocumentBuilder {
     }
 
     /// An integer from little-endian two's complement bytes of any length.
+    #[inline]
     pub fn int_from_le_bytes(&mut self, bytes: &[u8]) -> Value {
         if bytes.is_empty() {
             return self.int(0);

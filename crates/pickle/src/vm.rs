@@ -70,7 +70,7 @@ pub fn parse_with(input: &[u8], opts: &mut ParseOptions<'_>) -> Result<Document,
         memo: Vec::new(),
         memo_sparse: HashMap::new(),
         memo_count: 0,
-        b: DocumentBuilder::new(),
+        b: DocumentBuilder::for_input(input.len()),
     };
     match vm.run(opts) {
         Ok(root) => Ok(vm.b.finish(root)),
@@ -186,7 +186,16 @@ impl<'i> Vm<'i> {
                 LONG1 => {
                     let n = self.take(1, "LONG1")?[0] as usize;
                     let bytes = self.take(n, "LONG1")?;
-                    let v = self.b.int_from_le_bytes(bytes);
+                    // Addresses and timestamps: 5-8 bytes, the hot case.
+                    let v = if (1..=8).contains(&n) {
+                        let mut buf = [0u8; 8];
+                        buf[..n].copy_from_slice(bytes);
+                        let shift = 64 - 8 * n as u32;
+                        let x = (i64::from_le_bytes(buf) << shift) >> shift;
+                        self.b.int(x)
+                    } else {
+                        self.b.int_from_le_bytes(bytes)
+                    };
                     self.stack.push(v);
                 }
                 LONG4 => {

@@ -233,6 +233,9 @@ impl<'d> Decoder<'d> {
 
     #[inline]
     fn int(&self, v: Value) -> R<i64> {
+        if let Some(i) = v.as_inline_int() {
+            return Ok(i);
+        }
         match self.doc.get(v) {
             Val::Int(i) => Ok(i),
             Val::Bool(b) => Ok(b as i64),
@@ -244,6 +247,9 @@ impl<'d> Decoder<'d> {
     /// Sizes and addresses: non-negative, may exceed `i64` (stream pointers).
     #[inline]
     fn uint(&self, v: Value) -> R<u64> {
+        if let Some(i) = v.as_inline_int().filter(|&i| i >= 0) {
+            return Ok(i as u64);
+        }
         match self.doc.get(v) {
             Val::Int(i) if i >= 0 => Ok(i as u64),
             Val::BigInt(b) if b.len() == 9 && b[8] == 0 => {

@@ -5,7 +5,7 @@
 //! the model small and lets analyses group by identity instead of comparing
 //! strings.
 
-use std::collections::HashMap;
+use crate::hash::FxHashMap as HashMap;
 
 /// Id of an interned string.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -112,7 +112,7 @@ impl Default for StackTable {
         StackTable {
             offsets: vec![0],
             frames: Vec::new(),
-            index: HashMap::new(),
+            index: HashMap::default(),
         }
     }
 }

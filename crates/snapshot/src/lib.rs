@@ -19,6 +19,7 @@
 
 mod decode;
 mod error;
+pub mod hash;
 mod input;
 mod intern;
 mod json;
