@@ -5,9 +5,11 @@
 //! is not a valid snapshot, or the command line is wrong; 3 a check failed
 //! (reserved for `vramscope check`).
 
+mod demo;
 mod output;
 mod progress;
 mod summary;
+mod synth;
 
 use std::process::ExitCode;
 
@@ -28,6 +30,10 @@ struct Cli {
 enum Command {
     /// Memory at the end, the peak and what held it, fragmentation and OOMs.
     Summary(summary::Args),
+    /// Run on a built-in example snapshot (no arguments needed).
+    Demo(demo::Args),
+    /// Write a realistic synthetic snapshot (for tests and benchmarks).
+    Synth(synth::Args),
 }
 
 /// Errors the CLI maps to exit codes.
@@ -52,6 +58,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Summary(a) => summary::run(a),
+        Command::Demo(a) => demo::run(a),
+        Command::Synth(a) => synth::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

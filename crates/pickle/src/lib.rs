@@ -18,6 +18,7 @@
 //! ```
 
 mod error;
+pub mod hash;
 mod ops;
 mod text;
 mod value;

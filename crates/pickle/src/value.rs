@@ -10,6 +10,8 @@
 
 use std::fmt;
 
+use crate::hash::FxHashMap;
+
 const TAG_BITS: u32 = 4;
 const TAG_MASK: u64 = (1 << TAG_BITS) - 1;
 
@@ -68,8 +70,9 @@ impl Value {
             _ => None,
         }
     }
-    /// The string-arena index, if this is a string: equal ids mean the same
-    /// pickled object (memo identity), a cheap interning key.
+    /// The string-arena index, if this is a string: a cheap interning key.
+    /// Equal ids mean equal strings; strings of up to 15 bytes are interned
+    /// by content, longer ones keep the pickle's memo identity.
     #[inline]
     pub fn str_id(self) -> Option<u32> {
         (self.tag() == T_STR).then_some(self.index() as u32)
@@ -194,7 +197,20 @@ struct Container {
     /// First and last chunk, or `NO_CHUNK`.
     first: u32,
     last: u32,
+    /// For a dict filled by one batch: its key sequence, shared with every
+    /// dict of the same keys (its chunk then holds the values only).
+    /// Snapshot entries are a million dicts with the same memoised keys, so
+    /// this halves their storage. `NO_SHAPE` otherwise.
+    shape: u32,
 }
+
+const NO_SHAPE: u32 = u32::MAX;
+/// Distinct shapes kept at most; dicts beyond it are stored plainly.
+const MAX_SHAPES: usize = 1 << 16;
+/// Strings up to this many bytes are interned by content: snapshots repeat
+/// `"N/A"` and `""` once per event as distinct objects, and identity of
+/// immutable strings carries no meaning.
+const SHORT_STR: usize = 15;
 
 /// A run of a container's items in the flat pool. Most containers are filled
 /// by one SETITEMS/APPENDS and have exactly one chunk.
@@ -239,6 +255,9 @@ pub struct Document {
     containers: Vec<Container>,
     chunks: Vec<Chunk>,
     items: Vec<Value>,
+    /// Key sequences of shaped dicts: `shapes[i]` is a range of `shape_keys`.
+    shapes: Vec<(u32, u32)>,
+    shape_keys: Vec<Value>,
     opaques: Vec<Opaque>,
     /// Executable constructs that were skipped, in file order (at most
     /// [`MAX_SKIPPED_RECORDS`] kept; `skipped_count` has the total).
@@ -362,14 +381,39 @@ impl Document {
             doc: self,
             cur: &[],
             next_chunk: k.first,
+            keys: self.shape_of(k),
+            pending: None,
+        }
+    }
+
+    fn shape_of(&self, k: &Container) -> &[Value] {
+        if k.shape == NO_SHAPE {
+            return &[];
+        }
+        let (start, len) = self.shapes[k.shape as usize];
+        &self.shape_keys[start as usize..(start + len) as usize]
+    }
+
+    /// The stored items as they are in the pool (values only for a shaped dict).
+    fn raw_items(&self, k: &Container) -> Items<'_> {
+        Items {
+            doc: self,
+            cur: &[],
+            next_chunk: k.first,
+            keys: &[],
+            pending: None,
         }
     }
 
     /// Key/value pairs of a dict, in insertion order (duplicates kept; the
     /// last one wins in Python, see [`Document::dict_get`]).
     pub fn pairs(&self, c: ContainerId) -> Pairs<'_> {
+        let k = &self.containers[c.0 as usize];
+        let keys = self.shape_of(k);
         Pairs {
-            inner: self.items(c),
+            shaped: !keys.is_empty(),
+            keys: keys.iter(),
+            inner: self.raw_items(k),
         }
     }
 
@@ -393,6 +437,8 @@ impl Document {
             + self.str_ends.capacity() * 8
             + self.bytes_data.capacity()
             + self.bytes_ends.capacity() * 8
+            + self.shape_keys.capacity() * 8
+            + self.shapes.capacity() * 8
     }
 }
 
@@ -402,15 +448,26 @@ pub struct Items<'d> {
     /// Rest of the current chunk.
     cur: &'d [Value],
     next_chunk: u32,
+    /// Keys still to interleave, for a shaped dict.
+    keys: &'d [Value],
+    pending: Option<Value>,
 }
 
 impl Iterator for Items<'_> {
     type Item = Value;
     #[inline]
     fn next(&mut self) -> Option<Value> {
+        if let Some(v) = self.pending.take() {
+            return Some(v);
+        }
         loop {
             if let Some((&v, rest)) = self.cur.split_first() {
                 self.cur = rest;
+                if let Some((&k, keys)) = self.keys.split_first() {
+                    self.keys = keys;
+                    self.pending = Some(v);
+                    return Some(k);
+                }
                 return Some(v);
             }
             if self.next_chunk == NO_CHUNK {
@@ -425,6 +482,8 @@ impl Iterator for Items<'_> {
 
 /// Iterator over a dict's pairs.
 pub struct Pairs<'d> {
+    shaped: bool,
+    keys: std::slice::Iter<'d, Value>,
     inner: Items<'d>,
 }
 
@@ -432,6 +491,11 @@ impl Iterator for Pairs<'_> {
     type Item = (Value, Value);
     #[inline]
     fn next(&mut self) -> Option<(Value, Value)> {
+        if self.shaped {
+            let k = *self.keys.next()?;
+            let v = self.inner.next()?;
+            return Some((k, v));
+        }
         let k = self.inner.next()?;
         let v = self.inner.next()?;
         Some((k, v))
@@ -443,6 +507,9 @@ impl Iterator for Pairs<'_> {
 #[derive(Default)]
 pub struct DocumentBuilder {
     pub(crate) doc: Document,
+    shape_index: FxHashMap<Box<[Value]>, u32>,
+    short_strs: FxHashMap<u128, u32>,
+    scratch: Vec<Value>,
 }
 
 fn index_u32(n: usize, what: &'static str) -> Result<u64, CapacityError> {
@@ -516,9 +583,21 @@ impl DocumentBuilder {
     }
 
     pub fn str(&mut self, s: &str) -> Result<Value, CapacityError> {
+        let short = (s.len() <= SHORT_STR).then(|| {
+            let mut key = [0u8; 16];
+            key[..s.len()].copy_from_slice(s.as_bytes());
+            key[15] = s.len() as u8;
+            u128::from_le_bytes(key)
+        });
+        if let Some(&id) = short.and_then(|k| self.short_strs.get(&k)) {
+            return Ok(Value::new(T_STR, id as u64));
+        }
         let id = index_u32(self.doc.str_ends.len(), "strings")?;
         self.doc.str_data.push_str(s);
         self.doc.str_ends.push(self.doc.str_data.len() as u64);
+        if let Some(k) = short {
+            self.short_strs.insert(k, id as u32);
+        }
         Ok(Value::new(T_STR, id))
     }
 
@@ -545,6 +624,7 @@ impl DocumentBuilder {
             len: 0,
             first: NO_CHUNK,
             last: NO_CHUNK,
+            shape: NO_SHAPE,
         });
         Ok(Value::new(kind.tag(), id))
     }
@@ -567,6 +647,64 @@ impl DocumentBuilder {
         if items.is_empty() {
             return Ok(());
         }
+        let k = self.doc.containers[c.0 as usize];
+        if k.kind == ContainerKind::Dict {
+            if k.shape != NO_SHAPE {
+                return self.unshape_and_extend(c, items);
+            }
+            if k.len == 0 && items.len() >= 4 && items.len() % 2 == 0 {
+                if let Some(shape) = self.shape_for(items) {
+                    self.scratch.clear();
+                    self.scratch.extend(items.iter().skip(1).step_by(2));
+                    let values = std::mem::take(&mut self.scratch);
+                    let r = self.push_raw(c, &values);
+                    self.scratch = values;
+                    r?;
+                    let k = &mut self.doc.containers[c.0 as usize];
+                    k.shape = shape;
+                    k.len = items.len() as u32;
+                    return Ok(());
+                }
+            }
+        }
+        self.push_raw(c, items)
+    }
+
+    /// The shape id of the keys of `pairs`, registered if new.
+    fn shape_for(&mut self, pairs: &[Value]) -> Option<u32> {
+        self.scratch.clear();
+        self.scratch.extend(pairs.iter().step_by(2));
+        if let Some(&id) = self.shape_index.get(self.scratch.as_slice()) {
+            return Some(id);
+        }
+        if self.doc.shapes.len() >= MAX_SHAPES
+            || self.doc.shape_keys.len() + self.scratch.len() >= u32::MAX as usize
+        {
+            return None;
+        }
+        let id = self.doc.shapes.len() as u32;
+        let start = self.doc.shape_keys.len() as u32;
+        self.doc.shape_keys.extend_from_slice(&self.scratch);
+        self.doc.shapes.push((start, self.scratch.len() as u32));
+        self.shape_index.insert(self.scratch.as_slice().into(), id);
+        Some(id)
+    }
+
+    /// A shaped dict that receives more items (a second SETITEMS) goes back
+    /// to plain key/value storage; rare in practice.
+    fn unshape_and_extend(&mut self, c: ContainerId, items: &[Value]) -> Result<(), CapacityError> {
+        let mut all: Vec<Value> = self.doc.items(c).collect();
+        all.extend_from_slice(items);
+        let k = &mut self.doc.containers[c.0 as usize];
+        k.shape = NO_SHAPE;
+        k.len = 0;
+        k.first = NO_CHUNK;
+        k.last = NO_CHUNK;
+        self.push_raw(c, &all)
+    }
+
+    /// Append to the container's chunks as stored.
+    fn push_raw(&mut self, c: ContainerId, items: &[Value]) -> Result<(), CapacityError> {
         let d = &mut self.doc;
         let pool_len = d.items.len();
         if pool_len as u64 + items.len() as u64 >= u32::MAX as u64 {

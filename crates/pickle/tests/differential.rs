@@ -178,6 +178,11 @@ impl<'d> Canon<'d> {
                 write!(self.out, "I{s}").unwrap();
             }
             Val::Float(f) => write!(self.out, "F{:016x}", f.to_bits()).unwrap(),
+            // Short strings are interned by content, so only longer ones
+            // carry memo identity (see gen_random_pickles.py).
+            Val::Str(s) if s.len() <= 15 => {
+                write!(self.out, "U\"{}\"", hex(s.as_bytes())).unwrap();
+            }
             Val::Str(s) => {
                 if self.label_atom(v) {
                     write!(self.out, "U\"{}\"", hex(s.as_bytes())).unwrap();

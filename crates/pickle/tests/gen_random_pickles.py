@@ -14,6 +14,9 @@ Canonical form (both sides must agree byte for byte):
   int           I<decimal>
   float         F<16 hex digits of the IEEE-754 bits>
   str           $<n>=U"<hex of UTF-8>"       later: @<n>
+                (strings of at most 15 UTF-8 bytes: U"<hex>", no label; the
+                reader interns those by content, and str identity carries
+                no meaning in Python)
   bytes         $<n>=Y"<hex>"                later: @<n>
   bytearray     $<n>=A"<hex>"                later: @<n>
   list          #<n>=L[a,b,...]              later: @<n>
@@ -356,8 +359,11 @@ def canonical(obj):
         elif t is float:
             out.append("F%016x" % struct.unpack(">Q", struct.pack(">d", o))[0])
         elif t is str:
-            if label(o, "$"):
-                out.append('U"%s"' % o.encode("utf-8").hex())
+            b = o.encode("utf-8")
+            if len(b) <= 15:
+                out.append('U"%s"' % b.hex())
+            elif label(o, "$"):
+                out.append('U"%s"' % b.hex())
         elif t is bytes:
             if label(o, "$"):
                 out.append('Y"%s"' % o.hex())

@@ -19,7 +19,7 @@
 
 mod decode;
 mod error;
-pub mod hash;
+pub use vramscope_pickle::hash;
 mod input;
 mod intern;
 mod json;
