@@ -64,15 +64,13 @@ impl Replay {
                 Action::Alloc => {
                     open.insert(t.addr[i], i as u32);
                 }
-                Action::FreeCompleted => {
-                    if open.remove(&t.addr[i]).is_none() {
-                        pre_window.push(LiveBlock {
-                            addr: t.addr[i],
-                            size: t.size[i],
-                            stack: t.stack[i],
-                            alloc_index: None,
-                        });
-                    }
+                Action::FreeCompleted if open.remove(&t.addr[i]).is_none() => {
+                    pre_window.push(LiveBlock {
+                        addr: t.addr[i],
+                        size: t.size[i],
+                        stack: t.stack[i],
+                        alloc_index: None,
+                    });
                 }
                 _ => {}
             }

@@ -652,7 +652,7 @@ impl DocumentBuilder {
             if k.shape != NO_SHAPE {
                 return self.unshape_and_extend(c, items);
             }
-            if k.len == 0 && items.len() >= 4 && items.len() % 2 == 0 {
+            if k.len == 0 && items.len() >= 4 && items.len().is_multiple_of(2) {
                 if let Some(shape) = self.shape_for(items) {
                     self.scratch.clear();
                     self.scratch.extend(items.iter().skip(1).step_by(2));

@@ -292,7 +292,7 @@ impl<'i> Vm<'i> {
                 LIST => self.build_from_mark("LIST", ContainerKind::List)?,
                 DICT => {
                     let m = self.pop_mark("DICT")?;
-                    if (self.stack.len() - m) % 2 != 0 {
+                    if !(self.stack.len() - m).is_multiple_of(2) {
                         return Err(self.bad("DICT", "odd number of items after MARK".into()));
                     }
                     let v = cap!(
@@ -701,7 +701,7 @@ impl<'i> Vm<'i> {
         if m == 0 {
             return Err(self.underflow(op));
         }
-        if kind == ContainerKind::Dict && (self.stack.len() - m) % 2 != 0 {
+        if kind == ContainerKind::Dict && !(self.stack.len() - m).is_multiple_of(2) {
             return Err(self.bad(op, "odd number of items after MARK".into()));
         }
         let target = self.stack[m - 1];
@@ -747,13 +747,13 @@ impl<'i> Vm<'i> {
         target: Value,
     ) -> Result<(), PickleError> {
         let doc = self.b.doc();
-        let ok = match (doc.get(target), kind) {
-            (Val::Opaque(_), _) => true,
-            (Val::List(_), ContainerKind::List) => true,
-            (Val::Dict(_), ContainerKind::Dict) => true,
-            (Val::Set(_), ContainerKind::Set) => true,
-            _ => false,
-        };
+        let ok = matches!(
+            (doc.get(target), kind),
+            (Val::Opaque(_), _)
+                | (Val::List(_), ContainerKind::List)
+                | (Val::Dict(_), ContainerKind::Dict)
+                | (Val::Set(_), ContainerKind::Set)
+        );
         if ok {
             Ok(())
         } else {

@@ -54,7 +54,16 @@ pub fn summary_text(s: &Summary, name: &str) -> String {
         }
     }
     if !s.annotations.is_empty() {
-        let mut v: Vec<_> = s.annotations.iter().collect();
+        // `ProfilerStep#1`, `ProfilerStep#2`, ... read better as one line.
+        let mut grouped: std::collections::BTreeMap<&str, u64> = Default::default();
+        for (k, n) in &s.annotations {
+            let base = match k.rsplit_once('#') {
+                Some((b, num)) if !num.is_empty() && num.bytes().all(|c| c.is_ascii_digit()) => b,
+                _ => k.as_str(),
+            };
+            *grouped.entry(base).or_insert(0) += n;
+        }
+        let mut v: Vec<_> = grouped.iter().collect();
         v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
         let shown: Vec<String> = v.iter().take(6).map(|(k, n)| format!("{k} ×{n}")).collect();
         let more = if v.len() > 6 {
@@ -173,7 +182,12 @@ fn device(o: &mut String, d: &DeviceSummary) {
         &p.top_sites,
         p.allocated_bytes,
     );
-    if d.peak.event_index.is_some() && !d.end_top_sites.is_empty() {
+    // When the trace ends with an OOM, its holders are the end state: say it once.
+    let end_is_last_oom = d
+        .ooms
+        .last()
+        .is_some_and(|o| o.top_holders == d.end_top_sites);
+    if d.peak.event_index.is_some() && !d.end_top_sites.is_empty() && !end_is_last_oom {
         sites(
             o,
             "Alive at the end, by allocation site",
