@@ -225,13 +225,12 @@ fn shared_objects_keep_their_identity_in_cpython() {
     for proto in 2..=5 {
         let bytes = dump(proto, shared_structure);
         let path = common::scratch(&format!("shared-{proto}"));
-        std::fs::write(&path, &bytes).expect("write scratch file");
+        std::fs::write(&*path, &bytes).expect("write scratch file");
         if let Some(out) = common::python(
             IDENTITY_CHECK,
             &[common::path_str(&path), &proto.to_string()],
         ) {
             assert_eq!(out.trim(), "ok");
         }
-        std::fs::remove_file(&path).ok();
     }
 }

@@ -1,6 +1,6 @@
 //! Running `python3` from tests; checks are skipped when it is missing.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Runs `script` with `args`; `None` when python3 is not installed. Panics
@@ -28,11 +28,25 @@ pub fn python(script: &str, args: &[&str]) -> Option<String> {
     Some(stdout)
 }
 
-/// A scratch file path unique to this test process and `name`.
-pub fn scratch(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("vramscope-synth-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("create temp dir");
-    dir.join(name)
+/// A scratch file unique to this test process and `name`, removed on drop.
+pub struct Scratch(pub PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        std::fs::remove_file(&self.0).ok();
+    }
+}
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+pub fn scratch(name: &str) -> Scratch {
+    let file = format!("vramscope-synth-{}-{name}", std::process::id());
+    Scratch(std::env::temp_dir().join(file))
 }
 
 pub fn path_str(path: &Path) -> &str {
