@@ -17,6 +17,10 @@
 //! unframed, and strings or bytes of 64 KiB or more written outside frames.
 //! Protocol 2 bytes use CPython's `_codecs.encode(str, "latin1")` reduction.
 //!
+//! Misuse panics: closing what is not open, a dict closed after a key, a
+//! container given a length it does not get, a second root value, or
+//! finishing an incomplete pickle.
+//!
 //! I/O errors are latched: the first failure stops output, [`PickleWriter::check`]
 //! reports it early and [`PickleWriter::finish`] returns it.
 //!
@@ -284,7 +288,7 @@ impl<W: Write> PickleWriter<W> {
     pub fn end_tuple(&mut self) -> Option<MemoId> {
         let top = self.stack.pop().expect("end_tuple without begin_tuple");
         assert!(top.kind == Kind::Tuple, "end_tuple closes a list or dict");
-        debug_assert_eq!(Some(top.done), top.len, "tuple length");
+        assert_eq!(Some(top.done), top.len, "tuple length");
         let id = match top.done {
             0 => {
                 self.buf.push(EMPTY_TUPLE);
@@ -399,7 +403,10 @@ impl<W: Write> PickleWriter<W> {
         let top = self.stack.pop().expect("end_list/end_dict without begin");
         assert!(top.kind == kind, "mismatched end_list/end_dict");
         assert!(!top.half, "dict closed after a key without its value");
-        debug_assert!(top.len.is_none() || top.len == Some(top.done), "length");
+        assert!(
+            top.len.is_none() || top.len == Some(top.done),
+            "container length"
+        );
         if top.done == 1 && (top.pending || top.len == Some(1)) {
             if top.pending {
                 self.resolve_pending();

@@ -4,11 +4,14 @@
 //! [`write_snapshot`] simulates a training run (a GPT-style model trained
 //! with AdamW, with gradient accumulation) on top of a simulation of
 //! PyTorch's caching allocator, and streams what
-//! `torch.cuda.memory._dump_snapshot()` would have written for it: the same
-//! pickle layout, key order and object sharing as the real producer (see
-//! `docs/snapshot-format.md` in the shared project files), byte for byte
-//! what CPython's `pickle.dump` writes for that object. Memory use does not
-//! grow with the number of entries, only with the number of live blocks.
+//! `torch.cuda.memory._dump_snapshot()` would have written for it, byte for
+//! byte what CPython's `pickle.dump` writes for such an object: the real
+//! producer's key order and object sharing (interned keys and each frame
+//! dict written once; one frames list per allocator call, shared by a
+//! `segment_alloc` and its `alloc`, by a `free_requested` and its
+//! `free_completed`, and by a block in `segments` and the `alloc` that made
+//! it). Memory use does not grow with the number of entries, only with the
+//! number of live blocks.
 //!
 //! Alongside the file it returns [`SynthTruth`]: figures the generator knows
 //! from its own simulation, for checking a reader against.
