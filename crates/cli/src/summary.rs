@@ -28,7 +28,10 @@ pub struct Args {
 pub fn run(a: Args) -> Result<(), CliError> {
     let len = std::fs::metadata(&a.file).map(|m| m.len()).unwrap_or(0);
     let (opts, bar) = progress::load_options(len, a.quiet);
+    let timing = std::env::var_os("VRAMSCOPE_TIMING").is_some();
+    let t0 = std::time::Instant::now();
     let snap = vramscope_snapshot::load(&a.file, &opts);
+    let t_load = t0.elapsed();
     if let Some(b) = bar {
         b.finish_and_clear();
     }
@@ -51,7 +54,11 @@ pub fn run(a: Args) -> Result<(), CliError> {
         device: a.device,
         top_sites: a.top,
     };
+    let t1 = std::time::Instant::now();
     let s = summarize(&snap, &opts);
+    if timing {
+        eprintln!("timing: load {t_load:?}, summary {:?}", t1.elapsed());
+    }
     let text = if a.json {
         let mut j = vramscope_report::summary_json(&s);
         j.push('\n');

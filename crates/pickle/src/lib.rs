@@ -9,7 +9,7 @@
 //!
 //! ```
 //! // pickle.dumps({"a": [1, 2]}, protocol=4)
-//! let bytes = b"\x80\x04\x95\x11\x00\x00\x00\x00\x00\x00\x00}\x94\x8c\x01a\x94]\x94(K\x01K\x02es.";
+//! let bytes = b"\x80\x04\x95\x10\x00\x00\x00\x00\x00\x00\x00}\x94\x8c\x01a\x94]\x94(K\x01K\x02es.";
 //! let doc = vramscope_pickle::parse(bytes).unwrap();
 //! let root = doc.root().container().unwrap();
 //! let list = doc.dict_get(root, "a").unwrap().container().unwrap();
