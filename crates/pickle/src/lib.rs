@@ -20,6 +20,7 @@
 mod error;
 pub mod hash;
 mod ops;
+mod prefault;
 mod text;
 mod value;
 mod vm;

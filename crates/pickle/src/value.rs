@@ -70,6 +70,12 @@ impl Value {
             _ => None,
         }
     }
+    /// The dict this value refers to, if it is one (a tag test only).
+    #[inline(always)]
+    pub fn dict(self) -> Option<ContainerId> {
+        (self.tag() == T_DICT).then_some(ContainerId(self.index() as u32))
+    }
+
     /// The string-arena index, if this is a string: a cheap interning key.
     /// Equal ids mean equal strings; strings of up to 15 bytes are interned
     /// by content, longer ones keep the pickle's memo identity.
@@ -742,6 +748,23 @@ impl DocumentBuilder {
         Ok(())
     }
 
+    /// The big arenas, for the prefault helper.
+    pub(crate) fn arenas(&self) -> [crate::prefault::Arena; 3] {
+        use crate::prefault::Arena;
+        [
+            Arena::of(&self.doc.items),
+            Arena::of(&self.doc.containers),
+            Arena::of(&self.doc.chunks),
+        ]
+    }
+
+    /// Tell the prefault helper how far each arena is used.
+    pub(crate) fn publish(&self, a: &[crate::prefault::Arena; 3]) {
+        a[0].publish(&self.doc.items);
+        a[1].publish(&self.doc.containers);
+        a[2].publish(&self.doc.chunks);
+    }
+
     /// Read access while building (the VM inspects what it built).
     pub fn doc(&self) -> &Document {
         &self.doc
@@ -756,6 +779,11 @@ impl DocumentBuilder {
 
     /// Finish with `root` as the top-level value.
     pub fn finish(mut self, root: Value) -> Document {
+        // Give back the reserved (and partly pre-faulted) tails of the
+        // arenas; for large buffers this is an mremap, not a copy.
+        self.doc.items.shrink_to_fit();
+        self.doc.containers.shrink_to_fit();
+        self.doc.chunks.shrink_to_fit();
         self.doc.root = Some(root);
         self.doc
     }

@@ -22,6 +22,7 @@ use std::collections::HashMap;
 
 use crate::error::PickleError;
 use crate::ops::*;
+use crate::prefault;
 use crate::text;
 use crate::value::{ContainerKind, Document, DocumentBuilder, Opaque, Truncation, Val, Value};
 
@@ -72,12 +73,28 @@ pub fn parse_with(input: &[u8], opts: &mut ParseOptions<'_>) -> Result<Document,
         memo_count: 0,
         b: DocumentBuilder::for_input(input.len()),
     };
-    match vm.run(opts) {
+    let result = if input.len() >= PREFAULT_MIN_INPUT {
+        let arenas = vm.b.arenas();
+        let done = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| prefault::run(&[&arenas[0], &arenas[1], &arenas[2]], &done));
+            let r = vm.run(opts, Some(&arenas));
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+            r
+        })
+    } else {
+        vm.run(opts, None)
+    };
+    match result {
         Ok(root) => Ok(vm.b.finish(root)),
         Err(e @ PickleError::UnexpectedEof { .. }) if opts.recover_truncated => vm.recover(e),
         Err(e) => Err(e),
     }
 }
+
+/// Inputs from this size on get the prefault helper thread (below it, the
+/// thread would cost more than it saves).
+const PREFAULT_MIN_INPUT: usize = 16 << 20;
 
 /// Longest module or name kept from a STACK_GLOBAL (longer ones are cut and
 /// end in `…`), and longest name quoted in a [`Document::skipped`] record.
@@ -128,14 +145,26 @@ macro_rules! cap {
 }
 
 impl<'i> Vm<'i> {
-    fn run(&mut self, opts: &mut ParseOptions<'_>) -> Result<Value, PickleError> {
+    fn run(
+        &mut self,
+        opts: &mut ParseOptions<'_>,
+        arenas: Option<&[prefault::Arena; 3]>,
+    ) -> Result<Value, PickleError> {
+        const CHECK_EVERY: usize = 1 << 20;
         let mut next_progress = opts.progress_every;
+        let mut next_check = CHECK_EVERY;
         loop {
-            if self.pos as u64 >= next_progress {
-                if let Some(p) = opts.progress.as_mut() {
-                    p(self.pos as u64);
+            if self.pos >= next_check {
+                next_check = self.pos + CHECK_EVERY;
+                if let Some(a) = arenas {
+                    self.b.publish(a);
                 }
-                next_progress = self.pos as u64 + opts.progress_every;
+                if self.pos as u64 >= next_progress {
+                    if let Some(p) = opts.progress.as_mut() {
+                        p(self.pos as u64);
+                    }
+                    next_progress = self.pos as u64 + opts.progress_every;
+                }
             }
             self.op_start = self.pos;
             let Some(&op) = self.input.get(self.pos) else {
@@ -144,13 +173,17 @@ impl<'i> Vm<'i> {
             self.pos += 1;
             match op {
                 // --- hot path of real snapshots first ---
-                BINGET => {
-                    let i = self.take(1, "BINGET")?[0] as u64;
+                BINGET | LONG_BINGET => {
+                    let i = if op == BINGET {
+                        self.take(1, "BINGET")?[0] as u64
+                    } else {
+                        self.u32le("LONG_BINGET")? as u64
+                    };
                     self.get_memo(i)?;
-                }
-                LONG_BINGET => {
-                    let i = self.u32le("LONG_BINGET")? as u64;
-                    self.get_memo(i)?;
+                    // Frame lists are long runs of memo references: consume
+                    // the run here rather than through the dispatch jump,
+                    // which mispredicts on every opcode.
+                    self.memo_run()?;
                 }
                 MEMOIZE => {
                     let i = self.memo_count;
@@ -780,6 +813,29 @@ impl<'i> Vm<'i> {
     }
 
     // ----- memo -----
+
+    /// Handle consecutive BINGET / LONG_BINGET opcodes.
+    #[inline]
+    fn memo_run(&mut self) -> Result<(), PickleError> {
+        let input = self.input;
+        loop {
+            let rest = &input[self.pos..];
+            let i = match rest {
+                [BINGET, i, ..] => {
+                    self.op_start = self.pos;
+                    self.pos += 2;
+                    *i as u64
+                }
+                [LONG_BINGET, a, b, c, d, ..] => {
+                    self.op_start = self.pos;
+                    self.pos += 5;
+                    u32::from_le_bytes([*a, *b, *c, *d]) as u64
+                }
+                _ => return Ok(()),
+            };
+            self.get_memo(i)?;
+        }
+    }
 
     fn put_memo(&mut self, i: u64) -> Result<(), PickleError> {
         let v = *self.top("PUT/MEMOIZE")?;

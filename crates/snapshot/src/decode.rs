@@ -66,6 +66,18 @@ pub(crate) struct Decoded {
 
 const UNMAPPED: u32 = u32::MAX;
 
+/// Traces from this many events on are decoded on two threads.
+const PARALLEL_MIN_EVENTS: usize = 200_000;
+
+/// Default threads for decoding: `VRAMSCOPE_THREADS` if set (1 turns
+/// parallel decoding off, e.g. to compare or measure), else the machine's.
+pub(crate) fn default_threads() -> usize {
+    std::env::var("VRAMSCOPE_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
 pub(crate) struct Decoder<'d> {
     doc: &'d Document,
     strings: StringTable,
@@ -84,11 +96,13 @@ pub(crate) struct Decoder<'d> {
     empty: StrId,
     legacy_blocks: bool,
     truncated: bool,
+    /// Threads for large traces (1: sequential).
+    threads: usize,
     warnings: Vec<String>,
 }
 
 impl<'d> Decoder<'d> {
-    pub(crate) fn new(doc: &'d Document) -> Self {
+    pub(crate) fn new(doc: &'d Document, threads: usize) -> Self {
         let mut strings = StringTable::default();
         let empty = strings.intern("");
         Decoder {
@@ -104,6 +118,7 @@ impl<'d> Decoder<'d> {
             empty,
             legacy_blocks: false,
             truncated: doc.truncated.is_some(),
+            threads,
             warnings: Vec::new(),
         }
     }
@@ -310,6 +325,15 @@ impl<'d> Decoder<'d> {
         let mut buf = std::mem::take(&mut self.frame_buf);
         buf.clear();
         for (i, f) in self.doc.items(c).enumerate() {
+            // Shared frame dicts are resolved once; later references are a
+            // lookup by memo identity.
+            if let Some(fc) = f.dict() {
+                let m = self.obj_map[fc.0 as usize];
+                if m != UNMAPPED {
+                    buf.push(FrameId(m));
+                    continue;
+                }
+            }
             match self.frame(f) {
                 Ok(id) => buf.push(id),
                 Err(e) => {
@@ -409,8 +433,48 @@ impl<'d> Decoder<'d> {
         t.stream.reserve_exact(n);
         t.time_us.reserve_exact(n);
         t.stack.reserve_exact(n);
+        if n < PARALLEL_MIN_EVENTS || self.threads < 2 {
+            return self.entries(c, 0..n, n, t);
+        }
+        // Two halves on two cores, each with its own intern tables; the
+        // second half's ids are then mapped into this decoder's tables.
+        let mid = n / 2;
+        let mut other = Decoder::new(self.doc, 1);
+        other.truncated = self.truncated;
+        let mut tb = DeviceTrace {
+            device: t.device,
+            ..Default::default()
+        };
+        let (ra, rb) = std::thread::scope(|s| {
+            let h = s.spawn(|| {
+                let r = other.entries(c, mid..n, n, &mut tb);
+                (r, other, tb)
+            });
+            let ra = self.entries(c, 0..mid, n, t);
+            (ra, h.join())
+        });
+        ra?;
+        let (rb, other, tb) = match rb {
+            Ok(x) => x,
+            Err(p) => std::panic::resume_unwind(p),
+        };
+        rb?;
+        self.absorb(other, tb, t);
+        Ok(())
+    }
+
+    /// Decode entries `range` of the trace list `c` (of `n` entries) into `t`.
+    fn entries(
+        &mut self,
+        c: ContainerId,
+        range: std::ops::Range<usize>,
+        n: usize,
+        t: &mut DeviceTrace,
+    ) -> R<()> {
         let mut dropped = 0usize;
-        for (i, ev) in self.doc.items(c).enumerate() {
+        let items = self.doc.items(c).skip(range.start).take(range.len());
+        for (k, ev) in items.enumerate() {
+            let i = range.start + k;
             if let Err(e) = self.entry(ev, t) {
                 // A dump cut short leaves a half-written last entry: drop it.
                 if self.truncated && i + 1 == n {
@@ -427,6 +491,71 @@ impl<'d> Decoder<'d> {
             ));
         }
         Ok(())
+    }
+
+    /// Append `tb` (decoded by `other`) to `t`, mapping its ids into ours.
+    fn absorb(&mut self, other: Decoder<'_>, tb: DeviceTrace, t: &mut DeviceTrace) {
+        let smap: Vec<StrId> = (0..other.strings.len() as u32)
+            .map(|i| self.strings.intern(other.strings.get(StrId(i))))
+            .collect();
+        let fmap: Vec<FrameId> = (0..other.frames.len() as u32)
+            .map(|i| {
+                let f = other.frames.get(FrameId(i));
+                self.frames.intern(Frame {
+                    filename: smap[f.filename.0 as usize],
+                    line: f.line,
+                    name: smap[f.name.0 as usize],
+                })
+            })
+            .collect();
+        let mut buf = Vec::new();
+        let kmap: Vec<StackId> = (0..other.stacks.len() as u32)
+            .map(|i| {
+                buf.clear();
+                buf.extend(
+                    other
+                        .stacks
+                        .get(StackId(i))
+                        .iter()
+                        .map(|f| fmap[f.0 as usize]),
+                );
+                self.stacks.intern(&buf)
+            })
+            .collect();
+        let stack = |s: StackId| if s.is_none() { s } else { kmap[s.0 as usize] };
+        let base = t.len();
+        let nb = tb.len();
+        t.action.extend_from_slice(&tb.action);
+        t.addr.extend_from_slice(&tb.addr);
+        t.size.extend_from_slice(&tb.size);
+        t.stream.extend_from_slice(&tb.stream);
+        t.time_us.extend_from_slice(&tb.time_us);
+        t.stack.extend(tb.stack.iter().map(|&s| stack(s)));
+        let empty = self.empty;
+        for (col, other_col) in [
+            (&mut t.compile_context, &tb.compile_context),
+            (&mut t.user_metadata, &tb.user_metadata),
+            (&mut t.category, &tb.category),
+        ] {
+            match (col.as_mut(), other_col) {
+                (Some(c), Some(o)) => c.extend(o.iter().map(|s| smap[s.0 as usize])),
+                (Some(c), None) => c.resize(base + nb, empty),
+                (None, Some(o)) => {
+                    let mut c = vec![empty; base];
+                    c.extend(o.iter().map(|s| smap[s.0 as usize]));
+                    *col = Some(c);
+                }
+                (None, None) => {}
+            }
+        }
+        t.device_free
+            .extend(tb.device_free.iter().map(|&(i, b)| (i + base as u32, b)));
+        t.forward_stack.extend(
+            tb.forward_stack
+                .iter()
+                .map(|&(i, s)| (i + base as u32, stack(s))),
+        );
+        self.warnings.extend(other.warnings);
     }
 
     fn entry(&mut self, v: Value, t: &mut DeviceTrace) -> R<()> {

@@ -31,6 +31,9 @@ pub struct LoadOptions {
     pub recover_truncated: bool,
     /// Called during long loads.
     pub progress: Option<Arc<dyn Fn(LoadProgress) + Send + Sync>>,
+    /// Threads for decoding large traces. Default `None`: the
+    /// `VRAMSCOPE_THREADS` environment variable, else the number of cores.
+    pub threads: Option<usize>,
 }
 
 impl Default for LoadOptions {
@@ -39,6 +42,7 @@ impl Default for LoadOptions {
             max_decompressed_bytes: None,
             recover_truncated: true,
             progress: None,
+            threads: None,
         }
     }
 }
@@ -98,7 +102,8 @@ fn decode_inner(
             total: 1,
         });
     }
-    let d = Decoder::new(&doc).decode()?;
+    let threads = opts.threads.unwrap_or_else(crate::decode::default_threads);
+    let d = Decoder::new(&doc, threads).decode()?;
     let mut warnings = d.warnings;
     if let Some(t) = &doc.truncated {
         warnings.insert(

@@ -100,12 +100,19 @@ impl FrameTable {
 }
 
 /// Unique stacks, stored as one flat array of frame ids with offsets.
+///
+/// The index maps a hash of the frame ids to the first stack with that hash;
+/// `same_hash` chains later ones. Comparing against the flat array itself
+/// avoids keeping a second copy of every stack as a map key.
 #[derive(Debug)]
 pub struct StackTable {
     offsets: Vec<u32>,
     frames: Vec<FrameId>,
-    index: HashMap<Box<[FrameId]>, StackId>,
+    index: HashMap<u64, u32>,
+    same_hash: Vec<u32>,
 }
+
+const NO_NEXT: u32 = u32::MAX;
 
 impl Default for StackTable {
     fn default() -> Self {
@@ -113,20 +120,50 @@ impl Default for StackTable {
             offsets: vec![0],
             frames: Vec::new(),
             index: HashMap::default(),
+            same_hash: Vec::new(),
         }
     }
 }
 
+/// Two frame ids per multiply; stacks are long (20-100 frames) and hashed
+/// once per distinct frames list in the file.
+fn hash_frames(frames: &[FrameId]) -> u64 {
+    let mut h = frames.len() as u64;
+    let mut pairs = frames.chunks_exact(2);
+    for p in &mut pairs {
+        let w = (p[0].0 as u64) | ((p[1].0 as u64) << 32);
+        let m = ((h ^ w) as u128).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        h = (m as u64) ^ ((m >> 64) as u64);
+    }
+    if let [last] = pairs.remainder() {
+        let m = ((h ^ last.0 as u64) as u128).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        h = (m as u64) ^ ((m >> 64) as u64);
+    }
+    h
+}
+
 impl StackTable {
     pub fn intern(&mut self, frames: &[FrameId]) -> StackId {
-        if let Some(&id) = self.index.get(frames) {
-            return id;
+        let h = hash_frames(frames);
+        let mut cand = self.index.get(&h).copied().unwrap_or(NO_NEXT);
+        let mut last = NO_NEXT;
+        while cand != NO_NEXT {
+            if self.get(StackId(cand)) == frames {
+                return StackId(cand);
+            }
+            last = cand;
+            cand = self.same_hash[cand as usize];
         }
-        let id = StackId(self.offsets.len() as u32 - 1);
+        let id = self.offsets.len() as u32 - 1;
         self.frames.extend_from_slice(frames);
         self.offsets.push(self.frames.len() as u32);
-        self.index.insert(frames.into(), id);
-        id
+        self.same_hash.push(NO_NEXT);
+        if last == NO_NEXT {
+            self.index.insert(h, id);
+        } else {
+            self.same_hash[last as usize] = id;
+        }
+        StackId(id)
     }
 
     /// Frames of a stack, innermost first; empty for [`StackId::NONE`].
@@ -144,5 +181,23 @@ impl StackTable {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stacks_are_interned_by_content() {
+        let mut t = StackTable::default();
+        let a = t.intern(&[FrameId(1), FrameId(2), FrameId(3)]);
+        let b = t.intern(&[FrameId(1), FrameId(2)]);
+        let c = t.intern(&[FrameId(1), FrameId(2), FrameId(3)]);
+        assert_eq!(a, c);
+        assert_ne!(a, b);
+        assert_eq!(t.get(b), &[FrameId(1), FrameId(2)]);
+        assert_eq!(t.len(), 2);
+        assert!(t.get(StackId::NONE).is_empty());
     }
 }

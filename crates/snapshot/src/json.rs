@@ -2,61 +2,94 @@
 //! one decoder serves both), and small pickled values (allocator settings)
 //! become `serde_json` values for output.
 
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value as J;
 use vramscope_pickle::{ContainerKind, Document, DocumentBuilder, Val, Value};
 
 use crate::error::SnapshotError;
 
 /// Parse JSON text into a [`Document`] with the same shape a pickle would give.
+///
+/// Values go straight into the builder (no intermediate `serde_json::Value`
+/// tree), which keeps large JSON snapshots near the pickle path's speed.
+/// serde_json caps nesting at 128 levels, so the recursion is bounded.
 pub(crate) fn parse_json(bytes: &[u8]) -> Result<Document, SnapshotError> {
-    let j: J = serde_json::from_slice(bytes).map_err(|e| SnapshotError::Json {
-        line: e.line(),
-        column: e.column(),
-        message: e.to_string(),
-    })?;
     let mut b = DocumentBuilder::new();
-    let root = build(&mut b, &j)?;
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let root = Seed { b: &mut b }
+        .deserialize(&mut de)
+        .and_then(|v| de.end().map(|_| v))
+        .map_err(|e| SnapshotError::Json {
+            line: e.line(),
+            column: e.column(),
+            message: e.to_string(),
+        })?;
     Ok(b.finish(root))
 }
 
-fn cap(e: vramscope_pickle::CapacityError) -> SnapshotError {
-    SnapshotError::Limit {
-        what: format!("too many {} in the JSON document", e.0),
-        limit: u32::MAX as u64,
+struct Seed<'b> {
+    b: &'b mut DocumentBuilder,
+}
+
+fn cap<E: de::Error>(e: vramscope_pickle::CapacityError) -> E {
+    E::custom(format!("too many {} in the JSON document", e.0))
+}
+
+impl<'de> DeserializeSeed<'de> for Seed<'_> {
+    type Value = Value;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
     }
 }
 
-// serde_json already caps nesting at 128 levels, so recursion here is bounded.
-fn build(b: &mut DocumentBuilder, j: &J) -> Result<Value, SnapshotError> {
-    Ok(match j {
-        J::Null => Value::NONE,
-        J::Bool(x) => b.bool(*x),
-        J::Number(n) => match (n.as_i64(), n.as_u64()) {
-            (Some(i), _) => b.int(i),
-            (None, Some(u)) => {
-                let mut bytes = u.to_le_bytes().to_vec();
-                bytes.push(0);
-                b.int_from_le_bytes(&bytes)
-            }
-            _ => b.float(n.as_f64().unwrap_or(f64::NAN)),
-        },
-        J::String(s) => b.str(s).map_err(cap)?,
-        J::Array(items) => {
-            let mut vals = Vec::with_capacity(items.len());
-            for it in items {
-                vals.push(build(b, it)?);
-            }
-            b.container_with(ContainerKind::List, &vals).map_err(cap)?
+impl<'de> Visitor<'de> for Seed<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
+        Ok(Value::NONE)
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
+        Ok(self.b.bool(v))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
+        Ok(self.b.int(v))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
+        if let Ok(i) = i64::try_from(v) {
+            return Ok(self.b.int(i));
         }
-        J::Object(m) => {
-            let mut vals = Vec::with_capacity(m.len() * 2);
-            for (k, v) in m {
-                vals.push(b.str(k).map_err(cap)?);
-                vals.push(build(b, v)?);
-            }
-            b.container_with(ContainerKind::Dict, &vals).map_err(cap)?
+        let mut bytes = v.to_le_bytes().to_vec();
+        bytes.push(0);
+        Ok(self.b.int_from_le_bytes(&bytes))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        Ok(self.b.float(v))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
+        self.b.str(v).map_err(cap)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+        while let Some(v) = seq.next_element_seed(Seed { b: &mut *self.b })? {
+            items.push(v);
         }
-    })
+        self.b
+            .container_with(ContainerKind::List, &items)
+            .map_err(cap)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut items = Vec::with_capacity(16);
+        while let Some(k) = map.next_key_seed(Seed { b: &mut *self.b })? {
+            items.push(k);
+            items.push(map.next_value_seed(Seed { b: &mut *self.b })?);
+        }
+        self.b
+            .container_with(ContainerKind::Dict, &items)
+            .map_err(cap)
+    }
 }
 
 /// A pickled value as JSON, `depth` levels deep at most (deeper: `null`).

@@ -1,0 +1,98 @@
+//! Faulting the arenas in ahead of the parser, on the other core.
+//!
+//! Decoding a large snapshot writes a few hundred MB of fresh memory; the
+//! kernel's page faults and zeroing cost about as much as the parsing. A
+//! helper thread asks the kernel to populate the next few MB of each arena
+//! (`MADV_POPULATE_WRITE`, Linux 5.14+) just ahead of where the parser
+//! writes, so that work runs in parallel. Populating never changes memory
+//! contents, so it is safe while the parser writes, and only a bounded
+//! window ahead of use is populated, so resident memory does not grow.
+//! Where the call is unsupported the helper stops at once.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+/// How far ahead of the parser each arena is populated.
+const AHEAD: usize = 12 << 20;
+const STEP: usize = 2 << 20;
+
+/// One arena: its buffer and how many bytes of it the parser has used.
+pub(crate) struct Arena {
+    base: usize,
+    cap: usize,
+    pub(crate) used: AtomicUsize,
+}
+
+impl Arena {
+    pub(crate) fn of<T>(v: &Vec<T>) -> Arena {
+        Arena {
+            base: v.as_ptr() as usize,
+            cap: v.capacity() * std::mem::size_of::<T>(),
+            used: AtomicUsize::new(0),
+        }
+    }
+
+    /// Record progress (`len` items of a `Vec<T>`).
+    #[inline]
+    pub(crate) fn publish<T>(&self, v: &Vec<T>) {
+        // A reallocated vector is no longer this arena: stop following it.
+        let used = if v.as_ptr() as usize == self.base {
+            v.len() * std::mem::size_of::<T>()
+        } else {
+            self.cap
+        };
+        self.used.store(used, Ordering::Relaxed);
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn populate(start: usize, end: usize) -> bool {
+    const MADV_POPULATE_WRITE: i32 = 23;
+    extern "C" {
+        fn madvise(addr: *mut std::ffi::c_void, len: usize, advice: i32) -> i32;
+    }
+    const PAGE: usize = 4096;
+    let s = (start + PAGE - 1) & !(PAGE - 1);
+    let e = end & !(PAGE - 1);
+    if e <= s {
+        return true;
+    }
+    // SAFETY: the range lies inside an allocation that the parser owns;
+    // MADV_POPULATE_WRITE only pre-faults pages and never changes their
+    // contents (already-present pages are left alone). If the allocation
+    // was freed meanwhile, the call fails harmlessly.
+    unsafe { madvise(s as *mut std::ffi::c_void, e - s, MADV_POPULATE_WRITE) == 0 }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn populate(_: usize, _: usize) -> bool {
+    false
+}
+
+/// Populate `arenas` ahead of their published use until `done` is set.
+pub(crate) fn run(arenas: &[&Arena], done: &AtomicBool) {
+    let mut populated: Vec<usize> = vec![0; arenas.len()];
+    loop {
+        let mut worked = false;
+        for (a, p) in arenas.iter().zip(populated.iter_mut()) {
+            let used = a.used.load(Ordering::Relaxed);
+            let target = (used + AHEAD).min(a.cap);
+            if *p < used {
+                *p = used;
+            }
+            if *p + STEP <= target || (*p < target && target == a.cap) {
+                let end = (*p + STEP).min(target);
+                if !populate(a.base + *p, a.base + end) {
+                    return;
+                }
+                *p = end;
+                worked = true;
+            }
+        }
+        if done.load(Ordering::Relaxed) {
+            return;
+        }
+        if !worked {
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+    }
+}
