@@ -33,7 +33,7 @@ impl Arena {
 
     /// Record progress (`len` items of a `Vec<T>`).
     #[inline]
-    pub(crate) fn publish<T>(&self, v: &Vec<T>) {
+    pub(crate) fn publish<T>(&self, v: &[T]) {
         // A reallocated vector is no longer this arena: stop following it.
         let used = if v.as_ptr() as usize == self.base {
             v.len() * std::mem::size_of::<T>()
