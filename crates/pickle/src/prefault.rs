@@ -36,7 +36,7 @@ impl Arena {
     pub(crate) fn publish<T>(&self, v: &[T]) {
         // A reallocated vector is no longer this arena: stop following it.
         let used = if v.as_ptr() as usize == self.base {
-            v.len() * std::mem::size_of::<T>()
+            std::mem::size_of_val(v)
         } else {
             self.cap
         };
