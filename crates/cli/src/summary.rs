@@ -32,6 +32,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
     let t0 = std::time::Instant::now();
     let snap = vramscope_snapshot::load(&a.file, &opts);
     let t_load = t0.elapsed();
+    let hwm_load = if timing { peak_rss_kib() } else { 0 };
     if let Some(b) = bar {
         b.finish_and_clear();
     }
@@ -57,7 +58,12 @@ pub fn run(a: Args) -> Result<(), CliError> {
     let t1 = std::time::Instant::now();
     let s = summarize(&snap, &opts);
     if timing {
-        eprintln!("timing: load {t_load:?}, summary {:?}", t1.elapsed());
+        eprintln!(
+            "timing: load {t_load:?} (peak RSS {} MiB), summary {:?} (peak RSS {} MiB)",
+            hwm_load / 1024,
+            t1.elapsed(),
+            peak_rss_kib() / 1024
+        );
     }
     let text = if a.json {
         let mut j = vramscope_report::summary_json(&s);
@@ -70,5 +76,25 @@ pub fn run(a: Args) -> Result<(), CliError> {
         );
         vramscope_report::summary_text(&s, &name)
     };
-    output::print(&text)
+    let r = output::print(&text);
+    if timing {
+        eprintln!(
+            "timing: after output peak RSS {} MiB",
+            peak_rss_kib() / 1024
+        );
+    }
+    r
+}
+
+/// Peak resident memory so far (Linux `VmHWM`), 0 where unavailable.
+fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
 }

@@ -211,6 +211,10 @@ struct Container {
 }
 
 const NO_SHAPE: u32 = u32::MAX;
+/// In a list's `shape` field: the items are all dicts, stored as bare
+/// container ids in `refs`. Frame lists (20-100 references to shared frame
+/// dicts per event) and the trace list itself take half the memory so.
+const PACKED: u32 = u32::MAX - 1;
 /// Distinct shapes kept at most; dicts beyond it are stored plainly.
 const MAX_SHAPES: usize = 1 << 16;
 /// Strings up to this many bytes are interned by content: snapshots repeat
@@ -261,6 +265,8 @@ pub struct Document {
     containers: Vec<Container>,
     chunks: Vec<Chunk>,
     items: Vec<Value>,
+    /// Items of packed lists: dict container ids.
+    refs: Vec<u32>,
     /// Key sequences of shaped dicts: `shapes[i]` is a range of `shape_keys`.
     shapes: Vec<(u32, u32)>,
     shape_keys: Vec<Value>,
@@ -386,6 +392,8 @@ impl Document {
         Items {
             doc: self,
             cur: &[],
+            refs: &[],
+            packed: k.shape == PACKED,
             next_chunk: k.first,
             keys: self.shape_of(k),
             pending: None,
@@ -393,7 +401,7 @@ impl Document {
     }
 
     fn shape_of(&self, k: &Container) -> &[Value] {
-        if k.shape == NO_SHAPE {
+        if k.shape == NO_SHAPE || k.shape == PACKED {
             return &[];
         }
         let (start, len) = self.shapes[k.shape as usize];
@@ -405,6 +413,8 @@ impl Document {
         Items {
             doc: self,
             cur: &[],
+            refs: &[],
+            packed: k.shape == PACKED,
             next_chunk: k.first,
             keys: &[],
             pending: None,
@@ -444,6 +454,7 @@ impl Document {
             + self.bytes_data.capacity()
             + self.bytes_ends.capacity() * 8
             + self.shape_keys.capacity() * 8
+            + self.refs.capacity() * 4
             + self.shapes.capacity() * 8
     }
 }
@@ -453,6 +464,9 @@ pub struct Items<'d> {
     doc: &'d Document,
     /// Rest of the current chunk.
     cur: &'d [Value],
+    /// Rest of the current chunk of a packed list.
+    refs: &'d [u32],
+    packed: bool,
     next_chunk: u32,
     /// Keys still to interleave, for a shaped dict.
     keys: &'d [Value],
@@ -465,6 +479,20 @@ impl Iterator for Items<'_> {
     fn next(&mut self) -> Option<Value> {
         if let Some(v) = self.pending.take() {
             return Some(v);
+        }
+        if self.packed {
+            loop {
+                if let Some((&id, rest)) = self.refs.split_first() {
+                    self.refs = rest;
+                    return Some(Value::new(T_DICT, id as u64));
+                }
+                if self.next_chunk == NO_CHUNK {
+                    return None;
+                }
+                let ch = &self.doc.chunks[self.next_chunk as usize];
+                self.refs = &self.doc.refs[ch.start as usize..(ch.start + ch.len) as usize];
+                self.next_chunk = ch.next;
+            }
         }
         loop {
             if let Some((&v, rest)) = self.cur.split_first() {
@@ -541,6 +569,7 @@ impl DocumentBuilder {
         b.doc.items.reserve(MAX_ITEMS.min(input_len / 2));
         b.doc.containers.reserve(MAX_ITEMS.min(input_len / 24));
         b.doc.chunks.reserve(MAX_ITEMS.min(input_len / 24));
+        b.doc.refs.reserve(MAX_ITEMS.min(input_len / 4));
         b
     }
 
@@ -654,6 +683,19 @@ impl DocumentBuilder {
             return Ok(());
         }
         let k = self.doc.containers[c.0 as usize];
+        if k.kind == ContainerKind::List {
+            let all_dicts = items.iter().all(|v| v.tag() == T_DICT);
+            if k.shape == PACKED {
+                if all_dicts {
+                    return self.push_refs(c, items);
+                }
+                return self.unpack_and_extend(c, items);
+            }
+            if k.len == 0 && all_dicts {
+                self.doc.containers[c.0 as usize].shape = PACKED;
+                return self.push_refs(c, items);
+            }
+        }
         if k.kind == ContainerKind::Dict {
             if k.shape != NO_SHAPE {
                 return self.unshape_and_extend(c, items);
@@ -709,32 +751,69 @@ impl DocumentBuilder {
         self.push_raw(c, &all)
     }
 
+    /// A packed list that receives a non-dict item goes back to plain storage.
+    fn unpack_and_extend(&mut self, c: ContainerId, items: &[Value]) -> Result<(), CapacityError> {
+        let mut all: Vec<Value> = self.doc.items(c).collect();
+        all.extend_from_slice(items);
+        let k = &mut self.doc.containers[c.0 as usize];
+        k.shape = NO_SHAPE;
+        k.len = 0;
+        k.first = NO_CHUNK;
+        k.last = NO_CHUNK;
+        self.push_raw(c, &all)
+    }
+
+    /// Append dict references to a packed list.
+    fn push_refs(&mut self, c: ContainerId, items: &[Value]) -> Result<(), CapacityError> {
+        let pool_len = self.doc.refs.len();
+        self.check_room(c, pool_len, items.len())?;
+        self.doc
+            .refs
+            .extend(items.iter().map(|v| (v.0 >> TAG_BITS) as u32));
+        self.link_chunk(c, pool_len, items.len())
+    }
+
     /// Append to the container's chunks as stored.
     fn push_raw(&mut self, c: ContainerId, items: &[Value]) -> Result<(), CapacityError> {
-        let d = &mut self.doc;
-        let pool_len = d.items.len();
-        if pool_len as u64 + items.len() as u64 >= u32::MAX as u64 {
+        let pool_len = self.doc.items.len();
+        self.check_room(c, pool_len, items.len())?;
+        self.doc.items.extend_from_slice(items);
+        self.link_chunk(c, pool_len, items.len())
+    }
+
+    fn check_room(&self, c: ContainerId, pool_len: usize, n: usize) -> Result<(), CapacityError> {
+        if pool_len as u64 + n as u64 >= u32::MAX as u64 {
             return Err(CapacityError("container items"));
         }
-        let k = d.containers[c.0 as usize];
-        if k.len as u64 + items.len() as u64 >= u32::MAX as u64 {
+        if self.doc.containers[c.0 as usize].len as u64 + n as u64 >= u32::MAX as u64 {
             return Err(CapacityError("items in one container"));
         }
-        d.items.extend_from_slice(items);
+        Ok(())
+    }
+
+    /// Record that `n` items were appended to `c` at `pool_len` of its pool.
+    fn link_chunk(
+        &mut self,
+        c: ContainerId,
+        pool_len: usize,
+        n: usize,
+    ) -> Result<(), CapacityError> {
+        let d = &mut self.doc;
+        let k = d.containers[c.0 as usize];
         // Grow the last chunk in place when it ends at the pool's end (APPEND
         // after APPEND), otherwise start a new chunk.
         if k.last != NO_CHUNK {
             let last = &mut d.chunks[k.last as usize];
             if (last.start + last.len) as usize == pool_len {
-                last.len += items.len() as u32;
-                d.containers[c.0 as usize].len += items.len() as u32;
+                last.len += n as u32;
+                d.containers[c.0 as usize].len += n as u32;
                 return Ok(());
             }
         }
         let idx = index_u32(d.chunks.len(), "chunks")? as u32;
         d.chunks.push(Chunk {
             start: pool_len as u32,
-            len: items.len() as u32,
+            len: n as u32,
             next: NO_CHUNK,
         });
         let k = &mut d.containers[c.0 as usize];
@@ -744,25 +823,27 @@ impl DocumentBuilder {
             d.chunks[k.last as usize].next = idx;
         }
         k.last = idx;
-        k.len += items.len() as u32;
+        k.len += n as u32;
         Ok(())
     }
 
     /// The big arenas, for the prefault helper.
-    pub(crate) fn arenas(&self) -> [crate::prefault::Arena; 3] {
+    pub(crate) fn arenas(&self) -> [crate::prefault::Arena; 4] {
         use crate::prefault::Arena;
         [
             Arena::of(&self.doc.items),
             Arena::of(&self.doc.containers),
             Arena::of(&self.doc.chunks),
+            Arena::of(&self.doc.refs),
         ]
     }
 
     /// Tell the prefault helper how far each arena is used.
-    pub(crate) fn publish(&self, a: &[crate::prefault::Arena; 3]) {
+    pub(crate) fn publish(&self, a: &[crate::prefault::Arena; 4]) {
         a[0].publish(&self.doc.items);
         a[1].publish(&self.doc.containers);
         a[2].publish(&self.doc.chunks);
+        a[3].publish(&self.doc.refs);
     }
 
     /// Read access while building (the VM inspects what it built).
@@ -784,6 +865,7 @@ impl DocumentBuilder {
         self.doc.items.shrink_to_fit();
         self.doc.containers.shrink_to_fit();
         self.doc.chunks.shrink_to_fit();
+        self.doc.refs.shrink_to_fit();
         self.doc.root = Some(root);
         self.doc
     }
