@@ -24,4 +24,4 @@ pub mod summary;
 pub use replay::{LiveBlock, Replay};
 pub use segments::{memory_state, Fragmentation, MemoryState};
 pub use sites::Site;
-pub use summary::{summarize, DeviceSummary, Oom, Peak, Summary, SummaryOptions};
+pub use summary::{summarize, CategoryBytes, DeviceSummary, Oom, Peak, Summary, SummaryOptions};

@@ -101,6 +101,46 @@ pub struct Peak {
     pub before_window_bytes: u64,
     pub top_sites: Vec<Site>,
     pub live_blocks: u64,
+    /// Bytes alive at the peak per Memory Profiler category, largest first
+    /// (profiler-built snapshots only; blocks from before the window are
+    /// `unknown`).
+    pub by_category: Vec<CategoryBytes>,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct CategoryBytes {
+    pub category: String,
+    pub bytes: u64,
+}
+
+/// Live bytes per category of the events that allocated them.
+fn by_category(
+    snap: &Snapshot,
+    t: &DeviceTrace,
+    live: &[crate::replay::LiveBlock],
+) -> Vec<CategoryBytes> {
+    let Some(cats) = &t.category else {
+        return Vec::new();
+    };
+    let mut m: BTreeMap<&str, u64> = BTreeMap::new();
+    for b in live {
+        let c = b
+            .alloc_index
+            .and_then(|i| cats.get(i as usize))
+            .map(|&c| snap.str(c))
+            .filter(|c| !c.is_empty())
+            .unwrap_or("unknown");
+        *m.entry(c).or_insert(0) += b.size;
+    }
+    let mut v: Vec<CategoryBytes> = m
+        .into_iter()
+        .map(|(c, bytes)| CategoryBytes {
+            category: c.to_owned(),
+            bytes,
+        })
+        .collect();
+    v.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.category.cmp(&b.category)));
+    v
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -164,6 +204,7 @@ pub fn summarize_device(snap: &Snapshot, device: u32, opts: &SummaryOptions) -> 
         before_window_bytes: replay.initial_bytes,
         top_sites: group_by_site(snap, &peak_live, opts.top_sites),
         live_blocks: peak_live.len() as u64,
+        by_category: by_category(snap, t, &peak_live),
     };
     let reserved = reserved_after(snap, device);
     let end_reserved: u64 = snap.segments_of(device).map(|s| s.total_size).sum();

@@ -145,6 +145,25 @@ pickle.dump(s, open(sys.argv[2] + "/snap_p5.pickle", "wb"), protocol=5)
         assert_eq!(&j["devices"][0]["peak"]["allocated_bytes"], peak, "{name}");
         assert_eq!(j["devices"][0]["end"], base["devices"][0]["end"], "{name}");
     }
+    // zstd, when the command-line compressor is available to make one.
+    let zst = d.join("snap.pickle.zst");
+    let made = std::process::Command::new("zstd")
+        .args([
+            "-q",
+            "-f",
+            "-o",
+            zst.to_str().unwrap(),
+            src.to_str().unwrap(),
+        ])
+        .status()
+        .is_ok_and(|s| s.success());
+    if made {
+        let j = summary_json(&zst);
+        assert_eq!(j["source"]["compression"], "zstd");
+        assert_eq!(&j["devices"][0]["peak"]["allocated_bytes"], peak);
+    } else {
+        eprintln!("zstd not installed: zstd input not checked");
+    }
     let j = summary_json(&d.join("segments.pickle"));
     assert_eq!(j["source"]["layout"], "segment_list");
     assert_eq!(j["source"]["pickle_protocol"], 2);

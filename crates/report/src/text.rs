@@ -176,6 +176,14 @@ fn device(o: &mut String, d: &DeviceSummary) {
         bytes(f.pending_free_bytes),
         count(f.empty_segments)
     );
+    if !p.by_category.is_empty() {
+        let parts: Vec<String> = p
+            .by_category
+            .iter()
+            .map(|c| format!("{} {}", c.category, bytes(c.bytes)))
+            .collect();
+        let _ = writeln!(o, "  At the peak     {}", parts.join(" · "));
+    }
     sites(
         o,
         "Alive at the peak, by allocation site",
