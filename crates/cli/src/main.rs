@@ -6,8 +6,10 @@
 //! (reserved for `vramscope check`).
 
 mod demo;
+mod flamegraph;
 mod output;
 mod progress;
+mod segments;
 mod summary;
 mod synth;
 
@@ -32,6 +34,10 @@ enum Command {
     Summary(summary::Args),
     /// Run on a built-in example snapshot (no arguments needed).
     Demo(demo::Args),
+    /// Memory flamegraph (SVG) of what is alive at the peak, the end or a time.
+    Flamegraph(flamegraph::Args),
+    /// A terminal map of segments and their blocks.
+    Segments(segments::Args),
     /// Write a realistic synthetic snapshot (for tests and benchmarks).
     Synth(synth::Args),
 }
@@ -59,6 +65,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Summary(a) => summary::run(a),
         Command::Demo(a) => demo::run(a),
+        Command::Flamegraph(a) => flamegraph::run(a),
+        Command::Segments(a) => segments::run(a),
         Command::Synth(a) => synth::run(a),
     };
     match result {

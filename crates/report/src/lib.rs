@@ -7,7 +7,9 @@
 //! # Ok::<(), vramscope_snapshot::SnapshotError>(())
 //! ```
 
+pub mod flamegraph;
 pub mod format;
+pub mod segments_map;
 mod text;
 
 pub use text::summary_text;

@@ -1,0 +1,1 @@
+//! Memory flamegraph SVG (being written).

@@ -1,0 +1,1 @@
+//! Terminal map of segments (being written).
