@@ -1,7 +1,7 @@
 //! `vramscope demo`: the main job on a built-in example. It generates a
 //! small training run with a leak and an out-of-memory error (the synthetic
-//! generator, so nothing is downloaded), writes it next to you and
-//! summarises it.
+//! generator, so nothing is downloaded), writes it and its HTML report next
+//! to you and summarises it.
 
 use std::path::PathBuf;
 
@@ -43,6 +43,15 @@ pub fn run(a: Args) -> Result<(), CliError> {
         .with_context(|| format!("writing {}", path.display()))
         .map_err(io)?;
     let snap = vramscope_snapshot::load(&path, &Default::default())?;
+    let report = a.out_dir.join("demo_report.html");
+    crate::report::write_report(
+        &snap,
+        &vramscope_report::html::ReportOptions {
+            title: Some("vramscope demo: a training run with a leak and an OOM".into()),
+            ..Default::default()
+        },
+        &report,
+    )?;
     let s = summarize(&snap, &SummaryOptions::default());
     let mut text = format!(
         "Built-in example: a synthetic training run written to {}\n\n",
@@ -50,7 +59,8 @@ pub fn run(a: Args) -> Result<(), CliError> {
     );
     text.push_str(&vramscope_report::summary_text(&s, "demo_snapshot.pickle"));
     text.push_str(&format!(
-        "\nNext: vramscope summary {} --json\n",
+        "\nInteractive report: {} (open it in a browser; it needs no network)\nNext: vramscope summary {} --json\n",
+        report.display(),
         path.display()
     ));
     output::print(&text)

@@ -9,6 +9,7 @@ mod demo;
 mod flamegraph;
 mod output;
 mod progress;
+mod report;
 mod segments;
 mod summary;
 mod synth;
@@ -32,6 +33,8 @@ struct Cli {
 enum Command {
     /// Memory at the end, the peak and what held it, fragmentation and OOMs.
     Summary(summary::Args),
+    /// Interactive, self-contained HTML report (timeline, stacks, peak, segments, OOMs).
+    Report(report::Args),
     /// Run on a built-in example snapshot (no arguments needed).
     Demo(demo::Args),
     /// Memory flamegraph (SVG) of what is alive at the peak, the end or a time.
@@ -64,6 +67,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Summary(a) => summary::run(a),
+        Command::Report(a) => report::run(a),
         Command::Demo(a) => demo::run(a),
         Command::Flamegraph(a) => flamegraph::run(a),
         Command::Segments(a) => segments::run(a),

@@ -1,4 +1,5 @@
-//! Renderings of vramscope analyses: terminal text and JSON.
+//! Renderings of vramscope analyses: terminal text, JSON, the interactive
+//! HTML report, flamegraph SVG and the terminal segment map.
 //!
 //! ```no_run
 //! let snap = vramscope_snapshot::load("snap.pickle".as_ref(), &Default::default())?;
@@ -9,6 +10,8 @@
 
 pub mod flamegraph;
 pub mod format;
+pub mod html;
+pub mod moment;
 pub mod segments_map;
 mod text;
 

@@ -1,0 +1,481 @@
+//! What the report page needs, as columns: every allocation as an interval
+//! of events (in stacking order), segments as intervals, event times, and
+//! the interned stacks with each frame classified (user, library, native,
+//! noise).
+//!
+//! Stacking order is the order in which allocations were made, with blocks
+//! allocated before the trace window at the bottom (those alive at the end
+//! lowest): the same picture as PyTorch's viewer, where a band moves down
+//! when something below it is freed.
+
+use std::collections::BTreeMap;
+
+use serde_json::json;
+use vramscope_analysis::sites::{frame_location, is_library, is_native, is_noise};
+use vramscope_analysis::DeviceSummary;
+use vramscope_snapshot::hash::FxHashMap;
+use vramscope_snapshot::{Action, DeviceTrace, Snapshot, StackId, NO_TIME};
+
+use super::blob::Blob;
+
+/// "Alive at the end" / "not freed yet" in interval ends: the event count.
+fn open_end(t: &DeviceTrace) -> u32 {
+    t.len() as u32
+}
+
+/// One allocation's life, in event indices (`t0 = -1`: before the window).
+#[derive(Clone, Copy)]
+struct Interval {
+    t0: i32,
+    treq: u32,
+    t1: u32,
+    size: u64,
+    addr: u64,
+    stack: StackId,
+    /// Event that carries its metadata (the alloc, else the free).
+    ev: Option<u32>,
+}
+
+fn allocations(snap: &Snapshot, device: u32, t: &DeviceTrace) -> Vec<Interval> {
+    let end = open_end(t);
+    let mut open: FxHashMap<u64, usize> = FxHashMap::default();
+    let mut pending_req: FxHashMap<u64, u32> = FxHashMap::default();
+    let mut window: Vec<Interval> = Vec::new();
+    let mut before: Vec<Interval> = Vec::new();
+    for i in 0..t.len() {
+        let addr = t.addr[i];
+        match t.action[i] {
+            Action::Alloc => {
+                // An address reused without a free in the trace: the old
+                // block must have been freed unrecorded.
+                if let Some(prev) = open.insert(addr, window.len()) {
+                    window[prev].t1 = i as u32;
+                    window[prev].treq = window[prev].treq.min(i as u32);
+                }
+                window.push(Interval {
+                    t0: i as i32,
+                    treq: end,
+                    t1: end,
+                    size: t.size[i],
+                    addr,
+                    stack: t.stack[i],
+                    ev: Some(i as u32),
+                });
+            }
+            Action::FreeRequested => match open.get(&addr) {
+                Some(&k) => window[k].treq = i as u32,
+                None => {
+                    pending_req.insert(addr, i as u32);
+                }
+            },
+            Action::FreeCompleted => match open.remove(&addr) {
+                Some(k) => {
+                    window[k].t1 = i as u32;
+                    window[k].treq = window[k].treq.min(i as u32);
+                }
+                None => before.push(Interval {
+                    t0: -1,
+                    treq: pending_req.remove(&addr).unwrap_or(i as u32),
+                    t1: i as u32,
+                    size: t.size[i],
+                    addr,
+                    stack: t.stack[i],
+                    ev: Some(i as u32),
+                }),
+            },
+            _ => {}
+        }
+    }
+    for seg in snap.segments_of(device) {
+        for b in snap.blocks_of(seg) {
+            if b.state.is_allocated() && !open.contains_key(&b.address) {
+                before.push(Interval {
+                    t0: -1,
+                    treq: end,
+                    t1: end,
+                    size: b.size,
+                    addr: b.address,
+                    stack: b.stack,
+                    ev: None,
+                });
+            }
+        }
+    }
+    // Longest-lived at the bottom: bands above them then move least.
+    before.sort_by(|a, b| b.t1.cmp(&a.t1).then(a.addr.cmp(&b.addr)));
+    before.extend(window);
+    before
+}
+
+/// A mapped range of device memory over time.
+#[derive(Clone, Copy)]
+struct SegPiece {
+    t0: i32,
+    t1: u32,
+    addr: u64,
+    size: u64,
+    kind: u8,
+}
+
+const SEG_LARGE: u8 = 0;
+const SEG_SMALL: u8 = 1;
+const SEG_EXPANDABLE: u8 = 2;
+
+/// Segment intervals. Expandable segments map and unmap sub-ranges that
+/// need not match earlier maps, so open ranges are split on unmap.
+fn segments(snap: &Snapshot, device: u32, t: &DeviceTrace) -> Vec<SegPiece> {
+    let end = open_end(t);
+    let kind_at_end = |addr: u64| {
+        snap.segments_of(device)
+            .find(|s| s.address <= addr && addr < s.address + s.total_size)
+            .map(|s| {
+                if s.is_expandable {
+                    SEG_EXPANDABLE
+                } else if s.segment_type == vramscope_snapshot::SegmentType::Small {
+                    SEG_SMALL
+                } else {
+                    SEG_LARGE
+                }
+            })
+    };
+    let mut open: BTreeMap<u64, SegPiece> = BTreeMap::new();
+    let mut out = Vec::new();
+    for i in 0..t.len() {
+        let (addr, size) = (t.addr[i], t.size[i]);
+        match t.action[i] {
+            Action::SegmentAlloc | Action::SegmentMap => {
+                let expandable = t.action[i] == Action::SegmentMap;
+                let kind = if expandable {
+                    SEG_EXPANDABLE
+                } else {
+                    kind_at_end(addr).unwrap_or(if size == 2 << 20 {
+                        SEG_SMALL
+                    } else {
+                        SEG_LARGE
+                    })
+                };
+                open.insert(
+                    addr,
+                    SegPiece {
+                        t0: i as i32,
+                        t1: end,
+                        addr,
+                        size,
+                        kind,
+                    },
+                );
+            }
+            Action::SegmentFree | Action::SegmentUnmap => {
+                let (lo, hi) = (addr, addr.saturating_add(size));
+                let hits: Vec<u64> = open
+                    .range(..hi)
+                    .filter(|(_, p)| p.addr + p.size > lo)
+                    .map(|(&a, _)| a)
+                    .collect();
+                if hits.is_empty() {
+                    // Mapped before the window.
+                    let kind = if t.action[i] == Action::SegmentUnmap {
+                        SEG_EXPANDABLE
+                    } else {
+                        SEG_LARGE
+                    };
+                    out.push(SegPiece {
+                        t0: -1,
+                        t1: i as u32,
+                        addr,
+                        size,
+                        kind,
+                    });
+                }
+                for a in hits {
+                    let Some(p) = open.remove(&a) else { continue };
+                    let (plo, phi) = (p.addr, p.addr + p.size);
+                    let (clo, chi) = (plo.max(lo), phi.min(hi));
+                    out.push(SegPiece {
+                        t1: i as u32,
+                        addr: clo,
+                        size: chi - clo,
+                        ..p
+                    });
+                    if plo < clo {
+                        open.insert(
+                            plo,
+                            SegPiece {
+                                addr: plo,
+                                size: clo - plo,
+                                ..p
+                            },
+                        );
+                    }
+                    if chi < phi {
+                        open.insert(
+                            chi,
+                            SegPiece {
+                                addr: chi,
+                                size: phi - chi,
+                                ..p
+                            },
+                        );
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    // Whatever the end state holds that no open range covers was mapped
+    // before the window.
+    for s in snap.segments_of(device) {
+        let (mut lo, hi) = (s.address, s.address + s.total_size);
+        let kind = kind_at_end(s.address).unwrap_or(SEG_LARGE);
+        for p in open.range(s.address..hi).map(|(_, p)| *p) {
+            if p.addr > lo {
+                out.push(SegPiece {
+                    t0: -1,
+                    t1: end,
+                    addr: lo,
+                    size: p.addr - lo,
+                    kind,
+                });
+            }
+            lo = lo.max(p.addr + p.size);
+        }
+        if lo < hi {
+            out.push(SegPiece {
+                t0: -1,
+                t1: end,
+                addr: lo,
+                size: hi - lo,
+                kind,
+            });
+        }
+    }
+    out.extend(open.into_values());
+    out.sort_by_key(|p| (p.addr, p.t0));
+    out
+}
+
+/// Interns strings for the page and classifies frames.
+#[derive(Default)]
+pub struct Tables {
+    strings: Vec<String>,
+    string_ids: FxHashMap<String, u32>,
+    /// Per snapshot frame: index in `frames` (u32::MAX not yet added).
+    frame_map: Vec<u32>,
+    /// `[file, line, name, kind]` per frame; kind 0 user, 1 library, 2 native, 3 noise.
+    frames: Vec<[u32; 4]>,
+    stack_map: FxHashMap<StackId, u32>,
+    stack_off: Vec<u32>,
+    stack_frames: Vec<u32>,
+}
+
+impl Tables {
+    pub fn new(snap: &Snapshot) -> Self {
+        Tables {
+            frame_map: vec![u32::MAX; snap.frames.len()],
+            stack_off: vec![0],
+            ..Default::default()
+        }
+    }
+
+    pub fn string(&mut self, s: &str) -> u32 {
+        if let Some(&id) = self.string_ids.get(s) {
+            return id;
+        }
+        let id = self.strings.len() as u32;
+        self.strings.push(s.to_owned());
+        self.string_ids.insert(s.to_owned(), id);
+        id
+    }
+
+    fn stack(&mut self, snap: &Snapshot, id: StackId) -> u32 {
+        if id.is_none() {
+            return u32::MAX;
+        }
+        if let Some(&s) = self.stack_map.get(&id) {
+            return s;
+        }
+        for &fid in snap.stacks.get(id) {
+            let slot = self.frame_map[fid.0 as usize];
+            let f = if slot != u32::MAX {
+                slot
+            } else {
+                let (file, line, name) = frame_location(snap, snap.frames.get(fid));
+                let kind = if is_noise(&file, &name) {
+                    3
+                } else if is_native(&file, &name) {
+                    2
+                } else if is_library(&file) {
+                    1
+                } else {
+                    0
+                };
+                let entry = [self.string(&file), line, self.string(&name), kind];
+                self.frames.push(entry);
+                let k = self.frames.len() as u32 - 1;
+                self.frame_map[fid.0 as usize] = k;
+                k
+            };
+            self.stack_frames.push(f);
+        }
+        self.stack_off.push(self.stack_frames.len() as u32);
+        let s = self.stack_off.len() as u32 - 2;
+        self.stack_map.insert(id, s);
+        s
+    }
+
+    /// Write the tables into the blob.
+    pub fn finish(self, blob: &mut Blob) {
+        blob.header.insert("strings".into(), json!(self.strings));
+        let flat: Vec<u32> = self.frames.iter().flatten().copied().collect();
+        blob.u32("frames", &flat);
+        blob.u32("stack_off", &self.stack_off);
+        blob.u32("stack_frames", &self.stack_frames);
+    }
+}
+
+/// Add one device's columns to the blob (array names prefixed `d<N>.`) and
+/// return its header entry.
+pub fn device(
+    snap: &Snapshot,
+    device: u32,
+    summary: &DeviceSummary,
+    tables: &mut Tables,
+    blob: &mut Blob,
+) -> serde_json::Value {
+    let empty = DeviceTrace::default();
+    let t = snap.trace(device).unwrap_or(&empty);
+    let p = |n: &str| format!("d{device}.{n}");
+
+    // Event times as µs deltas (u32): compact and exact for any realistic gap.
+    let has_time = t.has_time();
+    let t_first = t.time_us.iter().copied().find(|&x| x != NO_TIME);
+    if has_time {
+        let mut prev = t_first.unwrap_or(0);
+        let dt: Vec<u32> = t
+            .time_us
+            .iter()
+            .map(|&x| {
+                let x = if x == NO_TIME { prev } else { x.max(prev) };
+                let d = (x - prev).clamp(0, u32::MAX as i64) as u32;
+                prev = x;
+                d
+            })
+            .collect();
+        blob.u32(&p("ev_dt"), &dt);
+    }
+
+    let allocs = allocations(snap, device, t);
+    let mut streams: Vec<u64> = Vec::new();
+    let mut categories: Vec<String> = Vec::new();
+    let (mut a_t0, mut a_treq, mut a_t1) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut a_size, mut a_addr, mut a_stack) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut a_stream, mut a_cat, mut a_meta) = (Vec::new(), Vec::new(), Vec::new());
+    let has_meta = t.user_metadata.is_some() || t.compile_context.is_some();
+    for a in &allocs {
+        a_t0.push(a.t0);
+        a_treq.push(a.treq);
+        a_t1.push(a.t1);
+        a_size.push(a.size as f64);
+        a_addr.push(a.addr as f64);
+        a_stack.push(tables.stack(snap, a.stack));
+        let ev = a.ev.map(|e| e as usize);
+        let stream = ev.map_or(0, |e| t.stream[e]);
+        let si = streams
+            .iter()
+            .position(|&s| s == stream)
+            .unwrap_or_else(|| {
+                streams.push(stream);
+                streams.len() - 1
+            });
+        a_stream.push(si.min(u16::MAX as usize) as u16);
+        if let Some(cats) = &t.category {
+            let c = ev.map(|e| snap.str(cats[e])).unwrap_or("");
+            let ci = if c.is_empty() {
+                u16::MAX as usize
+            } else {
+                categories.iter().position(|x| x == c).unwrap_or_else(|| {
+                    categories.push(c.to_owned());
+                    categories.len() - 1
+                })
+            };
+            a_cat.push(ci.min(u16::MAX as usize) as u16);
+        }
+        if has_meta {
+            // "user_metadata | compile_context", skipping PyTorch's defaults.
+            let um = ev
+                .and_then(|e| t.user_metadata.as_ref().map(|c| snap.str(c[e])))
+                .unwrap_or("");
+            let cc = ev
+                .and_then(|e| t.compile_context.as_ref().map(|c| snap.str(c[e])))
+                .unwrap_or("");
+            let cc = if cc == "N/A" { "" } else { cc };
+            let m = match (um.is_empty(), cc.is_empty()) {
+                (true, true) => u32::MAX,
+                (false, true) => tables.string(um),
+                (true, false) => tables.string(&format!("compile: {cc}")),
+                (false, false) => tables.string(&format!("{um} | compile: {cc}")),
+            };
+            a_meta.push(m);
+        }
+    }
+    blob.i32(&p("a_t0"), &a_t0);
+    blob.u32(&p("a_treq"), &a_treq);
+    blob.u32(&p("a_t1"), &a_t1);
+    blob.f64(&p("a_size"), &a_size);
+    blob.f64(&p("a_addr"), &a_addr);
+    blob.u32(&p("a_stack"), &a_stack);
+    blob.u16(&p("a_stream"), &a_stream);
+    if t.category.is_some() {
+        blob.u16(&p("a_cat"), &a_cat);
+    }
+    if has_meta {
+        blob.u32(&p("a_meta"), &a_meta);
+    }
+
+    let segs = segments(snap, device, t);
+    blob.i32(&p("s_t0"), &segs.iter().map(|s| s.t0).collect::<Vec<_>>());
+    blob.u32(&p("s_t1"), &segs.iter().map(|s| s.t1).collect::<Vec<_>>());
+    blob.f64(
+        &p("s_addr"),
+        &segs.iter().map(|s| s.addr as f64).collect::<Vec<_>>(),
+    );
+    blob.f64(
+        &p("s_size"),
+        &segs.iter().map(|s| s.size as f64).collect::<Vec<_>>(),
+    );
+    blob.u8(
+        &p("s_kind"),
+        &segs.iter().map(|s| s.kind).collect::<Vec<_>>(),
+    );
+
+    let ooms: Vec<serde_json::Value> = (0..t.len())
+        .filter(|&i| t.action[i] == Action::Oom)
+        .map(|i| json!({"event": i}))
+        .collect();
+    let annotations: Vec<serde_json::Value> = snap
+        .annotations
+        .iter()
+        .filter(|a| a.device == device as i64 || a.device < 0)
+        .filter(|a| a.time_us != NO_TIME)
+        .map(|a| {
+            json!({
+                "name": snap.str(a.name),
+                "stage": format!("{:?}", a.stage),
+                "time_us": a.time_us as f64,
+            })
+        })
+        .collect();
+    json!({
+        "device": device,
+        "events": t.len(),
+        "allocs": allocs.len(),
+        "segments": segs.len(),
+        "has_time": has_time,
+        "t_first_us": t_first.map(|x| x as f64),
+        "streams": streams.iter().map(|s| format!("0x{s:x}")).collect::<Vec<_>>(),
+        "categories": categories,
+        "ooms": ooms,
+        "annotations": annotations,
+        "summary": summary,
+    })
+}

@@ -1,0 +1,125 @@
+//! `vramscope report`: one self-contained, interactive HTML file.
+//!
+//! The page needs no network: its script and style are inlined, the data is
+//! a deflated binary blob inflated by the browser's `DecompressionStream`,
+//! and a Content-Security-Policy forbids every fetch and every script but
+//! ours (a nonce), so even an injected handler could not run. Strings from
+//! the snapshot never become markup: the page writes them with
+//! `textContent`, and the only strings in the HTML itself (the title) are
+//! escaped.
+
+mod blob;
+mod data;
+
+use serde_json::json;
+use vramscope_analysis::{summarize, SummaryOptions};
+use vramscope_snapshot::Snapshot;
+
+pub use blob::base64;
+
+const TEMPLATE: &str = include_str!("../../assets/report.html");
+const SCRIPT: &str = include_str!("../../assets/report.js");
+const STYLE: &str = include_str!("../../assets/report.css");
+
+/// Options of `vramscope report`. `Default` gives the documented defaults.
+#[derive(Clone, Debug)]
+pub struct ReportOptions {
+    /// Only this device. Default: every device with segments or events.
+    pub device: Option<u32>,
+    /// Shown in the page title. Default: "vramscope report".
+    pub title: Option<String>,
+    /// Allocation sites listed at the peak and per OOM. Default 25.
+    pub top_sites: usize,
+}
+
+impl Default for ReportOptions {
+    fn default() -> Self {
+        ReportOptions {
+            device: None,
+            title: None,
+            top_sites: 25,
+        }
+    }
+}
+
+/// Escape text for HTML element content and attribute values.
+pub fn escape_html(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => o.push_str("&amp;"),
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '"' => o.push_str("&quot;"),
+            '\'' => o.push_str("&#39;"),
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+/// Build the report page for `snap`.
+pub fn report_html(snap: &Snapshot, opts: &ReportOptions) -> String {
+    let summary = summarize(
+        snap,
+        &SummaryOptions {
+            device: opts.device,
+            top_sites: opts.top_sites,
+        },
+    );
+    let mut b = blob::Blob::new();
+    let mut tables = data::Tables::new(snap);
+    let devices: Vec<serde_json::Value> = summary
+        .devices
+        .iter()
+        .map(|d| data::device(snap, d.device, d, &mut tables, &mut b))
+        .collect();
+    tables.finish(&mut b);
+    let title = opts
+        .title
+        .clone()
+        .unwrap_or_else(|| "vramscope report".into());
+    b.header.insert("title".into(), json!(title));
+    b.header
+        .insert("version".into(), json!(env!("CARGO_PKG_VERSION")));
+    b.header.insert("devices".into(), json!(devices));
+    b.header.insert("source".into(), json!(summary.source));
+    b.header.insert(
+        "allocator_settings".into(),
+        json!(summary.allocator_settings),
+    );
+    let bytes = b.to_bytes();
+    let nonce = nonce_for(&bytes);
+    let packed = blob::pack(&bytes);
+    TEMPLATE
+        .replace("{{TITLE}}", &escape_html(&title))
+        .replace("{{NONCE}}", &nonce)
+        .replace("{{STYLE}}", STYLE)
+        .replace("{{SCRIPT}}", SCRIPT)
+        .replace("{{DATA}}", &packed)
+}
+
+/// A per-report nonce for the CSP, derived from the data (reports are
+/// reproducible); it only has to be something injected markup cannot know
+/// in advance, and nothing from the snapshot is ever parsed as markup.
+fn nonce_for(bytes: &[u8]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &x in bytes.iter().step_by(7) {
+        h = (h ^ x as u64).wrapping_mul(0x0100_0000_01b3);
+    }
+    h ^= bytes.len() as u64;
+    format!("{h:016x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_markup() {
+        assert_eq!(
+            escape_html(r#"<script>alert("x")</script> & 'y'"#),
+            "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &#39;y&#39;"
+        );
+    }
+}
