@@ -1,10 +1,145 @@
-//! `vramscope flamegraph` (being written).
+//! `vramscope flamegraph FILE [--at peak|end|#N|1.5s] [-o out.svg]`.
 
-use crate::CliError;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, Context};
+use vramscope_analysis::Replay;
+use vramscope_report::flamegraph::{flame_tree, flamegraph_svg, FlameOptions};
+use vramscope_report::format::{bytes, count};
+use vramscope_report::moment::{resolve, Moment};
+use vramscope_snapshot::{DeviceTrace, Snapshot};
+
+use crate::{output, progress, CliError};
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Snapshot file: pickle (protocol 0-5), JSON, gzip/zstd, torch.save archive.
+    pub file: PathBuf,
+    /// The moment: peak, end, an event index (#1234) or a time after the
+    /// first event (250ms, 1.5s).
+    #[arg(long, default_value = "peak", value_parser = Moment::parse)]
+    pub at: Moment,
+    /// Write the SVG here (default: standard output).
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    /// Device (default: the first with segments or events).
+    #[arg(long)]
+    pub device: Option<u32>,
+    /// Image width in pixels.
+    #[arg(long, default_value_t = 1200)]
+    pub width: u32,
+    /// Headline of the image.
+    #[arg(long)]
+    pub title: Option<String>,
+    /// Icicle graph: outermost frame at the top.
+    #[arg(long)]
+    pub inverted: bool,
+    /// Frames narrower than this many pixels are left out.
+    #[arg(long, default_value_t = 0.1)]
+    pub min_width: f64,
+    /// No progress bar.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
 
-pub fn run(_a: Args) -> Result<(), CliError> {
-    Err(CliError::Invalid(anyhow::anyhow!("flamegraph is not available yet")))
+/// Load `file` with a progress bar for large files; invalid input is exit 2.
+pub(crate) fn load(file: &Path, quiet: bool) -> Result<Snapshot, CliError> {
+    let len = std::fs::metadata(file).map(|m| m.len()).unwrap_or(0);
+    let (opts, bar) = progress::load_options(len, quiet);
+    let snap = vramscope_snapshot::load(file, &opts);
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    snap.map_err(|e| match CliError::from(e) {
+        CliError::Io(e) => CliError::Io(e),
+        CliError::Invalid(e) => {
+            CliError::Invalid(e.context(format!("{} is not a readable snapshot", file.display())))
+        }
+    })
+}
+
+/// The requested device, or the first one present.
+pub(crate) fn pick_device(
+    snap: &Snapshot,
+    file: &Path,
+    device: Option<u32>,
+) -> Result<u32, CliError> {
+    let present = snap.devices();
+    match device {
+        Some(d) if present.contains(&d) => Ok(d),
+        Some(d) => Err(CliError::Invalid(anyhow!(
+            "device {d} has no segments or events in {}; devices present: {present:?}",
+            file.display()
+        ))),
+        None => present.first().copied().ok_or_else(|| {
+            CliError::Invalid(anyhow!(
+                "{} has no segments or events on any device",
+                file.display()
+            ))
+        }),
+    }
+}
+
+/// The file's name for titles.
+pub(crate) fn display_name(file: &Path) -> String {
+    file.file_name().map_or_else(
+        || file.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
+}
+
+pub fn run(a: Args) -> Result<(), CliError> {
+    if a.output.is_none() && std::io::stdout().is_terminal() {
+        return Err(CliError::Invalid(anyhow!(
+            "an SVG image on a terminal is unreadable; use -o FILE.svg or redirect the output"
+        )));
+    }
+    if !(a.min_width >= 0.0 && a.min_width.is_finite()) {
+        return Err(CliError::Invalid(anyhow!(
+            "--min-width must be a number ≥ 0"
+        )));
+    }
+    let snap = load(&a.file, a.quiet)?;
+    let device = pick_device(&snap, &a.file, a.device)?;
+    let empty = DeviceTrace::default();
+    let trace = snap.trace(device).unwrap_or(&empty);
+    let replay = Replay::new(&snap, device);
+    let moment = resolve(a.at, trace, &replay).map_err(|e| CliError::Invalid(anyhow!(e)))?;
+    let live = replay.live_after(trace, moment.point);
+    let tree = flame_tree(&snap, &live);
+    let blocks = if tree.count == 1 { "block" } else { "blocks" };
+    let subtitle = format!(
+        "{} · device {device} · {} · {} alive in {} {blocks}",
+        display_name(&a.file),
+        moment.description,
+        bytes(tree.bytes),
+        count(tree.count)
+    );
+    let opts = FlameOptions {
+        width: a.width,
+        title: Some(a.title.unwrap_or_else(|| "Memory flamegraph".into())),
+        subtitle: Some(subtitle),
+        inverted: a.inverted,
+        min_width_px: a.min_width,
+    };
+    let svg = flamegraph_svg(&tree, &opts);
+    match &a.output {
+        None => output::print(&svg),
+        Some(path) => {
+            std::fs::write(path, &svg)
+                .with_context(|| format!("cannot write {}", path.display()))
+                .map_err(CliError::Io)?;
+            if !a.quiet {
+                eprintln!(
+                    "wrote {}: {} in {} {blocks} at {}",
+                    path.display(),
+                    bytes(tree.bytes),
+                    count(tree.count),
+                    moment.description
+                );
+            }
+            Ok(())
+        }
+    }
 }
