@@ -259,27 +259,13 @@
     const m = model, nA = m.nA, fen = m.fen;
     const rep = columns(W); colRep = rep;
     const bpr = (view.y1 - view.y0) / Hh; // bytes per row
-    const minBig = bpr * 0.75;
     const y0 = view.y0, y1 = view.y1;
-    // Live state just before the first column's events.
-    let cursor = rep.length ? Math.min(rep[0], rep[0] < 0 ? -1 : rep[0]) : -1;
+    // Live state after the first column's event.
     const startE = rep.length ? rep[0] : -1;
     const live = m.liveBuf;
     for (let a = 0; a < nA; a++) live[a] = (m.t0[a] <= startE && m.t1[a] > startE) ? m.size[a] : 0;
     fen.build(live);
-    // Live allocations tall enough to see, in stacking order.
-    let big = new Int32Array(1024), nBig = 0;
-    const insertBig = (a) => {
-      let lo = 0, hi = nBig; while (lo < hi) { const mid = (lo + hi) >> 1; if (big[mid] < a) lo = mid + 1; else hi = mid; }
-      if (nBig === big.length) { const nb = new Int32Array(big.length * 2); nb.set(big); big = nb; }
-      big.copyWithin(lo + 1, lo, nBig); big[lo] = a; nBig++;
-    };
-    const removeBig = (a) => {
-      let lo = 0, hi = nBig; while (lo < hi) { const mid = (lo + hi) >> 1; if (big[mid] < a) lo = mid + 1; else hi = mid; }
-      if (lo < nBig && big[lo] === a) { big.copyWithin(lo, lo + 1, nBig); nBig--; }
-    };
-    for (let a = 0; a < nA; a++) if (live[a] >= minBig && live[a] > 0) { if (nBig === big.length) { const nb = new Int32Array(big.length * 2); nb.set(big); big = nb; } big[nBig++] = a; }
-    cursor = startE;
+    let cursor = startE;
     const colors = new Uint32Array(nA);
     const colorOf = (a) => { let c = colors[a]; if (c === 0) { c = allocColor(a); colors[a] = c; } return c; };
     for (let c = 0; c < W; c++) {
@@ -287,28 +273,24 @@
       while (cursor < target) {
         cursor++;
         const a = m.evAlloc[cursor], f = m.evFree[cursor];
-        if (a >= 0) { fen.add(a, m.size[a]); live[a] = m.size[a]; if (m.size[a] >= minBig) insertBig(a); }
-        if (f >= 0 && live[f] > 0) { fen.add(f, -live[f]); if (live[f] >= minBig) removeBig(f); live[f] = 0; }
+        if (a >= 0) { fen.add(a, m.size[a]); live[a] = m.size[a]; }
+        if (f >= 0 && live[f] > 0) { fen.add(f, -live[f]); live[f] = 0; }
       }
-      const total = m.alloc[target + 1];
-      // First tall allocation at or above the bottom of the view.
-      const o = fen.find(y0);
-      let lo = 0, hi = nBig; while (lo < hi) { const mid = (lo + hi) >> 1; if (big[mid] < o - 1) lo = mid + 1; else hi = mid; }
-      let filled = y0; // bytes up to which this column is painted
-      const fillRange = (b0, b1, col) => {
-        const r0 = Math.max(0, Math.floor((y1 - b1) / bpr)), r1 = Math.min(Hh, Math.ceil((y1 - b0) / bpr));
-        for (let r = r0; r < r1; r++) px[r * W + c] = col;
-      };
-      for (let k = lo; k < nBig; k++) {
-        const a = big[k];
+      const total = Math.min(m.alloc[target + 1], y1);
+      // Sample the stack at each row's centre: the allocation found there
+      // fills all the rows it covers, then the search jumps past it.
+      let r = Hh - 1;
+      while (r >= 0) {
+        const v = y1 - (r + 0.5) * bpr;
+        if (v >= total) break;
+        const a = fen.find(v);
+        if (a >= nA) break;
         const top = fen.prefix(a), end = top + live[a];
-        if (end <= y0) continue;
-        if (top >= y1) break;
-        if (top > filled) fillRange(filled, top, SMALL);
-        fillRange(Math.max(top, y0), Math.min(end, y1), colorOf(a));
-        filled = end;
+        const rTop = Math.max(0, Math.ceil((y1 - end) / bpr - 0.5));
+        const col = colorOf(a);
+        for (let k = r; k >= rTop; k--) px[k * W + c] = col;
+        r = Math.min(r - 1, rTop - 1);
       }
-      if (total > filled && filled < y1) fillRange(filled, Math.min(total, y1), SMALL);
     }
     edgeCache.clear();
     present();
@@ -775,7 +757,7 @@
       model.info.categories.forEach((c, k) => item(rgba(CAT_COLORS[c] || hashColor(k + 7)), c));
       item(rgba(GRAY), 'unknown');
     } else if (colorBy === 'stream') model.info.streams.forEach((s, k) => item(rgba(hashColor(k + 3)), 'stream ' + s));
-    else item(rgba(SMALL), 'allocations under one pixel (zoom in to separate them)');
+    else item(rgba(GRAY), 'no stack recorded');
     item('#111827', 'reserved (segments)');
     item('rgba(37,99,235,.8)', 'peak');
     if (model.info.ooms.length) item('rgba(220,38,38,.85)', 'out of memory');

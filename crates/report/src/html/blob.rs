@@ -110,7 +110,7 @@ impl Blob {
 
 /// Deflate (zlib format, what `DecompressionStream("deflate")` reads) then base64.
 pub fn pack(bytes: &[u8]) -> String {
-    let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::new(6));
+    let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::new(1));
     // Writing to a Vec cannot fail.
     let _ = z.write_all(bytes);
     let compressed = z.finish().unwrap_or_default();
