@@ -1,0 +1,510 @@
+#!/usr/bin/env node
+// Headless-Chromium checks of the `vramscope report` HTML page.
+//
+//   node tests/browser/run.mjs [--out DIR] [--bin PATH] [--fixtures DIR]
+//                              [--only SUBSTRING] [--timeout SECONDS]
+//
+// For every real fixture (../shared/fixtures/real/*.pickle), a generated
+// snapshot with an OOM and a snapshot whose strings carry HTML/script
+// payloads, it writes the report, opens it through file:// in Chromium
+// (system binary: $CHROMIUM or /usr/bin/chromium; nothing is downloaded),
+// and checks: no network request, no console or page error, first paint,
+// screenshot, Peak button, hover tooltip over the largest allocation at the
+// peak, every tab, the OOM panel, search, and (payload snapshot) that no
+// string from the snapshot is ever run or parsed as markup.
+//
+// Prints one line per check (`ok   ...` or `FAIL ...: why`), the screenshot
+// paths, and last a line `N passed, N failed`; exits 1 if any check failed,
+// 2 if the run could not start.
+
+import { chromium } from 'playwright-core';
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const repoRoot = path.resolve(here, '..', '..');
+
+// ---------- options ----------
+function parseArgs(argv) {
+  const o = {
+    out: null,
+    bin: path.join(repoRoot, 'target', 'release', 'vramscope'),
+    fixtures: path.resolve(repoRoot, '..', 'shared', 'fixtures', 'real'),
+    only: null,
+    timeout: 120,
+    chromium: process.env.CHROMIUM || '/usr/bin/chromium',
+  };
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i];
+    const val = () => {
+      if (i + 1 >= argv.length) usage(`${a} needs a value`);
+      return argv[++i];
+    };
+    if (a === '--out') o.out = path.resolve(val());
+    else if (a === '--bin') o.bin = path.resolve(val());
+    else if (a === '--fixtures') o.fixtures = path.resolve(val());
+    else if (a === '--only') o.only = val();
+    else if (a === '--timeout') o.timeout = Number(val());
+    else if (a === '--chromium') o.chromium = val();
+    else if (a === '-h' || a === '--help') usage(null);
+    else usage(`unknown argument ${a}`);
+  }
+  return o;
+}
+function usage(err) {
+  const text = 'usage: node tests/browser/run.mjs [--out DIR] [--bin PATH] [--fixtures DIR] ' +
+    '[--only SUBSTRING] [--timeout SECONDS] [--chromium PATH]';
+  if (err) { console.error(`run.mjs: ${err}\n${text}`); process.exit(2); }
+  console.log(text); process.exit(0);
+}
+
+const opt = parseArgs(process.argv.slice(2));
+const outDir = opt.out || fs.mkdtempSync(path.join(os.tmpdir(), 'vramscope-browser-'));
+fs.mkdirSync(outDir, { recursive: true });
+
+// ---------- results ----------
+let passed = 0, failed = 0;
+const failures = [];
+function ok(name, detail) {
+  passed++;
+  console.log(`ok   ${name}${detail ? ` (${detail})` : ''}`);
+}
+function fail(name, why) {
+  failed++;
+  const msg = String(why && why.message ? why.message : why).split('\n')[0];
+  failures.push(`${name}: ${msg}`);
+  console.log(`FAIL ${name}: ${msg}`);
+}
+// Runs one check; a thrown error or a returned string starting with "FAIL:" fails it.
+async function check(name, fn) {
+  try {
+    const r = await fn();
+    ok(name, typeof r === 'string' ? r : '');
+    return true;
+  } catch (e) {
+    fail(name, e);
+    return false;
+  }
+}
+function assert(cond, msg) { if (!cond) throw new Error(msg); }
+
+// Same formatting as the page's fmtBytes.
+function fmtBytes(n) {
+  const UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  const neg = n < 0; n = Math.abs(n);
+  if (n < 1024) return (neg ? '-' : '') + Math.round(n) + ' B';
+  let u = 0;
+  while (n >= 1024 && u < UNITS.length - 1) { n /= 1024; u++; }
+  return (neg ? '-' : '') + n.toFixed(2) + ' ' + UNITS[u];
+}
+
+// ---------- vramscope ----------
+function vramscope(args, timeoutS = 600) {
+  const r = spawnSync(opt.bin, args, { encoding: 'utf8', timeout: timeoutS * 1000, maxBuffer: 256 << 20 });
+  if (r.error) throw new Error(`vramscope ${args[0]}: ${r.error.message}`);
+  if (r.status !== 0) {
+    const err = (r.stderr || '').trim().split('\n').slice(-3).join(' | ');
+    throw new Error(`vramscope ${args[0]} exited ${r.status}: ${err}`);
+  }
+  return r.stdout;
+}
+
+// ---------- payload snapshot ----------
+const XSS = {
+  script1: '<script>alert(1)</script>',
+  attr: '"><img src=x onerror=alert(1)>',
+  close: '</script><script>alert(2)</script>',
+  flag: '<img src=x onerror=window.__xss=1>',
+  svg: '<svg onload=window.__xss=2>',
+  meta: '<script>alert(1)</script><img src=x onerror=window.__xss=3>',
+  cat: '<img src=x onerror=window.__xss=4>',
+  conf: '"><img src=x onerror=window.__xss=5>',
+  annot: '</script><img src=x onerror=window.__xss=6>',
+  ctx: '<iframe src=javascript:window.__xss=7>',
+};
+// File name (and so the default page title) with markup in it.
+const XSS_FILE = 'xss_<img src=x onerror=window.__xss=8>.json';
+
+function xssSnapshot() {
+  const MiB = 1 << 20, base = 0x7f0000000000;
+  const big = [ // innermost first; the first is the user frame the page shows
+    { filename: `/home/u/${XSS.script1}.py`, line: 11, name: XSS.script1 },
+    { filename: `/home/u/${XSS.attr}.py`, line: 22, name: XSS.flag },
+    { filename: `/home/u/${XSS.close}.py`, line: 33, name: XSS.close },
+    { filename: '/usr/lib/python3/site-packages/torch/nn/<b>modules</b>.py', line: 44, name: XSS.svg },
+  ];
+  const small = [
+    { filename: `/home/u/${XSS.flag}.py`, line: 5, name: XSS.attr },
+    { filename: `/home/u/train.py`, line: 6, name: XSS.close },
+  ];
+  const t0 = 1_700_000_000_000_000;
+  const ev = (k, o) => ({ stream: 0, time_us: t0 + 1000 * k, compile_context: XSS.ctx, ...o });
+  return {
+    segments: [{
+      device: 0, address: base, total_size: 64 * MiB, allocated_size: 32 * MiB, active_size: 32 * MiB,
+      requested_size: 32 * MiB, stream: 0, segment_type: 'large', segment_pool_id: [0, 0], is_expandable: false,
+      frames: small,
+      blocks: [
+        { address: base, size: 4 * MiB, requested_size: 0, state: 'inactive' },
+        { address: base + 4 * MiB, size: 32 * MiB, requested_size: 32 * MiB, state: 'active_allocated', frames: big },
+        { address: base + 36 * MiB, size: 28 * MiB, requested_size: 0, state: 'inactive' },
+      ],
+    }],
+    device_traces: [[
+      ev(0, { action: 'segment_alloc', addr: base, size: 64 * MiB, frames: small }),
+      ev(1, { action: 'alloc', addr: base, size: 4 * MiB, frames: small, user_metadata: XSS.meta, category: XSS.cat }),
+      ev(2, { action: 'alloc', addr: base + 4 * MiB, size: 32 * MiB, frames: big, user_metadata: XSS.meta, category: 'activation' }),
+      ev(3, { action: 'free_requested', addr: base, size: 4 * MiB, frames: small, user_metadata: XSS.meta }),
+      ev(4, { action: 'free_completed', addr: base, size: 4 * MiB, frames: small }),
+      ev(5, { action: 'alloc', addr: base, size: 2 * MiB, frames: small, user_metadata: XSS.attr, category: XSS.cat }),
+      ev(6, { action: 'free_requested', addr: base, size: 2 * MiB, frames: small }),
+      ev(7, { action: 'free_completed', addr: base, size: 2 * MiB, frames: small }),
+      ev(8, { action: 'oom', addr: 0, size: 1 << 30, device_free: 123456, frames: big, user_metadata: XSS.meta }),
+    ]],
+    allocator_settings: { PYTORCH_CUDA_ALLOC_CONF: XSS.conf, [XSS.flag]: XSS.close, max_split_size: -1 },
+    external_annotations: [
+      { name: XSS.annot, stage: 'START', device: 0, time_us: t0 + 500 },
+      { name: XSS.annot, stage: 'END', device: 0, time_us: t0 + 7500 },
+    ],
+  };
+}
+
+// ---------- browser ----------
+const LAUNCH_ARGS = ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+  '--disable-background-networking', '--disable-component-update', '--disable-sync',
+  '--disable-dev-shm-usage'];
+
+async function openReport(browser, htmlPath) {
+  const context = await browser.newContext({ viewport: { width: 1600, height: 1000 }, deviceScaleFactor: 1 });
+  const page = await context.newPage();
+  const url = pathToFileURL(htmlPath).href;
+  const st = { url, requests: [], blocked: [], console: [], pageErrors: [], dialogs: [] };
+  await page.route('**/*', (route) => {
+    const u = route.request().url();
+    if (/^(file|data|blob):/.test(u)) return route.continue();
+    st.blocked.push(u);
+    return route.abort('blockedbyclient');
+  });
+  page.on('request', (r) => { if (r.url() !== url) st.requests.push(r.url()); });
+  page.on('console', (m) => { if (m.type() === 'error') st.console.push(m.text()); });
+  page.on('pageerror', (e) => st.pageErrors.push(String(e && e.message ? e.message : e)));
+  page.on('dialog', (d) => { st.dialogs.push(`${d.type()}: ${d.message()}`); d.dismiss().catch(() => {}); });
+  return { context, page, st };
+}
+
+async function waitReady(page, timeoutS) {
+  await page.waitForFunction(() => window.vramscope && (window.vramscope.ready || window.vramscope.error),
+    null, { timeout: timeoutS * 1000, polling: 50 });
+  const s = await page.evaluate(() => ({
+    ready: window.vramscope.ready, error: window.vramscope.error || null,
+    loading: document.getElementById('loading') ? document.getElementById('loading').textContent : null,
+    metrics: window.vramscope.metrics,
+  }));
+  if (!s.ready) throw new Error(`page error: ${s.error}${s.loading ? ` / #loading: ${s.loading}` : ''}`);
+  return s;
+}
+
+const viewOf = (page) => page.evaluate(() => window.vramscope.view());
+const textOf = (page, sel) => page.evaluate((s) => { const e = document.querySelector(s); return e ? e.textContent : null; }, sel);
+const short = (s, n = 160) => (s.length > n ? s.slice(0, n) + '…' : s);
+
+// Hover the middle of allocation `alloc`'s band; returns the tooltip's state.
+async function hoverAlloc(page, alloc) {
+  const p = await page.evaluate((a) => window.vramscope.locate(a), alloc);
+  if (!p) throw new Error(`vramscope.locate(${alloc}) returned null after Peak: the allocation is not in view`);
+  await page.mouse.move(p.x - 30, p.y);
+  await page.mouse.move(p.x, p.y);
+  const tip = await page.evaluate(() => {
+    const t = document.getElementById('tooltip');
+    const r = t.getBoundingClientRect(), cs = getComputedStyle(t);
+    return { hidden: t.hidden, visible: !t.hidden && cs.display !== 'none' && cs.visibility !== 'hidden' && r.width > 0 && r.height > 0,
+      text: t.textContent, userFrames: [...t.querySelectorAll('.u')].map((x) => x.textContent) };
+  });
+  return { p, tip };
+}
+
+// ---------- one report ----------
+async function testReport(browser, snap) {
+  const { name, file } = snap;
+  const html = path.join(outDir, `${name}.html`);
+  const T = (what) => `${name}: ${what}`;
+
+  let summary = null;
+  const generated = await check(T('vramscope report writes the page'), () => {
+    const t = Date.now();
+    vramscope(['report', file, '-o', html, '--quiet']);
+    const size = fs.statSync(html).size;
+    summary = JSON.parse(vramscope(['summary', file, '--json']));
+    return `${(size / 1e6).toFixed(2)} MB in ${Date.now() - t} ms`;
+  });
+  if (!generated) return;
+
+  if (snap.xss) {
+    await check(T('payloads are not markup in the HTML file'), () => {
+      const text = fs.readFileSync(html, 'utf8');
+      const scripts = (text.match(/<script\b/gi) || []).length;
+      assert(scripts === 2, `expected the page's 2 <script> elements, found ${scripts}`);
+      for (const tag of ['<img', '<svg', '<iframe']) assert(!text.toLowerCase().includes(tag), `raw ${tag} in the HTML file`);
+      return 'two <script> elements, no raw <img>/<svg>/<iframe>';
+    });
+  }
+
+  const { context, page, st } = await openReport(browser, html);
+  try {
+    let loaded = false;
+    await check(T('opens and paints (vramscope.ready)'), async () => {
+      const t = Date.now();
+      await page.goto(st.url, { waitUntil: 'load', timeout: opt.timeout * 1000 });
+      const s = await waitReady(page, opt.timeout);
+      loaded = true;
+      const gone = await page.evaluate(() => !document.getElementById('loading'));
+      assert(gone, '#loading is still in the DOM after the first paint');
+      return `ready after ${Date.now() - t} ms, firstPaintMs ${s.metrics.firstPaintMs.toFixed(0)}`;
+    });
+    if (!loaded) {
+      const shot = path.join(outDir, `${name}.png`);
+      await page.screenshot({ path: shot }).catch(() => {});
+      console.log(`     screenshot: ${shot}`);
+      await check(T('no console or page errors'), () => {
+        const errs = [...st.pageErrors.map((e) => `pageerror: ${e}`), ...st.console.map((e) => `console: ${e}`)];
+        assert(!errs.length, `${errs.length}: ${short(errs.join(' | '), 400)}`);
+      });
+      return;
+    }
+
+    const shot = path.join(outDir, `${name}.png`);
+    await page.screenshot({ path: shot });
+    console.log(`     screenshot: ${shot}`);
+
+    const oomsInSummary = summary && summary.devices && summary.devices[0] ? summary.devices[0].ooms : [];
+
+    // Peak button.
+    let before = null;
+    await check(T('initial view covers the whole trace'), async () => {
+      before = await viewOf(page);
+      const [a, b] = before.eventRange;
+      assert(a <= 0 && b >= before.events, `eventRange [${a}, ${b}] for ${before.events} events`);
+      return `${before.events} events, eventRange [${a}, ${b}]`;
+    });
+    const biggest = await page.evaluate(() => window.vramscope.biggestAtPeak()).catch((e) => ({ error: String(e) }));
+    await page.click('#btn-peak');
+    await check(T('Peak button zooms to the peak'), async () => {
+      const v = await viewOf(page);
+      const [a, b] = v.eventRange;
+      if (before && before.events >= 100) {
+        assert(v.x1 - v.x0 < before.x1 - before.x0, `view not narrower: [${v.x0}, ${v.x1}] vs [${before.x0}, ${before.x1}]`);
+        assert(b - a < before.events, `eventRange [${a}, ${b}] still covers all ${before.events} events`);
+      }
+      if (v.peakEvent !== null && v.peakEvent !== undefined) {
+        assert(v.peakEvent >= a && v.peakEvent < Math.max(b, a + 1), `peakEvent ${v.peakEvent} outside eventRange [${a}, ${b}]`);
+      }
+      return `peakEvent ${v.peakEvent}, eventRange [${a}, ${b}]` + (before && before.events < 100 ? ', trace too short to require a narrower view' : '');
+    });
+
+    // Hover the largest allocation alive at the peak.
+    await check(T('tooltip over the largest allocation at the peak shows its stack'), async () => {
+      assert(biggest && !biggest.error, `biggestAtPeak() failed: ${biggest && biggest.error}`);
+      const { p, tip } = await hoverAlloc(page, biggest.alloc);
+      assert(tip.visible, `#tooltip not visible at (${p.x.toFixed(1)}, ${p.y.toFixed(1)}), band ${p.heightPx.toFixed(1)} px high`);
+      const want = biggest.frame === null ? 'no stack recorded' : biggest.frame;
+      assert(tip.text.includes(want), `tooltip lacks "${short(want, 120)}"; it shows "${short(tip.text, 200)}"`);
+      const kind = biggest.frame === null ? 'no stack' : tip.userFrames.includes(biggest.frame) ? 'user frame' : 'not a user frame';
+      return `alloc ${biggest.alloc}, ${fmtBytes(biggest.bytes)}, ${kind}: ${biggest.frame === null ? '-' : short(biggest.frame, 90)}`;
+    });
+    const hoverShot = path.join(outDir, `${name}-hover.png`);
+    await page.screenshot({ path: hoverShot });
+    console.log(`     screenshot: ${hoverShot}`);
+
+    if (snap.xss) {
+      await check(T('tooltip and detail panel show payloads as literal text'), async () => {
+        const tip = await textOf(page, '#tooltip');
+        assert(tip.includes(XSS.script1), `#tooltip textContent lacks ${XSS.script1}: "${short(tip)}"`);
+        assert(tip.includes(XSS.close), `#tooltip textContent lacks ${XSS.close}`);
+        const det = await textOf(page, '#panel-detail');
+        assert(det.includes(XSS.script1), `#panel-detail lacks ${XSS.script1}`);
+        assert(det.includes(XSS.meta), `#panel-detail lacks the user_metadata ${XSS.meta}`);
+        return 'frame names, file names and user_metadata as text';
+      });
+    }
+
+    // Tabs.
+    const tabs = await page.$$eval('.tabs button[data-tab]', (bs) => bs.map((b) => ({ tab: b.dataset.tab, hidden: b.hidden })));
+    for (const { tab, hidden } of tabs) {
+      if (hidden) continue;
+      await check(T(`tab "${tab}" shows its panel`), async () => {
+        const errs0 = st.pageErrors.length + st.console.length;
+        await page.click(`.tabs button[data-tab="${tab}"]`);
+        const s = await page.evaluate((t) => {
+          const p = document.getElementById('panel-' + t);
+          if (!p) return null;
+          const r = p.getBoundingClientRect();
+          return { active: p.classList.contains('active'), shown: getComputedStyle(p).display !== 'none' && r.height > 0,
+            others: [...document.querySelectorAll('.panel')].filter((q) => q !== p && getComputedStyle(q).display !== 'none').map((q) => q.id),
+            text: p.textContent.trim() };
+        }, tab);
+        assert(s, `no #panel-${tab}`);
+        assert(s.active && s.shown, `#panel-${tab} not shown (active=${s.active})`);
+        assert(!s.others.length, `other panels also shown: ${s.others.join(', ')}`);
+        assert(s.text.length > 0, `#panel-${tab} is empty`);
+        const errs = st.pageErrors.length + st.console.length - errs0;
+        assert(errs === 0, `errors after the click: ${short([...st.pageErrors, ...st.console].slice(-errs).join(' | '), 300)}`);
+        if (snap.xss && (tab === 'about' || tab === 'oom' || tab === 'alive')) {
+          assert(s.text.includes(XSS.script1), `#panel-${tab} lacks the literal ${XSS.script1}`);
+        }
+        return `${s.text.length} characters`;
+      });
+    }
+
+    // OOMs.
+    if (snap.expectOom || oomsInSummary.length) {
+      await check(T('OOM button and panel'), async () => {
+        assert(oomsInSummary.length > 0, 'vramscope summary --json reports no OOM');
+        const visible = await page.isVisible('#btn-oom');
+        assert(visible, '#btn-oom is hidden although the snapshot has an OOM');
+        await page.click('#btn-oom');
+        const text = await textOf(page, '#panel-oom');
+        const shown = await page.isVisible('#panel-oom');
+        assert(shown, '#panel-oom not shown after clicking #btn-oom');
+        const req = oomsInSummary[0].requested_bytes;
+        const forms = [fmtBytes(req), req.toLocaleString('en-US'), String(req)];
+        assert(forms.some((f) => text.includes(f)), `#panel-oom does not mention the requested size (${forms.join(' / ')}): "${short(text, 200)}"`);
+        const v = await viewOf(page);
+        const e = oomsInSummary[0].event_index;
+        if (e !== null && e !== undefined && v.events >= 100) {
+          assert(e >= v.eventRange[0] && e <= v.eventRange[1], `OOM event ${e} not in view ${JSON.stringify(v.eventRange)}`);
+        }
+        return `requested ${fmtBytes(req)}`;
+      });
+    } else {
+      await check(T('no OOM: OOM button hidden'), async () => {
+        assert(!(await page.isVisible('#btn-oom')), '#btn-oom visible without OOMs');
+      });
+    }
+
+    // Search.
+    if (biggest && !biggest.error && biggest.frame) {
+      await check(T('search highlights matching allocations'), async () => {
+        const q = snap.xss ? XSS.script1 : biggest.frame.split(' in ').pop();
+        await page.fill('#search', q);
+        await page.waitForFunction(() => /matching/.test(document.getElementById('search-info').textContent), null, { timeout: 10000 });
+        const info = await textOf(page, '#search-info');
+        const n = Number(info.replace(/[^0-9]/g, ''));
+        assert(n > 0, `"${q}" → "${info}"`);
+        await page.fill('#search', '');
+        return `"${short(q, 60)}" → ${info}`;
+      });
+    }
+
+    if (snap.xss) {
+      await page.selectOption('#color-by', 'category').catch(() => {});
+      await page.click('#btn-reset');
+      await page.mouse.move(5, 5);
+    }
+
+    // Reset.
+    await check(T('Reset zoom restores the whole trace'), async () => {
+      await page.click('#btn-reset');
+      const v = await viewOf(page);
+      assert(v.eventRange[0] <= 0 && v.eventRange[1] >= v.events, `eventRange ${JSON.stringify(v.eventRange)} for ${v.events} events`);
+      const ms = await page.evaluate(() => [window.vramscope.zoomBy(0.8), window.vramscope.panBy(0.1)]);
+      assert(ms.every((x) => typeof x === 'number' && x >= 0), `zoomBy/panBy returned ${JSON.stringify(ms)}`);
+      await page.evaluate(() => window.vramscope.reset());
+      return `zoomBy ${ms[0].toFixed(1)} ms, panBy ${ms[1].toFixed(1)} ms`;
+    });
+
+    if (snap.xss) {
+      await check(T('no payload runs'), async () => {
+        await page.waitForTimeout(200);
+        const s = await page.evaluate(() => ({
+          imgs: document.querySelectorAll('img').length,
+          svgs: document.querySelectorAll('svg').length,
+          iframes: document.querySelectorAll('iframe').length,
+          scripts: document.querySelectorAll('script').length,
+          xss: typeof window.__xss === 'undefined' ? null : String(window.__xss),
+          title: document.title,
+          shownTitle: document.getElementById('title').textContent,
+          legend: document.getElementById('legend').textContent,
+        }));
+        assert(!st.dialogs.length, `dialog(s) opened: ${st.dialogs.join(' | ')}`);
+        assert(s.imgs === 0, `${s.imgs} <img> element(s) in the DOM`);
+        assert(s.svgs === 0 && s.iframes === 0, `${s.svgs} <svg>, ${s.iframes} <iframe> in the DOM`);
+        assert(s.xss === null, `window.__xss = ${s.xss}`);
+        assert(s.scripts === 2, `${s.scripts} <script> elements (expected 2)`);
+        assert(s.title.includes('<img src=x onerror=window.__xss=8>'), `document.title "${s.title}" lacks the file name's literal markup`);
+        assert(s.shownTitle.includes('<img src=x onerror=window.__xss=8>'), `#title "${s.shownTitle}" lacks the literal markup`);
+        return 'no dialog, no <img>, window.__xss undefined, title literal';
+      });
+    }
+
+    await check(T('no network requests'), () => {
+      const all = [...new Set([...st.requests, ...st.blocked])];
+      assert(!all.length, `${all.length} request(s): ${short(all.join(' '), 300)}`);
+      return 'only the page itself';
+    });
+    await check(T('no console or page errors'), () => {
+      const errs = [...st.pageErrors.map((e) => `pageerror: ${e}`), ...st.console.map((e) => `console: ${e}`)];
+      assert(!errs.length, `${errs.length}: ${short(errs.join(' | '), 400)}`);
+    });
+  } finally {
+    await context.close().catch(() => {});
+  }
+}
+
+// ---------- main ----------
+async function main() {
+  if (!fs.existsSync(opt.bin)) {
+    console.error(`run.mjs: ${opt.bin} not found; build it with: cargo build --release -p vramscope`);
+    process.exit(2);
+  }
+  if (!fs.existsSync(opt.chromium)) {
+    console.error(`run.mjs: Chromium not found at ${opt.chromium}; install it (apt-get install chromium) or set CHROMIUM`);
+    process.exit(2);
+  }
+  console.log(`browser tests: output in ${outDir}`);
+
+  const snaps = [];
+  if (fs.existsSync(opt.fixtures)) {
+    for (const f of fs.readdirSync(opt.fixtures).sort()) {
+      if (f.endsWith('.pickle')) snaps.push({ name: f.replace(/\.pickle$/, ''), file: path.join(opt.fixtures, f) });
+    }
+  } else {
+    console.log(`note: ${opt.fixtures} not found; real snapshots are skipped`);
+  }
+  const gen = path.join(outDir, 'synth_oom_20000.pickle');
+  snaps.push({ name: 'synth_oom_20000', file: gen, expectOom: true,
+    make: () => vramscope(['synth', '-o', gen, '--entries', '20000', '--oom', '--leak', '64MiB', '--seed', '7']) });
+  const xssFile = path.join(outDir, XSS_FILE);
+  snaps.push({ name: 'xss_payloads', file: xssFile, expectOom: true, xss: true,
+    make: () => fs.writeFileSync(xssFile, JSON.stringify(xssSnapshot())) });
+
+  const chosen = snaps.filter((s) => !opt.only || s.name.includes(opt.only));
+  const browser = await chromium.launch({ executablePath: opt.chromium, headless: true, args: LAUNCH_ARGS });
+  console.log(`chromium ${browser.version()}`);
+  try {
+    for (const s of chosen) {
+      if (s.make) {
+        const made = await check(`${s.name}: snapshot written`, () => { s.make(); return path.basename(s.file); });
+        if (!made) continue;
+      }
+      await testReport(browser, s);
+    }
+  } finally {
+    await browser.close().catch(() => {});
+  }
+
+  if (failures.length) {
+    console.log('\nfailures:');
+    for (const f of failures) console.log(`  ${f}`);
+  }
+  console.log(`\n${passed} passed, ${failed} failed`);
+  process.exit(failed ? 1 : 0);
+}
+
+main().catch((e) => {
+  console.error(`run.mjs: ${e && e.stack ? e.stack : e}`);
+  console.log(`\n${passed} passed, ${failed + 1} failed`);
+  process.exit(1);
+});
