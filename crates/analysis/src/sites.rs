@@ -16,6 +16,8 @@ use crate::replay::LiveBlock;
 const NOISE_NAMES: &[&str] = &[
     "unwind::unwind",
     "CapturedTraceback::gather",
+    // PyTorch's own stack capture, present in every C++ stack.
+    "gather_with_cpp",
     "_start",
     "__libc_start_main",
     "PyEval_",
@@ -66,6 +68,11 @@ fn is_backward_node(name: &str) -> bool {
     name.contains("Backward") && name.contains("::apply")
 }
 
+/// Failing that, the ATen operator that allocated (`at::_ops::div_Tensor::call`).
+fn is_aten_op(name: &str) -> bool {
+    name.starts_with("at::_ops::")
+}
+
 /// Whether a frame is noise nobody wants to see.
 pub fn is_noise(file: &str, name: &str) -> bool {
     NOISE_NAMES.iter().any(|n| name.contains(n)) || NOISE_FILES.iter().any(|n| file.contains(n))
@@ -85,12 +92,13 @@ pub fn is_library(file: &str) -> bool {
 }
 
 /// The site of a stack: first user frame, else first Python frame, else
-/// the autograd node of a C++-only backward stack, else the first non-noise
-/// frame. `None` if the stack is empty.
+/// for C++-only stacks the autograd node (backward) or the ATen operator,
+/// else the first non-noise frame. `None` if the stack is empty.
 pub fn site_frame(snap: &Snapshot, stack: StackId) -> Option<FrameId> {
     let frames = snap.stacks.get(stack);
     let mut first_python = None;
     let mut first_backward = None;
+    let mut first_op = None;
     let mut first_any = None;
     for &fid in frames {
         let (file, _, name) = frame_location(snap, snap.frames.get(fid));
@@ -101,6 +109,8 @@ pub fn site_frame(snap: &Snapshot, stack: StackId) -> Option<FrameId> {
         if is_native(&file, &name) {
             if is_backward_node(&name) {
                 first_backward.get_or_insert(fid);
+            } else if is_aten_op(&name) {
+                first_op.get_or_insert(fid);
             }
             continue;
         }
@@ -109,7 +119,7 @@ pub fn site_frame(snap: &Snapshot, stack: StackId) -> Option<FrameId> {
             return Some(fid);
         }
     }
-    first_python.or(first_backward).or(first_any)
+    first_python.or(first_backward).or(first_op).or(first_any)
 }
 
 /// Bytes held by one allocation site.
@@ -126,10 +136,23 @@ pub struct Site {
     pub stack: Vec<String>,
 }
 
-/// A frame as one line: `file:line in function`.
+/// A frame as one line: `file:line in function`; C++ frames as their
+/// qualified name without the argument list (`at::_ops::mm::call (C++)`),
+/// since `??:0` and long template arguments tell a reader nothing.
 pub fn frame_label(snap: &Snapshot, fid: FrameId) -> String {
     let (file, line, name) = frame_location(snap, snap.frames.get(fid));
+    if is_native(&file, &name) {
+        return format!("{} (C++)", native_name(&name));
+    }
     format!("{file}:{line} in {name}")
+}
+
+/// `ns::(anonymous namespace)::f(int, long)` → `ns::(anonymous namespace)::f`.
+pub fn native_name(name: &str) -> String {
+    const ANON: &str = "(anonymous namespace)";
+    let masked = name.replace(ANON, "\u{1}");
+    let cut = masked.find('(').unwrap_or(masked.len());
+    masked[..cut].replace('\u{1}', ANON)
 }
 
 /// The readable frames of a stack (noise removed), innermost first.
@@ -169,7 +192,7 @@ pub fn group_by_site(snap: &Snapshot, blocks: &[LiveBlock], top: usize) -> Vec<S
             Some(fid) => {
                 let (file, line, function) = frame_location(snap, snap.frames.get(fid));
                 Site {
-                    site: format!("{file}:{line} in {function}"),
+                    site: frame_label(snap, fid),
                     file,
                     line,
                     function,
@@ -206,6 +229,18 @@ mod tests {
         assert!(is_library("<frozen runpy>"));
         assert!(!is_library("/home/me/project/train.py"));
         assert!(!is_library("D:\\work\\cs336\\model.py"));
+    }
+
+    #[test]
+    fn native_names_lose_their_arguments() {
+        assert_eq!(
+            native_name("at::_ops::mm::call(at::Tensor const&, at::Tensor const&)"),
+            "at::_ops::mm::call"
+        );
+        assert_eq!(
+            native_name("torch::cuda::(anonymous namespace)::gather_with_cpp()"),
+            "torch::cuda::(anonymous namespace)::gather_with_cpp"
+        );
     }
 
     #[test]

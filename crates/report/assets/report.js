@@ -131,7 +131,7 @@
   // ---------- global state ----------
   let H, A, S, model;             // header, arrays, string table, device model
   let frames;                      // Uint32Array, 4 per frame: file, line, name, kind
-  let stackOff, stackFrames;
+  let stackOff, stackFrames, stackSite;
   const view = { x0: 0, x1: 1, y0: 0, y1: 1, axis: 'time' };
   let colorBy = 'site', showReserved = true;
   let pinned = -1, hovered = -1, selectedEvent = null;
@@ -140,23 +140,33 @@
 
   // ---------- frames and stacks ----------
   const KIND = ['user', 'lib', 'native', 'noise'];
+  // C++ frames read as their qualified name without arguments (as in the summary).
+  function nativeName(n) {
+    const masked = n.split('(anonymous namespace)').join('\u0001');
+    const cut = masked.indexOf('(');
+    return (cut < 0 ? masked : masked.slice(0, cut)).split('\u0001').join('(anonymous namespace)');
+  }
   function frameText(f) {
-    const file = S[frames[4 * f]], line = frames[4 * f + 1], name = S[frames[4 * f + 2]];
-    return { file, line, name, kind: frames[4 * f + 3], label: file + ':' + line + ' in ' + name };
+    const file = S[frames[4 * f]], line = frames[4 * f + 1], name = S[frames[4 * f + 2]], kind = frames[4 * f + 3];
+    const label = kind === 2 ? nativeName(name) + ' (C++)' : file + ':' + line + ' in ' + name;
+    return { file, line, name, kind, label };
   }
   function stackOf(s) { return s === 0xffffffff ? [] : Array.from(stackFrames.subarray(stackOff[s], stackOff[s + 1])); }
-  // The frame a user recognises: first user frame, else first Python, else first non-noise.
-  function siteFrame(s) {
-    let py = -1, any = -1;
-    for (const f of stackOf(s)) {
-      const k = frames[4 * f + 3];
-      if (k === 3) continue;
-      if (any < 0) any = f;
-      if (k === 2) continue;
-      if (py < 0) py = f;
-      if (k === 0) return f;
-    }
-    return py >= 0 ? py : any;
+  // The frame a user recognises (first user frame, ...), as the summary
+  // picks it; computed when the report was written.
+  function siteFrame(s) { const f = stackSite[s]; return f === 0xffffffff ? -1 : f; }
+  // `/home/me/project/pkg/model.py:42 in forward` → `pkg/model.py:42 in forward`.
+  function shortLabel(f) {
+    const t = frameText(f);
+    if (t.kind === 2) return t.label;
+    const parts = t.file.split(/[\\/]/);
+    const file = parts.length > 2 ? '…/' + parts.slice(-2).join('/') : t.file;
+    return file + ':' + t.line + ' in ' + t.name;
+  }
+  function siteCell(f, fallback) {
+    const td = el('td', null, f < 0 ? fallback : shortLabel(f));
+    if (f >= 0) td.title = frameText(f).label;
+    return td;
   }
   function hashColor(k) {
     let h = (k * 2654435761) >>> 0;
@@ -546,7 +556,7 @@
       tr.appendChild(el('td', 'n', fmtBytes(g.bytes)));
       tr.appendChild(el('td', 'n', (total > 0 ? (g.bytes / total * 100).toFixed(1) : '0') + '%'));
       tr.appendChild(el('td', 'n', fmtCount(g.n)));
-      tr.appendChild(el('td', null, f < 0 ? '<no stack recorded>' : frameText(f).label));
+      tr.appendChild(siteCell(f, '<no stack recorded>'));
       tb.appendChild(tr);
     }
     p.appendChild(tb);
@@ -910,6 +920,17 @@
     if (searchText) applySearch(searchText); else render();
   }
 
+  // `report.html#peak`, `#oom`, `#segments`, `#category` open a view directly
+  // (links in notes, screenshots).
+  function openFromHash() {
+    const h = location.hash.slice(1).split(',').filter(Boolean);
+    if (h.includes('category') && model.cat) { colorBy = 'category'; $('color-by').value = 'category'; showLegend(); }
+    if (h.includes('peak')) goPeak();
+    if (h.includes('oom') && model.info.ooms.length) { goOom(); }
+    if (h.includes('segments')) { showSegments(model.peakEvent === null ? -1 : model.peakEvent); activateTab('segments'); }
+    render();
+  }
+
   // ---------- test and automation hooks ----------
   const api = {
     ready: false, metrics,
@@ -945,7 +966,7 @@
     try {
       const { header, arrays } = await loadData();
       H = header; A = arrays; S = header.strings;
-      frames = arrays.frames; stackOff = arrays.stack_off; stackFrames = arrays.stack_frames;
+      frames = arrays.frames; stackOff = arrays.stack_off; stackFrames = arrays.stack_frames; stackSite = arrays.stack_site;
       metrics.loadMs = performance.now() - T0;
       computeColors();
       $('title').textContent = H.title;
@@ -955,6 +976,7 @@
       bindUi(); resize();
       if (!H.devices.length) throw new Error('This snapshot has no device with segments or events.');
       selectDevice(0);
+      openFromHash();
       metrics.firstPaintMs = performance.now() - T0;
       $('loading').remove();
       api.ready = true;

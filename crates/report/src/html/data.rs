@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use serde_json::json;
-use vramscope_analysis::sites::{frame_location, is_library, is_native, is_noise};
+use vramscope_analysis::sites::{frame_location, is_library, is_native, is_noise, site_frame};
 use vramscope_analysis::DeviceSummary;
 use vramscope_snapshot::hash::FxHashMap;
 use vramscope_snapshot::{Action, DeviceTrace, Snapshot, StackId, NO_TIME};
@@ -266,6 +266,8 @@ pub struct Tables {
     stack_map: FxHashMap<StackId, u32>,
     stack_off: Vec<u32>,
     stack_frames: Vec<u32>,
+    /// Per stack: its allocation site (a `frames` index), as the summary picks it.
+    stack_site: Vec<u32>,
 }
 
 impl Tables {
@@ -295,32 +297,39 @@ impl Tables {
             return s;
         }
         for &fid in snap.stacks.get(id) {
-            let slot = self.frame_map[fid.0 as usize];
-            let f = if slot != u32::MAX {
-                slot
-            } else {
-                let (file, line, name) = frame_location(snap, snap.frames.get(fid));
-                let kind = if is_noise(&file, &name) {
-                    3
-                } else if is_native(&file, &name) {
-                    2
-                } else if is_library(&file) {
-                    1
-                } else {
-                    0
-                };
-                let entry = [self.string(&file), line, self.string(&name), kind];
-                self.frames.push(entry);
-                let k = self.frames.len() as u32 - 1;
-                self.frame_map[fid.0 as usize] = k;
-                k
-            };
+            let f = self.frame(snap, fid);
             self.stack_frames.push(f);
         }
+        let site = site_frame(snap, id).map_or(u32::MAX, |fid| self.frame(snap, fid));
+        self.stack_site.push(site);
         self.stack_off.push(self.stack_frames.len() as u32);
         let s = self.stack_off.len() as u32 - 2;
         self.stack_map.insert(id, s);
         s
+    }
+
+    /// The page's index of a snapshot frame, classified on first use.
+    fn frame(&mut self, snap: &Snapshot, fid: vramscope_snapshot::FrameId) -> u32 {
+        let slot = self.frame_map[fid.0 as usize];
+        if slot != u32::MAX {
+            slot
+        } else {
+            let (file, line, name) = frame_location(snap, snap.frames.get(fid));
+            let kind = if is_noise(&file, &name) {
+                3
+            } else if is_native(&file, &name) {
+                2
+            } else if is_library(&file) {
+                1
+            } else {
+                0
+            };
+            let entry = [self.string(&file), line, self.string(&name), kind];
+            self.frames.push(entry);
+            let k = self.frames.len() as u32 - 1;
+            self.frame_map[fid.0 as usize] = k;
+            k
+        }
     }
 
     /// Write the tables into the blob.
@@ -330,6 +339,7 @@ impl Tables {
         blob.u32("frames", &flat);
         blob.u32("stack_off", &self.stack_off);
         blob.u32("stack_frames", &self.stack_frames);
+        blob.u32("stack_site", &self.stack_site);
     }
 }
 
