@@ -6,6 +6,11 @@
 //! window and gone by the end are known only by address and size; their
 //! pool is inferred from the size (the small pool allocates 2 MiB segments,
 //! the large pool never does).
+//!
+//! Traces record requested sizes; blocks are sized as the allocator rounds
+//! them (512-byte multiples, and a large-pool remainder of 1 MiB or less
+//! left inside the block). On the real snapshots this reproduces every
+//! block of the dump when reconstructing at the last event.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -15,6 +20,19 @@ use vramscope_snapshot::{Action, DeviceTrace, Snapshot};
 use super::{totals, type_name, BlockView, SegmentView, SegmentsMap, SEGMENTS_SCHEMA_VERSION};
 
 const SMALL_SEGMENT: u64 = 2 << 20;
+/// The allocator's granularity: every block is a multiple of it.
+const MIN_BLOCK: u64 = 512;
+/// In the large pool, a block is split only when more than this remains.
+const SMALL_SIZE: u64 = 1 << 20;
+
+/// The block the allocator hands out for a request: traces record the
+/// requested size, blocks are rounded up to 512 bytes.
+fn rounded(requested: u64) -> u64 {
+    requested
+        .max(1)
+        .div_ceil(MIN_BLOCK)
+        .saturating_mul(MIN_BLOCK)
+}
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Attrs {
@@ -160,10 +178,11 @@ pub fn reconstruct(
             unplaced_bytes += b.size;
             continue;
         };
+        let size = rounded(b.size);
         let overlaps = per_segment[k]
             .last()
             .is_some_and(|p| p.address.saturating_add(p.size) > b.addr);
-        if b.addr < s || b.addr.saturating_add(b.size) > e || overlaps {
+        if b.addr < s || b.addr.saturating_add(size) > e || overlaps {
             unplaced_blocks += 1;
             unplaced_bytes += b.size;
             continue;
@@ -175,8 +194,7 @@ pub fn reconstruct(
         };
         per_segment[k].push(BlockView {
             address: b.addr,
-            size: b.size,
-            // The trace records rounded sizes only.
+            size,
             requested_size: b.size,
             state,
         });
@@ -185,17 +203,25 @@ pub fn reconstruct(
         .into_iter()
         .zip(per_segment)
         .map(|((s, e, attrs), used)| {
-            let mut blocks = Vec::with_capacity(used.len() * 2 + 1);
+            let mut blocks: Vec<BlockView> = Vec::with_capacity(used.len() * 2 + 1);
             let mut cursor = s;
-            for b in used {
-                if b.address > cursor {
-                    blocks.push(gap(cursor, b.address));
+            let large = attrs.segment_type != "small";
+            for b in used.into_iter().map(Some).chain([None]) {
+                let next = b.map_or(e, |b| b.address);
+                if next > cursor {
+                    match blocks.last_mut() {
+                        // The allocator leaves a remainder of 1 MiB or less
+                        // in the large pool unsplit, inside the block.
+                        Some(prev) if large && next - cursor <= SMALL_SIZE => {
+                            prev.size += next - cursor
+                        }
+                        _ => blocks.push(gap(cursor, next)),
+                    }
                 }
-                cursor = b.address + b.size;
-                blocks.push(b);
-            }
-            if e > cursor {
-                blocks.push(gap(cursor, e));
+                if let Some(b) = b {
+                    cursor = b.address + b.size;
+                    blocks.push(b);
+                }
             }
             SegmentView::new(
                 s,

@@ -153,8 +153,8 @@ pub fn segments_text(map: &SegmentsMap, name: &str, opts: &MapOptions) -> String
         let _ = writeln!(
             o,
             "Reconstructed from the trace: segment events undone from the end state, live blocks\n\
-             placed by address, the gaps between them counted as cached free (traces record no\n\
-             requested sizes, so rounding waste is not shown)."
+             placed by address and rounded as the allocator rounds them, the gaps between them\n\
+             counted as cached free."
         );
     }
     if map.unplaced_blocks > 0 {
@@ -217,11 +217,13 @@ pub fn segments_text(map: &SegmentsMap, name: &str, opts: &MapOptions) -> String
         );
         for (s, c) in &rows {
             let mut addr = format!("{:#x}", s.address);
+            let mut note = String::new();
             if grouping {
                 match times.get_mut(&key(s, c)) {
                     Some(0) => continue,
                     Some(n) if *n > 1 => {
                         addr = format!("×{} identical", count(*n));
+                        note = format!("  each; first at {:#x}", s.address);
                         *n = 0;
                     }
                     _ => {}
@@ -229,7 +231,7 @@ pub fn segments_text(map: &SegmentsMap, name: &str, opts: &MapOptions) -> String
             }
             let _ = writeln!(
                 o,
-                "{addr:>16}  {:>10}  {:<10}  {}  {:>10}  {:>10}  {:>12}",
+                "{addr:>16}  {:>10}  {:<10}  {}  {:>10}  {:>10}  {:>12}{note}",
                 bytes(s.size),
                 s.kind(),
                 bar(c, opts.color),
