@@ -212,9 +212,25 @@ const textOf = (page, sel) => page.evaluate((s) => { const e = document.querySel
 const short = (s, n = 160) => (s.length > n ? s.slice(0, n) + '…' : s);
 
 // Hover the middle of allocation `alloc`'s band; returns the tooltip's state.
+// A band only a pixel or two high cannot be hit reliably (mouse events carry
+// whole-pixel coordinates), so first zoom the memory axis around it with
+// shift+wheel, as a user would.
+const nextFrame = (page) => page.evaluate(() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r))));
 async function hoverAlloc(page, alloc) {
-  const p = await page.evaluate((a) => window.vramscope.locate(a), alloc);
+  const locate = () => page.evaluate((a) => window.vramscope.locate(a), alloc);
+  let p = await locate();
   if (!p) throw new Error(`vramscope.locate(${alloc}) returned null after Peak: the allocation is not in view`);
+  const firstHeight = p.heightPx;
+  for (let i = 0; i < 12 && p && p.heightPx < 8; i++) {
+    await page.mouse.move(p.x, p.y);
+    await page.keyboard.down('Shift');
+    await page.mouse.wheel(0, -600);
+    await page.keyboard.up('Shift');
+    await nextFrame(page);
+    p = await locate();
+  }
+  if (!p) throw new Error(`vramscope.locate(${alloc}) returned null after zooming the memory axis`);
+  p.zoomedFrom = p.heightPx !== firstHeight ? firstHeight : null;
   await page.mouse.move(p.x - 30, p.y);
   await page.mouse.move(p.x, p.y);
   const tip = await page.evaluate(() => {
@@ -311,12 +327,20 @@ async function testReport(browser, snap) {
       assert(tip.visible, `#tooltip not visible at (${p.x.toFixed(1)}, ${p.y.toFixed(1)}), band ${p.heightPx.toFixed(1)} px high`);
       const want = biggest.frame === null ? 'no stack recorded' : biggest.frame;
       assert(tip.text.includes(want), `tooltip lacks "${short(want, 120)}"; it shows "${short(tip.text, 200)}"`);
+      assert(tip.text.includes(fmtBytes(biggest.bytes)), `tooltip lacks the size ${fmtBytes(biggest.bytes)}: "${short(tip.text, 120)}"`);
       const kind = biggest.frame === null ? 'no stack' : tip.userFrames.includes(biggest.frame) ? 'user frame' : 'not a user frame';
-      return `alloc ${biggest.alloc}, ${fmtBytes(biggest.bytes)}, ${kind}: ${biggest.frame === null ? '-' : short(biggest.frame, 90)}`;
+      const zoom = p.zoomedFrom !== null ? `, band ${p.zoomedFrom.toFixed(1)} px → ${p.heightPx.toFixed(1)} px by shift+wheel` : '';
+      return `alloc ${biggest.alloc}, ${fmtBytes(biggest.bytes)}${zoom}, ${kind}: ${biggest.frame === null ? '-' : short(biggest.frame, 90)}`;
     });
     const hoverShot = path.join(outDir, `${name}-hover.png`);
     await page.screenshot({ path: hoverShot });
     console.log(`     screenshot: ${hoverShot}`);
+    if (!snap.xss) {
+      await check(T('tooltip hides when the pointer leaves the plot'), async () => {
+        await page.mouse.move(3, 3);
+        assert(!(await page.isVisible('#tooltip')), '#tooltip still visible with the pointer outside the plot');
+      });
+    }
 
     if (snap.xss) {
       await check(T('tooltip and detail panel show payloads as literal text'), async () => {
