@@ -181,7 +181,7 @@
   }
   const CAT_COLORS = { parameter: hsl(210, 70, 55), optimizer_state: hsl(30, 85, 55), input: hsl(280, 45, 60),
     temporary: hsl(0, 0, 70), activation: hsl(140, 55, 48), gradient: hsl(350, 70, 58), autograd_detail: hsl(50, 80, 55) };
-  const SMALL = hsl(220, 10, 80), GRAY = hsl(220, 8, 88), BG = (255 << 24) | 0xffffff;
+  const SMALL = hsl(220, 10, 80), GRAY = hsl(220, 12, 66), BG = (255 << 24) | 0xffffff;
   function rgba(c) { return 'rgb(' + (c & 255) + ',' + ((c >> 8) & 255) + ',' + ((c >> 16) & 255) + ')'; }
 
   function computeColors() {
@@ -530,6 +530,15 @@
     tip.style.top = (y + 14) + 'px';
   }
 
+  // A panel canvas may be drawn while its tab is hidden (width 0): use the
+  // panel column's width then.
+  function cssWidth(cv) {
+    const w = cv.getBoundingClientRect().width;
+    if (w > 0) return w;
+    const col = document.querySelector('.panels');
+    return Math.max(200, (col ? col.clientWidth : 440) - 26);
+  }
+
   // ---------- alive at a time: table and icicle ----------
   function liveAt(e) {
     const m = model, out = [];
@@ -586,8 +595,7 @@
     let focus = root;
     const rects = [];
     const paint = () => {
-      const r = cv.getBoundingClientRect();
-      cv.width = Math.max(100, Math.round(r.width * dpr)); cv.height = Math.max(60, Math.round(r.height * dpr));
+      cv.width = Math.max(100, Math.round(cssWidth(cv) * dpr)); cv.height = Math.round(260 * dpr);
       const c = cv.getContext('2d'), rowH = 16 * dpr; rects.length = 0;
       c.clearRect(0, 0, cv.width, cv.height); c.font = (10.5 * dpr) + 'px system-ui, sans-serif'; c.textBaseline = 'middle';
       const walk = (n, x, w, depth) => {
@@ -652,18 +660,24 @@
     }
     p.appendChild(legend);
     const cv = el('canvas'); cv.id = 'segmap'; p.appendChild(cv);
-    const dpr = window.devicePixelRatio || 1, rowH = Math.max(3, Math.min(14, Math.floor(4000 / Math.max(1, rows.length)))) * dpr;
-    const r = cv.getBoundingClientRect(); cv.width = Math.max(100, Math.round(r.width * dpr)); cv.height = Math.max(20, rows.length * rowH);
+    // One full-width row per segment showing its own composition, its size
+    // on the left (segments range from 2 MiB to many GiB: a common scale
+    // would leave most of them invisible).
+    const dpr = window.devicePixelRatio || 1, rowH = Math.round((rows.length > 400 ? 6 : 13) * dpr);
+    cv.width = Math.max(100, Math.round(cssWidth(cv) * dpr)); cv.height = Math.max(20, rows.length * rowH);
     cv.style.height = (cv.height / dpr) + 'px';
-    const c = cv.getContext('2d'); const maxSeg = Math.max(1, ...segs.map((s) => m.s_size[s]));
+    const c = cv.getContext('2d'), labelW = rowH >= 12 * dpr ? Math.round(64 * dpr) : 0, barW = cv.width - labelW - 2;
+    c.font = (10 * dpr) + 'px system-ui, sans-serif'; c.textBaseline = 'middle'; c.textAlign = 'right';
     const geo = [];
     rows.forEach(([s, blocks], i) => {
-      const y = i * rowH, scale = (cv.width - 2) / maxSeg, lo = m.s_addr[s];
-      c.fillStyle = '#f3f4f6'; c.fillRect(0, y, m.s_size[s] * scale, rowH - 1);
+      const y = i * rowH, scale = barW / m.s_size[s], lo = m.s_addr[s];
+      if (labelW) { c.fillStyle = '#4b5563'; c.fillText(fmtBytes(m.s_size[s]), labelW - 4 * dpr, y + rowH / 2); }
+      c.fillStyle = '#f3f4f6'; c.fillRect(labelW, y, barW, rowH - 1);
       for (const [ad, sz, st, a] of blocks) {
         c.fillStyle = st === 0 ? '#e5e7eb' : st === 2 ? '#f59e0b' : rgba(allocColor(a));
-        c.fillRect((ad - lo) * scale, y, Math.max(1, sz * scale - (st ? 0.5 : 0)), rowH - 1);
-        geo.push([(ad - lo) * scale, y, sz * scale, rowH, s, ad, sz, st, a]);
+        const x = labelW + (ad - lo) * scale;
+        c.fillRect(x, y, Math.max(1, sz * scale - (st ? 0.5 : 0)), rowH - 1);
+        geo.push([x, y, sz * scale, rowH, s, ad, sz, st, a]);
       }
     });
     cv.addEventListener('mousemove', (ev) => {
@@ -689,10 +703,17 @@
       const seg = showSegmentsQuiet(e - 1);
       const cached = o.reserved_bytes - o.allocated_bytes;
       const ex = el('div', 'explain');
-      let why = 'An allocation of ' + fmtBytes(o.requested_bytes) + ' failed. ';
-      if (o.device_free_bytes !== null) why += 'The device had ' + fmtBytes(o.device_free_bytes) + ' free, ';
-      why += 'PyTorch had reserved ' + fmtBytes(o.reserved_bytes) + ' of which ' + fmtBytes(o.allocated_bytes) + ' was allocated. ';
-      if (cached > 0) why += 'The cache held ' + fmtBytes(cached) + ' of free memory but its largest free block was ' + fmtBytes(seg.largestFree) + (seg.largestFree < o.requested_bytes ? ', too small for the request (fragmentation).' : '.');
+      const req = o.requested_bytes, free = o.device_free_bytes;
+      let why = 'An allocation of ' + fmtBytes(req) + ' failed. ';
+      if (free !== null) why += 'The device had ' + fmtBytes(free) + ' free; ';
+      why += 'PyTorch had reserved ' + fmtBytes(o.reserved_bytes) + ', of which ' + fmtBytes(o.allocated_bytes) + ' was allocated and ' + fmtBytes(cached) + ' cached but free (largest free block ' + fmtBytes(seg.largestFree) + '). ';
+      if (free !== null && req > free + cached) {
+        why += 'The request is larger than all memory left, free plus cached: releasing the cache (empty_cache) would not help. Make the tensor smaller (batch size, sequence length, chunking) or free what the holders below keep alive.';
+      } else if (cached >= req && seg.largestFree < req) {
+        why += 'Enough memory was cached, but in pieces smaller than the request: fragmentation. PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True usually avoids it.';
+      } else {
+        why += 'Free plus cached memory would have sufficed; the allocator could not combine it in time. Lower the peak, or set expandable_segments:True.';
+      }
       ex.textContent = why; p.appendChild(ex);
       p.appendChild(kvTable([
         ['requested', fmtBytes(o.requested_bytes)],
@@ -725,7 +746,9 @@
       tr.appendChild(el('td', 'n', fmtBytes(s.bytes)));
       tr.appendChild(el('td', 'n', (total > 0 ? (s.bytes / total * 100).toFixed(1) : '0') + '%'));
       tr.appendChild(el('td', 'n', fmtCount(s.count)));
-      tr.appendChild(el('td', null, s.site));
+      const parts = (s.file || '').split(/[\\/]/);
+      const td = el('td', null, s.file && parts.length > 2 && !s.site.endsWith('(C++)') ? '…/' + parts.slice(-2).join('/') + ':' + s.line + ' in ' + s.function : s.site);
+      td.title = s.site; tr.appendChild(td);
       tb.appendChild(tr);
     }
     d.appendChild(tb); return d;
