@@ -9,13 +9,18 @@
 #   3. cargo test --workspace --release --no-fail-fast
 #   4. if a Python package (pyproject.toml using maturin) exists: maturin develop --release
 #   5. pytest -q on python/tests and/or tests/python, if they contain test files
+#   6. browser tests of the HTML report (tests/browser/run.mjs, headless
+#      Chromium from $CHROMIUM or /usr/bin/chromium; npm ci into
+#      tests/browser/node_modules when that is missing or stale; screenshots
+#      in target/browser-shots). Skipped without Chromium, except under CI=true
+#      where a missing Chromium (or node/npm) is a failure.
 #
 # `.venv/bin` is put first on PATH so Rust tests that spawn `python3` get the
 # venv's interpreter (with torch). Real snapshot fixtures are read from
 # ../shared/fixtures/real relative to the repository root.
 #
-# Ends with a plain line `N passed, N failed` (cargo test totals plus pytest
-# totals) and exits non-zero if any step failed.
+# Ends with a plain line `N passed, N failed` (cargo test, pytest and browser
+# test totals) and exits non-zero if any step failed.
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -116,6 +121,57 @@ if [[ ${#py_test_dirs[@]} -gt 0 ]]; then
         }' "$py_log")
     passed=$((passed + pp))
     failed=$((failed + pf))
+fi
+
+# 6. Browser tests of the HTML report.
+chromium_bin="${CHROMIUM:-/usr/bin/chromium}"
+browser_missing=""
+if [[ ! -x "$chromium_bin" ]]; then
+    browser_missing="Chromium not found at $chromium_bin (apt-get install chromium, or set CHROMIUM)"
+elif ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+    browser_missing="node/npm not found on PATH (Node.js 20 or later is needed)"
+fi
+if [[ -n "$browser_missing" ]]; then
+    if [[ "${CI:-}" == "true" ]]; then
+        fail_step "browser tests: $browser_missing"
+        failed_steps+=("browser tests")
+        failed=$((failed + 1))
+    else
+        say "skipping browser tests: $browser_missing"
+    fi
+else
+    export CHROMIUM="$chromium_bin"
+    browser_ok=1
+    # node_modules is a cache: reinstall only when missing or older than the lock file.
+    if [[ ! -f tests/browser/node_modules/.package-lock.json ||
+          tests/browser/package-lock.json -nt tests/browser/node_modules/.package-lock.json ]]; then
+        say "npm ci --prefix tests/browser"
+        if ! npm ci --prefix tests/browser --no-audit --no-fund; then
+            fail_step "npm ci --prefix tests/browser"
+            failed_steps+=("npm ci")
+            failed=$((failed + 1))
+            browser_ok=0
+        fi
+    fi
+    if [[ $browser_ok -eq 1 ]]; then
+        say "node tests/browser/run.mjs --out target/browser-shots"
+        browser_log="$logdir/browser.log"
+        set +e
+        node tests/browser/run.mjs --out target/browser-shots 2>&1 | tee "$browser_log"
+        browser_rc=${PIPESTATUS[0]}
+        set -e
+        # Last line looks like: "40 passed, 0 failed"
+        read -r bp bf < <(awk '
+            /^[0-9]+ passed, [0-9]+ failed$/ { p = $1; f = $3; seen = 1 }
+            END { if (seen) printf "%d %d\n", p, f; else print "0 1" }' "$browser_log")
+        if [[ $browser_rc -ne 0 ]]; then
+            fail_step "browser tests (exit $browser_rc)"
+            failed_steps+=("browser tests")
+            [[ $bf -eq 0 ]] && bf=1
+        fi
+        passed=$((passed + bp))
+        failed=$((failed + bf))
+    fi
 fi
 
 echo
