@@ -227,7 +227,7 @@
 
   // ---------- rendering ----------
   const plot = $('plot'), ctx = plot.getContext('2d');
-  const PAD_L = 64, PAD_B = 22, PAD_T = 14;
+  const PAD_L = 78, PAD_B = 22, PAD_T = 14;
   let colRep = null; // event (state after it) shown in each column; -1 = start
   let image = null;
 
@@ -358,7 +358,7 @@
     // Axes.
     ctx.fillStyle = '#374151'; ctx.font = (11 * dpr) + 'px system-ui, sans-serif';
     ctx.textAlign = 'right'; ctx.textBaseline = 'middle';
-    const yt = niceTicks(view.y0, view.y1, 6);
+    const yt = byteTicks(view.y0, view.y1, 6);
     for (const v of yt) { const y = yPix(ar, v); if (y < ar.t || y > ar.t + ar.h) continue; ctx.fillText(fmtBytes(v), ar.l - 4 * dpr, y); ctx.fillRect(ar.l - 3 * dpr, y, 3 * dpr, 1); }
     ctx.textAlign = 'center'; ctx.textBaseline = 'top';
     const xt = niceTicks(view.x0, view.x1, 8);
@@ -369,6 +369,14 @@
     ctx.strokeStyle = '#d1d5db'; ctx.lineWidth = 1; ctx.strokeRect(ar.l + .5, ar.t + .5, ar.w - 1, ar.h - 1);
   }
 
+  // Byte ticks at multiples of a power of two, so binary-unit labels read
+  // 512 MiB, 1 GiB, 1.5 GiB rather than 476.84 MiB.
+  function byteTicks(a, b, n) {
+    const span = b - a; if (!(span > 0)) return [];
+    const step = Math.pow(2, Math.ceil(Math.log2(span / n)));
+    const out = []; for (let v = Math.ceil(a / step) * step; v <= b; v += step) out.push(v);
+    return out;
+  }
   function niceTicks(a, b, n) {
     const span = b - a; if (!(span > 0)) return [];
     const raw = span / n, mag = Math.pow(10, Math.floor(Math.log10(raw)));
@@ -966,9 +974,19 @@
       const edges = bandEdges(a);
       const cols = []; for (let c = 0; c < colRep.length; c++) if (!isNaN(edges[c])) cols.push(c);
       if (!cols.length) return null;
-      const c = cols[Math.floor(cols.length / 2)];
-      const mid = yPix(ar, edges[c] + model.size[a] / 2);
-      return { x: r.left + (ar.l + c) / dpr, y: r.top + mid / dpr, heightPx: model.size[a] / (view.y1 - view.y0) * ar.h / dpr };
+      // A whole-pixel point (mouse events carry integers) whose hit test
+      // really finds `a`; thin bands may have none.
+      const heightPx = model.size[a] / (view.y1 - view.y0) * ar.h / dpr;
+      const order = [cols[Math.floor(cols.length / 2)], ...cols];
+      for (const c of order.slice(0, 64)) {
+        const x = Math.round((ar.l + c) / dpr);
+        const mid = (yPix(ar, edges[c] + model.size[a] / 2)) / dpr;
+        for (const y of [Math.round(mid), Math.floor(mid), Math.ceil(mid)]) {
+          if (allocAtPixel(x * dpr, y * dpr) === a) return { x: r.left + x, y: r.top + y, heightPx, exact: true };
+        }
+      }
+      const c = order[0];
+      return { x: r.left + (ar.l + c) / dpr, y: r.top + yPix(ar, edges[c] + model.size[a] / 2) / dpr, heightPx, exact: false };
     },
     // The largest allocation alive at the peak and the first user frame of its stack.
     biggestAtPeak() {
