@@ -1021,6 +1021,9 @@
       metrics.firstPaintMs = performance.now() - T0;
       $('loading').remove();
       api.ready = true;
+      // One more render once the page is up warms the JIT, so the first
+      // zoom is as quick as the later ones.
+      setTimeout(() => { if (!raf) render(); }, 30);
     } catch (err) {
       const l = $('loading'); l.className = 'error'; l.textContent = 'Could not open this report: ' + (err && err.message ? err.message : String(err));
       api.error = String(err);
