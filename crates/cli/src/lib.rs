@@ -1,0 +1,102 @@
+//! The `vramscope` command line, as a library: the `vramscope` binary and
+//! the Python package's console command both call [`run`], so there is one
+//! implementation. It only translates arguments and errors; all logic lives
+//! in the library crates.
+//!
+//! Exit codes: 0 success; 1 a file could not be read or written; 2 the input
+//! is not a valid snapshot, or the command line is wrong; 3 a check failed
+//! (reserved for `vramscope check`).
+
+mod demo;
+mod flamegraph;
+mod output;
+mod progress;
+mod report;
+mod segments;
+mod summary;
+mod synth;
+
+use clap::{Parser, Subcommand};
+
+/// Find where PyTorch GPU memory went, and why.
+#[derive(Parser)]
+#[command(name = "vramscope", version, about, long_about = None)]
+#[command(
+    after_help = "Exit codes: 0 success, 1 file not readable/writable, 2 invalid snapshot or usage"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Memory at the end, the peak and what held it, fragmentation and OOMs.
+    Summary(summary::Args),
+    /// Interactive, self-contained HTML report (timeline, stacks, peak, segments, OOMs).
+    Report(report::Args),
+    /// Run on a built-in example snapshot (no arguments needed).
+    Demo(demo::Args),
+    /// Memory flamegraph (SVG) of what is alive at the peak, the end or a time.
+    Flamegraph(flamegraph::Args),
+    /// A terminal map of segments and their blocks.
+    Segments(segments::Args),
+    /// Write a realistic synthetic snapshot (for tests and benchmarks).
+    Synth(synth::Args),
+}
+
+/// Errors the CLI maps to exit codes.
+#[derive(Debug)]
+pub enum CliError {
+    /// A file could not be read or written (exit 1).
+    Io(anyhow::Error),
+    /// Invalid input or usage (exit 2).
+    Invalid(anyhow::Error),
+}
+
+impl From<vramscope_snapshot::SnapshotError> for CliError {
+    fn from(e: vramscope_snapshot::SnapshotError) -> Self {
+        match e {
+            vramscope_snapshot::SnapshotError::Io { .. } => CliError::Io(e.into()),
+            other => CliError::Invalid(other.into()),
+        }
+    }
+}
+
+/// Run the command line with `args` (the first is the program name) and
+/// return the exit code. Never exits the process, so it is safe inside a
+/// Python interpreter; `--help`/`--version` print and return 0.
+pub fn run<I, T>(args: I) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            // clap formats help, version and usage errors itself.
+            let _ = e.print();
+            return if e.use_stderr() { 2 } else { 0 };
+        }
+    };
+    let result = match cli.command {
+        Command::Summary(a) => summary::run(a),
+        Command::Report(a) => report::run(a),
+        Command::Demo(a) => demo::run(a),
+        Command::Flamegraph(a) => flamegraph::run(a),
+        Command::Segments(a) => segments::run(a),
+        Command::Synth(a) => synth::run(a),
+    };
+    match result {
+        Ok(()) => 0,
+        Err(CliError::Io(e)) if output::is_broken_pipe(&e) => 0,
+        Err(CliError::Io(e)) => {
+            eprintln!("vramscope: error: {e:#}");
+            1
+        }
+        Err(CliError::Invalid(e)) => {
+            eprintln!("vramscope: error: {e:#}");
+            2
+        }
+    }
+}

@@ -1,0 +1,141 @@
+"""vramscope: find where PyTorch GPU memory went, and why.
+
+Read a snapshot::
+
+    import vramscope
+    snap = vramscope.load("snapshot.pickle")
+    print(snap.summary()["devices"][0]["peak"]["allocated_bytes"])
+    snap.report("snapshot.html")
+
+Record one (on a GPU through PyTorch's allocator history, on a CPU through
+the profiler; the same file format either way)::
+
+    with vramscope.record("run.pickle"):
+        for batch in loader:
+            train_step(batch)
+            vramscope.step()
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from . import _native
+from ._native import SnapshotError
+
+__version__ = _native.__version__
+__all__ = [
+    "load",
+    "loads",
+    "Snapshot",
+    "SnapshotError",
+    "record",
+    "start",
+    "stop",
+    "dump",
+    "step",
+    "mark",
+    "cli",
+]
+
+# The recorder imports torch; it is loaded on first use so that reading
+# snapshots never needs torch.
+_RECORD_NAMES = {"record", "start", "stop", "dump", "step", "mark"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _RECORD_NAMES:
+        from . import record as _record
+
+        return getattr(_record, name)
+    raise AttributeError(f"module 'vramscope' has no attribute {name!r}")
+
+
+class Snapshot:
+    """A loaded memory snapshot. Parsing and analysis run in Rust with the
+    GIL released."""
+
+    def __init__(self, native: "_native.Snapshot"):
+        self._n = native
+
+    @property
+    def path(self) -> str:
+        return self._n.path
+
+    @property
+    def devices(self) -> list:
+        """Devices that have segments or events."""
+        return list(self._n.devices)
+
+    def event_count(self, device: int = 0) -> int:
+        return self._n.event_count(device)
+
+    def summary(self, device: Optional[int] = None, top: int = 10) -> dict:
+        """The summary as a dict (the `vramscope summary --json` schema)."""
+        return json.loads(self._n.summary_json(device, top))
+
+    def summary_text(self, device: Optional[int] = None, top: int = 10) -> str:
+        """The summary as terminal text."""
+        return self._n.summary_text(device, top)
+
+    def report_html(self, device: Optional[int] = None, title: Optional[str] = None) -> str:
+        """The self-contained interactive HTML report."""
+        return self._n.report_html(device, title)
+
+    def report(
+        self,
+        path: Union[str, os.PathLike, None] = None,
+        device: Optional[int] = None,
+        title: Optional[str] = None,
+    ) -> Path:
+        """Write the HTML report (default: beside the snapshot, `.html`) and return its path."""
+        out = Path(path) if path is not None else _default_report_path(self.path)
+        text = self.report_html(device, title or Path(self.path).name)
+        tmp = out.with_name(out.name + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, out)
+        return out
+
+    def _repr_html_(self) -> str:
+        # A sandboxed iframe keeps the report's script and its CSP isolated
+        # from the notebook page.
+        doc = html.escape(self.report_html(title=Path(self.path).name), quote=True)
+        return (
+            '<iframe sandbox="allow-scripts" style="width:100%;height:760px;border:1px solid #ddd" '
+            f'srcdoc="{doc}"></iframe>'
+        )
+
+    def __repr__(self) -> str:
+        return f"<vramscope.Snapshot {self.path!r} devices={self.devices}>"
+
+
+def _default_report_path(snapshot_path: str) -> Path:
+    p = Path(snapshot_path)
+    name = p.name
+    for suffix in (".gz", ".zst", ".pickle", ".pkl", ".json", ".pt"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    return p.with_name((name or "snapshot") + ".html")
+
+
+def load(path: Union[str, os.PathLike], threads: Optional[int] = None) -> Snapshot:
+    """Read a snapshot file: pickle protocol 0-5, JSON, gzip or zstd, a
+    `torch.save` archive. Nothing in the file is ever executed.
+
+    Raises `SnapshotError` (a ValueError) for invalid content and OSError
+    when the file cannot be read."""
+    return Snapshot(_native.load(os.fspath(path), threads))
+
+
+def loads(data: bytes) -> Snapshot:
+    """Read a snapshot from bytes."""
+    return Snapshot(_native.loads(bytes(data)))
+
+
+def cli(args: list) -> int:
+    """Run the vramscope command line (same implementation as the binary)."""
+    return _native.cli([str(a) for a in args])
