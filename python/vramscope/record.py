@@ -1,0 +1,536 @@
+"""Recording memory snapshots from inside a PyTorch process.
+
+::
+
+    with vramscope.record("run.pickle", every=100, keep=3):
+        for batch in loader:
+            with vramscope.mark("forward"):
+                loss = model(batch)
+            loss.backward()
+            opt.step()
+            vramscope.step()
+
+On CUDA this is PyTorch's allocator history
+(``torch.cuda.memory._record_memory_history``), dumped at exit and, through an
+out-of-memory observer, at the moment an allocation fails. Without CUDA the
+same calls record through the profiler (see ``_profiler``); the file has the
+same format either way. ``step()`` and ``mark()`` are ``record_function``
+scopes, so they appear as ``ProfilerStep#N`` and named ranges in the
+snapshot's ``external_annotations``, where the report draws iteration
+boundaries.
+
+Every file is written atomically (temporary file in the same directory,
+fsync, rename): a process killed mid-dump leaves the previous file, never a
+truncated one. Temporary names start with a dot and end in ``.tmp``.
+
+One recording is active per process at a time; ``step``/``mark``/``dump``
+act on it and do nothing (``dump`` raises) when there is none. Call them
+from the thread that started the recording.
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import functools
+import os
+import pickle
+import sys
+import tempfile
+import threading
+import time
+from typing import Any, Callable, Deque, Dict, List, Optional, TypeVar
+
+from ._env import STACKS_CHOICES, read_env
+
+__all__ = ["record", "start", "stop", "dump", "step", "mark", "is_recording"]
+
+DEFAULT_PATH = "vramscope.pickle"
+DEFAULT_MAX_ENTRIES = 100_000
+DEFAULT_STACKS = "python"
+DEFAULT_KEEP = 3
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+_lock = threading.RLock()
+_active: Optional["_Session"] = None
+
+
+class record:
+    """Record a memory snapshot: context manager, decorator, or ``start()``.
+
+    Args:
+        path: snapshot written when recording ends. Default
+            ``$VRAMSCOPE_RECORD``, else ``vramscope.pickle``.
+        max_entries: allocator events kept (the oldest are dropped). Default
+            100000 (``$VRAMSCOPE_MAX_ENTRIES``).
+        stacks: ``"python"`` (default), ``"all"`` (adds C++ frames on CUDA)
+            or ``"none"`` (``$VRAMSCOPE_STACKS``).
+        on_oom: on CUDA, dump the moment an allocation fails, before the
+            ``OutOfMemoryError`` is raised. Default True.
+        every: also dump every N calls to :func:`step`, to
+            ``<path stem>.step000123<suffix>``. Default 0, off
+            (``$VRAMSCOPE_EVERY``).
+        keep: periodic files kept, older ones deleted; 0 keeps all. Default 3
+            (``$VRAMSCOPE_KEEP``).
+
+    Leaving the block dumps and stops recording, whatever the reason; an
+    exception passes through unchanged (the very same object).
+    """
+
+    def __init__(
+        self,
+        path: Optional[str | os.PathLike] = None,
+        *,
+        max_entries: Optional[int] = None,
+        stacks: Optional[str] = None,
+        on_oom: bool = True,
+        every: Optional[int] = None,
+        keep: Optional[int] = None,
+    ) -> None:
+        self._kwargs = dict(path=path, max_entries=max_entries, stacks=stacks, on_oom=on_oom, every=every, keep=keep)
+        env = read_env()
+        pick = lambda key, default: self._kwargs[key] if self._kwargs[key] is not None else env.get(key, default)  # noqa: E731
+        self.path: str = os.fspath(pick("path", DEFAULT_PATH))
+        self.max_entries: int = int(pick("max_entries", DEFAULT_MAX_ENTRIES))
+        self.stacks: str = str(pick("stacks", DEFAULT_STACKS))
+        self.on_oom: bool = bool(on_oom)
+        self.every: int = int(pick("every", 0))
+        self.keep: int = int(pick("keep", DEFAULT_KEEP))
+        if self.stacks not in STACKS_CHOICES:
+            raise ValueError(f"stacks={self.stacks!r}: expected one of {', '.join(STACKS_CHOICES)}")
+        if self.max_entries <= 0 or self.every < 0 or self.keep < 0:
+            raise ValueError("max_entries must be positive, every and keep 0 or more")
+        self._session: Optional[_Session] = None
+
+    def __enter__(self) -> "record":
+        global _active
+        with _lock:
+            current = _current()
+            if current is not None:
+                if not current.from_env:
+                    raise RuntimeError(f"vramscope is already recording to {current.settings.path}")
+                # An explicit recording takes over one started by VRAMSCOPE_RECORD.
+                print(f"vramscope: recording to {self.path} replaces $VRAMSCOPE_RECORD", file=sys.stderr)
+                current.finish(write=False)
+            session = _Session(self)
+            session.begin()
+            self._session = _active = session
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Optional[BaseException], tb: Any) -> bool:
+        self._end(pending=exc is not None)
+        return False  # never swallow: the original exception propagates as it was
+
+    def _end(self, pending: bool, write: bool = True) -> Optional[str]:
+        global _active
+        with _lock:
+            session, self._session = self._session, None
+            if session is None:
+                return None
+            if _active is session:
+                _active = None
+        try:
+            return session.finish(write=write)
+        except Exception as err:
+            if not pending:
+                raise
+            # Raising here would replace the exception that is propagating.
+            print(f"vramscope: could not write {self.path}: {err!r}", file=sys.stderr)
+            return None
+
+    def __call__(self, fn: _F) -> _F:
+        """Use as a decorator: each call of ``fn`` is recorded."""
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with record(**self._kwargs):
+                return fn(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    def __repr__(self) -> str:
+        state = "recording" if self._session else "idle"
+        return f"<vramscope.record {self.path!r} {state}>"
+
+
+def start(path: Optional[str | os.PathLike] = None, **options: Any) -> record:
+    """Start recording; same arguments as :class:`record`. Returns it."""
+    return record(path, **options).__enter__()
+
+
+def stop(write: bool = True) -> Optional[str]:
+    """Stop the active recording and write its snapshot (unless ``write`` is
+    False). Returns the path written, or ``None`` when nothing was recording."""
+    session = _current()
+    return session.owner._end(pending=False, write=write) if session else None
+
+
+def dump(path: Optional[str | os.PathLike] = None) -> str:
+    """Write the snapshot now and keep recording. Default path: the
+    recording's. Returns the path written."""
+    session = _current()
+    if session is None:
+        raise RuntimeError("vramscope is not recording")
+    return session.dump(os.fspath(path) if path is not None else session.settings.path)
+
+
+def step() -> int:
+    """End an iteration (``ProfilerStep#N``) and begin the next; dumps when
+    ``every`` says so. Returns N, or 0 when not recording."""
+    session = _current()
+    return session.step() if session else 0
+
+
+def mark(name: str) -> "_Mark":
+    """Label what follows with ``name`` until the next ``mark``, the end of
+    the iteration, or the end of the ``with`` block when used as one. The
+    label is a ``record_function`` range and, on CUDA, the ``user_metadata``
+    of every allocation made meanwhile."""
+    session = _current()
+    return _Mark(session, session.mark(str(name)) if session else None)
+
+
+def is_recording() -> bool:
+    """Whether a recording is active in this process."""
+    return _current() is not None
+
+
+def _current() -> Optional["_Session"]:
+    # A forked child inherits the parent's session object, not its recording.
+    session = _active
+    return session if session is not None and session.pid == os.getpid() else None
+
+
+class _Mark:
+    """Returned by :func:`mark`; ends the label when its ``with`` block ends."""
+
+    def __init__(self, session: Optional["_Session"], span: Optional["_Span"]) -> None:
+        self._session, self._span = session, span
+
+    def __enter__(self) -> "_Mark":
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        if self._session is not None and self._span is not None:
+            self._session.end_mark(self._span)
+        return False
+
+
+class _Span:
+    """A ``record_function`` range: an iteration or a mark."""
+
+    __slots__ = ("name", "kind", "start_us", "end_us", "_rf")
+
+    def __init__(self, name: str, kind: str) -> None:
+        self.name, self.kind = name, kind
+        self.start_us, self.end_us = _now_us(), None
+        self._rf: Any = None
+        self.enter()
+
+    def enter(self) -> None:
+        from torch.autograd.profiler import record_function
+
+        self._rf = record_function(self.name)
+        self._rf.__enter__()
+
+    def exit(self) -> None:
+        rf, self._rf = self._rf, None
+        if rf is not None:
+            rf.__exit__(None, None, None)
+
+    def close(self) -> None:
+        self.exit()
+        self.end_us = _now_us()
+
+
+class _Session:
+    """One recording: the backend, iteration and mark ranges, file output."""
+
+    def __init__(self, owner: record) -> None:
+        import torch
+
+        self.owner = self.settings = owner
+        self.pid = os.getpid()
+        self.from_env = False
+        self.cuda = torch.cuda.is_available()
+        self.backend: Any
+        if self.cuda:
+            self.backend = CudaRecorder(owner.max_entries, owner.stacks)
+        else:
+            from ._profiler import ProfilerRecorder
+
+            self.backend = ProfilerRecorder(owner.max_entries, owner.stacks)
+        self.steps = 0
+        self.spans: List[_Span] = []
+        self.step_span: Optional[_Span] = None
+        self.mark_span: Optional[_Span] = None
+        self.periodic: Deque[str] = collections.deque()
+        self.lock = threading.RLock()
+
+    def begin(self) -> None:
+        self.backend.start()
+        if self.cuda and self.settings.on_oom:
+            attach_oom_observer(_on_cuda_oom)
+        self._open_step()
+
+    def _open_step(self) -> None:
+        self.step_span = _Span(f"ProfilerStep#{self.steps + 1}", "step")
+        self.spans.append(self.step_span)
+
+    def _close_open(self) -> None:
+        """End the mark, then the iteration (ranges must nest)."""
+        if self.mark_span is not None:
+            self.end_mark(self.mark_span)
+        if self.step_span is not None:
+            self.step_span.close()
+            self.step_span = None
+
+    def step(self) -> int:
+        with self.lock:
+            self._close_open()
+            self.steps += 1
+            n = self.steps
+            if self.settings.every and n % self.settings.every == 0:
+                self._write_periodic(n)
+            self._open_step()
+        if self.cuda and self.settings.on_oom:
+            attach_oom_observer(_on_cuda_oom)  # CUDA may have been initialised since
+        return n
+
+    def mark(self, name: str) -> _Span:
+        with self.lock:
+            if self.mark_span is not None:
+                self.end_mark(self.mark_span)
+            span = self.mark_span = _Span(name, "mark")
+            self.spans.append(span)
+            self.backend.set_label(name)
+            return span
+
+    def end_mark(self, span: _Span) -> None:
+        with self.lock:
+            if span is self.mark_span:
+                span.close()
+                self.mark_span = None
+                self.backend.set_label("")
+
+    def _write_periodic(self, n: int) -> None:
+        path = periodic_path(self.settings.path, n)
+        self.dump(path)
+        self.periodic.append(path)
+        while self.settings.keep and len(self.periodic) > self.settings.keep:
+            try:
+                os.unlink(self.periodic.popleft())
+            except FileNotFoundError:
+                pass
+
+    def snapshot(self, final: bool = False) -> Dict[str, Any]:
+        """The snapshot as PyTorch would pickle it, with our annotations."""
+        with self.lock:
+            if self.cuda:
+                snap = self.backend.snapshot()
+            else:
+                open_spans = [s for s in (self.step_span, self.mark_span) if s is not None]
+                # Ranges must not straddle a profiler restart: leave and re-enter them.
+                for span in reversed(open_spans):
+                    span.exit()
+                self.backend.collect(restart=not final)
+                for span in open_spans if not final else ():
+                    span.enter()
+                marks = [(s.name, s.start_us, s.end_us or _now_us()) for s in self.spans if s.kind == "mark"]
+                snap = self.backend.snapshot(marks)
+            snap["external_annotations"] = self._annotations(snap)
+            snap["vramscope"] = {
+                "recorder": "cuda-allocator-history" if self.cuda else "cpu-profiler",
+                "steps": self.steps,
+                "torch": _torch_version(),
+            }
+            return snap
+
+    def _annotations(self, snap: Dict[str, Any]) -> List[Dict[str, Any]]:
+        """Native annotations plus ours where PyTorch recorded none, without
+        iterations in which nothing was allocated or freed (the one opened by
+        the last ``step()`` before the end, typically)."""
+        now = _now_us()
+        times = sorted(e["time_us"] for t in snap.get("device_traces", []) for e in t if "time_us" in e)
+
+        def busy(s: _Span) -> bool:
+            end = s.end_us if s.end_us is not None else now
+            i = bisect.bisect_left(times, s.start_us)
+            return i < len(times) and times[i] <= end
+
+        spans = [s for s in self.spans if s.kind != "step" or not times or busy(s)]
+        dropped = {s.name for s in self.spans} - {s.name for s in spans}
+        native = [a for a in snap.get("external_annotations") or [] if a.get("name") not in dropped]
+        have = {a.get("name") for a in native}
+        device = self.backend.device()
+        ours = []
+        for s in spans:
+            end = s.end_us if s.end_us is not None else now
+            if s.name not in have:
+                ours.append({"name": s.name, "stage": "START", "device": device, "time_us": s.start_us})
+            if s.name not in have or s.end_us is None:
+                ours.append({"name": s.name, "stage": "END", "device": device, "time_us": end})
+        return sorted(native + ours, key=lambda a: a.get("time_us", 0))
+
+    def dump(self, path: str) -> str:
+        write_atomic(path, self.snapshot())
+        return path
+
+    def finish(self, write: bool = True) -> Optional[str]:
+        """End the recording, writing the snapshot first if ``write``."""
+        with self.lock:
+            self._close_open()
+            try:
+                if write:
+                    write_atomic(self.settings.path, self.snapshot(final=True))
+                    return self.settings.path
+                return None
+            finally:
+                self.backend.stop()
+
+
+class CudaRecorder:
+    """PyTorch's CUDA allocator history (``_record_memory_history``)."""
+
+    def __init__(self, max_entries: int, stacks: str) -> None:
+        self.max_entries, self.stacks = max_entries, stacks
+        self._labelled = False
+
+    def start(self) -> None:
+        import torch
+
+        torch.cuda.memory._record_memory_history(
+            enabled="all",
+            context=None if self.stacks == "none" else "all",
+            stacks="python" if self.stacks == "none" else self.stacks,
+            max_entries=self.max_entries,
+        )
+
+    def snapshot(self) -> Dict[str, Any]:
+        import torch
+
+        return torch.cuda.memory._snapshot()
+
+    def set_label(self, label: str) -> None:
+        """Stamp ``label`` on the allocations that follow (``user_metadata``)."""
+        import torch
+
+        setter = getattr(torch.cuda.memory, "_set_memory_metadata", None)  # PyTorch >= 2.10
+        supported = getattr(torch.cuda.memory, "_memory_metadata_supported", lambda: True)
+        if setter is None or not (label or self._labelled):
+            return
+        try:
+            if supported():
+                setter(label)
+                self._labelled = bool(label)
+        except Exception:  # noqa: BLE001 - labels are a nicety, recording goes on
+            pass
+
+    def device(self) -> int:
+        import torch
+
+        return torch.cuda.current_device() if torch.cuda.is_initialized() else 0
+
+    def stop(self) -> None:
+        import torch
+
+        self.set_label("")
+        torch.cuda.memory._record_memory_history(enabled=None)
+
+
+# PyTorch can attach an OOM observer but not detach one: it is attached once
+# per process and does nothing while no recording is active.
+_observer = {"attached": False, "queued": False}
+
+
+def attach_oom_observer(fn: Callable[[int, int, int, int], None]) -> None:
+    """Attach ``fn`` as the CUDA allocator's OOM observer, once.
+
+    Attaching before CUDA is initialised crashes, so until then the call is
+    queued to run when PyTorch initialises CUDA (``torch.cuda._lazy_call``).
+    """
+    import torch
+
+    if _observer["attached"]:
+        return
+
+    def attach() -> None:
+        if not _observer["attached"]:
+            torch._C._cuda_attach_out_of_memory_observer(fn)
+            _observer["attached"] = True
+
+    if torch.cuda.is_initialized():
+        attach()
+    elif not _observer["queued"] and hasattr(torch.cuda, "_lazy_call"):
+        # Queued calls run inside the initialisation, after the CUDA context exists.
+        torch.cuda._lazy_call(attach)
+        _observer["queued"] = True
+
+
+def _on_cuda_oom(device: int, alloc: int, device_allocated: int, device_free: int) -> None:
+    """Allocator OOM observer: dump while the failed request is in the trace."""
+    session = _current()
+    if session is None or not session.settings.on_oom:
+        return
+    try:
+        session.dump(session.settings.path)
+        print(f"vramscope: out of memory on cuda:{device}; snapshot written to {session.settings.path}", file=sys.stderr)
+    except Exception as err:  # noqa: BLE001 - an observer must not raise into the allocator
+        print(f"vramscope: could not write the snapshot at the OOM: {err!r}", file=sys.stderr)
+
+
+def periodic_path(path: str, n: int) -> str:
+    """``out.pickle`` -> ``out.step000123.pickle`` for step 123."""
+    root, ext = os.path.splitext(path)
+    return f"{root}.step{n:06d}{ext}"
+
+
+def write_atomic(path: str, obj: Any) -> None:
+    """Pickle ``obj`` to ``path`` so that ``path`` is always either the old
+    file or the complete new one: a dot-named temporary file in the same
+    directory (same filesystem), fsync, rename, fsync of the directory."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            # The interpreter's default protocol, as torch.cuda.memory._dump_snapshot writes.
+            pickle.dump(obj, f, protocol=pickle.DEFAULT_PROTOCOL)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; match a plain open()
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    try:
+        dir_fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # not possible on every platform; the rename is still atomic
+        return
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
+
+
+@functools.lru_cache(maxsize=1)
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _now_us() -> int:
+    # Wall clock in µs since the epoch: the clock of trace entries' time_us.
+    return time.time_ns() // 1000
+
+
+def _torch_version() -> str:
+    import torch
+
+    return str(torch.__version__)
