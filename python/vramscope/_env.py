@@ -24,6 +24,7 @@ Child processes inherit the environment. Only the first process records
 from __future__ import annotations
 
 import atexit
+import importlib
 import os
 import sys
 from typing import Any, Dict, Mapping, Optional
@@ -94,8 +95,7 @@ def activate_from_env(environ: Optional[Mapping[str, str]] = None) -> Optional[A
     if owner and owner != str(os.getpid()) and "{pid}" not in raw_path:
         return None
     try:
-        from . import record as _record
-
+        _record = _recorder()
         settings = read_env(env)
         rec = _record.start(**settings)
     except Exception as exc:  # noqa: BLE001 - must never break interpreter start
@@ -109,12 +109,17 @@ def activate_from_env(environ: Optional[Mapping[str, str]] = None) -> Optional[A
     return rec
 
 
+def _recorder() -> Any:
+    # The module, not the package attribute of the same name (the class).
+    return importlib.import_module("vramscope.record")
+
+
 def _dump_at_exit(rec: Any) -> None:
     """Exit handler: write the snapshot if this recording is still the
     active one (an explicit ``record`` may have taken over)."""
     global _activated
     _activated = None
-    from . import record as _record
+    _record = _recorder()
 
     if _record._active is None or _record._active is not rec._session:
         return

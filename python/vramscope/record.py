@@ -39,6 +39,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 from typing import Any, Callable, Deque, Dict, List, Optional, TypeVar
 
 from ._env import STACKS_CHOICES, read_env
@@ -528,6 +529,18 @@ def _umask() -> int:
 def _now_us() -> int:
     # Wall clock in µs since the epoch: the clock of trace entries' time_us.
     return time.time_ns() // 1000
+
+
+class _CallableModule(types.ModuleType):
+    """Importing ``vramscope.record`` (this module) rebinds the package's
+    ``record`` attribute from the class to the module; forwarding calls keeps
+    ``vramscope.record(...)`` working as a context manager and decorator."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> record:
+        return record(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
 
 
 def _torch_version() -> str:

@@ -1,0 +1,144 @@
+"""Shared helpers for the recorder tests: snapshot replay, subprocess runs,
+the optional native reader.
+
+The recorder tests need torch but not the compiled extension: everything
+that uses ``vramscope._native`` skips with a reason when it is missing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+SCRIPTS = TESTS / "scripts"
+PYTHON_SRC = TESTS.parent  # the directory that holds the vramscope package
+
+sys.path.insert(0, str(SCRIPTS))  # models.py, shared with the subprocess scripts
+
+
+def load_snapshot(path: os.PathLike | str) -> Dict[str, Any]:
+    """``pickle.load`` of a snapshot file (our own test output: trusted)."""
+    with open(path, "rb") as f:
+        snap = pickle.load(f)
+    assert isinstance(snap, dict), type(snap)
+    return snap
+
+
+def replay_peak(trace: Iterable[Dict[str, Any]]) -> Tuple[int, int]:
+    """Peak allocated bytes over a device trace and the part of it that was
+    allocated before the window.
+
+    ``alloc`` adds its size and ``free_completed`` subtracts it. A free with no
+    ``alloc`` earlier in the trace belongs to a block allocated before the
+    window, which therefore counts as allocated from the start (as PyTorch's
+    viewer and vramscope's reader do).
+
+    Returns ``(peak_bytes, before_window_bytes)``.
+    """
+    trace = list(trace)
+    open_addrs: set = set()
+    before = 0
+    for e in trace:
+        if e["action"] == "alloc":
+            open_addrs.add(e["addr"])
+        elif e["action"] == "free_completed":
+            if e["addr"] in open_addrs:
+                open_addrs.discard(e["addr"])
+            else:
+                before += e["size"]
+    level = peak = before
+    for e in trace:
+        if e["action"] == "alloc":
+            level += e["size"]
+        elif e["action"] == "free_completed":
+            level -= e["size"]
+        peak = max(peak, level)
+    return peak, before
+
+
+def allocator_peak_from_chrome_trace(path: os.PathLike | str) -> Tuple[int, int]:
+    """Peak of the CPU allocator's own counter over a profiler Chrome trace.
+
+    Every ``[memory]`` event carries ``Total Allocated``: the running total
+    kept by c10's ``ProfiledCPUMemoryReporter`` inside the CPU allocator,
+    independent of the profiler's Python-side memory analysis that
+    ``_profile_to_snapshot`` builds on. The counter only knows blocks allocated
+    while profiling, so the level before the first event is subtracted.
+
+    Returns ``(peak_increase_bytes, events)``.
+    """
+    with open(path) as f:
+        events = json.load(f)["traceEvents"]
+    mem = sorted(
+        (e for e in events if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0),
+        key=lambda e: e["ts"],
+    )
+    assert mem, "no [memory] events in the profiler trace"
+    base = mem[0]["args"]["Total Allocated"] - mem[0]["args"]["Bytes"]
+    return max(e["args"]["Total Allocated"] for e in mem) - base, len(mem)
+
+
+def step_annotations(snap: Dict[str, Any]) -> List[Tuple[str, str, int]]:
+    """``(name, stage, time_us)`` of the ``ProfilerStep#N`` annotations."""
+    return [
+        (a["name"], a["stage"], a["time_us"])
+        for a in snap.get("external_annotations", [])
+        if a["name"].startswith("ProfilerStep#")
+    ]
+
+
+def native_module() -> Optional[Any]:
+    """``vramscope._native`` if it can be imported, else ``None``."""
+    try:
+        return importlib.import_module("vramscope._native")
+    except ImportError:
+        return None
+
+
+def subprocess_env(**extra: str) -> Dict[str, str]:
+    """Environment for child Pythons: this checkout's package first, no
+    ``VRAMSCOPE_*`` leaking in from the outside."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VRAMSCOPE_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(PYTHON_SRC), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+def run_python(args: List[str], cwd: os.PathLike | str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
+    """Run ``python ARGS`` in ``cwd`` with :func:`subprocess_env`."""
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=str(cwd),
+        env=subprocess_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture
+def clean_recording(monkeypatch: pytest.MonkeyPatch):
+    """The test starts and ends with no active recording and no listeners,
+    and does not see the caller's VRAMSCOPE_* variables (recorder test
+    modules use it for every test through ``pytestmark``)."""
+    for key in list(os.environ):
+        if key.startswith("VRAMSCOPE_"):
+            monkeypatch.delenv(key)
+    yield
+    from vramscope import _profiler
+    from vramscope import record as rec
+
+    _profiler.window_listeners.clear()
+    if rec.is_recording():
+        rec.stop(write=False)
+        pytest.fail("the test left a recording active")

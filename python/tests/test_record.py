@@ -1,0 +1,451 @@
+"""The recorder on real PyTorch: snapshots of real training on the CPU path,
+checked against the allocator's own figures; OOM, periodic and atomic dumps;
+activation from the environment; the CUDA path (mocked here, real on a GPU)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Dict, List
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+vr = importlib.import_module("vramscope.record")  # the module (the package's `record` may be the class)
+from conftest import (  # noqa: E402
+    SCRIPTS,
+    allocator_peak_from_chrome_trace,
+    load_snapshot,
+    native_module,
+    replay_peak,
+    run_python,
+    step_annotations,
+    subprocess_env,
+)
+from vramscope import _env, _profiler  # noqa: E402
+
+from models import build, train_step  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("clean_recording")
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+MiB = 1 << 20
+
+
+@pytest.fixture
+def cpu_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Record through the profiler even where a GPU is present."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+@pytest.fixture(scope="module", params=["cnn", "transformer"])
+def trained(request: Any, tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
+    """Three recorded training steps of a real model on the CPU path, with a
+    Chrome trace of the very same profiler window for comparison."""
+    kind = request.param
+    tmp = tmp_path_factory.mktemp(kind)
+    model, opt, batch = build(kind)
+    chrome = tmp / "window.json"
+    _profiler.window_listeners.append(lambda prof: prof.export_chrome_trace(str(chrome)))
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(torch.cuda, "is_available", lambda: False)
+            with vr.record(tmp / f"{kind}.pickle"):
+                for _ in range(3):
+                    train_step(model, opt, batch)
+                    vr.step()
+    finally:
+        _profiler.window_listeners.clear()
+    return SimpleNamespace(
+        kind=kind,
+        path=tmp / f"{kind}.pickle",
+        snap=load_snapshot(tmp / f"{kind}.pickle"),
+        chrome=chrome,
+        param_bytes=sum(p.nbytes for p in model.parameters()),
+    )
+
+
+def test_snapshot_of_real_training_is_complete(trained: SimpleNamespace) -> None:
+    snap = trained.snap
+    assert len(snap["device_traces"]) == 1
+    trace = snap["device_traces"][0]
+    assert len(trace) > 500
+    assert {e["action"] for e in trace} == {"alloc", "free_requested", "free_completed", "segment_alloc", "segment_free"}
+    assert all(isinstance(e["time_us"], int) and e["time_us"] > 1.6e15 for e in trace)
+    assert [e["time_us"] for e in trace] == sorted(e["time_us"] for e in trace)
+    categories = {e.get("category") for e in trace if e["action"] == "alloc"}
+    assert {"parameter", "activation", "gradient", "optimizer_state", "input"} <= categories
+    assert any(f["name"].startswith("models.py(") for e in trace for f in e["frames"])
+    # Reserved equals allocated on the CPU: the live blocks at the end are the
+    # segments, and they add up to what the replay leaves allocated.
+    level = replay_peak(trace)[1] + sum(
+        e["size"] * (1 if e["action"] == "alloc" else -1) for e in trace if e["action"] in ("alloc", "free_completed")
+    )
+    assert sum(s["total_size"] for s in snap["segments"]) == level
+    assert all(len(s["blocks"]) == 1 and s["blocks"][0]["state"] == "active_allocated" for s in snap["segments"])
+
+
+def test_peak_matches_the_allocators_own_counter(trained: SimpleNamespace) -> None:
+    """Snapshot replay vs the CPU allocator's running total in the profiler's
+    Chrome trace of the same window (``Total Allocated`` of its ``[memory]``
+    events, kept in C++ by ProfiledCPUMemoryReporter; see
+    ``allocator_peak_from_chrome_trace``). The counter cannot see blocks
+    allocated before profiling, the model's parameters here, which the
+    snapshot counts from the start of the window: they are added from the
+    model itself."""
+    peak, before = replay_peak(trained.snap["device_traces"][0])
+    allocator_increase, events = allocator_peak_from_chrome_trace(trained.chrome)
+    print(
+        f"\n{trained.kind}: snapshot peak {peak} B (before the window {before} B); allocator counter peak "
+        f"{allocator_increase} B + parameters {trained.param_bytes} B = {allocator_increase + trained.param_bytes} B "
+        f"over {events} [memory] events"
+    )
+    assert events > 100
+    assert before == trained.param_bytes  # updated in place by Adam: free + alloc of a new version
+    assert abs((peak - before) - allocator_increase) <= 0.01 * allocator_increase
+    assert abs(peak - (allocator_increase + trained.param_bytes)) <= 0.01 * peak
+
+
+def test_annotations_mark_exactly_three_iterations(trained: SimpleNamespace) -> None:
+    steps = step_annotations(trained.snap)
+    names = [(n, s) for n, s, _ in steps]
+    assert names == [(f"ProfilerStep#{i}", stage) for i in (1, 2, 3) for stage in ("START", "END")]
+    bounds = [t for _, _, t in steps]
+    assert bounds == sorted(bounds)
+    # Every allocation falls inside an iteration: annotations and trace share a clock.
+    ranges = list(zip(bounds[::2], bounds[1::2]))
+    allocs = [e["time_us"] for e in trained.snap["device_traces"][0] if e["action"] == "alloc"]
+    assert all(any(a <= t <= b for a, b in ranges) for t in allocs)
+    for i, (a, b) in enumerate(ranges):
+        assert sum(a <= t <= b for t in allocs) > 50, f"iteration {i + 1} is empty"
+
+
+def test_native_reader_agrees(trained: SimpleNamespace, capfd: pytest.CaptureFixture) -> None:
+    native = native_module()
+    if native is None:
+        pytest.skip("vramscope._native (the compiled reader) is not importable; build it with maturin")
+    import json
+
+    capfd.readouterr()
+    assert native.cli(["summary", str(trained.path), "--json"]) == 0
+    summary = json.loads(capfd.readouterr().out)
+    dev = summary["devices"][0]
+    peak, before = replay_peak(trained.snap["device_traces"][0])
+    assert dev["peak"]["allocated_bytes"] == peak
+    assert dev["peak"]["before_window_bytes"] == before
+    assert dev["peak_reserved_bytes"] == peak  # CPU: every allocation is its own segment
+    assert summary["annotations"] == {"ProfilerStep#1": 1, "ProfilerStep#2": 1, "ProfilerStep#3": 1}
+
+
+def test_oom_dumps_and_reraises_the_same_exception(tmp_path: Path, cpu_path: None) -> None:
+    out = tmp_path / "oom.pickle"
+    message = "CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 15.77 GiB total capacity)"
+    raised: List[BaseException] = []
+    held = []
+
+    def allocate_then_fail() -> None:
+        for _ in range(3):
+            held.append(torch.ones(256, 1024))  # 1 MiB each, alive at the OOM
+        err = torch.OutOfMemoryError(message)
+        raised.append(err)
+        raise err
+
+    with pytest.raises(torch.OutOfMemoryError) as info:
+        with vr.record(out):
+            vr.step()
+            allocate_then_fail()
+    assert info.value is raised[0]
+    assert str(info.value) == message
+    frames = [f.name for f in traceback.extract_tb(info.value.__traceback__)]
+    assert frames[-1] == "allocate_then_fail" and "test_oom_dumps_and_reraises_the_same_exception" in frames
+    assert not vr.is_recording()
+    snap = load_snapshot(out)
+    live = [b["size"] for s in snap["segments"] for b in s["blocks"] if b["state"] == "active_allocated"]
+    assert live.count(MiB) == 3
+    assert sum(e["action"] == "alloc" and e["size"] == MiB for e in snap["device_traces"][0]) == 3
+
+
+def test_failed_dump_does_not_replace_the_propagating_exception(
+    tmp_path: Path, cpu_path: None, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture
+) -> None:
+    def broken(path: str, obj: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(vr, "write_atomic", broken)
+    err = torch.OutOfMemoryError("CUDA out of memory.")
+    with pytest.raises(torch.OutOfMemoryError) as info:
+        with vr.record(tmp_path / "x.pickle"):
+            raise err
+    assert info.value is err and info.value.__context__ is None
+    assert "could not write" in capfd.readouterr().err
+    assert not vr.is_recording()
+
+
+def test_decorator_start_stop_dump_and_idle_calls(tmp_path: Path, cpu_path: None) -> None:
+    assert vr.step() == 0 and not vr.is_recording()
+    with pytest.raises(RuntimeError, match="not recording"):
+        vr.dump()
+
+    @vr.record(tmp_path / "dec.pickle")
+    def work(n: int) -> int:
+        for _ in range(n):
+            torch.ones(1000)
+            vr.step()
+        return n
+
+    assert work(2) == 2 and not vr.is_recording()
+    assert len(step_annotations(load_snapshot(tmp_path / "dec.pickle"))) == 4
+    assert work(3) == 3  # a fresh recording per call
+    assert len(step_annotations(load_snapshot(tmp_path / "dec.pickle"))) == 6
+
+    rec = vr.start(tmp_path / "manual.pickle")
+    assert vr.is_recording() and rec.path.endswith("manual.pickle")
+    with pytest.raises(RuntimeError, match="already recording"):
+        vr.start(tmp_path / "other.pickle")
+    keep = [torch.ones(64, 1024)]
+    assert vr.step() == 1
+    mid = vr.dump(tmp_path / "mid.pickle")
+    keep.append(torch.ones(128, 1024))
+    assert vr.step() == 2
+    assert vr.stop() == str(tmp_path / "manual.pickle") and vr.stop() is None
+    sizes_mid = [e["size"] for e in load_snapshot(mid)["device_traces"][0] if e["action"] == "alloc"]
+    sizes_end = [e["size"] for e in load_snapshot(tmp_path / "manual.pickle")["device_traces"][0] if e["action"] == "alloc"]
+    assert 256 * 1024 in sizes_mid and 512 * 1024 not in sizes_mid
+    assert 256 * 1024 in sizes_end and 512 * 1024 in sizes_end
+
+
+def test_marks_label_ranges_and_allocations(tmp_path: Path, cpu_path: None) -> None:
+    out = tmp_path / "marks.pickle"
+    with vr.record(out):
+        for _ in range(2):
+            with vr.mark("forward"):
+                a = torch.ones(1000, 10)  # 40000 B
+            vr.mark("backward")
+            b = torch.ones(2000, 10)  # 80000 B
+            vr.step()
+            c = torch.ones(3000, 10)  # after the step: unlabelled
+            del a, b, c
+    snap = load_snapshot(out)
+    names = [(a["name"], a["stage"]) for a in snap["external_annotations"]]
+    one = [("ProfilerStep#{}", "START"), ("forward", "START"), ("forward", "END"), ("backward", "START"), ("backward", "END"), ("ProfilerStep#{}", "END")]
+    assert names == [(n.format(1), s) for n, s in one] + [(n.format(2), s) for n, s in one] + [("ProfilerStep#3", "START"), ("ProfilerStep#3", "END")]
+    label = {e["size"]: e.get("user_metadata") for e in snap["device_traces"][0] if e["action"] == "alloc"}
+    assert label[40000] == "forward" and label[80000] == "backward" and label[120000] is None
+
+
+def test_periodic_dumps_keep_the_last_files(tmp_path: Path, cpu_path: None) -> None:
+    out = tmp_path / "run.pickle"
+    with vr.record(out, every=2, keep=2):
+        for _ in range(7):
+            torch.ones(1000)
+            vr.step()
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files == ["run.pickle", "run.step000004.pickle", "run.step000006.pickle"]
+    # Each file holds the iterations completed when it was written; the one
+    # opened by the last step() saw no allocation and is left out.
+    for name, last in (("run.step000004.pickle", 4), ("run.step000006.pickle", 6), ("run.pickle", 7)):
+        steps = step_annotations(load_snapshot(tmp_path / name))
+        assert [n for n, s, _ in steps if s == "START"] == [f"ProfilerStep#{i}" for i in range(1, last + 1)]
+    assert vr.periodic_path("a/b.pickle", 123) == "a/b.step000123.pickle"
+
+
+def test_sigkill_during_periodic_dumps_never_leaves_a_corrupt_file(tmp_path: Path) -> None:
+    """20 children recording with every=1, keep=3 are SIGKILLed, half of them
+    a random 0-15 ms after a write began (writes take 3-20 ms here), half
+    0-1.5 s after recording began; every file under a final name must load,
+    and temporary files must not look final."""
+    final = re.compile(r"^k\d+(\.step\d{6})?\.pickle$")
+    rng = random.Random(1234)
+    zygote = subprocess.Popen(
+        [sys.executable, str(SCRIPTS / "dump_loop.py")],
+        cwd=tmp_path,
+        env=subprocess_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        bufsize=1,
+    )
+    assert zygote.stdin and zygote.stdout
+    watchdog = threading.Timer(90, zygote.kill)  # a hung child ends the test, not the run
+    watchdog.start()
+
+    def line() -> str:
+        text = zygote.stdout.readline()  # type: ignore[union-attr]
+        assert text, "dump_loop.py ended early"
+        return text
+
+    leftovers = finals = 0
+    try:
+        for trial in range(20):
+            zygote.stdin.write(f"{tmp_path / f'k{trial}.pickle'}\n")
+            zygote.stdin.flush()
+            pid = line().split()[0]
+            if trial % 2 == 0:  # aimed: into the n-th write
+                target, seen = rng.randint(1, 3), 0
+                while seen < target:
+                    seen += " dumping " in line()
+                time.sleep(rng.uniform(0, 0.015))
+            else:
+                time.sleep(rng.uniform(0, 1.5))
+            os.kill(int(pid), signal.SIGKILL)
+            while not line().startswith(f"{pid} exited"):
+                pass
+    finally:
+        watchdog.cancel()
+        zygote.stdin.close()
+        zygote.wait(timeout=30)
+    for p in tmp_path.iterdir():
+        if final.match(p.name):
+            assert load_snapshot(p)["device_traces"][0], p.name
+            finals += 1
+        else:
+            assert p.name.startswith(".") and p.name.endswith(".tmp"), p.name
+            leftovers += 1
+    print(f"\n{finals} final files loaded, {leftovers} temporary files left by kills during a write")
+    assert finals >= 10
+    assert leftovers >= 1  # some kills did land inside a write
+
+
+def test_env_activation_records_without_code_change(tmp_path: Path) -> None:
+    out = tmp_path / "env.pickle"
+    env = dict(VRAMSCOPE_RECORD=str(out), VRAMSCOPE_MAX_ENTRIES="5000", VRAMSCOPE_STACKS="none", VRAMSCOPE_EVERY="2", VRAMSCOPE_KEEP="1")
+    proc = run_python([str(SCRIPTS / "env_train.py"), "5", "--child"], cwd=tmp_path, **env)
+    assert proc.returncode == 0, proc.stderr
+    assert "recording True" in proc.stdout and "child recording False" in proc.stdout
+    assert f"snapshot written to {out}" in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["env.pickle", "env.step000004.pickle"]
+    snap = load_snapshot(out)
+    trace = snap["device_traces"][0]
+    assert len(trace) == 5000  # the window is full: the oldest entries were dropped
+    assert all(e["frames"] == [] for e in trace)
+    assert [n for n, s, _ in step_annotations(snap) if s == "START"][-1] == "ProfilerStep#5"
+
+
+def test_env_activation_reports_bad_values_and_runs_unrecorded(tmp_path: Path) -> None:
+    proc = run_python([str(SCRIPTS / "env_train.py"), "1"], cwd=tmp_path, VRAMSCOPE_RECORD="x.pickle", VRAMSCOPE_EVERY="often")
+    assert proc.returncode == 0
+    assert "recording False" in proc.stdout
+    assert "VRAMSCOPE_RECORD ignored: VRAMSCOPE_EVERY='often': expected a whole number" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_read_env_and_keyword_precedence(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _env.read_env({}) == {}
+    got = _env.read_env({"VRAMSCOPE_RECORD": "r{pid}.pickle", "VRAMSCOPE_MAX_ENTRIES": "1_000", "VRAMSCOPE_STACKS": "ALL"})
+    assert got == {"path": f"r{os.getpid()}.pickle", "max_entries": 1000, "stacks": "all"}
+    for bad in ({"VRAMSCOPE_MAX_ENTRIES": "0"}, {"VRAMSCOPE_KEEP": "-1"}, {"VRAMSCOPE_STACKS": "cpp"}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            _env.read_env(bad)
+    monkeypatch.setenv("VRAMSCOPE_MAX_ENTRIES", "777")
+    monkeypatch.setenv("VRAMSCOPE_RECORD", "from-env.pickle")
+    assert (vr.record().max_entries, vr.record().path) == (777, "from-env.pickle")
+    assert vr.record("kw.pickle", max_entries=5).max_entries == 5
+    assert (vr.record().every, vr.record().keep, vr.record().stacks) == (0, 3, "python")
+
+
+class FakeCuda:
+    """Stands in for the CUDA allocator history where there is no GPU."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: List[Dict[str, Any]] = []
+        self.queued: List[Any] = []
+        self.observers: List[Any] = []
+        self.initialized = False
+        self.metadata: List[str] = []
+        self.trace: List[Dict[str, Any]] = []
+        m = torch.cuda.memory
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "is_initialized", lambda: self.initialized)
+        monkeypatch.setattr(torch.cuda, "_lazy_call", self.queued.append)
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+        monkeypatch.setattr(m, "_record_memory_history", lambda *a, **k: self.calls.append(k))
+        monkeypatch.setattr(m, "_snapshot", self.snapshot)
+        monkeypatch.setattr(m, "_set_memory_metadata", self.metadata.append, raising=False)
+        monkeypatch.setattr(m, "_memory_metadata_supported", lambda: True, raising=False)
+        monkeypatch.setattr(torch._C, "_cuda_attach_out_of_memory_observer", self.attach)
+        monkeypatch.setattr(vr, "_observer", {"attached": False, "queued": False})
+
+    def attach(self, fn: Any) -> None:
+        if not self.initialized:
+            raise RuntimeError("attached before CUDA was initialised")  # the crash being guarded against
+        self.observers.append(fn)
+
+    def allocate(self, size: int) -> None:
+        """An allocation event now, as the allocator would record it."""
+        t = time.time_ns() // 1000
+        self.trace.append({"action": "alloc", "addr": (1 << 40) + len(self.trace) * 512, "size": size, "stream": 0, "time_us": t, "frames": []})
+
+    def snapshot(self) -> Dict[str, Any]:
+        return {"segments": [], "device_traces": [list(self.trace)], "external_annotations": []}
+
+
+def test_cuda_path_calls_and_oom_observer_guard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cuda = FakeCuda(monkeypatch)
+    out = tmp_path / "cuda.pickle"
+    with vr.record(out, max_entries=1234, stacks="all"):
+        assert cuda.calls == [dict(enabled="all", context="all", stacks="all", max_entries=1234)]
+        assert cuda.observers == [] and len(cuda.queued) == 1  # not attached before CUDA init
+        cuda.initialized = True
+        cuda.queued.pop()()  # what torch.cuda._lazy_init does with queued calls
+        assert len(cuda.observers) == 1
+        with vr.mark("fwd"):
+            pass
+        vr.step()
+        cuda.allocate(2048)
+        cuda.observers[0](0, 1 << 30, 0, 0)  # the allocator reports an OOM
+        assert load_snapshot(out)["device_traces"][0][0]["size"] == 2048
+    assert cuda.calls[-1] == dict(enabled=None)
+    assert cuda.metadata == ["fwd", ""]
+    snap = load_snapshot(out)
+    assert snap["vramscope"]["recorder"] == "cuda-allocator-history"
+    assert [n for n, s, _ in step_annotations(snap) if s == "START"] == ["ProfilerStep#2"]  # #1 has no events
+    cuda.observers[0](0, 1 << 30, 0, 0)  # after the recording: does nothing
+    with vr.record(tmp_path / "again.pickle"):
+        pass
+    assert len(cuda.observers) == 1  # attached once per process
+
+
+@needs_cuda
+def test_cuda_oom_observer_dumps_before_the_error(tmp_path: Path) -> None:
+    out = tmp_path / "gpu.pickle"
+    torch.cuda.init()
+    free, _total = torch.cuda.mem_get_info()
+    with pytest.raises(torch.OutOfMemoryError) as info:
+        with vr.record(out, on_oom=True):
+            x = torch.ones(4 * MiB, device="cuda")
+            vr.step()
+            out.unlink(missing_ok=True)
+            try:
+                torch.empty(free * 4, dtype=torch.uint8, device="cuda")
+            finally:
+                assert out.exists(), "the observer did not dump before the error was raised"
+    snap = load_snapshot(out)
+    assert any(e["action"] == "oom" for t in snap["device_traces"] for e in t)
+    assert "out of memory" in str(info.value).lower()
+    del x
+
+
+@needs_cuda
+def test_cuda_steps_are_in_external_annotations(tmp_path: Path) -> None:
+    out = tmp_path / "gpu_steps.pickle"
+    model = torch.nn.Linear(256, 256).cuda()
+    with vr.record(out):
+        for _ in range(3):
+            model(torch.randn(64, 256, device="cuda")).sum().backward()
+            vr.step()
+    snap = load_snapshot(out)
+    starts = [n for n, s, _ in step_annotations(snap) if s == "START"]
+    assert starts == ["ProfilerStep#1", "ProfilerStep#2", "ProfilerStep#3"]
+    peak, _ = replay_peak(snap["device_traces"][torch.cuda.current_device()])
+    assert peak >= 64 * 256 * 4
