@@ -135,8 +135,8 @@ def clean_recording(monkeypatch: pytest.MonkeyPatch):
         if key.startswith("VRAMSCOPE_"):
             monkeypatch.delenv(key)
     yield
-    from vramscope import _profiler
-    from vramscope import record as rec
+    _profiler = importlib.import_module("vramscope._profiler")
+    rec = importlib.import_module("vramscope.record")  # the module; the package's `record` is the class
 
     _profiler.window_listeners.clear()
     if rec.is_recording():

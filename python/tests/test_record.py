@@ -210,8 +210,9 @@ def test_decorator_start_stop_dump_and_idle_calls(tmp_path: Path, cpu_path: None
 
     rec = vr.start(tmp_path / "manual.pickle")
     assert vr.is_recording() and rec.path.endswith("manual.pickle")
-    with pytest.raises(RuntimeError, match="already recording"):
-        vr.start(tmp_path / "other.pickle")
+    with vr.record(tmp_path / "nested.pickle") as nested:  # the outer recording covers it
+        assert nested._session is None and vr._active is rec._session
+    assert not (tmp_path / "nested.pickle").exists() and vr.is_recording()
     keep = [torch.ones(64, 1024)]
     assert vr.step() == 1
     mid = vr.dump(tmp_path / "mid.pickle")

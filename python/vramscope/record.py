@@ -75,7 +75,9 @@ class record:
             (``$VRAMSCOPE_KEEP``).
 
     Leaving the block dumps and stops recording, whatever the reason; an
-    exception passes through unchanged (the very same object).
+    exception passes through unchanged (the very same object). Inside another
+    recording it does nothing (the outer one records); it replaces one
+    started by ``VRAMSCOPE_RECORD``.
     """
 
     def __init__(
@@ -109,7 +111,10 @@ class record:
             current = _current()
             if current is not None:
                 if not current.from_env:
-                    raise RuntimeError(f"vramscope is already recording to {current.settings.path}")
+                    # Nested (a recorded script run by `vramscope run`, say): the
+                    # outer recording already covers this block.
+                    print(f"vramscope: already recording to {current.settings.path}; not recording {self.path} separately", file=sys.stderr)
+                    return self
                 # An explicit recording takes over one started by VRAMSCOPE_RECORD.
                 print(f"vramscope: recording to {self.path} replaces $VRAMSCOPE_RECORD", file=sys.stderr)
                 current.finish(write=False)
@@ -350,7 +355,8 @@ class _Session:
     def _annotations(self, snap: Dict[str, Any]) -> List[Dict[str, Any]]:
         """Native annotations plus ours where PyTorch recorded none, without
         iterations in which nothing was allocated or freed (the one opened by
-        the last ``step()`` before the end, typically)."""
+        the last ``step()`` before the end, typically), and without any when
+        ``step()`` was never called."""
         now = _now_us()
         times = sorted(e["time_us"] for t in snap.get("device_traces", []) for e in t if "time_us" in e)
 
@@ -359,7 +365,8 @@ class _Session:
             i = bisect.bisect_left(times, s.start_us)
             return i < len(times) and times[i] <= end
 
-        spans = [s for s in self.spans if s.kind != "step" or not times or busy(s)]
+        # Without a single step() there are no iterations to show.
+        spans = [s for s in self.spans if s.kind != "step" or (self.steps and (not times or busy(s)))]
         dropped = {s.name for s in self.spans} - {s.name for s in spans}
         native = [a for a in snap.get("external_annotations") or [] if a.get("name") not in dropped]
         have = {a.get("name") for a in native}

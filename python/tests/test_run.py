@@ -1,0 +1,99 @@
+"""``vramscope run``: the script runs as ``__main__`` under the recorder, the
+snapshot is written however it ends, and its exit status is returned.
+
+Each test runs ``run.main`` in a fresh Python, as the console command does.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import List
+
+import pytest
+
+pytest.importorskip("torch")
+
+from conftest import SCRIPTS, load_snapshot, native_module, run_python  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("clean_recording")
+TARGET = SCRIPTS / "run_target.py"
+MAIN = "import sys; from vramscope.run import main; sys.exit(main(sys.argv[1:]))"
+MiB = 1 << 20
+NATIVE = native_module() is not None
+
+
+def vramscope_run(args: List[str], cwd: Path) -> subprocess.CompletedProcess:
+    return run_python(["-c", MAIN, *args], cwd=cwd)
+
+
+def held_blocks(path: Path) -> int:
+    """1 MiB blocks alive at the end of the snapshot (the script holds two)."""
+    snap = load_snapshot(path)
+    return sum(b["size"] == MiB and b["state"] == "active_allocated" for s in snap["segments"] for b in s["blocks"])
+
+
+def test_uncaught_exception_exits_1_with_traceback_and_snapshot(tmp_path: Path) -> None:
+    proc = vramscope_run([str(TARGET), "raise"], tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    tb = proc.stderr[proc.stderr.index("Traceback (most recent call last):") :]
+    assert 'run_target.py", line 22, in fail' in tb
+    assert "ValueError: boom from the script" in tb
+    assert "runpy" not in tb and "vramscope/run.py" not in tb
+    assert held_blocks(tmp_path / "vramscope-run_target.pickle") == 2
+
+
+def test_sys_exit_code_is_returned_and_snapshot_written(tmp_path: Path) -> None:
+    proc = vramscope_run([str(TARGET), "exit3"], tmp_path)
+    assert proc.returncode == 3, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert held_blocks(tmp_path / "vramscope-run_target.pickle") == 2
+    # The script never calls vramscope.step(): no iteration is claimed.
+    assert load_snapshot(tmp_path / "vramscope-run_target.pickle")["external_annotations"] == []
+
+
+def test_out_of_memory_error_exits_1_with_snapshot(tmp_path: Path) -> None:
+    proc = vramscope_run(["-o", "oom/snap.pickle", str(TARGET), "oom"], tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB" in proc.stderr
+    assert held_blocks(tmp_path / "oom" / "snap.pickle") == 2
+
+
+def test_script_sees_main_argv_and_its_directory(tmp_path: Path) -> None:
+    out = tmp_path / "runs" / "ok.pickle"
+    proc = vramscope_run(["-o", str(out), "--max-entries", "50000", str(TARGET), "ok", "-o", "--flag"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads((tmp_path / "seen.json").read_text())
+    assert seen == {"name": "__main__", "argv": [str(TARGET), "ok", "-o", "--flag"], "path0": str(SCRIPTS)}
+    assert held_blocks(out) == 2
+    assert f"vramscope: snapshot written to {out}" in proc.stderr
+    if NATIVE:
+        assert "Peak allocated" in proc.stdout
+        html = out.with_suffix(".html")
+        assert html.read_text().lstrip().lower().startswith("<!doctype html")
+    else:
+        assert "summary and report skipped (vramscope._native not available" in proc.stderr
+
+
+def test_quiet_and_no_report(tmp_path: Path) -> None:
+    proc = vramscope_run(["--quiet", "--no-report", str(TARGET), "ok"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ""
+    assert "vramscope:" not in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["seen.json", "vramscope-run_target.pickle"]
+
+
+def test_usage_errors_exit_2(tmp_path: Path) -> None:
+    proc = vramscope_run([str(tmp_path / "missing.py")], tmp_path)
+    assert proc.returncode == 2 and "no such file" in proc.stderr
+    proc = vramscope_run(["--stacks", "cpp", str(TARGET)], tmp_path)
+    assert proc.returncode == 2 and "invalid choice" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(not NATIVE, reason="python -m vramscope imports vramscope._native, which is not built")
+def test_python_m_vramscope_run(tmp_path: Path) -> None:
+    proc = run_python(["-m", "vramscope", "run", "--no-report", str(TARGET), "exit3"], cwd=tmp_path)
+    assert proc.returncode == 3, proc.stderr
+    assert held_blocks(tmp_path / "vramscope-run_target.pickle") == 2
