@@ -102,7 +102,7 @@ class ProfilerRecorder:
     def _absorb(self, prof: Any) -> None:
         from torch.cuda._memory_viz import _profile_to_snapshot
 
-        memory_profile = prof._memory_profile()
+        memory_profile = _TimelineOnce(prof._memory_profile())
         # _profile_to_snapshot computes the memory profile itself; hand it the
         # one computed here so the (slow) analysis runs once.
         snap = _profile_to_snapshot(types.SimpleNamespace(_memory_profile=lambda: memory_profile))
@@ -173,6 +173,18 @@ class ProfilerRecorder:
         prof, self._prof = self._prof, None
         if prof is not None:
             prof.stop()
+
+
+class _TimelineOnce:
+    """A ``MemoryProfile`` whose ``timeline`` (a property that recomputes the
+    whole timeline on every access) is computed once and shared."""
+
+    def __init__(self, memory_profile: Any) -> None:
+        self._memory_profile = memory_profile
+        self.timeline = memory_profile.timeline
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._memory_profile, name)
 
 
 def _label(trace: List[Dict[str, Any]], marks: List[Tuple[str, int, int]]) -> None:
