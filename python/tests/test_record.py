@@ -350,7 +350,7 @@ def test_read_env_and_keyword_precedence(monkeypatch: pytest.MonkeyPatch) -> Non
             _env.read_env(bad)
     monkeypatch.setenv("VRAMSCOPE_MAX_ENTRIES", "777")
     monkeypatch.setenv("VRAMSCOPE_RECORD", "from-env.pickle")
-    assert (vr.record().max_entries, vr.record().path) == (777, "from-env.pickle")
+    assert (vr.record().max_entries, vr.record().path) == (777, os.path.abspath("from-env.pickle"))
     assert vr.record("kw.pickle", max_entries=5).max_entries == 5
     assert (vr.record().every, vr.record().keep, vr.record().stacks) == (0, 3, "python")
 

@@ -38,7 +38,8 @@ def test_uncaught_exception_exits_1_with_traceback_and_snapshot(tmp_path: Path) 
     proc = vramscope_run([str(TARGET), "raise"], tmp_path)
     assert proc.returncode == 1, proc.stderr
     tb = proc.stderr[proc.stderr.index("Traceback (most recent call last):") :]
-    assert 'run_target.py", line 22, in fail' in tb
+    line = TARGET.read_text().splitlines().index('        raise ValueError("boom from the script")') + 1
+    assert f'run_target.py", line {line}, in fail' in tb
     assert "ValueError: boom from the script" in tb
     assert "runpy" not in tb and "vramscope/run.py" not in tb
     assert held_blocks(tmp_path / "vramscope-run_target.pickle") == 2

@@ -60,8 +60,8 @@ class record:
     """Record a memory snapshot: context manager, decorator, or ``start()``.
 
     Args:
-        path: snapshot written when recording ends. Default
-            ``$VRAMSCOPE_RECORD``, else ``vramscope.pickle``.
+        path: snapshot written when recording ends, made absolute at once.
+            Default ``$VRAMSCOPE_RECORD``, else ``vramscope.pickle``.
         max_entries: allocator events kept (the oldest are dropped). Default
             100000 (``$VRAMSCOPE_MAX_ENTRIES``).
         stacks: ``"python"`` (default), ``"all"`` (adds C++ frames on CUDA)
@@ -93,7 +93,8 @@ class record:
         self._kwargs = dict(path=path, max_entries=max_entries, stacks=stacks, on_oom=on_oom, every=every, keep=keep)
         env = read_env()
         pick = lambda key, default: self._kwargs[key] if self._kwargs[key] is not None else env.get(key, default)  # noqa: E731
-        self.path: str = os.fspath(pick("path", DEFAULT_PATH))
+        # Absolute now: the program may change directory before the dump.
+        self.path: str = os.path.abspath(os.fspath(pick("path", DEFAULT_PATH)))
         self.max_entries: int = int(pick("max_entries", DEFAULT_MAX_ENTRIES))
         self.stacks: str = str(pick("stacks", DEFAULT_STACKS))
         self.on_oom: bool = bool(on_oom)
@@ -359,6 +360,8 @@ class _Session:
         ``step()`` was never called."""
         now = _now_us()
         times = sorted(e["time_us"] for t in snap.get("device_traces", []) for e in t if "time_us" in e)
+        if times:  # ranges that ended before the oldest event kept can never show again
+            self.spans = [s for s in self.spans if s.end_us is None or s.end_us >= times[0]]
 
         def busy(s: _Span) -> bool:
             end = s.end_us if s.end_us is not None else now

@@ -62,6 +62,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ValueError as err:
         print(f"vramscope run: {err}", file=sys.stderr)
         return 2
+    output = recorder.path  # absolute: the script may change directory
     with recorder:
         code = _run_script(str(script), list(ns.args))
     _flush()

@@ -1,7 +1,8 @@
 """A script for ``vramscope run`` tests: allocates two 1 MiB tensors that stay
 alive, then ends as argv[1] says:
 
-* ``ok``: writes ``{"name", "argv", "path0"}`` to ``seen.json`` in the cwd
+* ``ok``: writes ``{"name", "argv", "path0"}`` to ``seen.json`` in the cwd,
+  then changes to the parent directory (the snapshot must not follow)
 * ``raise``: ``ValueError("boom from the script")``
 * ``exit3``: ``sys.exit(3)``
 * ``oom``: ``torch.OutOfMemoryError`` as the CUDA allocator would raise it
@@ -10,6 +11,7 @@ alive, then ends as argv[1] says:
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import torch
@@ -30,5 +32,6 @@ mode = sys.argv[1] if len(sys.argv) > 1 else "ok"
 if mode == "ok":
     with open("seen.json", "w") as f:
         json.dump({"name": __name__, "argv": sys.argv, "path0": sys.path[0]}, f)
+    os.chdir("..")
 else:
     fail(mode)
