@@ -225,6 +225,21 @@ def test_decorator_start_stop_dump_and_idle_calls(tmp_path: Path, cpu_path: None
     assert 256 * 1024 in sizes_end and 512 * 1024 in sizes_end
 
 
+def test_package_record_works_whether_class_or_module(tmp_path: Path, cpu_path: None) -> None:
+    """Importing the submodule ``vramscope.record`` rebinds the package's
+    ``record`` attribute to the module; it must still record when called."""
+    if native_module() is None:
+        pytest.skip("importing the vramscope package needs vramscope._native, which is not built")
+    import vramscope
+
+    with vramscope.record(tmp_path / "a.pickle"):
+        torch.ones(1000)
+    vramscope.record(tmp_path / "b.pickle")(lambda: torch.ones(1000))()
+    for name in ("a.pickle", "b.pickle"):
+        assert [e["size"] for e in load_snapshot(tmp_path / name)["device_traces"][0] if e["action"] == "alloc"] == [4000]
+    assert vramscope.step is vr.step and vramscope.mark is vr.mark
+
+
 def test_marks_label_ranges_and_allocations(tmp_path: Path, cpu_path: None) -> None:
     out = tmp_path / "marks.pickle"
     with vr.record(out):

@@ -7,6 +7,7 @@ Each test runs ``run.main`` in a fresh Python, as the console command does.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 from typing import List
@@ -15,7 +16,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from conftest import SCRIPTS, load_snapshot, native_module, run_python  # noqa: E402
+from conftest import PYTHON_SRC, SCRIPTS, load_snapshot, native_module, run_python  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("clean_recording")
 TARGET = SCRIPTS / "run_target.py"
@@ -98,3 +99,20 @@ def test_python_m_vramscope_run(tmp_path: Path) -> None:
     proc = run_python(["-m", "vramscope", "run", "--no-report", str(TARGET), "exit3"], cwd=tmp_path)
     assert proc.returncode == 3, proc.stderr
     assert held_blocks(tmp_path / "vramscope-run_target.pickle") == 2
+
+
+def test_runs_without_the_native_extension(tmp_path: Path) -> None:
+    """The recorder and `run` are pure Python: a package made of only them
+    (an empty ``__init__``, no ``_native``) records and skips the report."""
+    pkg = tmp_path / "pkg" / "vramscope"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    for name in ("record.py", "run.py", "_env.py", "_profiler.py"):
+        shutil.copy(PYTHON_SRC / "vramscope" / name, pkg / name)
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = run_python(["-c", MAIN, str(TARGET), "exit3"], cwd=work, PYTHONPATH=str(pkg.parent))
+    assert proc.returncode == 3, proc.stderr
+    assert "summary and report skipped (vramscope._native not available" in proc.stderr
+    assert held_blocks(work / "vramscope-run_target.pickle") == 2
+    assert sorted(p.name for p in work.iterdir()) == ["vramscope-run_target.pickle"]

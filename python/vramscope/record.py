@@ -466,9 +466,13 @@ def attach_oom_observer(fn: Callable[[int, int, int, int], None]) -> None:
         return
 
     def attach() -> None:
-        if not _observer["attached"]:
+        if _observer["attached"]:
+            return
+        try:
             torch._C._cuda_attach_out_of_memory_observer(fn)
             _observer["attached"] = True
+        except Exception as err:  # noqa: BLE001 - never fail CUDA initialisation over this
+            print(f"vramscope: no snapshot at out-of-memory errors: {err}", file=sys.stderr)
 
     if torch.cuda.is_initialized():
         attach()
