@@ -62,10 +62,6 @@ class ProfilerRecorder:
         self._freed: Optional[Dict[str, Any]] = None  # the block freed by the previous entry
         self.windows = 0
 
-    @property
-    def running(self) -> bool:
-        return self._prof is not None
-
     def start(self) -> None:
         """Start a profiler window."""
         from torch.profiler import ProfilerActivity, profile
