@@ -22,7 +22,7 @@ import html
 import json
 import os
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Optional, Union
 
 from . import _native
 from ._native import SnapshotError
@@ -42,17 +42,10 @@ __all__ = [
     "cli",
 ]
 
-# The recorder imports torch; it is loaded on first use so that reading
-# snapshots never needs torch.
-_RECORD_NAMES = {"record", "start", "stop", "dump", "step", "mark"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _RECORD_NAMES:
-        from . import record as _record
-
-        return getattr(_record, name)
-    raise AttributeError(f"module 'vramscope' has no attribute {name!r}")
+# The recorder imports torch only when recording starts, so importing it
+# here keeps `import vramscope` light. Importing the names (not just the
+# submodule) binds `vramscope.record` to the class, not the module.
+from .record import dump, mark, record, start, step, stop  # noqa: E402
 
 
 class Snapshot:
