@@ -9,6 +9,7 @@
 
 mod demo;
 mod flamegraph;
+mod input;
 mod output;
 mod progress;
 mod report;

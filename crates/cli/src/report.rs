@@ -3,10 +3,10 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{anyhow, Context};
+use anyhow::Context;
 use vramscope_report::html::{report_html, ReportOptions};
 
-use crate::{progress, CliError};
+use crate::{input, CliError};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -56,31 +56,13 @@ pub fn write_report(
 }
 
 pub fn run(a: Args) -> Result<(), CliError> {
-    let len = std::fs::metadata(&a.file).map(|m| m.len()).unwrap_or(0);
-    let (lopts, bar) = progress::load_options(len, a.quiet);
-    let snap = vramscope_snapshot::load(&a.file, &lopts);
-    if let Some(b) = bar {
-        b.finish_and_clear();
-    }
-    let snap = snap.map_err(|e| match CliError::from(e) {
-        CliError::Io(e) => CliError::Io(e),
-        CliError::Invalid(e) => {
-            CliError::Invalid(e.context(format!("{} is not a readable snapshot", a.file.display())))
-        }
-    })?;
-    if let Some(d) = a.device {
-        let present = snap.devices();
-        if !present.contains(&d) {
-            return Err(CliError::Invalid(anyhow!(
-                "device {d} has no segments or events in {}; devices present: {present:?}",
-                a.file.display()
-            )));
-        }
-    }
-    let title = a
-        .title
-        .clone()
-        .or_else(|| a.file.file_name().map(|n| n.to_string_lossy().into_owned()));
+    let snap = input::load(&a.file, a.quiet)?;
+    input::check_device(&snap, &a.file, a.device)?;
+    let title = Some(
+        a.title
+            .clone()
+            .unwrap_or_else(|| input::display_name(&a.file)),
+    );
     let opts = ReportOptions {
         device: a.device,
         title,

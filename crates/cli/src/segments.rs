@@ -9,7 +9,7 @@ use vramscope_report::moment::{resolve, Moment};
 use vramscope_report::segments_map::{at_moment, segments_json, segments_text, MapOptions};
 use vramscope_snapshot::DeviceTrace;
 
-use crate::flamegraph::{display_name, load, pick_device};
+use crate::input::{display_name, load, pick_device};
 use crate::{output, CliError};
 
 #[derive(clap::Args)]

@@ -2,10 +2,9 @@
 
 use std::path::PathBuf;
 
-use anyhow::anyhow;
 use vramscope_analysis::{summarize, SummaryOptions};
 
-use crate::{output, progress, CliError};
+use crate::{input, output, CliError};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -26,31 +25,12 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<(), CliError> {
-    let len = std::fs::metadata(&a.file).map(|m| m.len()).unwrap_or(0);
-    let (opts, bar) = progress::load_options(len, a.quiet);
     let timing = std::env::var_os("VRAMSCOPE_TIMING").is_some();
     let t0 = std::time::Instant::now();
-    let snap = vramscope_snapshot::load(&a.file, &opts);
+    let snap = input::load(&a.file, a.quiet)?;
     let t_load = t0.elapsed();
     let hwm_load = if timing { peak_rss_kib() } else { 0 };
-    if let Some(b) = bar {
-        b.finish_and_clear();
-    }
-    let snap = snap.map_err(|e| match CliError::from(e) {
-        CliError::Io(e) => CliError::Io(e),
-        CliError::Invalid(e) => {
-            CliError::Invalid(e.context(format!("{} is not a readable snapshot", a.file.display())))
-        }
-    })?;
-    if let Some(d) = a.device {
-        let present = snap.devices();
-        if !present.contains(&d) {
-            return Err(CliError::Invalid(anyhow!(
-                "device {d} has no segments or events in {}; devices present: {present:?}",
-                a.file.display()
-            )));
-        }
-    }
+    input::check_device(&snap, &a.file, a.device)?;
     let opts = SummaryOptions {
         device: a.device,
         top_sites: a.top,
@@ -70,11 +50,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
         j.push('\n');
         j
     } else {
-        let name = a.file.file_name().map_or_else(
-            || a.file.display().to_string(),
-            |n| n.to_string_lossy().into_owned(),
-        );
-        vramscope_report::summary_text(&s, &name)
+        vramscope_report::summary_text(&s, &input::display_name(&a.file))
     };
     let r = output::print(&text);
     if timing {

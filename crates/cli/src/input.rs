@@ -1,0 +1,67 @@
+//! Reading the snapshot a command is given: progress bar, one error
+//! context, and the device checks every command shares.
+
+use std::path::Path;
+
+use anyhow::anyhow;
+use vramscope_snapshot::Snapshot;
+
+use crate::{progress, CliError};
+
+/// Load `file` with a progress bar for large files; invalid input is exit 2.
+pub(crate) fn load(file: &Path, quiet: bool) -> Result<Snapshot, CliError> {
+    let len = std::fs::metadata(file).map(|m| m.len()).unwrap_or(0);
+    let (opts, bar) = progress::load_options(len, quiet);
+    let snap = vramscope_snapshot::load(file, &opts);
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    snap.map_err(|e| match CliError::from(e) {
+        CliError::Io(e) => CliError::Io(e),
+        CliError::Invalid(e) => {
+            CliError::Invalid(e.context(format!("{} is not a readable snapshot", file.display())))
+        }
+    })
+}
+
+/// The requested device, or the first one present.
+pub(crate) fn pick_device(
+    snap: &Snapshot,
+    file: &Path,
+    device: Option<u32>,
+) -> Result<u32, CliError> {
+    let present = snap.devices();
+    match device {
+        Some(d) if present.contains(&d) => Ok(d),
+        Some(d) => Err(CliError::Invalid(anyhow!(
+            "device {d} has no segments or events in {}; devices present: {present:?}",
+            file.display()
+        ))),
+        None => present.first().copied().ok_or_else(|| {
+            CliError::Invalid(anyhow!(
+                "{} has no segments or events on any device",
+                file.display()
+            ))
+        }),
+    }
+}
+
+/// The file's name for titles.
+pub(crate) fn display_name(file: &Path) -> String {
+    file.file_name().map_or_else(
+        || file.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
+}
+
+/// Check an explicitly requested device (`None` means all devices).
+pub(crate) fn check_device(
+    snap: &Snapshot,
+    file: &Path,
+    device: Option<u32>,
+) -> Result<(), CliError> {
+    match device {
+        Some(_) => pick_device(snap, file, device).map(|_| ()),
+        None => Ok(()),
+    }
+}
