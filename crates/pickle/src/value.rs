@@ -689,7 +689,7 @@ impl DocumentBuilder {
                 if all_dicts {
                     return self.push_refs(c, items);
                 }
-                return self.unpack_and_extend(c, items);
+                return self.to_plain_and_extend(c, items);
             }
             if k.len == 0 && all_dicts {
                 self.doc.containers[c.0 as usize].shape = PACKED;
@@ -698,7 +698,7 @@ impl DocumentBuilder {
         }
         if k.kind == ContainerKind::Dict {
             if k.shape != NO_SHAPE {
-                return self.unshape_and_extend(c, items);
+                return self.to_plain_and_extend(c, items);
             }
             if k.len == 0 && items.len() >= 4 && items.len().is_multiple_of(2) {
                 if let Some(shape) = self.shape_for(items) {
@@ -738,21 +738,14 @@ impl DocumentBuilder {
         Some(id)
     }
 
-    /// A shaped dict that receives more items (a second SETITEMS) goes back
-    /// to plain key/value storage; rare in practice.
-    fn unshape_and_extend(&mut self, c: ContainerId, items: &[Value]) -> Result<(), CapacityError> {
-        let mut all: Vec<Value> = self.doc.items(c).collect();
-        all.extend_from_slice(items);
-        let k = &mut self.doc.containers[c.0 as usize];
-        k.shape = NO_SHAPE;
-        k.len = 0;
-        k.first = NO_CHUNK;
-        k.last = NO_CHUNK;
-        self.push_raw(c, &all)
-    }
-
-    /// A packed list that receives a non-dict item goes back to plain storage.
-    fn unpack_and_extend(&mut self, c: ContainerId, items: &[Value]) -> Result<(), CapacityError> {
+    /// A shaped dict that receives more items (a second SETITEMS) or a
+    /// packed list that receives a non-dict item goes back to plain storage;
+    /// rare in practice.
+    fn to_plain_and_extend(
+        &mut self,
+        c: ContainerId,
+        items: &[Value],
+    ) -> Result<(), CapacityError> {
         let mut all: Vec<Value> = self.doc.items(c).collect();
         all.extend_from_slice(items);
         let k = &mut self.doc.containers[c.0 as usize];
