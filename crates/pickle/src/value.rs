@@ -689,7 +689,7 @@ impl DocumentBuilder {
                 if all_dicts {
                     return self.push_refs(c, items);
                 }
-                return self.to_plain_and_extend(c, items);
+                return self.make_plain_and_extend(c, items);
             }
             if k.len == 0 && all_dicts {
                 self.doc.containers[c.0 as usize].shape = PACKED;
@@ -698,7 +698,7 @@ impl DocumentBuilder {
         }
         if k.kind == ContainerKind::Dict {
             if k.shape != NO_SHAPE {
-                return self.to_plain_and_extend(c, items);
+                return self.make_plain_and_extend(c, items);
             }
             if k.len == 0 && items.len() >= 4 && items.len().is_multiple_of(2) {
                 if let Some(shape) = self.shape_for(items) {
@@ -741,7 +741,7 @@ impl DocumentBuilder {
     /// A shaped dict that receives more items (a second SETITEMS) or a
     /// packed list that receives a non-dict item goes back to plain storage;
     /// rare in practice.
-    fn to_plain_and_extend(
+    fn make_plain_and_extend(
         &mut self,
         c: ContainerId,
         items: &[Value],
