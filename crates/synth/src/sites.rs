@@ -5,9 +5,18 @@
 //! `optimizer.step`; some wrappers (DDP, accelerate, `python -m`) depend on
 //! the seed.
 
-/// Where the training script allocates or frees.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Site {
+/// Declares `Site` and the table `from_index` reads, from one list.
+macro_rules! sites {
+    ($($v:ident,)*) => {
+        /// Where the training script allocates or frees.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub(crate) enum Site { $($v,)* }
+
+        const ALL: &[Site] = &[$(Site::$v,)*];
+    };
+}
+
+sites! {
     ParamInit,
     Data,
     Embedding,
@@ -43,38 +52,6 @@ pub(crate) const SITES: usize = Site::Leak as usize + 1;
 
 impl Site {
     pub(crate) fn from_index(n: usize) -> Site {
-        use Site::*;
-        const ALL: [Site; SITES] = [
-            ParamInit,
-            Data,
-            Embedding,
-            LayerNorm,
-            Qkv,
-            AttnScores,
-            Softmax,
-            Dropout,
-            AttnContext,
-            Proj,
-            Residual,
-            Fc1,
-            Gelu,
-            Fc2,
-            LmHead,
-            Loss,
-            BwdLinear,
-            BwdLayerNorm,
-            BwdAttention,
-            BwdSoftmax,
-            BwdGelu,
-            BwdDropout,
-            BwdEmbedding,
-            BwdLoss,
-            AccumulateGrad,
-            OptimInit,
-            OptimStep,
-            ZeroGrad,
-            Leak,
-        ];
         ALL[n]
     }
 
