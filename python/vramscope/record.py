@@ -17,7 +17,10 @@ same calls record through the profiler (see ``_profiler``); the file has the
 same format either way. ``step()`` and ``mark()`` are ``record_function``
 scopes, so they appear as ``ProfilerStep#N`` and named ranges in the
 snapshot's ``external_annotations``, where the report draws iteration
-boundaries.
+boundaries. Collections of Python's cycle collector are recorded there too
+(``gc.collect#gen2``, START/END), so that ``vramscope leaks`` can tell tensors
+freed by reference counting from tensors that only a reference cycle's
+collection freed.
 
 Every file is written atomically (temporary file in the same directory,
 fsync, rename): a process killed mid-dump leaves the previous file, never a
@@ -33,6 +36,7 @@ from __future__ import annotations
 import bisect
 import collections
 import functools
+import gc
 import os
 import pickle
 import sys
@@ -50,6 +54,9 @@ DEFAULT_PATH = "vramscope.pickle"
 DEFAULT_MAX_ENTRIES = 100_000
 DEFAULT_STACKS = "python"
 DEFAULT_KEEP = 3
+# Name of the annotation around a cycle collection that freed objects.
+GC_ANNOTATION = "gc.collect"
+GC_SPANS_KEPT = 10_000
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 _lock = threading.RLock()
@@ -73,6 +80,11 @@ class record:
             (``$VRAMSCOPE_EVERY``).
         keep: periodic files kept, older ones deleted; 0 keeps all. Default 3
             (``$VRAMSCOPE_KEEP``).
+        collect_cycles: before each dump, run one full garbage collection,
+            marked in the snapshot (``gc.collect#vramscope``): tensors that
+            only reference cycles keep alive are freed by it, so ``vramscope
+            leaks`` can name them even when Python's collector never ran
+            during the recording. Default True.
 
     Leaving the block dumps and stops recording, whatever the reason; an
     exception passes through unchanged (the very same object). Inside another
@@ -89,8 +101,10 @@ class record:
         on_oom: bool = True,
         every: Optional[int] = None,
         keep: Optional[int] = None,
+        collect_cycles: bool = True,
     ) -> None:
         self._kwargs = dict(path=path, max_entries=max_entries, stacks=stacks, on_oom=on_oom, every=every, keep=keep)
+        self.collect_cycles: bool = bool(collect_cycles)
         env = read_env()
         pick = lambda key, default: self._kwargs[key] if self._kwargs[key] is not None else env.get(key, default)  # noqa: E731
         # Absolute now: the program may change directory before the dump.
@@ -273,9 +287,37 @@ class _Session:
         self.mark_span: Optional[_Span] = None
         self.periodic: Deque[str] = collections.deque()
         self.lock = threading.RLock()
+        # Collections that freed something: (start µs, end µs, label).
+        self.gc_spans: Deque[tuple] = collections.deque(maxlen=GC_SPANS_KEPT)
+        self._gc_start = 0
+        self._probing = False
+
+    def _on_gc(self, phase: str, info: Dict[str, Any]) -> None:
+        # Runs inside every collection: two clock reads and, rarely, an append.
+        if self._probing:
+            return
+        if phase == "start":
+            self._gc_start = _now_us()
+        elif info.get("collected"):
+            self.gc_spans.append((self._gc_start, _now_us(), f"gen{info.get('generation', -1)}"))
+
+    def _collect_cycles(self) -> None:
+        """One full collection inside the recorded window, marked, so that
+        tensors held only by garbage reference cycles show as freed by it."""
+        if not self.settings.collect_cycles:
+            return
+        self._probing = True
+        start = _now_us()
+        try:
+            collected = gc.collect()
+        finally:
+            self._probing = False
+        if collected:
+            self.gc_spans.append((start, _now_us(), "vramscope"))
 
     def begin(self) -> None:
         self.backend.start()
+        gc.callbacks.append(self._on_gc)
         if self.cuda and self.settings.on_oom:
             attach_oom_observer(_on_cuda_oom)
         self._open_step()
@@ -333,6 +375,7 @@ class _Session:
     def snapshot(self, final: bool = False) -> Dict[str, Any]:
         """The snapshot as PyTorch would pickle it, with our annotations."""
         with self.lock:
+            self._collect_cycles()
             if self.cuda:
                 snap = self.backend.snapshot()
             else:
@@ -381,6 +424,12 @@ class _Session:
                 ours.append({"name": s.name, "stage": "START", "device": device, "time_us": s.start_us})
             if s.name not in have or s.end_us is None:
                 ours.append({"name": s.name, "stage": "END", "device": device, "time_us": end})
+        first = times[0] if times else 0
+        for start, end, label in self.gc_spans:
+            if end >= first:
+                name = f"{GC_ANNOTATION}#{label}"
+                ours.append({"name": name, "stage": "START", "device": device, "time_us": start})
+                ours.append({"name": name, "stage": "END", "device": device, "time_us": end})
         return sorted(native + ours, key=lambda a: a.get("time_us", 0))
 
     def dump(self, path: str) -> str:
@@ -398,6 +447,10 @@ class _Session:
                 return None
             finally:
                 self.backend.stop()
+                try:
+                    gc.callbacks.remove(self._on_gc)
+                except ValueError:
+                    pass
 
 
 class CudaRecorder:

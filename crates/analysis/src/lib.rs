@@ -5,6 +5,9 @@
 //! * [`sites`]: allocation sites (the first frame in the user's code).
 //! * [`segments`]: reserved/allocated/active memory and fragmentation.
 //! * [`summary`]: all of the above per device, the `vramscope summary` model.
+//! * [`iterations`], [`lifetimes`], [`leaks`]: training iterations, block
+//!   lifetimes, and memory that grows from one iteration to the next.
+//! * [`diff`]: what is alive in one snapshot (or moment) and not in another.
 //!
 //! ```no_run
 //! use vramscope_analysis::{summarize, SummaryOptions};
@@ -16,10 +19,14 @@
 //! # Ok::<(), vramscope_snapshot::SnapshotError>(())
 //! ```
 
+pub mod iterations;
+pub mod leaks;
+pub mod lifetimes;
 pub mod replay;
 pub mod segments;
 pub mod sites;
 pub mod summary;
+pub mod units;
 
 pub use replay::{LiveBlock, Replay};
 pub use segments::{memory_state, Fragmentation, MemoryState};

@@ -39,7 +39,7 @@ pub struct Replay {
 
 /// Live blocks at the end of the snapshot for `device` (allocated or pending
 /// free), by address.
-fn live_at_end(snap: &Snapshot, device: u32) -> Vec<LiveBlock> {
+pub(crate) fn live_at_end(snap: &Snapshot, device: u32) -> Vec<LiveBlock> {
     snap.segments_of(device)
         .flat_map(|s| snap.blocks_of(s))
         .filter(|b| b.state.is_allocated())

@@ -10,6 +10,7 @@
 mod demo;
 mod flamegraph;
 mod input;
+mod leaks;
 mod output;
 mod progress;
 mod report;
@@ -42,6 +43,8 @@ enum Command {
     Flamegraph(flamegraph::Args),
     /// A terminal map of segments and their blocks.
     Segments(segments::Args),
+    /// Memory that grows from one iteration to the next, explained, with fixes.
+    Leaks(leaks::Args),
     /// Write a realistic synthetic snapshot (for tests and benchmarks).
     Synth(synth::Args),
 }
@@ -87,6 +90,7 @@ where
         Command::Flamegraph(a) => flamegraph::run(a),
         Command::Segments(a) => segments::run(a),
         Command::Synth(a) => synth::run(a),
+        Command::Leaks(a) => leaks::run(a),
     };
     match result {
         Ok(()) => 0,

@@ -1,19 +1,6 @@
 //! Number formatting for people: binary units, thousands separators, times.
 
-/// `1536` → `1.50 KiB`; bytes below 1 KiB print as `512 B`.
-pub fn bytes(n: u64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    if n < 1024 {
-        return format!("{n} B");
-    }
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    format!("{v:.2} {}", UNITS[u])
-}
+pub use vramscope_analysis::units::bytes;
 
 /// `1234567` → `1,234,567`.
 pub fn count(n: u64) -> String {

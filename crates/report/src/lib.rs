@@ -11,10 +11,12 @@
 pub mod flamegraph;
 pub mod format;
 pub mod html;
+mod leaks_text;
 pub mod moment;
 pub mod segments_map;
 mod text;
 
+pub use leaks_text::{leaks_json, leaks_text};
 pub use text::summary_text;
 
 /// The `--json` form of a summary (pretty-printed, stable field names).

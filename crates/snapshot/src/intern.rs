@@ -27,6 +27,13 @@ impl StackId {
     }
 }
 
+impl Default for StackId {
+    /// No stack.
+    fn default() -> Self {
+        StackId::NONE
+    }
+}
+
 /// Unique strings.
 #[derive(Default, Debug)]
 pub struct StringTable {

@@ -1,0 +1,336 @@
+//! Leaks: memory that grows from one training iteration to the next, and
+//! why.
+//!
+//! The trace is cut into iterations ([`crate::iterations`]), every block's
+//! lifetime is known ([`crate::lifetimes`]), and for each allocation site the
+//! bytes still alive at the end of each iteration form a series. Its shape
+//! says what happened:
+//!
+//! * steady growth: a reference keeps one iteration's tensors alive (a list
+//!   that is appended to, a loss accumulated with its graph);
+//! * growth that drops all at once when Python's cycle collector runs (the
+//!   recorder marks collections; without marks the saw-tooth is the clue);
+//! * growth in the first iteration only: optimizer state, caches (benign);
+//!
+//! and, apart from the series, gradients of one iteration still allocated at
+//! the next iteration's peak (`zero_grad` in the wrong place or with
+//! `set_to_none=False`), and tensors that outlive the iteration after theirs.
+//!
+//! ```no_run
+//! use vramscope_analysis::leaks::{find_leaks, LeakOptions};
+//! let snap = vramscope_snapshot::load("run.pickle".as_ref(), &Default::default())?;
+//! let report = find_leaks(&snap, 0, &LeakOptions::default());
+//! for f in &report.findings {
+//!     println!("{}: {}\n  fix: {}", f.title, f.explanation, f.fix);
+//! }
+//! # Ok::<(), vramscope_snapshot::SnapshotError>(())
+//! ```
+
+mod findings;
+pub mod series;
+pub mod source;
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+use vramscope_snapshot::{AnnotationStage, DeviceTrace, Snapshot, NO_TIME};
+
+use crate::iterations::{find_iterations, Iteration, IterationSource, Iterations};
+use crate::lifetimes::Lifetimes;
+use crate::replay::{allocated_series, Replay};
+use series::{BlockIterations, SiteTable};
+use source::Sources;
+
+/// Version of the `vramscope leaks --json` schema.
+pub const LEAKS_SCHEMA_VERSION: u32 = 1;
+
+/// Options of the leak analysis (shared by the CLI and Python).
+#[derive(Clone, Debug)]
+pub struct LeakOptions {
+    /// Growth per iteration below this many bytes is not a leak. Default 1:
+    /// a 512-byte loss tensor kept per step is a leak worth knowing about.
+    pub min_growth_per_iteration: u64,
+    /// One-time growth and held gradients are reported from this fraction
+    /// of the peak up. Default 0.01.
+    pub min_fraction_of_peak: f64,
+    /// Sites listed per finding. Default 5.
+    pub max_sites: usize,
+    /// Read the user's source files (when they exist on this machine) to
+    /// quote the code of a site and the line that keeps its tensor.
+    /// Default true.
+    pub read_sources: bool,
+    /// Directories that relative file names in the stacks are looked up in,
+    /// after the current directory. Default: none.
+    pub source_roots: Vec<PathBuf>,
+}
+
+impl Default for LeakOptions {
+    fn default() -> Self {
+        LeakOptions {
+            min_growth_per_iteration: 1,
+            min_fraction_of_peak: 0.01,
+            max_sites: 5,
+            read_sources: true,
+            source_roots: Vec::new(),
+        }
+    }
+}
+
+/// One iteration's memory.
+#[derive(Clone, Debug, Serialize)]
+pub struct IterationStats {
+    #[serde(flatten)]
+    pub range: Iteration,
+    /// Allocated when it began and when it ended (bytes).
+    pub start_bytes: u64,
+    pub end_bytes: u64,
+    pub growth: i64,
+    pub peak_bytes: u64,
+    /// Event index of the peak.
+    pub peak_event: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    /// Memory grows without bound.
+    Leak,
+    /// Memory is wasted, but bounded.
+    Warning,
+    /// Expected growth, shown so it is not mistaken for a leak.
+    Benign,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FindingKind {
+    /// One site's tensors are kept, iteration after iteration.
+    Growth,
+    /// Several sites grow together: an autograd graph per iteration is kept.
+    RetainedGraph,
+    /// Freed only by Python's cycle collector.
+    ReferenceCycle,
+    /// Gradients alive during the next iteration's peak.
+    HeldGradients,
+    /// Tensors that outlive the iteration after theirs, without growth.
+    LongLived,
+    /// Growth in the first iteration(s), flat afterwards.
+    OneTime,
+}
+
+/// What one allocation site did.
+#[derive(Clone, Debug, Serialize)]
+pub struct SiteEvidence {
+    /// `file:line in function` (the summary's site rule).
+    pub site: String,
+    pub file: String,
+    pub line: u32,
+    /// The source line, when the file is readable here.
+    pub code: Option<String>,
+    /// A later line that stores the tensor (`self.features.append(h)`).
+    pub kept_by: Option<(u32, String)>,
+    /// Bytes alive at the end of each iteration, from the end of setup
+    /// (index 0) to the last complete iteration.
+    pub live_bytes: Vec<u64>,
+    /// Growth per iteration (leaks; 0 for other findings).
+    pub bytes_per_iteration: f64,
+    /// Bytes of this site in the finding: alive at the end of the last
+    /// complete iteration (leaks), held, or allocated once.
+    pub bytes: u64,
+    /// Blocks allocated in iteration k and still alive after k + 1 ended.
+    pub outliving_blocks: u64,
+    pub outliving_bytes: u64,
+    /// Blocks freed while the cycle collector ran.
+    pub gc_freed_blocks: u64,
+    pub gc_freed_bytes: u64,
+    /// Stack of the largest block, innermost first.
+    pub stack: Vec<String>,
+}
+
+/// One explained problem (or benign growth).
+#[derive(Clone, Debug, Serialize)]
+pub struct Finding {
+    pub kind: FindingKind,
+    pub severity: Severity,
+    pub title: String,
+    /// What happened, in plain language, with the figures.
+    pub explanation: String,
+    /// What to change.
+    pub fix: String,
+    /// Growth per iteration (leaks), or bytes held (others).
+    pub bytes_per_iteration: f64,
+    pub bytes: u64,
+    /// Iterations the evidence covers (1-based).
+    pub iterations: (u32, u32),
+    pub sites: Vec<SiteEvidence>,
+}
+
+/// The leak analysis of one device.
+#[derive(Clone, Debug, Serialize)]
+pub struct LeakReport {
+    pub schema_version: u32,
+    pub device: u32,
+    pub iteration_source: IterationSource,
+    pub iterations: Vec<IterationStats>,
+    /// Allocated-at-end growth per complete iteration after the first.
+    pub growth_per_iteration: f64,
+    /// Whether any finding has severity `leak`.
+    pub leaks_found: bool,
+    pub findings: Vec<Finding>,
+    /// What limited the analysis (too few iterations, no times, ...).
+    pub notes: Vec<String>,
+}
+
+/// Find leaks in `device`'s trace.
+pub fn find_leaks(snap: &Snapshot, device: u32, opts: &LeakOptions) -> LeakReport {
+    let empty = DeviceTrace::default();
+    let t = snap.trace(device).unwrap_or(&empty);
+    let its = find_iterations(snap, device);
+    let replay = Replay::new(snap, device);
+    let series = allocated_series(&replay, t);
+    let iterations = iteration_stats(&its, &series, replay.initial_bytes);
+    let complete = its.complete().count() as u32;
+    let mut notes = Vec::new();
+    if t.is_empty() {
+        notes.push("the snapshot has no trace of events: leaks need allocations over time".into());
+    } else if its.list.is_empty() {
+        notes.push(
+            "no iterations found (no ProfilerStep or repeated annotation, no optimizer step, no repeating pattern); \
+             call vramscope.step() once per iteration when recording"
+                .into(),
+        );
+    } else if complete < 3 {
+        notes.push(format!(
+            "{complete} complete iteration(s) in the trace: growth from one iteration to the next needs at least 3"
+        ));
+    }
+    let l = Lifetimes::new(snap, device);
+    let bi = BlockIterations::new(&l, &its);
+    let gc = gc_spans(snap, device, t);
+    let in_gc = |ev: u32| {
+        let k = gc.partition_point(|&(s, _)| s <= ev as usize);
+        k > 0 && (ev as usize) < gc[k - 1].1
+    };
+    let sites = SiteTable::new(snap, &l, &bi, complete, &in_gc);
+    let mut sources = Sources::new(if opts.read_sources {
+        let mut roots = vec![std::env::current_dir().unwrap_or_default()];
+        roots.extend(opts.source_roots.iter().cloned());
+        roots
+    } else {
+        Vec::new()
+    });
+    let ctx = findings::Context {
+        snap,
+        trace: t,
+        allocated: &series,
+        opts,
+        iterations: &iterations,
+        complete,
+        lifetimes: &l,
+        block_iterations: &bi,
+        sites: &sites,
+        gc_runs: gc.len(),
+        gc_probes: snap
+            .annotations
+            .iter()
+            .filter(|a| {
+                a.stage == AnnotationStage::Start && snap.str(a.name) == "gc.collect#vramscope"
+            })
+            .count(),
+        function_lines: t.category.is_some(),
+        has_gc_marks: snap
+            .annotations
+            .iter()
+            .any(|a| snap.str(a.name).starts_with("gc.collect")),
+    };
+    let mut found = findings::analyze(&ctx, &mut sources);
+    found.sort_by(|a, b| {
+        a.severity
+            .cmp(&b.severity)
+            .then(b.bytes.cmp(&a.bytes))
+            .then(a.title.cmp(&b.title))
+    });
+    let growth_per_iteration = match (
+        iterations.first(),
+        iterations.iter().rfind(|i| i.range.complete),
+    ) {
+        (Some(first), Some(last)) if last.range.number > first.range.number => {
+            (last.end_bytes as f64 - first.end_bytes as f64)
+                / (last.range.number - first.range.number) as f64
+        }
+        _ => 0.0,
+    };
+    LeakReport {
+        schema_version: LEAKS_SCHEMA_VERSION,
+        device,
+        iteration_source: its.source.clone(),
+        iterations,
+        growth_per_iteration,
+        leaks_found: found.iter().any(|f| f.severity == Severity::Leak),
+        findings: found,
+        notes,
+    }
+}
+
+fn iteration_stats(its: &Iterations, series: &[u64], initial: u64) -> Vec<IterationStats> {
+    its.list
+        .iter()
+        .map(|it| {
+            let before = if it.start == 0 {
+                initial
+            } else {
+                series[it.start - 1]
+            };
+            let end = series[it.end - 1];
+            let (peak_event, peak_bytes) =
+                (it.start..it.end)
+                    .map(|i| (i, series[i]))
+                    .fold(
+                        (it.start, before),
+                        |best, x| if x.1 > best.1 { x } else { best },
+                    );
+            IterationStats {
+                range: it.clone(),
+                start_bytes: before,
+                end_bytes: end,
+                growth: end as i64 - before as i64,
+                peak_bytes,
+                peak_event,
+            }
+        })
+        .collect()
+}
+
+/// Event ranges `[start, end)` during which the cycle collector ran, from the
+/// recorder's `gc.collect` annotations.
+fn gc_spans(snap: &Snapshot, device: u32, t: &DeviceTrace) -> Vec<(usize, usize)> {
+    if !t.has_time() {
+        return Vec::new();
+    }
+    let at = |time: i64| t.time_us.partition_point(|&x| x == NO_TIME || x < time);
+    let mut starts: Vec<i64> = Vec::new();
+    let mut ends: Vec<i64> = Vec::new();
+    for a in &snap.annotations {
+        if a.device >= 0 && a.device != device as i64 || !snap.str(a.name).starts_with("gc.collect")
+        {
+            continue;
+        }
+        match a.stage {
+            AnnotationStage::Start => starts.push(a.time_us),
+            AnnotationStage::End => ends.push(a.time_us),
+            AnnotationStage::Other => {}
+        }
+    }
+    starts.sort_unstable();
+    ends.sort_unstable();
+    let mut out: Vec<(usize, usize)> = starts
+        .iter()
+        .filter_map(|&s| {
+            let e = ends[ends.partition_point(|&e| e < s)..].first().copied()?;
+            Some((at(s), at(e + 1)))
+        })
+        .filter(|(s, e)| e > s)
+        .collect();
+    out.sort_unstable();
+    out
+}

@@ -1,0 +1,219 @@
+//! The user's source code, when it is on this machine: the line of an
+//! allocation site, and the line that probably keeps its tensor alive.
+//!
+//! A snapshot knows where a tensor was *created*, not what refers to it. When
+//! the file is readable, the function around the site often tells: the site
+//! assigns `h = ...`, and a few lines later `self.features.append(h)`.
+
+use std::path::{Path, PathBuf};
+
+use vramscope_snapshot::hash::FxHashMap as HashMap;
+
+/// Larger files are not read.
+const MAX_SOURCE_BYTES: u64 = 4 << 20;
+
+/// Reads and caches source files, looked up as given, then under each root.
+#[derive(Debug, Default)]
+pub struct Sources {
+    roots: Vec<PathBuf>,
+    cache: HashMap<String, Option<Vec<String>>>,
+}
+
+impl Sources {
+    pub fn new(roots: Vec<PathBuf>) -> Sources {
+        Sources {
+            roots,
+            cache: HashMap::default(),
+        }
+    }
+
+    fn lines(&mut self, file: &str) -> Option<&[String]> {
+        if file.is_empty() || file.starts_with('<') {
+            return None;
+        }
+        if !self.cache.contains_key(file) {
+            let read = |p: &Path| -> Option<Vec<String>> {
+                let meta = std::fs::metadata(p).ok()?;
+                if !meta.is_file() || meta.len() > MAX_SOURCE_BYTES {
+                    return None;
+                }
+                let bytes = std::fs::read(p).ok()?;
+                Some(
+                    String::from_utf8_lossy(&bytes)
+                        .lines()
+                        .map(str::to_owned)
+                        .collect(),
+                )
+            };
+            let direct = Path::new(file);
+            let found = read(direct).or_else(|| {
+                if direct.is_absolute() {
+                    return None;
+                }
+                self.roots.iter().find_map(|r| read(&r.join(direct)))
+            });
+            self.cache.insert(file.to_owned(), found);
+        }
+        self.cache.get(file)?.as_deref()
+    }
+
+    /// Line `line` (1-based) of `file`, trimmed.
+    pub fn line(&mut self, file: &str, line: u32) -> Option<String> {
+        let lines = self.lines(file)?;
+        let l = lines.get((line as usize).checked_sub(1)?)?;
+        Some(l.trim().to_owned())
+    }
+
+    /// A line after `line`, in the same function, that stores the variable
+    /// assigned at `line` somewhere that outlives the call: appended to a
+    /// list, put into a container or an attribute. `(line number, code)`.
+    pub fn keeper(&mut self, file: &str, line: u32) -> Option<(u32, String)> {
+        let lines = self.lines(file)?;
+        let at = (line as usize).checked_sub(1)?;
+        let site = lines.get(at)?;
+        if stores(site, None) {
+            return Some((line, site.trim().to_owned()));
+        }
+        let t = site.trim_start();
+        if t.starts_with("def ") || t.starts_with("async def ") {
+            // Profilers report a function's first line: look through its body
+            // for a call that stores something.
+            let indent = indentation(site);
+            for (k, l) in lines.iter().enumerate().skip(at + 1) {
+                if l.trim().is_empty() {
+                    continue;
+                }
+                if indentation(l) <= indent {
+                    break;
+                }
+                if stores(l, None) {
+                    return Some((k as u32 + 1, l.trim().to_owned()));
+                }
+            }
+            return None;
+        }
+        let name = assigned_name(site)?;
+        let indent = indentation(site);
+        // The enclosing `def`: the nearest line above with less indentation
+        // that starts a function.
+        let def_indent = lines[..at]
+            .iter()
+            .rev()
+            .find(|l| {
+                let t = l.trim_start();
+                indentation(l) < indent && (t.starts_with("def ") || t.starts_with("async def "))
+            })
+            .map(|l| indentation(l))?;
+        for (k, l) in lines.iter().enumerate().skip(at + 1) {
+            if l.trim().is_empty() {
+                continue;
+            }
+            if indentation(l) <= def_indent {
+                break;
+            }
+            if stores(l, Some(&name)) {
+                return Some((k as u32 + 1, l.trim().to_owned()));
+            }
+        }
+        None
+    }
+}
+
+fn indentation(l: &str) -> usize {
+    l.len() - l.trim_start().len()
+}
+
+/// `h = ...` / `h: Tensor = ...` → `h` (not `==`, not `a.b = `).
+fn assigned_name(l: &str) -> Option<String> {
+    let t = l.trim_start();
+    let end = t.find(|c: char| !(c.is_alphanumeric() || c == '_'))?;
+    let (name, rest) = t.split_at(end);
+    if name.is_empty() || name.chars().next().is_some_and(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    let rest = rest.trim_start();
+    let rest = match rest.strip_prefix(':') {
+        Some(r) => &r[r.find('=')?..],
+        None => rest,
+    };
+    (rest.starts_with('=') && !rest.starts_with("==")).then(|| name.to_owned())
+}
+
+/// Whether a line stores `name` (any value when `None`) into something
+/// that outlives the statement.
+fn stores(l: &str, name: Option<&str>) -> bool {
+    let t = l.trim();
+    if t.starts_with('#') {
+        return false;
+    }
+    let mentions = |s: &str| match name {
+        None => true,
+        Some(n) => s
+            .match_indices(n)
+            .any(|(i, _)| word_boundary(s, i, n.len())),
+    };
+    for call in [
+        ".append(",
+        ".extend(",
+        ".add(",
+        ".insert(",
+        ".put(",
+        ".appendleft(",
+    ] {
+        if let Some(i) = t.find(call) {
+            return mentions(&t[i + call.len()..]);
+        }
+    }
+    // `self.x = h`, `self.cache[k] = h`, `d[k] = h`, `xs += [h]`
+    if let Some(eq) = t.find('=') {
+        let (lhs, rhs) = (t[..eq].trim_end(), &t[eq + 1..]);
+        if rhs.starts_with('=') || lhs.ends_with(['!', '<', '>', '=']) {
+            return false;
+        }
+        let lhs = lhs.trim_end_matches('+').trim_end();
+        let container = lhs.starts_with("self.") || lhs.ends_with(']') || t[..eq].ends_with('+');
+        return container && name.is_some() && mentions(rhs);
+    }
+    false
+}
+
+fn word_boundary(s: &str, i: usize, len: usize) -> bool {
+    let ok = |c: Option<char>| c.is_none_or(|c| !(c.is_alphanumeric() || c == '_'));
+    ok(s[..i].chars().next_back()) && ok(s[i + len..].chars().next())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_line_that_keeps_a_tensor() {
+        let dir = std::env::temp_dir().join(format!("vramscope-src-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("tmp");
+        let code = "class M:\n    def forward(self, x):\n        h = self.fc(x)\n        hh = h * 2\n        self.features.append(h)\n        return hh\n\n    def other(self):\n        self.keep = h\n";
+        std::fs::write(dir.join("model.py"), code).expect("write");
+        let mut s = Sources::new(vec![dir.clone()]);
+        assert_eq!(s.line("model.py", 3).as_deref(), Some("h = self.fc(x)"));
+        assert_eq!(
+            s.keeper("model.py", 3),
+            Some((5, "self.features.append(h)".to_owned()))
+        );
+        // `hh` is returned, not stored: no keeper, and `other` is another function.
+        assert_eq!(s.keeper("model.py", 4), None);
+        assert_eq!(s.line("missing.py", 1), None);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn store_patterns() {
+        assert!(stores("self.cache[k] = out", Some("out")));
+        assert!(stores("total_loss += [loss]", Some("loss")));
+        assert!(stores("self.last = out", Some("out")));
+        assert!(!stores("if out == 3:", Some("out")));
+        assert!(!stores("y = out + 1", Some("out")));
+        assert!(!stores("outputs.append(other)", Some("out")));
+        assert_eq!(assigned_name("    h: Tensor = f(x)").as_deref(), Some("h"));
+        assert_eq!(assigned_name("    a.b = f(x)"), None);
+        assert_eq!(assigned_name("    h == 3"), None);
+    }
+}
