@@ -19,6 +19,7 @@
 //! # Ok::<(), vramscope_snapshot::SnapshotError>(())
 //! ```
 
+pub mod gates;
 pub mod iterations;
 pub mod leaks;
 pub mod lifetimes;

@@ -20,3 +20,61 @@ pub fn signed_bytes(n: f64) -> String {
     let sign = if n < 0.0 { "-" } else { "+" };
     format!("{sign}{}", bytes(n.abs().round() as u64))
 }
+
+/// Parse a byte count for people: `12GiB`, `1.5 GB`, `512MiB`, `4096`,
+/// `1MiB/iter` (a trailing `/iter`, `/iteration` or `/step` is accepted
+/// and ignored, for limits per iteration). Binary units (KiB, MiB, GiB,
+/// TiB) are powers of 1024; decimal ones (kB, MB, GB, TB) powers of 1000;
+/// a bare `K`/`M`/`G`/`T` is binary, as in PyTorch's own messages.
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let t = ["/iteration", "/iter", "/step", "/it"]
+        .iter()
+        .find_map(|suf| t.strip_suffix(suf))
+        .unwrap_or(t)
+        .trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '_'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let num: f64 = num
+        .replace('_', "")
+        .parse()
+        .map_err(|_| format!("expected a size such as 12GiB or 512MiB, found {s:?}"))?;
+    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kib" => 1024.0,
+        "m" | "mib" => 1024.0 * 1024.0,
+        "g" | "gib" => 1024f64.powi(3),
+        "t" | "tib" => 1024f64.powi(4),
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        u => return Err(format!("unknown unit {u:?} in {s:?} (use B, KiB, MiB, GiB, TiB, kB, MB, GB, TB)")),
+    };
+    let v = num * mult;
+    if !v.is_finite() || v < 0.0 || v > u64::MAX as f64 {
+        return Err(format!("size out of range: {s:?}"));
+    }
+    Ok(v.round() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_sizes() {
+        assert_eq!(parse_bytes("12GiB"), Ok(12 << 30));
+        assert_eq!(parse_bytes("1.5 GB"), Ok(1_500_000_000));
+        assert_eq!(parse_bytes("1MiB/iter"), Ok(1 << 20));
+        assert_eq!(parse_bytes("4096"), Ok(4096));
+        assert_eq!(parse_bytes("512M"), Ok(512 << 20));
+        assert!(parse_bytes("12 parsecs").is_err());
+        assert!(parse_bytes("GiB").is_err());
+        assert!(parse_bytes("-1GiB").is_err());
+        assert_eq!(bytes(1536), "1.50 KiB");
+        assert_eq!(signed_bytes(-512.0), "-512 B");
+    }
+}

@@ -4,9 +4,10 @@
 //! in the library crates.
 //!
 //! Exit codes: 0 success; 1 a file could not be read or written; 2 the input
-//! is not a valid snapshot, or the command line is wrong; 3 a check failed
-//! (reserved for `vramscope check`).
+//! is not a valid snapshot, or the command line is wrong; 3 a limit given to
+//! `vramscope check` was exceeded.
 
+mod check;
 mod demo;
 mod flamegraph;
 mod input;
@@ -24,7 +25,7 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(name = "vramscope", version, about, long_about = None)]
 #[command(
-    after_help = "Exit codes: 0 success, 1 file not readable/writable, 2 invalid snapshot or usage"
+    after_help = "Exit codes: 0 success, 1 file not readable/writable, 2 invalid snapshot or usage, 3 `check` found a limit exceeded"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -45,6 +46,8 @@ enum Command {
     Segments(segments::Args),
     /// Memory that grows from one iteration to the next, explained, with fixes.
     Leaks(leaks::Args),
+    /// Memory gates for CI: peak, reserved, leaks, growth per iteration (exit 3 on failure).
+    Check(check::Args),
     /// Write a realistic synthetic snapshot (for tests and benchmarks).
     Synth(synth::Args),
 }
@@ -91,6 +94,10 @@ where
         Command::Segments(a) => segments::run(a),
         Command::Synth(a) => synth::run(a),
         Command::Leaks(a) => leaks::run(a),
+        Command::Check(a) => match check::run(a) {
+            Ok(code) => return code,
+            Err(e) => Err(e),
+        },
     };
     match result {
         Ok(()) => 0,
