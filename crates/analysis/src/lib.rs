@@ -19,6 +19,7 @@
 //! # Ok::<(), vramscope_snapshot::SnapshotError>(())
 //! ```
 
+pub mod diff;
 pub mod gates;
 pub mod iterations;
 pub mod leaks;
@@ -29,6 +30,7 @@ pub mod sites;
 pub mod summary;
 pub mod units;
 
+pub use diff::{diff, Diff, DiffGroup, DiffOptions, DiffTotals, SiteDelta, SizeCount};
 pub use replay::{LiveBlock, Replay};
 pub use segments::{memory_state, Fragmentation, MemoryState};
 pub use sites::Site;

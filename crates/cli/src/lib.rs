@@ -9,6 +9,7 @@
 
 mod check;
 mod demo;
+mod diff;
 mod flamegraph;
 mod input;
 mod leaks;
@@ -44,6 +45,8 @@ enum Command {
     Flamegraph(flamegraph::Args),
     /// A terminal map of segments and their blocks.
     Segments(segments::Args),
+    /// What is alive in B and not in A: two snapshots, or two moments of one.
+    Diff(diff::Args),
     /// Memory that grows from one iteration to the next, explained, with fixes.
     Leaks(leaks::Args),
     /// Memory gates for CI: peak, reserved, leaks, growth per iteration (exit 3 on failure).
@@ -92,6 +95,7 @@ where
         Command::Demo(a) => demo::run(a),
         Command::Flamegraph(a) => flamegraph::run(a),
         Command::Segments(a) => segments::run(a),
+        Command::Diff(a) => diff::run(a),
         Command::Synth(a) => synth::run(a),
         Command::Leaks(a) => leaks::run(a),
         Command::Check(a) => match check::run(a) {

@@ -8,6 +8,7 @@
 //! # Ok::<(), vramscope_snapshot::SnapshotError>(())
 //! ```
 
+pub mod diff;
 pub mod flamegraph;
 pub mod format;
 pub mod html;
