@@ -144,7 +144,8 @@ def test_native_reader_agrees(trained: SimpleNamespace, capfd: pytest.CaptureFix
     assert dev["peak"]["allocated_bytes"] == peak
     assert dev["peak"]["before_window_bytes"] == before
     assert dev["peak_reserved_bytes"] == peak  # CPU: every allocation is its own segment
-    assert summary["annotations"] == {"ProfilerStep#1": 1, "ProfilerStep#2": 1, "ProfilerStep#3": 1}
+    steps = {k: v for k, v in summary["annotations"].items() if not k.startswith("gc.collect#")}
+    assert steps == {"ProfilerStep#1": 1, "ProfilerStep#2": 1, "ProfilerStep#3": 1}
 
 
 def test_oom_dumps_and_reraises_the_same_exception(tmp_path: Path, cpu_path: None) -> None:
@@ -254,7 +255,8 @@ def test_marks_label_ranges_and_allocations(tmp_path: Path, cpu_path: None) -> N
     snap = load_snapshot(out)
     names = [(a["name"], a["stage"]) for a in snap["external_annotations"]]
     one = [("ProfilerStep#{}", "START"), ("forward", "START"), ("forward", "END"), ("backward", "START"), ("backward", "END"), ("ProfilerStep#{}", "END")]
-    assert names == [(n.format(1), s) for n, s in one] + [(n.format(2), s) for n, s in one] + [("ProfilerStep#3", "START"), ("ProfilerStep#3", "END")]
+    # What ran after the last step() is not a whole iteration: no END.
+    assert names == [(n.format(1), s) for n, s in one] + [(n.format(2), s) for n, s in one] + [("ProfilerStep#3", "START")]
     label = {e["size"]: e.get("user_metadata") for e in snap["device_traces"][0] if e["action"] == "alloc"}
     assert label[40000] == "forward" and label[80000] == "backward" and label[120000] is None
 

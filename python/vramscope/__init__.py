@@ -22,7 +22,7 @@ import html
 import json
 import os
 from pathlib import Path
-from typing import Optional, Union
+from typing import Optional, Sequence, Union
 
 from . import _native
 from ._native import SnapshotError
@@ -40,12 +40,15 @@ __all__ = [
     "step",
     "mark",
     "cli",
+    "limits",
+    "MemoryLimitExceeded",
 ]
 
 # The recorder imports torch only when recording starts, so importing it
 # here keeps `import vramscope` light. Importing the names (not just the
 # submodule) binds `vramscope.record` to the class, not the module.
 from .record import dump, mark, record, start, step, stop  # noqa: E402
+from .testing import MemoryLimitExceeded, limits  # noqa: E402
 
 
 class Snapshot:
@@ -74,6 +77,39 @@ class Snapshot:
     def summary_text(self, device: Optional[int] = None, top: int = 10) -> str:
         """The summary as terminal text."""
         return self._n.summary_text(device, top)
+
+    def leaks(
+        self,
+        device: Optional[int] = None,
+        min_growth: Union[int, str, None] = None,
+        source_roots: Sequence[Union[str, os.PathLike]] = (),
+    ) -> dict:
+        """The leak analysis as a dict (the `vramscope leaks --json` schema):
+        iterations, findings with explanation, fix and evidence."""
+        roots = [os.fspath(r) for r in source_roots]
+        return json.loads(self._n.leaks_json(device, _size(min_growth), roots))
+
+    def leaks_text(self, device: Optional[int] = None, source_roots: Sequence[Union[str, os.PathLike]] = ()) -> str:
+        """The leak analysis as terminal text."""
+        return self._n.leaks_text(device, None, [os.fspath(r) for r in source_roots])
+
+    def check(
+        self,
+        max_peak: Union[int, str, None] = None,
+        *,
+        max_reserved: Union[int, str, None] = None,
+        no_leaks: bool = False,
+        max_growth: Union[int, str, None] = None,
+        device: Optional[int] = None,
+        source_roots: Sequence[Union[str, os.PathLike]] = (),
+    ) -> dict:
+        """Memory gates (`vramscope check --json`): each limit, its measured
+        value and whether it passed; `result["passed"]` is the verdict.
+        Sizes are bytes or strings such as ``"12GiB"`` and ``"1MiB/iter"``."""
+        roots = [os.fspath(r) for r in source_roots]
+        return json.loads(
+            self._n.check_json(device, _size(max_peak), _size(max_reserved), bool(no_leaks), _size(max_growth), roots)
+        )
 
     def report_html(self, device: Optional[int] = None, title: Optional[str] = None) -> str:
         """The self-contained interactive HTML report."""
@@ -104,6 +140,13 @@ class Snapshot:
 
     def __repr__(self) -> str:
         return f"<vramscope.Snapshot {self.path!r} devices={self.devices}>"
+
+
+def _size(v: Union[int, str, None]) -> Optional[int]:
+    """Bytes from an int or a string such as "12GiB" or "1MiB/iter"."""
+    if v is None or isinstance(v, int):
+        return v
+    return _native.parse_bytes(str(v))
 
 
 def _default_report_path(snapshot_path: str) -> Path:

@@ -80,11 +80,13 @@ class record:
             (``$VRAMSCOPE_EVERY``).
         keep: periodic files kept, older ones deleted; 0 keeps all. Default 3
             (``$VRAMSCOPE_KEEP``).
-        collect_cycles: before each dump, run one full garbage collection,
-            marked in the snapshot (``gc.collect#vramscope``): tensors that
-            only reference cycles keep alive are freed by it, so ``vramscope
-            leaks`` can name them even when Python's collector never ran
-            during the recording. Default True.
+        collect_cycles: before the dump at the end (unless an exception is
+            propagating), periodic dumps and :func:`dump`, run one full
+            garbage collection, marked in the snapshot
+            (``gc.collect#vramscope``): tensors that only reference cycles keep
+            alive are freed by it, so ``vramscope leaks`` can name them even
+            when Python's collector never ran during the recording. Never at
+            an out-of-memory dump. Default True.
 
     Leaving the block dumps and stops recording, whatever the reason; an
     exception passes through unchanged (the very same object). Inside another
@@ -151,7 +153,7 @@ class record:
             if _active is session:
                 _active = None
         try:
-            return session.finish(write=write)
+            return session.finish(write=write, collect=not pending)
         except Exception as err:
             if not pending:
                 raise
@@ -192,7 +194,7 @@ def dump(path: Optional[str | os.PathLike] = None) -> str:
     session = _current()
     if session is None:
         raise RuntimeError("vramscope is not recording")
-    return session.dump(os.fspath(path) if path is not None else session.settings.path)
+    return session.dump(os.fspath(path) if path is not None else session.settings.path, collect=True)
 
 
 def step() -> int:
@@ -291,6 +293,7 @@ class _Session:
         self.gc_spans: Deque[tuple] = collections.deque(maxlen=GC_SPANS_KEPT)
         self._gc_start = 0
         self._probing = False
+        self.unfinished: Optional[str] = None
 
     def _on_gc(self, phase: str, info: Dict[str, Any]) -> None:
         # Runs inside every collection: two clock reads and, rarely, an append.
@@ -364,7 +367,7 @@ class _Session:
 
     def _write_periodic(self, n: int) -> None:
         path = periodic_path(self.settings.path, n)
-        self.dump(path)
+        self.dump(path, collect=True)
         self.periodic.append(path)
         while self.settings.keep and len(self.periodic) > self.settings.keep:
             try:
@@ -372,10 +375,11 @@ class _Session:
             except FileNotFoundError:
                 pass
 
-    def snapshot(self, final: bool = False) -> Dict[str, Any]:
+    def snapshot(self, final: bool = False, collect: bool = False) -> Dict[str, Any]:
         """The snapshot as PyTorch would pickle it, with our annotations."""
         with self.lock:
-            self._collect_cycles()
+            if collect:
+                self._collect_cycles()
             if self.cuda:
                 snap = self.backend.snapshot()
             else:
@@ -414,7 +418,11 @@ class _Session:
         # Without a single step() there are no iterations to show.
         spans = [s for s in self.spans if s.kind != "step" or (self.steps and (not times or busy(s)))]
         dropped = {s.name for s in self.spans} - {s.name for s in spans}
-        native = [a for a in snap.get("external_annotations") or [] if a.get("name") not in dropped]
+        native = [
+            a
+            for a in snap.get("external_annotations") or []
+            if a.get("name") not in dropped and not (a.get("name") == self.unfinished and a.get("stage") == "END")
+        ]
         have = {a.get("name") for a in native}
         device = self.backend.device()
         ours = []
@@ -422,7 +430,7 @@ class _Session:
             end = s.end_us if s.end_us is not None else now
             if s.name not in have:
                 ours.append({"name": s.name, "stage": "START", "device": device, "time_us": s.start_us})
-            if s.name not in have or s.end_us is None:
+            if (s.name not in have or s.end_us is None) and s.name != self.unfinished:
                 ours.append({"name": s.name, "stage": "END", "device": device, "time_us": end})
         first = times[0] if times else 0
         for start, end, label in self.gc_spans:
@@ -432,17 +440,27 @@ class _Session:
                 ours.append({"name": name, "stage": "END", "device": device, "time_us": end})
         return sorted(native + ours, key=lambda a: a.get("time_us", 0))
 
-    def dump(self, path: str) -> str:
-        write_atomic(path, self.snapshot())
+    def dump(self, path: str, collect: bool = False) -> str:
+        """Write the snapshot; ``collect``: run the marked cycle collection
+        first (only at safe points in the user's code, never from inside the
+        allocator's OOM observer)."""
+        write_atomic(path, self.snapshot(collect=collect))
         return path
 
-    def finish(self, write: bool = True) -> Optional[str]:
-        """End the recording, writing the snapshot first if ``write``."""
+    def finish(self, write: bool = True, collect: bool = False) -> Optional[str]:
+        """End the recording, writing the snapshot first if ``write``;
+        ``collect`` as in :meth:`dump` (not while an exception propagates:
+        the snapshot must show what the failure left alive)."""
         with self.lock:
+            # What ran after the last step() is not a whole iteration (the
+            # end of the loop, teardown): its range gets no END, so readers
+            # treat it as cut short.
+            if self.step_span is not None:
+                self.unfinished = self.step_span.name
             self._close_open()
             try:
                 if write:
-                    write_atomic(self.settings.path, self.snapshot(final=True))
+                    write_atomic(self.settings.path, self.snapshot(final=True, collect=collect))
                     return self.settings.path
                 return None
             finally:

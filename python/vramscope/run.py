@@ -56,7 +56,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     from .record import record  # imports torch when recording starts, not before
 
-    options = dict(max_entries=ns.max_entries, stacks=ns.stacks, every=ns.every, keep=ns.keep)
+    # No collection before the dumps: when the recording ends the script's
+    # namespace has already been released (a module's functions and globals
+    # form cycles), and a collection would show its live tensors as held by
+    # reference cycles.
+    options = dict(max_entries=ns.max_entries, stacks=ns.stacks, every=ns.every, keep=ns.keep, collect_cycles=False)
     try:
         recorder = record(output, **options)
     except ValueError as err:

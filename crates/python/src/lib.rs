@@ -10,6 +10,8 @@ use std::path::PathBuf;
 use pyo3::create_exception;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
+use vramscope_analysis::gates::{check, GateOptions};
+use vramscope_analysis::leaks::{find_leaks, LeakOptions};
 use vramscope_analysis::{summarize, SummaryOptions};
 use vramscope_report::html::{report_html, ReportOptions};
 use vramscope_snapshot::{LoadOptions, Snapshot as Snap, SnapshotError as SnapErr};
@@ -92,6 +94,66 @@ impl Snapshot {
         })
     }
 
+    /// The leak analysis of `device` as JSON text (docs/leaks-json.md).
+    #[pyo3(signature = (device=None, min_growth=None, source_roots=Vec::new(), read_sources=true))]
+    fn leaks_json(
+        &self,
+        py: Python<'_>,
+        device: Option<u32>,
+        min_growth: Option<u64>,
+        source_roots: Vec<PathBuf>,
+        read_sources: bool,
+    ) -> PyResult<String> {
+        let device = self.device_or_first(device)?;
+        let opts = leak_options(min_growth, source_roots, read_sources);
+        Ok(py.detach(|| vramscope_report::leaks_json(&find_leaks(&self.inner, device, &opts))))
+    }
+
+    /// The leak analysis as terminal text.
+    #[pyo3(signature = (device=None, min_growth=None, source_roots=Vec::new(), read_sources=true))]
+    fn leaks_text(
+        &self,
+        py: Python<'_>,
+        device: Option<u32>,
+        min_growth: Option<u64>,
+        source_roots: Vec<PathBuf>,
+        read_sources: bool,
+    ) -> PyResult<String> {
+        let device = self.device_or_first(device)?;
+        let opts = leak_options(min_growth, source_roots, read_sources);
+        let name = self.display_name();
+        Ok(py.detach(|| {
+            vramscope_report::leaks_text(&find_leaks(&self.inner, device, &opts), &name)
+        }))
+    }
+
+    /// Memory gates (`vramscope check`) as JSON text; limits in bytes.
+    #[pyo3(signature = (device=None, max_peak=None, max_reserved=None, no_leaks=false, max_growth=None, source_roots=Vec::new()))]
+    #[allow(clippy::too_many_arguments)]
+    fn check_json(
+        &self,
+        py: Python<'_>,
+        device: Option<u32>,
+        max_peak: Option<u64>,
+        max_reserved: Option<u64>,
+        no_leaks: bool,
+        max_growth: Option<u64>,
+        source_roots: Vec<PathBuf>,
+    ) -> PyResult<String> {
+        let device = self.device_or_first(device)?;
+        let gates = GateOptions {
+            max_peak,
+            max_reserved,
+            no_leaks,
+            max_growth_per_iteration: max_growth,
+        };
+        let opts = leak_options(None, source_roots, true);
+        Ok(py.detach(|| {
+            let r = check(&self.inner, device, &gates, &opts);
+            serde_json::to_string_pretty(&r).unwrap_or_default()
+        }))
+    }
+
     /// The interactive HTML report as a string.
     #[pyo3(signature = (device=None, title=None))]
     fn report_html(&self, py: Python<'_>, device: Option<u32>, title: Option<String>) -> String {
@@ -106,6 +168,47 @@ impl Snapshot {
             )
         })
     }
+}
+
+impl Snapshot {
+    /// `device`, checked, or the first device with segments or events.
+    fn device_or_first(&self, device: Option<u32>) -> PyResult<u32> {
+        let devices = self.inner.devices();
+        match device {
+            Some(d) if devices.contains(&d) || devices.is_empty() => Ok(d),
+            Some(d) => Err(SnapshotError::new_err(format!(
+                "device {d} has no segments or events in {} (devices: {devices:?})",
+                self.path
+            ))),
+            None => Ok(devices.first().copied().unwrap_or(0)),
+        }
+    }
+
+    fn display_name(&self) -> String {
+        std::path::Path::new(&self.path)
+            .file_name()
+            .map_or_else(|| self.path.clone(), |n| n.to_string_lossy().into_owned())
+    }
+}
+
+fn leak_options(
+    min_growth: Option<u64>,
+    source_roots: Vec<PathBuf>,
+    read_sources: bool,
+) -> LeakOptions {
+    let d = LeakOptions::default();
+    LeakOptions {
+        min_growth_per_iteration: min_growth.unwrap_or(d.min_growth_per_iteration),
+        read_sources,
+        source_roots,
+        ..d
+    }
+}
+
+/// Bytes from a size for people: `12GiB`, `1.5GB`, `1MiB/iter`.
+#[pyfunction]
+fn parse_bytes(s: &str) -> PyResult<u64> {
+    vramscope_analysis::units::parse_bytes(s).map_err(PyValueError::new_err)
 }
 
 /// Read a snapshot file (pickle protocol 0-5, JSON, gzip/zstd, torch.save).
@@ -153,6 +256,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(load, m)?)?;
     m.add_function(wrap_pyfunction!(loads, m)?)?;
     m.add_function(wrap_pyfunction!(cli, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_bytes, m)?)?;
     m.add("SnapshotError", m.py().get_type::<SnapshotError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -1,0 +1,232 @@
+"""Leaks, diffs and memory gates on training loops recorded with real torch
+(CPU path) by vramscope's own recorder: each planted bug is found with its
+site and fix, and the clean control loop yields no leak.
+
+The loops are in ``scripts/leaky_loops.py``; their exact sizes come from the
+model itself (an MLP 256 → 1024 → 1024 → 10, batch 2048, float32, Adam).
+"""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from conftest import SCRIPTS, native_module, run_python, subprocess_env  # noqa: E402
+
+if native_module() is None:
+    pytest.skip("vramscope._native is not built", allow_module_level=True)
+
+import vramscope  # noqa: E402
+
+leaky_loops = importlib.import_module("leaky_loops")
+
+MiB = 1 << 20
+BATCH = 2048
+VARIANTS = leaky_loops.VARIANTS
+
+
+def param_bytes() -> int:
+    return sum(p.numel() * p.element_size() for p in leaky_loops.MLP().parameters())
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Path]:
+    """Every variant, recorded once (12 iterations; the cycle run 20)."""
+    tmp = tmp_path_factory.mktemp("leaky")
+    out: Dict[str, Path] = {}
+    for v in VARIANTS:
+        path = tmp / f"{v}.pickle"
+        iters = "20" if v == "cycle" else "12"
+        r = run_python([str(SCRIPTS / "leaky_loops.py"), v, str(path), "--iters", iters], cwd=tmp, timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        out[v] = path
+    return out
+
+
+def leaks(path: Path) -> Dict[str, Any]:
+    return vramscope.load(path).leaks(source_roots=[SCRIPTS])
+
+
+def by_severity(report: Dict[str, Any], severity: str) -> List[Dict[str, Any]]:
+    return [f for f in report["findings"] if f["severity"] == severity]
+
+
+def test_iterations_come_from_the_recorders_steps(runs: Dict[str, Path]) -> None:
+    r = leaks(runs["clean"])
+    assert r["iteration_source"] == {"kind": "profiler_step"}
+    assert len(r["iterations"]) == 12
+    assert all(it["complete"] for it in r["iterations"])
+    # After the first iteration (optimizer state appears) every iteration
+    # ends where it began.
+    assert [it["growth"] for it in r["iterations"][1:]] == [0] * 11
+    assert r["growth_per_iteration"] == 0
+
+
+def test_clean_loop_has_no_leak_and_explains_the_optimizer_state(runs: Dict[str, Path]) -> None:
+    r = leaks(runs["clean"])
+    assert not r["leaks_found"]
+    assert by_severity(r, "leak") == [] and by_severity(r, "warning") == []
+    opt = [f for f in r["findings"] if f["kind"] == "one_time" and f["title"].startswith("optimizer state")]
+    assert len(opt) == 1, [f["title"] for f in r["findings"]]
+    # Adam: exp_avg and exp_avg_sq per parameter, plus one 4-byte step per parameter.
+    n_params = len(list(leaky_loops.MLP().parameters()))
+    assert opt[0]["bytes"] == 2 * param_bytes() + 4 * n_params
+    assert opt[0]["severity"] == "benign"
+
+
+def test_features_appended_in_forward(runs: Dict[str, Path]) -> None:
+    r = leaks(runs["append"])
+    found = by_severity(r, "leak")
+    assert len(found) == 1, [f["title"] for f in r["findings"]]
+    f = found[0]
+    assert f["kind"] == "growth"
+    site = f["sites"][0]
+    assert "leaky_loops.py" in site["site"] and "in forward" in site["site"]
+    # One 2048 x 1024 float32 activation kept per iteration.
+    assert site["bytes_per_iteration"] == BATCH * 1024 * 4
+    assert f["bytes_per_iteration"] == BATCH * 1024 * 4
+    assert site["kept_by"][1].startswith("self.features.append(h)")
+    assert "detach()" in f["fix"]
+    # Tensors of iteration k are still alive after k + 1: all but the last two.
+    assert site["outliving_blocks"] >= 9
+    live = site["live_bytes"]
+    assert all(b - a == BATCH * 1024 * 4 for a, b in zip(live[1:], live[2:]))
+
+
+def test_loss_summed_with_its_graph(runs: Dict[str, Path]) -> None:
+    r = leaks(runs["loss_sum"])
+    found = by_severity(r, "leak")
+    assert len(found) == 1, [f["title"] for f in r["findings"]]
+    f = found[0]
+    assert f["kind"] == "retained_graph"
+    assert "loss.item()" in f["fix"] and "inference_mode" in f["fix"]
+    # The graph of each validation pass keeps both ReLU outputs (saved for
+    # backward) and the log-softmax of the loss.
+    assert f["bytes_per_iteration"] >= 2 * BATCH * 1024 * 4
+    assert any("in forward" in s["site"] for s in f["sites"])
+    assert any("cross_entropy" in s["site"] for s in f["sites"])
+
+
+def test_reference_cycle_of_nodes(runs: Dict[str, Path]) -> None:
+    r = leaks(runs["cycle"])
+    found = by_severity(r, "leak")
+    assert len(found) == 1, [f["title"] for f in r["findings"]]
+    f = found[0]
+    assert f["kind"] == "reference_cycle"
+    site = f["sites"][0]
+    assert "leaky_loops.py" in site["site"]
+    # Two 2048 x 10 float32 tensors per iteration, freed only by the collector.
+    per_iteration = 2 * BATCH * 10 * 4
+    assert site["gc_freed_bytes"] >= 10 * per_iteration
+    # (plus the 8-byte scalar of `out * 2` that MulBackward keeps)
+    assert per_iteration <= site["bytes_per_iteration"] <= per_iteration + 64
+    assert "weakref" in f["fix"] and "vramscope.cycles" in f["fix"]
+    assert "cycle collector" in f["explanation"]
+
+
+@pytest.mark.parametrize("variant", ["zero_grad_late", "zero_grad_keep"])
+def test_gradients_held_into_the_next_forward(runs: Dict[str, Path], variant: str) -> None:
+    r = leaks(runs[variant])
+    assert not r["leaks_found"]
+    held = [f for f in r["findings"] if f["kind"] == "held_gradients"]
+    assert len(held) == 1, [f["title"] for f in r["findings"]]
+    f = held[0]
+    assert f["bytes"] == param_bytes()  # every gradient, one per parameter
+    assert "zero_grad(set_to_none=True)" in f["fix"] and "before the forward pass" in f["fix"]
+    if variant == "zero_grad_keep":
+        assert "set_to_none=False" in f["explanation"]
+    else:
+        assert "after the forward pass" in f["explanation"]
+
+
+def test_check_gates_and_exit_codes(runs: Dict[str, Path]) -> None:
+    clean, leaky = str(runs["clean"]), str(runs["append"])
+    assert vramscope.cli(["check", clean, "--no-leaks", "--max-growth", "1MiB/iter", "-q"]) == 0
+    assert vramscope.cli(["check", leaky, "--no-leaks", "-q"]) == 3
+    assert vramscope.cli(["check", leaky, "--max-growth", "1MiB/iter", "-q"]) == 3
+    assert vramscope.cli(["check", leaky, "--max-growth", "9MiB/iter", "-q"]) == 0
+    peak = vramscope.load(clean).summary()["devices"][0]["peak"]["allocated_bytes"]
+    assert vramscope.cli(["check", clean, "--max-peak", str(peak), "-q"]) == 0
+    assert vramscope.cli(["check", clean, "--max-peak", str(peak - 1), "-q"]) == 3
+    assert vramscope.cli(["check", clean, "-q"]) == 2  # nothing to check
+    assert vramscope.cli(["check", clean, "--max-peak", "12 parsecs"]) == 2
+    res = vramscope.load(leaky).check(max_peak="1GiB", no_leaks=True, max_growth="1MiB/iter")
+    assert not res["passed"]
+    assert {c["name"]: c["passed"] for c in res["checks"]} == {"max_peak": True, "no_leaks": False, "max_growth": False}
+
+
+def test_limits_context_manager(tmp_path: Path) -> None:
+    model = leaky_loops.MLP(keep=True)
+    x = torch.randn(256, 256)
+    with pytest.raises(vramscope.MemoryLimitExceeded) as err:
+        with vramscope.limits(no_leaks=True, path=tmp_path / "leak.pickle"):
+            for _ in range(6):
+                model(x).sum().backward()
+                vramscope.step()
+    assert "grows by" in str(err.value) and "fix:" in str(err.value)
+    assert Path(err.value.path).exists()  # kept for the report
+    model = leaky_loops.MLP(keep=False)
+    ok = vramscope.limits(no_leaks=True, max_growth="1KiB/iter", path=tmp_path / "ok.pickle")
+    with ok:
+        for _ in range(6):
+            model(x).sum().backward()
+            model.zero_grad(set_to_none=True)
+            vramscope.step()
+    assert ok.result is not None and ok.result["passed"]
+    assert not (tmp_path / "ok.pickle").exists()  # deleted when every limit holds
+
+
+def test_pytest_marker(tmp_path: Path) -> None:
+    (tmp_path / "test_marked.py").write_text(
+        textwrap.dedent(
+            f"""
+            import sys
+            sys.path.insert(0, {str(SCRIPTS)!r})
+            import pytest, torch, vramscope
+            from leaky_loops import MLP
+
+            def loop(keep):
+                model, x = MLP(keep=keep), torch.randn(256, 256)
+                for _ in range(6):
+                    model(x).sum().backward()
+                    model.zero_grad(set_to_none=True)
+                    vramscope.step()
+
+            @pytest.mark.vramscope(no_leaks=True)
+            def test_leaks():
+                loop(True)
+
+            @pytest.mark.vramscope(no_leaks=True, max_peak="1GiB")
+            def test_clean():
+                loop(False)
+            """
+        )
+    )
+    # Installed packages register the plugin through their entry point.
+    from importlib.metadata import entry_points
+
+    installed = any(e.value == "vramscope.pytest_plugin" for e in entry_points(group="pytest11"))
+    plugin = [] if installed else ["-p", "vramscope.pytest_plugin"]
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", *plugin, "test_marked.py"],
+        cwd=tmp_path,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out[-3000:]
+    assert "1 failed, 1 passed" in out, out[-3000:]
+    assert "MemoryLimitExceeded" in out and "grows by" in out
+    kept = list((tmp_path / ".vramscope").glob("*test_leaks*.pickle"))
+    assert len(kept) == 1
+    assert not list((tmp_path / ".vramscope").glob("*test_clean*.pickle"))
