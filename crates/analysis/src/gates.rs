@@ -57,7 +57,12 @@ pub struct CheckReport {
 }
 
 /// Check `device` of `snap` against `gates`.
-pub fn check(snap: &Snapshot, device: u32, gates: &GateOptions, leak_opts: &LeakOptions) -> CheckReport {
+pub fn check(
+    snap: &Snapshot,
+    device: u32,
+    gates: &GateOptions,
+    leak_opts: &LeakOptions,
+) -> CheckReport {
     let mut checks = Vec::new();
     if let Some(limit) = gates.max_peak {
         let peak = Replay::new(snap, device).peak_bytes;
@@ -76,7 +81,11 @@ pub fn check(snap: &Snapshot, device: u32, gates: &GateOptions, leak_opts: &Leak
             passed: reserved <= limit,
             value: reserved as f64,
             limit: limit as f64,
-            message: format!("reserved at the end {} (limit {})", bytes(reserved), bytes(limit)),
+            message: format!(
+                "reserved at the end {} (limit {})",
+                bytes(reserved),
+                bytes(limit)
+            ),
         });
     }
     let leaks = (gates.no_leaks || gates.max_growth_per_iteration.is_some())

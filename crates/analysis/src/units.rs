@@ -51,7 +51,11 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
         "mb" => 1e6,
         "gb" => 1e9,
         "tb" => 1e12,
-        u => return Err(format!("unknown unit {u:?} in {s:?} (use B, KiB, MiB, GiB, TiB, kB, MB, GB, TB)")),
+        u => {
+            return Err(format!(
+                "unknown unit {u:?} in {s:?} (use B, KiB, MiB, GiB, TiB, kB, MB, GB, TB)"
+            ))
+        }
     };
     let v = num * mult;
     if !v.is_finite() || v < 0.0 || v > u64::MAX as f64 {

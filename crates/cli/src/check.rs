@@ -79,12 +79,25 @@ pub fn run(a: Args) -> Result<u8, CliError> {
         let _ = writeln!(
             o,
             "{name} · device {device} · {}",
-            if r.passed { "all checks passed" } else { "CHECK FAILED" }
+            if r.passed {
+                "all checks passed"
+            } else {
+                "CHECK FAILED"
+            }
         );
         for c in &r.checks {
-            let _ = writeln!(o, "  {} {:<13} {}", if c.passed { "ok  " } else { "FAIL" }, c.name, c.message);
+            let _ = writeln!(
+                o,
+                "  {} {:<13} {}",
+                if c.passed { "ok  " } else { "FAIL" },
+                c.name,
+                c.message
+            );
         }
-        let failed_leaks = r.checks.iter().any(|c| !c.passed && c.name != "max_peak" && c.name != "max_reserved");
+        let failed_leaks = r
+            .checks
+            .iter()
+            .any(|c| !c.passed && c.name != "max_peak" && c.name != "max_reserved");
         if let (true, Some(l)) = (failed_leaks, &r.leaks) {
             o.push('\n');
             o.push_str(&vramscope_report::leaks_text(l, &name));

@@ -9,7 +9,7 @@ use vramscope_report::diff::{
     diff_html, diff_json, diff_svg, diff_text, diff_tree, signed_bytes, DiffReport, DiffSvgOptions,
     PeakToPeak, Side,
 };
-use vramscope_report::moment::{resolve, Moment, ResolvedMoment};
+use vramscope_report::moment::{resolve_in, Moment, ResolvedMoment};
 use vramscope_snapshot::{DeviceTrace, Snapshot};
 
 use crate::input::{display_name, load, pick_device};
@@ -27,8 +27,9 @@ Which moments are compared:
   one file   two moments of it: A at --at-a (default: peak) against B at
              --at-b (default: end), i.e. what is still alive at the end that
              was not at the peak, and what was freed since.
-A moment is peak, end, an event index (#1234) or a time after the first
-event (250ms, 1.5s).
+A moment is peak, end, an event index (#1234), a time after the first
+event (250ms, 1.5s), or a training iteration: iter:3 (its end) or
+iter:3:peak (iterations as `vramscope leaks` finds them).
 
 Exit codes: 0 success, 1 file not readable/writable, 2 invalid snapshot or usage";
 
@@ -92,7 +93,7 @@ impl<'s> Input<'s> {
     }
 
     fn resolve(&self, m: Moment, flag: &str) -> Result<ResolvedMoment, CliError> {
-        resolve(m, self.trace, &self.replay)
+        resolve_in(m, self.snap, self.device, &self.replay)
             .map_err(|e| CliError::Invalid(anyhow!("{flag} for {}: {e}", self.file)))
     }
 

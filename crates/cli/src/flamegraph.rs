@@ -7,7 +7,7 @@ use anyhow::{anyhow, Context};
 use vramscope_analysis::Replay;
 use vramscope_report::flamegraph::{flame_tree, flamegraph_svg, FlameOptions};
 use vramscope_report::format::{bytes, count};
-use vramscope_report::moment::{resolve, Moment};
+use vramscope_report::moment::{resolve_in, Moment};
 use vramscope_snapshot::DeviceTrace;
 
 use crate::input::{display_name, load, pick_device};
@@ -17,8 +17,8 @@ use crate::{output, CliError};
 pub struct Args {
     /// Snapshot file: pickle (protocol 0-5), JSON, gzip/zstd, torch.save archive.
     pub file: PathBuf,
-    /// The moment: peak, end, an event index (#1234) or a time after the
-    /// first event (250ms, 1.5s).
+    /// The moment: peak, end, an event index (#1234), a time after the
+    /// first event (250ms, 1.5s), or an iteration (iter:3, iter:3:peak).
     #[arg(long, default_value = "peak", value_parser = Moment::parse)]
     pub at: Moment,
     /// Write the SVG here (default: standard output).
@@ -60,7 +60,8 @@ pub fn run(a: Args) -> Result<(), CliError> {
     let empty = DeviceTrace::default();
     let trace = snap.trace(device).unwrap_or(&empty);
     let replay = Replay::new(&snap, device);
-    let moment = resolve(a.at, trace, &replay).map_err(|e| CliError::Invalid(anyhow!(e)))?;
+    let moment =
+        resolve_in(a.at, &snap, device, &replay).map_err(|e| CliError::Invalid(anyhow!(e)))?;
     let live = replay.live_after(trace, moment.point);
     let tree = flame_tree(&snap, &live);
     let blocks = if tree.count == 1 { "block" } else { "blocks" };

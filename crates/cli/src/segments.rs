@@ -5,9 +5,8 @@ use std::path::PathBuf;
 
 use anyhow::anyhow;
 use vramscope_analysis::Replay;
-use vramscope_report::moment::{resolve, Moment};
+use vramscope_report::moment::{resolve_in, Moment};
 use vramscope_report::segments_map::{at_moment, segments_json, segments_text, MapOptions};
-use vramscope_snapshot::DeviceTrace;
 
 use crate::input::{display_name, load, pick_device};
 use crate::{output, CliError};
@@ -44,10 +43,9 @@ pub struct Args {
 pub fn run(a: Args) -> Result<(), CliError> {
     let snap = load(&a.file, a.quiet)?;
     let device = pick_device(&snap, &a.file, a.device)?;
-    let empty = DeviceTrace::default();
-    let trace = snap.trace(device).unwrap_or(&empty);
     let replay = Replay::new(&snap, device);
-    let moment = resolve(a.at, trace, &replay).map_err(|e| CliError::Invalid(anyhow!(e)))?;
+    let moment =
+        resolve_in(a.at, &snap, device, &replay).map_err(|e| CliError::Invalid(anyhow!(e)))?;
     let map = at_moment(&snap, device, &replay, &moment);
     let text = if a.json {
         segments_json(&map)

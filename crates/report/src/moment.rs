@@ -1,6 +1,7 @@
 //! A moment of a device trace, as the user names it on the command line:
-//! `peak`, `end`, an event index `#12345`, or a time offset from the first
-//! event such as `1.5s` or `250ms`.
+//! `peak`, `end`, an event index `#12345`, a time offset from the first
+//! event such as `1.5s` or `250ms`, or a training iteration `iter:3`
+//! (its end) / `iter:3:peak`.
 //!
 //! Views that show the memory alive "at" a moment (the flamegraph, the
 //! segment map) need the same vocabulary and the same resolution to an event
@@ -22,16 +23,42 @@ pub enum Moment {
     Event(usize),
     /// This many µs after the first timed event.
     Offset(i64),
+    /// The end (or, with `peak`, the peak) of training iteration N (1-based,
+    /// as `vramscope leaks` numbers them).
+    Iteration { number: u32, peak: bool },
 }
 
 impl Moment {
-    /// Parse `peak`, `end`, `#N`, or a duration with unit `us`/`µs`/`ms`/`s`/`min`.
+    /// Parse `peak`, `end`, `#N`, `iter:N[:peak|:end]`, or a duration with
+    /// unit `us`/`µs`/`ms`/`s`/`min`.
     pub fn parse(s: &str) -> Result<Moment, String> {
         let t = s.trim();
         match t.to_ascii_lowercase().as_str() {
             "peak" => return Ok(Moment::Peak),
             "end" => return Ok(Moment::End),
             _ => {}
+        }
+        let lower = t.to_ascii_lowercase();
+        if let Some(rest) = lower
+            .strip_prefix("iter:")
+            .or_else(|| lower.strip_prefix("iteration:"))
+        {
+            let (n, peak) = match rest.split_once(':') {
+                Some((n, "peak")) => (n, true),
+                Some((n, "end")) => (n, false),
+                Some(_) => {
+                    return Err(format!(
+                        "expected iter:N, iter:N:end or iter:N:peak, found {s:?}"
+                    ))
+                }
+                None => (rest, false),
+            };
+            return match n.parse::<u32>() {
+                Ok(number) if number >= 1 => Ok(Moment::Iteration { number, peak }),
+                _ => Err(format!(
+                    "expected an iteration number from 1, like iter:3, found {s:?}"
+                )),
+            };
         }
         if let Some(n) = t.strip_prefix('#') {
             let digits: String = n.chars().filter(|&c| c != ',' && c != '_').collect();
@@ -95,7 +122,52 @@ fn offset_text(t: &DeviceTrace, i: usize) -> String {
     }
 }
 
-/// Resolve `m` against the trace `t` of a device replayed as `replay`.
+/// Resolve `m` for `device` of `snap`: as [`resolve`], and iterations (found
+/// as `vramscope leaks` finds them).
+pub fn resolve_in(
+    m: Moment,
+    snap: &vramscope_snapshot::Snapshot,
+    device: u32,
+    replay: &Replay,
+) -> Result<ResolvedMoment, String> {
+    let empty = DeviceTrace::default();
+    let t = snap.trace(device).unwrap_or(&empty);
+    let Moment::Iteration { number, peak } = m else {
+        return resolve(m, t, replay);
+    };
+    let its = vramscope_analysis::iterations::find_iterations(snap, device);
+    let it = its
+        .list
+        .iter()
+        .find(|i| i.number == number)
+        .ok_or_else(|| match its.list.len() {
+            0 => "no iterations found in this trace (see vramscope leaks)".to_owned(),
+            n => format!("iteration {number} does not exist (the trace has {n})"),
+        })?;
+    let last = t.len().checked_sub(1);
+    let point = if peak {
+        let series = vramscope_analysis::replay::allocated_series(replay, t);
+        (it.start..it.end).max_by_key(|&i| (series[i], std::cmp::Reverse(i)))
+    } else {
+        Some(it.end - 1)
+    };
+    let what = if peak { "peak" } else { "end" };
+    Ok(ResolvedMoment {
+        point,
+        is_end: point.is_some() && point == last,
+        description: match point {
+            Some(i) => format!(
+                "{what} of iteration {number} (event {}{})",
+                count(i as u64),
+                offset_text(t, i)
+            ),
+            None => format!("{what} of iteration {number}"),
+        },
+    })
+}
+
+/// Resolve `m` against the trace `t` of a device replayed as `replay`
+/// (iterations need the snapshot: [`resolve_in`]).
 pub fn resolve(m: Moment, t: &DeviceTrace, replay: &Replay) -> Result<ResolvedMoment, String> {
     let last = t.len().checked_sub(1);
     let at = |i: Option<usize>, what: &str| match i {
@@ -103,6 +175,9 @@ pub fn resolve(m: Moment, t: &DeviceTrace, replay: &Replay) -> Result<ResolvedMo
         None => format!("{what} (start of the trace)"),
     };
     Ok(match m {
+        Moment::Iteration { .. } => {
+            return Err("an iteration needs the whole snapshot (resolve_in)".into())
+        }
         Moment::Peak => ResolvedMoment {
             point: replay.peak_index,
             is_end: replay.peak_index.is_some() && replay.peak_index == last,
@@ -178,6 +253,22 @@ mod tests {
         assert!(Moment::parse("#x").is_err());
         assert!(Moment::parse("3h").is_err());
         assert!(Moment::parse("-1s").is_err());
+        assert_eq!(
+            Moment::parse("iter:3"),
+            Ok(Moment::Iteration {
+                number: 3,
+                peak: false
+            })
+        );
+        assert_eq!(
+            Moment::parse("iteration:2:peak"),
+            Ok(Moment::Iteration {
+                number: 2,
+                peak: true
+            })
+        );
+        assert!(Moment::parse("iter:0").is_err());
+        assert!(Moment::parse("iter:2:middle").is_err());
     }
 
     #[test]
