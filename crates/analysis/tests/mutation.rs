@@ -6,6 +6,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 
+use vramscope_analysis::leaks::{find_leaks, LeakOptions};
 use vramscope_analysis::{summarize, SummaryOptions};
 use vramscope_snapshot::{decode_bytes, LoadOptions};
 
@@ -73,6 +74,10 @@ fn mutated_snapshots_never_panic() {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let (mut ok, mut err) = (0usize, 0usize);
     let opts = LoadOptions::default();
+    let no_sources = LeakOptions {
+        read_sources: false,
+        ..LeakOptions::default()
+    };
     for i in 0..iters {
         let (name, seed) = &seeds[i % seeds.len()];
         let input = mutate(&mut rng, seed);
@@ -80,6 +85,10 @@ fn mutated_snapshots_never_panic() {
             Ok(snap) => {
                 let s = summarize(&snap, &SummaryOptions::default());
                 serde_json::to_string(&s).expect("summary serialises");
+                for d in snap.devices() {
+                    let l = find_leaks(&snap, d, &no_sources);
+                    serde_json::to_string(&l).expect("leak report serialises");
+                }
                 true
             }
             Err(e) => {

@@ -26,6 +26,7 @@
 //! # Ok::<(), vramscope_snapshot::SnapshotError>(())
 //! ```
 
+mod explain;
 mod findings;
 pub mod series;
 pub mod source;
