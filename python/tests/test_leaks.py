@@ -230,3 +230,32 @@ def test_pytest_marker(tmp_path: Path) -> None:
     kept = list((tmp_path / ".vramscope").glob("*test_leaks*.pickle"))
     assert len(kept) == 1
     assert not list((tmp_path / ".vramscope").glob("*test_clean*.pickle"))
+
+
+def diff_json(capfd: pytest.CaptureFixture, *args: str) -> Dict[str, Any]:
+    import json
+
+    capfd.readouterr()
+    assert vramscope.cli(["diff", *args, "--json", "-q"]) == 0
+    return json.loads(capfd.readouterr().out)
+
+
+def test_diff_of_a_run_against_itself_is_empty(runs: Dict[str, Path], capfd: pytest.CaptureFixture) -> None:
+    for v in ("clean", "cycle"):
+        d = diff_json(capfd, str(runs[v]), str(runs[v]))
+        assert d["grown"] == [] and d["shrunk"] == [], v
+        assert d["totals"]["delta"] == 0
+        assert all(s["delta"] == 0 for s in d["by_site"])
+
+
+def test_diff_of_clean_and_leaky_runs_names_the_leaking_site_first(runs: Dict[str, Path], capfd: pytest.CaptureFixture) -> None:
+    d = diff_json(capfd, str(runs["clean"]), str(runs["append"]))
+    # Two processes: addresses and built-in object ids differ, stacks match.
+    assert len(d["grown"]) == 1 and d["shrunk"] == []
+    g = d["grown"][0]
+    assert "leaky_loops.py" in g["site"] and "forward" in g["site"]
+    assert g["bytes"] == 12 * BATCH * 1024 * 4  # one kept activation per iteration
+    assert d["by_site"][0]["site"] == g["site"]
+    # Iterations of one file: what iteration 10 holds that iteration 3 did not.
+    d = diff_json(capfd, str(runs["append"]), "--at-a", "iter:3", "--at-b", "iter:10")
+    assert d["grown"][0]["bytes"] == 7 * BATCH * 1024 * 4

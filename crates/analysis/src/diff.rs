@@ -196,8 +196,11 @@ impl<'a> Side<'a> {
         for &fid in snap.stacks.get(stack) {
             let fk = *self.frames.entry(fid).or_insert_with(|| {
                 let f = snap.frames.get(fid);
-                let text: (Box<str>, u32, Box<str>) =
-                    (snap.str(f.filename).into(), f.line, snap.str(f.name).into());
+                let text: (Box<str>, u32, Box<str>) = (
+                    snap.str(f.filename).into(),
+                    f.line,
+                    without_addresses(snap.str(f.name)).into(),
+                );
                 let next = keys.frames.len() as u32;
                 *keys.frames.entry(text).or_insert(next)
             });
@@ -216,6 +219,27 @@ impl<'a> Side<'a> {
         self.stacks.insert(stack, (sk, site));
         (sk, site)
     }
+}
+
+/// A frame name without the object addresses that differ from one process
+/// to the next: the profiler names built-ins as
+/// `<built-in method run_backward of torch._C._EngineBase object at 0x7f9c...>`.
+fn without_addresses(name: &str) -> std::borrow::Cow<'_, str> {
+    if !name.contains(" at 0x") {
+        return name.into();
+    }
+    let mut out = String::with_capacity(name.len());
+    let mut rest = name;
+    while let Some(i) = rest.find(" at 0x") {
+        out.push_str(&rest[..i]);
+        let hex = &rest[i + 6..];
+        let end = hex
+            .find(|c: char| !c.is_ascii_hexdigit())
+            .unwrap_or(hex.len());
+        rest = &hex[end..];
+    }
+    out.push_str(rest);
+    out.into()
 }
 
 /// The site of a stack as one line.
@@ -344,4 +368,21 @@ pub fn diff(
 
 fn sum_groups(m: &HashMap<u32, (u64, u64, Vec<SizeCount>)>) -> (u64, u64) {
     m.values().fold((0, 0), |(b, n), g| (b + g.0, n + g.1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_addresses;
+
+    #[test]
+    fn object_addresses_are_not_part_of_a_frame() {
+        assert_eq!(
+            without_addresses(
+                "<built-in method run_backward of torch._C._EngineBase object at 0x7f9cbb6c71a0>"
+            ),
+            "<built-in method run_backward of torch._C._EngineBase object>"
+        );
+        assert_eq!(without_addresses("forward"), "forward");
+        assert_eq!(without_addresses("a at 0x1 b at 0xffz"), "a bz");
+    }
 }
