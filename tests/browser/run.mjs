@@ -408,6 +408,26 @@ async function testReport(browser, snap) {
       });
     }
 
+    // Leaks: the finding is shown, and clicking its site highlights its
+    // allocations on the timeline.
+    if (snap.expectLeak) {
+      await check(T('Leaks tab shows the planted leak; its site highlights the allocations'), async () => {
+        await page.click('.tabs button[data-tab="leaks"]');
+        const text = await textOf(page, '#panel-leaks');
+        assert(text.includes('LEAK') && text.includes(snap.expectLeak), `#panel-leaks: "${short(text, 300)}"`);
+        const label = await textOf(page, '#tab-leaks');
+        assert(label.includes('(!)'), `tab label "${label}" does not flag the leak`);
+        await page.click('#panel-leaks .finding.leak .site');
+        await page.waitForFunction(() => /matching/.test(document.getElementById('search-info').textContent), null, { timeout: 10000 });
+        const info = await textOf(page, '#search-info');
+        const n = Number(info.replace(/[^0-9]/g, ''));
+        assert(n > 0, `clicking the site → "${info}"`);
+        await page.fill('#search', '');
+        await page.waitForFunction(() => document.getElementById('search-info').textContent === '', null, { timeout: 10000 });
+        return info;
+      });
+    }
+
     // Search.
     if (biggest && !biggest.error && biggest.frame) {
       await check(T('search highlights matching allocations'), async () => {
@@ -498,7 +518,7 @@ async function main() {
     console.log(`note: ${opt.fixtures} not found; real snapshots are skipped`);
   }
   const gen = path.join(outDir, 'synth_oom_20000.pickle');
-  snaps.push({ name: 'synth_oom_20000', file: gen, expectOom: true,
+  snaps.push({ name: 'synth_oom_20000', file: gen, expectOom: true, expectLeak: 'train.py:74 in accumulate_history',
     make: () => vramscope(['synth', '-o', gen, '--entries', '20000', '--oom', '--leak', '64MiB', '--seed', '7']) });
   const xssFile = path.join(outDir, XSS_FILE);
   snaps.push({ name: 'xss_payloads', file: xssFile, expectOom: true, xss: true,

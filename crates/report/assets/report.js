@@ -701,6 +701,67 @@
     return { reserved, allocated, freeBytes, largestFree };
   }
 
+  // ---------- Leaks panel ----------
+  // Iterations and the findings of `vramscope leaks` (computed in Rust).
+  // Clicking an iteration zooms to it; clicking a site searches for it, so
+  // its allocations stand out on the timeline.
+  function showLeaks() {
+    const p = $('panel-leaks'); p.textContent = '';
+    const L = model.info.leaks;
+    if (!L) { p.appendChild(el('p', 'muted', 'No leak analysis in this report.')); return; }
+    const its = L.iterations;
+    const src = L.iteration_source.kind === 'annotation' ? 'annotation "' + L.iteration_source.name + '"' : L.iteration_source.kind.replace(/_/g, ' ');
+    p.appendChild(el('h3', null, its.length ? its.length + ' iterations (from ' + src + ')' : 'No iterations found'));
+    for (const n of L.notes) p.appendChild(el('p', 'muted', n));
+    const leaks = L.findings.filter((f) => f.severity === 'leak').length;
+    p.appendChild(el('p', null, leaks ? leaks + ' leak(s) found.' : (L.findings.length ? 'No leak found; ' + L.findings.length + ' other finding(s).' : 'No leak found.')));
+    for (const f of L.findings) {
+      const d = el('div', 'finding ' + f.severity);
+      const h = el('div'); h.appendChild(el('span', 'sev', f.severity === 'leak' ? 'LEAK' : f.severity === 'warning' ? 'Warning' : 'OK'));
+      h.appendChild(el('span', null, f.title)); d.appendChild(h);
+      d.appendChild(el('div', null, f.explanation));
+      d.appendChild(el('div', 'fix', f.fix));
+      for (const s of f.sites) {
+        const row = el('details');
+        const sum = el('summary');
+        const name = el('span', 'site', s.site);
+        name.title = 'Highlight these allocations on the timeline';
+        name.addEventListener('click', (ev) => {
+          ev.preventDefault();
+          const q = s.file ? s.file.split(/[\\/]/).pop() + ':' + s.line : s.site;
+          $('search').value = q; applySearch(q);
+        });
+        sum.appendChild(name);
+        sum.appendChild(el('span', 'muted', '  ' + (s.bytes_per_iteration > 0 ? '+' + fmtBytes(s.bytes_per_iteration) + ' per iteration' : fmtBytes(s.bytes))));
+        row.appendChild(sum);
+        const rows = [];
+        if (s.code) rows.push(['line ' + s.line, s.code]);
+        if (s.kept_by && s.kept_by[0] !== s.line) rows.push(['kept by line ' + s.kept_by[0], s.kept_by[1]]);
+        if (s.live_bytes.length > 1) rows.push(['alive at iteration ends', s.live_bytes.slice(-8).map(fmtBytes).join(', ')]);
+        if (s.outliving_blocks) rows.push(['outlived the next iteration', fmtCount(s.outliving_blocks) + ' tensors, ' + fmtBytes(s.outliving_bytes)]);
+        if (s.gc_freed_blocks) rows.push(['freed by the cycle collector', fmtCount(s.gc_freed_blocks) + ' tensors, ' + fmtBytes(s.gc_freed_bytes)]);
+        if (rows.length) row.appendChild(kvTable(rows));
+        const ul = el('ul', 'stack'); for (const line of s.stack) ul.appendChild(el('li', null, line));
+        row.appendChild(ul); d.appendChild(row);
+      }
+      p.appendChild(d);
+    }
+    if (!its.length) return;
+    const tb = el('table'); const hr = el('tr');
+    ['iteration', 'start', 'peak', 'end', 'growth'].forEach((x, i) => hr.appendChild(el('th', i ? 'n' : null, x))); tb.appendChild(hr);
+    for (const it of its) {
+      const tr = el('tr');
+      const a = el('td', 'site', String(it.number) + (it.complete ? '' : ' (cut short)'));
+      a.addEventListener('click', () => { zoomTo(Math.round((it.start + it.end - 1) / 2), Math.max(1, Math.round((it.end - it.start) / 2))); render(); });
+      tr.appendChild(a);
+      [it.start_bytes, it.peak_bytes, it.end_bytes].forEach((b) => tr.appendChild(el('td', 'n', fmtBytes(b))));
+      tr.appendChild(el('td', 'n', (it.growth > 0 ? '+' : '') + fmtBytes(it.growth)));
+      tb.appendChild(tr);
+    }
+    p.appendChild(el('h3', null, 'Iterations'));
+    p.appendChild(tb);
+  }
+
   // ---------- OOM panel ----------
   function showOoms() {
     const p = $('panel-oom'); p.textContent = '';
@@ -948,6 +1009,8 @@
     resetView(); showFacts(); showLegend(); showAbout(); showDetail(-1);
     $('panel-alive').textContent = ''; $('panel-segments').textContent = '';
     if (model.info.ooms.length) showOoms();
+    showLeaks();
+    $('tab-leaks').textContent = 'Leaks' + (model.info.leaks && model.info.leaks.leaks_found ? ' (!)' : '');
     if (searchText) applySearch(searchText); else render();
   }
 
@@ -957,6 +1020,7 @@
     const h = location.hash.slice(1).split(',').filter(Boolean);
     if (h.includes('category') && model.cat) { colorBy = 'category'; $('color-by').value = 'category'; showLegend(); }
     if (h.includes('peak')) goPeak();
+    if (h.includes('leaks')) activateTab('leaks');
     if (h.includes('oom') && model.info.ooms.length) { goOom(); }
     if (h.includes('segments')) { showSegments(model.peakEvent === null ? -1 : model.peakEvent); activateTab('segments'); }
     render();

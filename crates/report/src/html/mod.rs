@@ -12,6 +12,7 @@ mod blob;
 mod data;
 
 use serde_json::json;
+use vramscope_analysis::leaks::{find_leaks, LeakOptions};
 use vramscope_analysis::{summarize, SummaryOptions};
 use vramscope_snapshot::Snapshot;
 
@@ -69,10 +70,22 @@ pub fn report_html(snap: &Snapshot, opts: &ReportOptions) -> String {
     );
     let mut b = blob::Blob::new();
     let mut tables = data::Tables::new(snap);
+    let leak_opts = LeakOptions::default();
     let devices: Vec<serde_json::Value> = summary
         .devices
         .iter()
-        .map(|d| data::device(snap, d.device, d, &mut tables, &mut b))
+        .map(|d| {
+            let mut v = data::device(snap, d.device, d, &mut tables, &mut b);
+            // The Leaks tab: iterations and explained findings.
+            if let Some(o) = v.as_object_mut() {
+                let leaks = find_leaks(snap, d.device, &leak_opts);
+                o.insert(
+                    "leaks".into(),
+                    serde_json::to_value(&leaks).unwrap_or_default(),
+                );
+            }
+            v
+        })
         .collect();
     tables.finish(&mut b);
     let title = opts
