@@ -70,19 +70,29 @@ pub fn report_html(snap: &Snapshot, opts: &ReportOptions) -> String {
     );
     let mut b = blob::Blob::new();
     let mut tables = data::Tables::new(snap);
+    // The leak analysis (the Leaks tab) runs beside the page data.
     let leak_opts = LeakOptions::default();
-    let devices: Vec<serde_json::Value> = summary
-        .devices
-        .iter()
-        .map(|d| {
-            let mut v = data::device(snap, d.device, d, &mut tables, &mut b);
-            // The Leaks tab: iterations and explained findings.
-            if let Some(o) = v.as_object_mut() {
-                let leaks = find_leaks(snap, d.device, &leak_opts);
-                o.insert(
-                    "leaks".into(),
-                    serde_json::to_value(&leaks).unwrap_or_default(),
-                );
+    let device_ids: Vec<u32> = summary.devices.iter().map(|d| d.device).collect();
+    let (devices, leaks) = std::thread::scope(|scope| {
+        let leaks = scope.spawn(|| {
+            device_ids
+                .iter()
+                .map(|&d| serde_json::to_value(find_leaks(snap, d, &leak_opts)).unwrap_or_default())
+                .collect::<Vec<_>>()
+        });
+        let devices: Vec<serde_json::Value> = summary
+            .devices
+            .iter()
+            .map(|d| data::device(snap, d.device, d, &mut tables, &mut b))
+            .collect();
+        (devices, leaks.join().unwrap_or_default())
+    });
+    let devices: Vec<serde_json::Value> = devices
+        .into_iter()
+        .zip(leaks.into_iter().map(Some).chain(std::iter::repeat(None)))
+        .map(|(mut v, l)| {
+            if let (Some(o), Some(l)) = (v.as_object_mut(), l) {
+                o.insert("leaks".into(), l);
             }
             v
         })
