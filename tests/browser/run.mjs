@@ -251,7 +251,7 @@ async function testReport(browser, snap) {
   let summary = null;
   const generated = await check(T('vramscope report writes the page'), () => {
     const t = Date.now();
-    vramscope(['report', file, '-o', html, '--quiet']);
+    vramscope(['report', file, '-o', html, '--quiet', ...(snap.baseline ? ['--baseline', snap.baseline] : [])]);
     const size = fs.statSync(html).size;
     summary = JSON.parse(vramscope(['summary', file, '--json']));
     return `${(size / 1e6).toFixed(2)} MB in ${Date.now() - t} ms`;
@@ -428,6 +428,29 @@ async function testReport(browser, snap) {
       });
     }
 
+    // Diff against a baseline (report --baseline).
+    if (snap.baseline) {
+      await check(T('Diff tab names the site that grew against the baseline first'), async () => {
+        assert(await page.isVisible('#tab-diff'), '#tab-diff hidden although --baseline was given');
+        await page.click('.tabs button[data-tab="diff"]');
+        const first = await page.evaluate(() => {
+          const s = document.querySelector('#panel-diff details .site');
+          return s ? s.textContent : null;
+        });
+        assert(first && first.includes(snap.expectLeak), `first grown site: ${first}`);
+        await page.click('#panel-diff details .site');
+        await page.waitForFunction(() => /matching/.test(document.getElementById('search-info').textContent), null, { timeout: 10000 });
+        const info = await textOf(page, '#search-info');
+        await page.fill('#search', '');
+        await page.waitForFunction(() => document.getElementById('search-info').textContent === '', null, { timeout: 10000 });
+        return `${first} → ${info}`;
+      });
+    } else {
+      await check(T('no baseline: Diff tab hidden'), async () => {
+        assert(!(await page.isVisible('#tab-diff')), '#tab-diff visible without --baseline');
+      });
+    }
+
     // Search.
     if (biggest && !biggest.error && biggest.frame) {
       await check(T('search highlights matching allocations'), async () => {
@@ -520,6 +543,13 @@ async function main() {
   const gen = path.join(outDir, 'synth_oom_20000.pickle');
   snaps.push({ name: 'synth_oom_20000', file: gen, expectOom: true, expectLeak: 'train.py:74 in accumulate_history',
     make: () => vramscope(['synth', '-o', gen, '--entries', '20000', '--oom', '--leak', '64MiB', '--seed', '7']) });
+  const clean = path.join(outDir, 'synth_clean_20000.pickle');
+  const leaky = path.join(outDir, 'synth_leak_20000.pickle');
+  snaps.push({ name: 'synth_leak_vs_clean', file: leaky, baseline: clean, expectLeak: 'train.py:74 in accumulate_history',
+    make: () => {
+      vramscope(['synth', '-o', clean, '--entries', '20000', '--seed', '7']);
+      vramscope(['synth', '-o', leaky, '--entries', '20000', '--seed', '7', '--leak', '64MiB']);
+    } });
   const xssFile = path.join(outDir, XSS_FILE);
   snaps.push({ name: 'xss_payloads', file: xssFile, expectOom: true, xss: true,
     make: () => fs.writeFileSync(xssFile, JSON.stringify(xssSnapshot())) });

@@ -8,17 +8,21 @@
 //! 2. Any other annotation that repeats
 //!    (`record_function("train_step")`, PyTorch's own
 //!    `Optimizer.zero_grad#AdamW.zero_grad`, the DataLoader's `__next__`).
-//! 3. The optimizer step: runs of events whose stack passes through
+//! 3. `user_metadata` labels on the events: a cycle of labels
+//!    (`forward`, `backward`, `step`) begins an iteration where its first
+//!    label recurs; labels that each occur once (`epoch 1 step 3`) are one
+//!    iteration each.
+//! 4. The optimizer step: runs of events whose stack passes through
 //!    `torch/optim/`; an iteration ends where such a run ends.
-//! 4. The repeating pattern of the trace: an allocation (same stack, same
+//! 5. The repeating pattern of the trace: an allocation (same stack, same
 //!    size) that occurs exactly once in each of N equal parts of the trace
 //!    marks where each part begins.
 //!
-//! Annotations need event times; traces without `time_us` use 3 and 4.
+//! Annotations need event times; traces without `time_us` use 3 to 5.
 
 use serde::Serialize;
 use vramscope_snapshot::hash::{FxHashMap as HashMap, FxHashSet as HashSet};
-use vramscope_snapshot::{Action, AnnotationStage, DeviceTrace, Snapshot, StackId, NO_TIME};
+use vramscope_snapshot::{Action, AnnotationStage, DeviceTrace, Snapshot, StackId, StrId, NO_TIME};
 
 use crate::sites::frame_location;
 
@@ -29,6 +33,10 @@ pub enum IterationSource {
     ProfilerStep,
     /// A repeated `record_function` annotation, named.
     Annotation(String),
+    /// Per-event `user_metadata` labels (`vramscope.mark`,
+    /// `torch.cuda.memory._set_memory_metadata`): the label that begins
+    /// each cycle of labels, or the first of labels that each occur once.
+    UserMetadata(String),
     OptimizerStep,
     RepeatedPattern,
     /// Nothing repeats: the trace is one stretch.
@@ -85,6 +93,7 @@ pub fn find_iterations(snap: &Snapshot, device: u32) -> Iterations {
     let empty = DeviceTrace::default();
     let t = snap.trace(device).unwrap_or(&empty);
     let found = from_annotations(snap, device, t)
+        .or_else(|| from_user_metadata(snap, t))
         .or_else(|| from_optimizer(snap, t))
         .or_else(|| from_pattern(t));
     match found {
@@ -199,6 +208,36 @@ fn from_annotations(
     let (mut s, mut e) = by_name.remove(name.as_str())?;
     let list = build(&mut s, &mut e, false);
     (list.len() >= 2).then_some((IterationSource::Annotation(name), list))
+}
+
+fn from_user_metadata(
+    snap: &Snapshot,
+    t: &DeviceTrace,
+) -> Option<(IterationSource, Vec<Iteration>)> {
+    let meta = t.user_metadata.as_ref()?;
+    // Runs of one label over the allocations; unlabelled ones are skipped.
+    let mut runs: Vec<(StrId, usize)> = Vec::new();
+    for i in 0..t.len().min(meta.len()) {
+        if t.action[i] != Action::Alloc || snap.str(meta[i]).is_empty() {
+            continue;
+        }
+        if runs.last().is_none_or(|r| r.0 != meta[i]) {
+            runs.push((meta[i], i));
+        }
+    }
+    let distinct: HashSet<StrId> = runs.iter().map(|r| r.0).collect();
+    let starts: Vec<usize> = if distinct.len() == runs.len() {
+        if runs.len() < 3 {
+            return None;
+        }
+        runs.iter().map(|r| r.1).collect()
+    } else {
+        let first = runs.first()?.0;
+        runs.iter().filter(|r| r.0 == first).map(|r| r.1).collect()
+    };
+    let name = snap.str(runs.first()?.0).to_owned();
+    let list = cut(&starts, None, t.len());
+    (list.len() >= 2).then_some((IterationSource::UserMetadata(name), list))
 }
 
 /// Whether a stack passes through the optimizer (`torch/optim/...`).

@@ -153,3 +153,114 @@ fn real_fixtures_iterations_and_findings() {
         }
     }
 }
+
+/// A training loop as a JSON snapshot: per iteration, a forward pass
+/// (labelled with `user_metadata` "forward"), backward ("backward") whose
+/// allocations have no stack (the autograd engine's thread on CUDA), and an
+/// optimizer step ("step"). `leak`: forward keeps one tensor per iteration.
+/// `late_zero_grad`: the previous gradients are freed after the forward pass
+/// instead of before it.
+fn loop_snapshot(iters: u64, leak: bool, late_zero_grad: bool) -> Snapshot {
+    const ACT: u64 = 64 << 20;
+    const GRAD: u64 = 32 << 20;
+    let mut ev: Vec<String> = Vec::new();
+    let (mut time, mut addr) = (1_000u64, 1u64 << 32);
+    let mut push = |ev: &mut Vec<String>,
+                    action: &str,
+                    a: u64,
+                    size: u64,
+                    frames: &str,
+                    label: &str| {
+        time += 10;
+        ev.push(format!(
+            r#"{{"action":"{action}","addr":{a},"size":{size},"stream":0,"time_us":{time},"frames":{frames},"user_metadata":"{label}"}}"#
+        ));
+    };
+    let fwd = r#"[{"filename":"/src/model.py","line":10,"name":"forward"},{"filename":"/src/train.py","line":20,"name":"main"}]"#;
+    let kept = r#"[{"filename":"/src/train.py","line":5,"name":"main"}]"#;
+    let opt = r#"[{"filename":"/env/site-packages/torch/optim/adam.py","line":99,"name":"step"},{"filename":"/src/train.py","line":22,"name":"main"}]"#;
+    let mut grads: Vec<u64> = Vec::new();
+    for _ in 0..iters {
+        if !late_zero_grad {
+            for g in grads.drain(..) {
+                push(&mut ev, "free_completed", g, GRAD, opt, "forward");
+            }
+        }
+        let acts: Vec<u64> = (0..4)
+            .map(|_| {
+                addr += 1 << 28;
+                addr
+            })
+            .collect();
+        for &a in &acts {
+            push(&mut ev, "alloc", a, ACT, fwd, "forward");
+        }
+        if leak {
+            addr += 1 << 28;
+            push(&mut ev, "alloc", addr, 1 << 20, kept, "forward");
+        }
+        for g in grads.drain(..) {
+            push(&mut ev, "free_completed", g, GRAD, opt, "backward");
+        }
+        for &a in acts.iter().rev() {
+            addr += 1 << 28;
+            push(&mut ev, "alloc", addr, GRAD, "[]", "backward");
+            grads.push(addr);
+            push(&mut ev, "free_completed", a, ACT, "[]", "backward");
+        }
+        addr += 1 << 28;
+        push(&mut ev, "alloc", addr, 4096, opt, "step");
+        push(&mut ev, "free_completed", addr, 4096, opt, "step");
+    }
+    let json = format!(r#"{{"segments":[],"device_traces":[[{}]]}}"#, ev.join(","));
+    decode_bytes(json.as_bytes(), &Default::default()).expect("decodes")
+}
+
+#[test]
+fn iterations_from_user_metadata_and_a_leak_in_them() {
+    let snap = loop_snapshot(8, true, false);
+    let r = find_leaks(&snap, 0, &opts());
+    assert_eq!(
+        r.iteration_source,
+        IterationSource::UserMetadata("forward".into())
+    );
+    assert_eq!(r.iterations.len(), 8);
+    let leaks: Vec<_> = r
+        .findings
+        .iter()
+        .filter(|f| f.severity == Severity::Leak)
+        .collect();
+    assert_eq!(leaks.len(), 1, "{:#?}", r.findings);
+    assert_eq!(leaks[0].sites[0].site, "/src/train.py:5 in main");
+    assert_eq!(leaks[0].bytes_per_iteration, (1u64 << 20) as f64);
+    // Gradients freed before each forward pass: none held.
+    assert!(
+        r.findings
+            .iter()
+            .all(|f| f.kind != FindingKind::HeldGradients),
+        "{:#?}",
+        r.findings
+    );
+}
+
+#[test]
+fn stackless_gradients_held_through_the_next_forward_pass() {
+    let snap = loop_snapshot(8, false, true);
+    let r = find_leaks(&snap, 0, &opts());
+    assert!(!r.leaks_found, "{:#?}", r.findings);
+    let held: Vec<_> = r
+        .findings
+        .iter()
+        .filter(|f| f.kind == FindingKind::HeldGradients)
+        .collect();
+    assert_eq!(held.len(), 1, "{:#?}", r.findings);
+    assert_eq!(held[0].bytes, 4 * (32u64 << 20));
+    assert!(held[0].explanation.contains("after the forward pass"));
+    // They raise the peak: the forward pass peaks with them on top.
+    assert!(
+        held[0].explanation.contains("raise the iteration's peak")
+            || held[0].explanation.contains("at the iteration's peak"),
+        "{}",
+        held[0].explanation
+    );
+}

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use vramscope_report::html::{report_html, ReportOptions};
+use vramscope_report::html::{report_html, report_html_against, Baseline, ReportOptions};
 
 use crate::{input, CliError};
 
@@ -21,6 +21,11 @@ pub struct Args {
     /// Page title (default: the snapshot's file name).
     #[arg(long)]
     pub title: Option<String>,
+    /// A snapshot to compare against (an earlier or a clean run): adds a
+    /// Diff tab with what is alive in FILE and not in it, at the end and at
+    /// the peaks, matched by stack and size.
+    #[arg(long, value_name = "SNAPSHOT")]
+    pub baseline: Option<PathBuf>,
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
@@ -69,7 +74,19 @@ pub fn run(a: Args) -> Result<(), CliError> {
         ..Default::default()
     };
     let out = a.out.clone().unwrap_or_else(|| default_output(&a.file));
-    write_report(&snap, &opts, &out)?;
+    if let Some(path) = &a.baseline {
+        let base = input::load(path, a.quiet)?;
+        let base = Baseline {
+            snap: &base,
+            name: input::display_name(path),
+        };
+        let html = report_html_against(&snap, &opts, Some(&base));
+        std::fs::write(&out, html)
+            .with_context(|| format!("cannot write {}", out.display()))
+            .map_err(CliError::Io)?;
+    } else {
+        write_report(&snap, &opts, &out)?;
+    }
     eprintln!("wrote {}", out.display());
     Ok(())
 }

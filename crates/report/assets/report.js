@@ -710,7 +710,7 @@
     const L = model.info.leaks;
     if (!L) { p.appendChild(el('p', 'muted', 'No leak analysis in this report.')); return; }
     const its = L.iterations;
-    const src = L.iteration_source.kind === 'annotation' ? 'annotation "' + L.iteration_source.name + '"' : L.iteration_source.kind.replace(/_/g, ' ');
+    const src = L.iteration_source.name !== undefined ? L.iteration_source.kind.replace(/_/g, ' ') + ' "' + L.iteration_source.name + '"' : L.iteration_source.kind.replace(/_/g, ' ');
     p.appendChild(el('h3', null, its.length ? its.length + ' iterations (from ' + src + ')' : 'No iterations found'));
     for (const n of L.notes) p.appendChild(el('p', 'muted', n));
     const leaks = L.findings.filter((f) => f.severity === 'leak').length;
@@ -760,6 +760,66 @@
     }
     p.appendChild(el('h3', null, 'Iterations'));
     p.appendChild(tb);
+  }
+
+  // ---------- Diff panel (report --baseline) ----------
+  // What is alive in this snapshot and not in the baseline, matched by stack
+  // and size; clicking a site searches for it on the timeline.
+  function siteLink(text) {
+    const a = el('span', 'site', text);
+    a.title = 'Highlight these allocations on the timeline';
+    a.addEventListener('click', (ev) => {
+      ev.preventDefault();
+      const m = /^(.*):(\d+) in /.exec(text);
+      const q = m ? m[1].split(/[\\/]/).pop() + ':' + m[2] : text;
+      $('search').value = q; applySearch(q);
+    });
+    return a;
+  }
+  function diffGroups(title, groups, sign) {
+    const d = el('div'); d.appendChild(el('h3', null, title));
+    if (!groups.length) { d.appendChild(el('p', 'muted', 'none')); return d; }
+    for (const g of groups) {
+      const row = el('details'); const sum = el('summary');
+      sum.appendChild(el('span', 'n', sign + fmtBytes(g.bytes) + '  '));
+      sum.appendChild(siteLink(g.site));
+      sum.appendChild(el('span', 'muted', '  ' + fmtCount(g.count) + ' blocks: ' + g.sizes.map((x) => x.count + ' × ' + fmtBytes(x.size)).join(', ')));
+      row.appendChild(sum);
+      const ul = el('ul', 'stack'); for (const line of g.stack) ul.appendChild(el('li', null, line));
+      row.appendChild(ul); d.appendChild(row);
+    }
+    return d;
+  }
+  function siteDeltaTable(title, rows) {
+    const d = el('div'); d.appendChild(el('h3', null, title));
+    const tb = el('table'); const hr = el('tr');
+    ['baseline', 'this', 'change', 'site'].forEach((h, i) => hr.appendChild(el('th', i < 3 ? 'n' : null, h))); tb.appendChild(hr);
+    for (const r of rows) {
+      const tr = el('tr');
+      tr.appendChild(el('td', 'n', fmtBytes(r.a_bytes))); tr.appendChild(el('td', 'n', fmtBytes(r.b_bytes)));
+      tr.appendChild(el('td', 'n', (r.delta > 0 ? '+' : '') + fmtBytes(r.delta)));
+      const td = el('td'); td.appendChild(siteLink(r.site)); tr.appendChild(td); tb.appendChild(tr);
+    }
+    d.appendChild(tb); return d;
+  }
+  function showDiff() {
+    const p = $('panel-diff'); p.textContent = '';
+    const D = model.info.diff; if (!D) return;
+    const t = D.totals;
+    p.appendChild(el('h3', null, 'Against ' + D.a.file + ' (cuda:' + D.a.device + ')'));
+    p.appendChild(kvTable([
+      ['at the end', fmtBytes(t.a_bytes) + ' → ' + fmtBytes(t.b_bytes) + ' (' + (t.delta > 0 ? '+' : '') + fmtBytes(t.delta) + ')'],
+      ['matched', fmtBytes(t.matched_bytes) + ' in ' + fmtCount(t.matched_blocks) + ' blocks (same stack and size)'],
+      ['only here', fmtBytes(t.grown_bytes)],
+    ]));
+    if (D.peak_to_peak) {
+      const q = D.peak_to_peak.totals;
+      p.appendChild(el('p', null, 'Peak: ' + fmtBytes(q.a_bytes) + ' → ' + fmtBytes(q.b_bytes) + ' (' + (q.delta > 0 ? '+' : '') + fmtBytes(q.delta) + ').'));
+    }
+    p.appendChild(diffGroups('Alive here and not in the baseline (at the end)', D.grown, '+'));
+    p.appendChild(diffGroups('Alive in the baseline and not here', D.shrunk, '-'));
+    if (D.peak_to_peak) p.appendChild(siteDeltaTable('Peak to peak, by site', D.peak_to_peak.by_site.slice(0, 25)));
+    p.appendChild(siteDeltaTable('At the end, by site', D.by_site.slice(0, 25)));
   }
 
   // ---------- OOM panel ----------
@@ -1010,6 +1070,7 @@
     $('panel-alive').textContent = ''; $('panel-segments').textContent = '';
     if (model.info.ooms.length) showOoms();
     showLeaks();
+    $('tab-diff').hidden = !model.info.diff; showDiff();
     $('tab-leaks').textContent = 'Leaks' + (model.info.leaks && model.info.leaks.leaks_found ? ' (!)' : '');
     if (searchText) applySearch(searchText); else render();
   }
@@ -1021,6 +1082,7 @@
     if (h.includes('category') && model.cat) { colorBy = 'category'; $('color-by').value = 'category'; showLegend(); }
     if (h.includes('peak')) goPeak();
     if (h.includes('leaks')) activateTab('leaks');
+    if (h.includes('diff') && model.info.diff) activateTab('diff');
     if (h.includes('oom') && model.info.ooms.length) { goOom(); }
     if (h.includes('segments')) { showSegments(model.peakEvent === null ? -1 : model.peakEvent); activateTab('segments'); }
     render();

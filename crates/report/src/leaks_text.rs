@@ -21,6 +21,7 @@ fn source_text(s: &IterationSource) -> String {
     match s {
         IterationSource::ProfilerStep => "ProfilerStep annotations".into(),
         IterationSource::Annotation(n) => format!("repeated annotation \"{n}\""),
+        IterationSource::UserMetadata(n) => format!("user_metadata labels, starting at \"{n}\""),
         IterationSource::OptimizerStep => "optimizer steps in the stacks".into(),
         IterationSource::RepeatedPattern => "the repeating allocation pattern".into(),
         IterationSource::None => "none found".into(),

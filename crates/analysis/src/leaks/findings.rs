@@ -65,7 +65,14 @@ pub(super) enum Role {
     Other,
 }
 
-fn role_of_stack(snap: &Snapshot, stack: StackId) -> Role {
+/// `stackless`: the role of an allocation without a stack. On CUDA with
+/// Python stacks, the autograd engine's device thread has no Python frames,
+/// so a trace whose other allocations have stacks records backward's
+/// allocations, gradients included, with none.
+fn role_of_stack(snap: &Snapshot, stack: StackId, stackless: Role) -> Role {
+    if stack.is_none() || snap.stacks.get(stack).is_empty() {
+        return stackless;
+    }
     let mut role = Role::Other;
     for &fid in snap.stacks.get(stack) {
         let (file, _, name) = frame_location(snap, snap.frames.get(fid));
@@ -88,6 +95,27 @@ fn role_of_stack(snap: &Snapshot, stack: StackId) -> Role {
 struct Roles<'a> {
     snap: &'a Snapshot,
     cache: HashMap<StackId, Role>,
+    /// Role of allocations without a stack (see [`role_of_stack`]).
+    stackless: Role,
+}
+
+impl<'a> Roles<'a> {
+    fn new(snap: &'a Snapshot, t: &DeviceTrace) -> Roles<'a> {
+        // Profiler-built traces (categories) run backward on the calling
+        // thread and have stacks for it; elsewhere, stackless allocations
+        // beside stacked ones come from the autograd engine's thread.
+        let stacked = t.category.is_none()
+            && (0..t.len()).any(|i| {
+                t.action[i] == Action::Alloc
+                    && !t.stack[i].is_none()
+                    && !snap.stacks.get(t.stack[i]).is_empty()
+            });
+        Roles {
+            snap,
+            cache: HashMap::default(),
+            stackless: if stacked { Role::Gradient } else { Role::Other },
+        }
+    }
 }
 
 impl Roles<'_> {
@@ -100,11 +128,11 @@ impl Roles<'_> {
                 _ => {}
             }
         }
-        let snap = self.snap;
+        let (snap, stackless) = (self.snap, self.stackless);
         *self
             .cache
             .entry(t.stack[i])
-            .or_insert_with(|| role_of_stack(snap, t.stack[i]))
+            .or_insert_with(|| role_of_stack(snap, t.stack[i], stackless))
     }
 
     fn of_block(&mut self, l: &Lifetimes, b: usize) -> Role {
@@ -116,11 +144,11 @@ impl Roles<'_> {
                 _ => {}
             }
         }
-        let snap = self.snap;
+        let (snap, stackless) = (self.snap, self.stackless);
         *self
             .cache
             .entry(l.stack[b])
-            .or_insert_with(|| role_of_stack(snap, l.stack[b]))
+            .or_insert_with(|| role_of_stack(snap, l.stack[b], stackless))
     }
 }
 
@@ -175,7 +203,9 @@ fn scan_held_gradients(ctx: &Context, roles: &mut Roles) -> Option<HeldScan> {
     let mut diff = vec![0i64; its.len() + 1];
     let mut grads = Vec::new();
     for b in 0..l.len() {
-        if roles.of_block(l, b) != Role::Gradient {
+        // Blocks from before the window or from setup are not a previous
+        // iteration's gradients.
+        if bi.born[b] == 0 || roles.of_block(l, b) != Role::Gradient {
             continue;
         }
         let birth = if l.birth[b] == BEFORE_WINDOW {
@@ -238,10 +268,7 @@ fn scan_held_gradients(ctx: &Context, roles: &mut Roles) -> Option<HeldScan> {
 
 /// All findings of one device.
 pub(super) fn analyze(ctx: &Context, src: &mut Sources) -> Vec<Finding> {
-    let mut roles = Roles {
-        snap: ctx.snap,
-        cache: HashMap::default(),
-    };
+    let mut roles = Roles::new(ctx.snap, ctx.trace);
     let held = scan_held_gradients(ctx, &mut roles);
     // The role of a site: its first block's category, else its largest block's stack.
     let site_role = |roles: &mut Roles, site: u32| -> Role {
@@ -250,10 +277,11 @@ pub(super) fn analyze(ctx: &Context, src: &mut Sources) -> Vec<Finding> {
         if ctx.lifetimes.category[b].is_some() {
             return roles.of_block(ctx.lifetimes, b);
         }
+        let stackless = roles.stackless;
         *roles
             .cache
             .entry(st.example.1)
-            .or_insert_with(|| role_of_stack(ctx.snap, st.example.1))
+            .or_insert_with(|| role_of_stack(ctx.snap, st.example.1, stackless))
     };
     let wanted: HashSet<u32> = held
         .as_ref()

@@ -59,8 +59,61 @@ pub fn escape_html(s: &str) -> String {
     o
 }
 
+/// A snapshot to compare against: the report gets a Diff tab with what is
+/// alive in this one and not in the baseline (at the end and at the peaks).
+pub struct Baseline<'a> {
+    pub snap: &'a Snapshot,
+    /// Its file name, as shown.
+    pub name: String,
+}
+
 /// Build the report page for `snap`.
 pub fn report_html(snap: &Snapshot, opts: &ReportOptions) -> String {
+    report_html_against(snap, opts, None)
+}
+
+/// The diff of `snap`'s `device` against the baseline, end to end and peak
+/// to peak, as the Diff tab's JSON.
+fn baseline_diff(snap: &Snapshot, device: u32, name: &str, base: &Baseline) -> serde_json::Value {
+    use crate::diff::{DiffReport, PeakToPeak, Side};
+    use vramscope_analysis::{diff, DiffOptions, Replay};
+    let empty = vramscope_snapshot::DeviceTrace::default();
+    let a_dev = if base.snap.devices().contains(&device) {
+        device
+    } else {
+        base.snap.devices().first().copied().unwrap_or(0)
+    };
+    let (ta, tb) = (
+        base.snap.trace(a_dev).unwrap_or(&empty),
+        snap.trace(device).unwrap_or(&empty),
+    );
+    let (ra, rb) = (Replay::new(base.snap, a_dev), Replay::new(snap, device));
+    let (ea, eb) = (ta.len().checked_sub(1), tb.len().checked_sub(1));
+    let la = ra.live_at_points(ta, &[ea, ra.peak_index]);
+    let lb = rb.live_at_points(tb, &[eb, rb.peak_index]);
+    let opts = DiffOptions {
+        top: 50,
+        ..Default::default()
+    };
+    let mut r = DiffReport::new(
+        Side::new(&base.name, a_dev, "end", ea),
+        Side::new(name, device, "end", eb),
+        diff(base.snap, &la[0], snap, &lb[0], &opts),
+    );
+    r.peak_to_peak = Some(PeakToPeak::new(
+        Side::new(&base.name, a_dev, "peak", ra.peak_index),
+        Side::new(name, device, "peak", rb.peak_index),
+        diff(base.snap, &la[1], snap, &lb[1], &opts),
+    ));
+    serde_json::to_value(&r).unwrap_or_default()
+}
+
+/// Build the report page for `snap`, with a Diff tab against `baseline`.
+pub fn report_html_against(
+    snap: &Snapshot,
+    opts: &ReportOptions,
+    baseline: Option<&Baseline>,
+) -> String {
     let summary = summarize(
         snap,
         &SummaryOptions {
@@ -87,12 +140,19 @@ pub fn report_html(snap: &Snapshot, opts: &ReportOptions) -> String {
             .collect();
         (devices, leaks.join().unwrap_or_default())
     });
+    let name = opts.title.clone().unwrap_or_default();
     let devices: Vec<serde_json::Value> = devices
         .into_iter()
         .zip(leaks.into_iter().map(Some).chain(std::iter::repeat(None)))
-        .map(|(mut v, l)| {
-            if let (Some(o), Some(l)) = (v.as_object_mut(), l) {
-                o.insert("leaks".into(), l);
+        .zip(&device_ids)
+        .map(|((mut v, l), &d)| {
+            if let Some(o) = v.as_object_mut() {
+                if let Some(l) = l {
+                    o.insert("leaks".into(), l);
+                }
+                if let Some(base) = baseline {
+                    o.insert("diff".into(), baseline_diff(snap, d, &name, base));
+                }
             }
             v
         })
