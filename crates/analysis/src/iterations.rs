@@ -217,12 +217,12 @@ fn from_user_metadata(
     let meta = t.user_metadata.as_ref()?;
     // Runs of one label over the allocations; unlabelled ones are skipped.
     let mut runs: Vec<(StrId, usize)> = Vec::new();
-    for i in 0..t.len().min(meta.len()) {
-        if t.action[i] != Action::Alloc || snap.str(meta[i]).is_empty() {
+    for (i, (&m, &action)) in meta.iter().zip(&t.action).enumerate() {
+        if action != Action::Alloc || snap.str(m).is_empty() {
             continue;
         }
-        if runs.last().is_none_or(|r| r.0 != meta[i]) {
-            runs.push((meta[i], i));
+        if runs.last().is_none_or(|r| r.0 != m) {
+            runs.push((m, i));
         }
     }
     let distinct: HashSet<StrId> = runs.iter().map(|r| r.0).collect();
