@@ -63,6 +63,8 @@ pub struct Iteration {
 pub struct Iterations {
     pub source: IterationSource,
     pub list: Vec<Iteration>,
+    /// Why a repetition that was found was not taken for iterations.
+    pub rejected: Option<String>,
 }
 
 impl Iterations {
@@ -92,15 +94,21 @@ impl Iterations {
 pub fn find_iterations(snap: &Snapshot, device: u32) -> Iterations {
     let empty = DeviceTrace::default();
     let t = snap.trace(device).unwrap_or(&empty);
+    let mut rejected = None;
     let found = from_annotations(snap, device, t)
         .or_else(|| from_user_metadata(snap, t))
         .or_else(|| from_optimizer(snap, t))
-        .or_else(|| from_pattern(t));
+        .or_else(|| from_pattern(t, &mut rejected));
     match found {
-        Some((source, list)) if list.len() >= 2 => Iterations { source, list },
+        Some((source, list)) if list.len() >= 2 => Iterations {
+            source,
+            list,
+            rejected: None,
+        },
         _ => Iterations {
             source: IterationSource::None,
             list: Vec::new(),
+            rejected,
         },
     }
 }
@@ -321,7 +329,10 @@ fn returns_to_baseline(t: &DeviceTrace, starts: &[usize]) -> bool {
     swing > 0 && kept * 2 <= swing
 }
 
-fn from_pattern(t: &DeviceTrace) -> Option<(IterationSource, Vec<Iteration>)> {
+fn from_pattern(
+    t: &DeviceTrace,
+    rejected: &mut Option<String>,
+) -> Option<(IterationSource, Vec<Iteration>)> {
     // Occurrences of each (stack, size) allocation.
     let mut occ: HashMap<(StackId, u64), Vec<u32>> = HashMap::default();
     for i in 0..t.len() {
@@ -354,6 +365,10 @@ fn from_pattern(t: &DeviceTrace) -> Option<(IterationSource, Vec<Iteration>)> {
         return None;
     }
     if !returns_to_baseline(t, &starts) {
+        *rejected = Some(format!(
+            "the allocations repeat {n} times, but memory does not come back down between repeats: \
+             they look like the layers of one pass, not iterations"
+        ));
         return None;
     }
     let mut list = cut(&starts, None, t.len());

@@ -195,11 +195,14 @@ pub fn find_leaks(snap: &Snapshot, device: u32, opts: &LeakOptions) -> LeakRepor
     if t.is_empty() {
         notes.push("the snapshot has no trace of events: leaks need allocations over time".into());
     } else if its.list.is_empty() {
-        notes.push(
-            "no iterations found (no ProfilerStep or repeated annotation, no optimizer step, no repeating pattern); \
-             call vramscope.step() once per iteration when recording"
-                .into(),
-        );
+        let pattern = its
+            .rejected
+            .clone()
+            .unwrap_or_else(|| "no repeating pattern".into());
+        notes.push(format!(
+            "no iterations found (no ProfilerStep or repeated annotation, no user_metadata labels, no optimizer step; \
+             {pattern}); call vramscope.step() once per iteration when recording"
+        ));
     } else if complete < 3 {
         notes.push(format!(
             "{complete} complete iteration(s) in the trace: growth from one iteration to the next needs at least 3"
