@@ -5,7 +5,9 @@ use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
-    #[error("cannot read {path}: {source}")]
+    // The cause is the error's source (printed after it by `{:#}`), not
+    // part of its message, so that it does not show twice.
+    #[error("cannot read {}", path.display())]
     Io {
         path: PathBuf,
         #[source]
