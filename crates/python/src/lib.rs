@@ -240,6 +240,57 @@ fn loads(py: Python<'_>, data: Vec<u8>) -> PyResult<Snapshot> {
     })
 }
 
+/// Reference cycles holding tensors: analyse the garbage graph of one
+/// collection (JSON, see the `vramscope_cycles` crate) into a report (JSON).
+#[pyfunction]
+fn cycles_analyze(py: Python<'_>, graph_json: &str) -> PyResult<String> {
+    py.detach(|| vramscope_cycles::analyze_json(graph_json).map(|r| r.to_json()))
+        .map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
+fn cycle_report(json: &str) -> PyResult<vramscope_cycles::CycleReport> {
+    vramscope_cycles::CycleReport::from_json(json).map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
+/// Two cycle reports added together (`a_json` may be empty: nothing yet).
+#[pyfunction]
+fn cycles_merge(py: Python<'_>, a_json: &str, b_json: &str) -> PyResult<String> {
+    py.detach(|| {
+        let mut a = cycle_report(a_json)?;
+        vramscope_cycles::merge(&mut a, cycle_report(b_json)?);
+        Ok(a.to_json())
+    })
+}
+
+/// A cycle report as a self-contained HTML page.
+#[pyfunction]
+fn cycles_html(py: Python<'_>, report_json: &str, title: &str) -> PyResult<String> {
+    py.detach(|| {
+        Ok(vramscope_cycles::report_html(
+            &cycle_report(report_json)?,
+            title,
+        ))
+    })
+}
+
+/// Graphviz DOT of finding `index` of a cycle report.
+#[pyfunction]
+fn cycles_dot(py: Python<'_>, report_json: &str, index: usize) -> PyResult<String> {
+    py.detach(|| {
+        let r = cycle_report(report_json)?;
+        let f = r
+            .finding(index)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        Ok(vramscope_cycles::finding_dot(f))
+    })
+}
+
+/// A cycle report as terminal text.
+#[pyfunction]
+fn cycles_text(py: Python<'_>, report_json: &str) -> PyResult<String> {
+    py.detach(|| Ok(vramscope_cycles::report_text(&cycle_report(report_json)?)))
+}
+
 /// Run the vramscope command line (`args` without the program name) and
 /// return its exit code; the same implementation as the `vramscope` binary.
 #[pyfunction]
@@ -257,6 +308,11 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(loads, m)?)?;
     m.add_function(wrap_pyfunction!(cli, m)?)?;
     m.add_function(wrap_pyfunction!(parse_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(cycles_analyze, m)?)?;
+    m.add_function(wrap_pyfunction!(cycles_merge, m)?)?;
+    m.add_function(wrap_pyfunction!(cycles_html, m)?)?;
+    m.add_function(wrap_pyfunction!(cycles_dot, m)?)?;
+    m.add_function(wrap_pyfunction!(cycles_text, m)?)?;
     m.add("SnapshotError", m.py().get_type::<SnapshotError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
