@@ -72,6 +72,16 @@ read -r cp cf < <(awk '
 passed=$((passed + cp))
 failed=$((failed + cf))
 
+# The browser tools (playwright-core) serve a pytest too (the cycle
+# detector's page), so they are installed before pytest runs.
+if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
+    if [[ ! -f tests/browser/node_modules/.package-lock.json ||
+          tests/browser/package-lock.json -nt tests/browser/node_modules/.package-lock.json ]]; then
+        say "npm ci --prefix tests/browser"
+        npm ci --prefix tests/browser --no-audit --no-fund || say "npm ci failed; the browser checks will fail"
+    fi
+fi
+
 # 4 + 5. Python tests.
 py_test_dirs=()
 for d in python/tests tests/python; do

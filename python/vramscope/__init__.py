@@ -42,6 +42,8 @@ __all__ = [
     "cli",
     "limits",
     "MemoryLimitExceeded",
+    "cycles",
+    "warn_tensor_cycles",
 ]
 
 # The recorder imports torch only when recording starts, so importing it
@@ -49,6 +51,8 @@ __all__ = [
 # submodule) binds `vramscope.record` to the class, not the module.
 from .record import dump, mark, record, start, step, stop  # noqa: E402
 from .testing import MemoryLimitExceeded, limits  # noqa: E402
+from . import cycles  # noqa: E402
+from .cycles import warn_tensor_cycles  # noqa: E402
 
 
 class Snapshot:

@@ -1,0 +1,193 @@
+"""The reference-cycle detector on real torch tensors (CPU): the classic
+cycles are found with every edge named, identical cycles are counted once,
+the watcher leaves the program's memory and other gc hooks alone, and its
+HTML page opens offline in a browser."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from conftest import native_module  # noqa: E402
+
+if native_module() is None or not hasattr(native_module(), "cycles_analyze"):
+    pytest.skip("vramscope._native (with the cycle analysis) is not built", allow_module_level=True)
+
+import vramscope  # noqa: E402
+from vramscope import cycles  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Node:
+    """A node that refers to another and holds a tensor."""
+
+    def __init__(self, value: torch.Tensor) -> None:
+        self.value = value
+        self.other: Any = None
+
+
+def node_pair(n: int = 1000) -> Node:
+    a, b = Node(torch.ones(n)), Node(torch.ones(n))
+    a.other, b.other = b, a
+    return a
+
+
+class AwaitableTensor:
+    """Holds a tensor and registers a callback on itself: a bound method
+    stored on the object refers back to it through ``__self__``."""
+
+    def __init__(self, t: torch.Tensor) -> None:
+        self.tensor = t
+        self.callback = self.on_done
+
+    def on_done(self) -> torch.Tensor:
+        return self.tensor
+
+
+class ClosureTensor:
+    """The same with a closure: the lambda captures ``self``."""
+
+    def __init__(self, t: torch.Tensor) -> None:
+        self.tensor = t
+        self.cb = lambda: self.tensor
+
+
+def labels(steps: List[Dict[str, Any]]) -> List[str]:
+    return [s["label"] for s in steps]
+
+
+def test_two_nodes_referencing_each_other() -> None:
+    a = node_pair(1000)
+    r = cycles.find([a])
+    assert len(r.findings) == 1, r.text()
+    f = r.findings[0]
+    assert f["count"] == 1 and f["tensors"] == 2
+    assert f["bytes"] == 2 * 1000 * 4
+    ex = f["example"]
+    assert labels(ex["cycle"]) == [".other", ".other"]
+    assert {t["type"] for t in ex["cycle"]} == {"Node"}
+    # Each path ends at the tensor (label ""), reached through `.value`.
+    assert sorted(labels(p)[-2] for p in ex["paths"]) == [".value", ".value"]
+    assert any(c.endswith("Node") for c in f["classes"]), f["classes"]
+
+
+def test_bound_method_stored_on_the_object_is_named() -> None:
+    obj = AwaitableTensor(torch.ones(500))
+    f = cycles.find([obj]).findings[0]
+    assert labels(f["example"]["cycle"]) in ([".callback", "__self__"], ["__self__", ".callback"])
+    assert "__self__" in f["explanation"]
+    assert f["bytes"] == 2000
+
+
+def test_closure_capturing_the_object_is_named() -> None:
+    obj = ClosureTensor(torch.ones(500))
+    f = cycles.find([obj]).findings[0]
+    joined = " ".join(labels(f["example"]["cycle"]))
+    assert ".cb" in joined and "closure 'self'" in joined and "cell_contents" in joined
+    assert "closure" in f["explanation"]
+
+
+def test_no_cycle_no_finding() -> None:
+    a = Node(torch.ones(10))
+    a.other = Node(torch.ones(10))
+    assert cycles.find([a]).findings == []
+
+
+@pytest.fixture
+def watcher(tmp_path: Path):
+    w = cycles.Watcher(device="any", out_dir=tmp_path / "cycles", summary_at_exit=False)
+    gc.collect()
+    w.start()
+    yield w
+    w.stop()
+
+
+def test_watcher_records_garbage_cycles_and_frees_them(watcher: cycles.Watcher, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="vramscope.cycles")
+    probe = torch.ones(1)
+    import weakref
+
+    pair = node_pair(2000)
+    gone = weakref.ref(pair.value)
+    del pair
+    assert gone() is not None  # only the cycle collector can free it
+    gc.collect()
+    assert gone() is None, "the watcher kept the garbage alive"
+    r = watcher.result()
+    assert r is not None and len(r.findings) == 1
+    assert r.findings[0]["bytes"] == 2 * 2000 * 4
+    assert any("Node" in m and "graph:" in m for m in caplog.messages), caplog.messages
+    html = list((tmp_path / "cycles").glob("cycle-*.html"))
+    dot = list((tmp_path / "cycles").glob("cycle-*.dot"))
+    assert len(html) == 1 and len(dot) == 1
+    assert "digraph" in dot[0].read_text()
+    del probe
+
+
+def test_ten_thousand_cycles_are_one_finding(watcher: cycles.Watcher) -> None:
+    for _ in range(10_000):
+        node_pair(16)
+    gc.collect()
+    r = watcher.result()
+    assert r is not None
+    (f,) = r.findings
+    assert f["count"] == 10_000
+    assert f["tensors"] == 20_000
+    assert f["bytes"] == 20_000 * 16 * 4
+
+
+def test_cuda_default_ignores_cpu_tensors(tmp_path: Path) -> None:
+    w = cycles.Watcher(out_dir=tmp_path, summary_at_exit=False).start()
+    try:
+        node_pair(100)
+        gc.collect()
+    finally:
+        w.stop()
+    assert w.result() is None or w.result().findings == []
+
+
+def test_other_gc_callbacks_still_run(watcher: cycles.Watcher) -> None:
+    seen: List[str] = []
+    cb = lambda phase, info: seen.append(phase)  # noqa: E731
+    gc.callbacks.append(cb)
+    try:
+        node_pair(10)
+        gc.collect()
+    finally:
+        gc.callbacks.remove(cb)
+    assert "start" in seen and "stop" in seen
+    assert gc.get_debug() & gc.DEBUG_SAVEALL == 0  # restored after each collection
+    assert not gc.garbage
+
+
+def test_html_opens_offline_and_shows_the_red_tensor(tmp_path: Path) -> None:
+    a = node_pair(100)
+    page = tmp_path / "cycle.html"
+    cycles.find([a]).write_html(page)
+    text = page.read_text()
+    assert "<script" not in text and "default-src 'none'" in text
+    node = shutil.which("node")
+    chromium = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+    checker = ROOT / "tests" / "browser" / "page_check.mjs"
+    if not node or not os.path.exists(chromium) or not (ROOT / "tests/browser/node_modules/playwright-core").exists():
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI needs node, chromium and tests/browser/node_modules for this test")
+        pytest.skip("node/chromium/playwright-core not available")
+    out = subprocess.run([node, str(checker), str(page), "svg .tensor"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    import json
+
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["requests"] == 0 and res["errors"] == []
+    assert res["found"] >= 2
+    assert res["fill"].replace(" ", "") in ("rgb(220,38,38)", "#dc2626"), res

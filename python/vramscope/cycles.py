@@ -1,0 +1,581 @@
+"""Reference cycles that keep tensors alive.
+
+Python frees most objects at once by reference counting; objects in a
+reference cycle wait for the cycle collector, which knows nothing about GPU
+memory, so tensors held by cycles pile up until a collection (or an OOM)::
+
+    vramscope.cycles.watch()            # or vramscope.warn_tensor_cycles()
+    train()
+    # WARNING vramscope.cycles: reference cycle Node -.other-> Node holds
+    #   2 CUDA tensors (40.00 KiB), freed only by the garbage collector
+    #   (1 time so far); graph: vramscope-cycles/cycle-3f2a9c1e.html
+
+How it works: a ``gc.callbacks`` hook asks the collector to keep what it
+would free (``DEBUG_SAVEALL``) for the duration of each collection. When the
+collection found garbage, the hook looks for tensors in it; only when there
+are some does it name every reference between the garbage objects
+(attribute, dict key, list index, closure variable, bound method
+``__self__``, frame local, ...) and hand the graph to the Rust core, which
+finds the minimal cycles, the path to each tensor and deduplicates identical
+shapes (a cycle created 10,000 times by the same code is one finding with a
+count). The kept garbage is then released at once the way the collector
+itself would have freed it: its containers are cleared (dicts, lists, sets,
+closure cells, frames), which breaks the cycles, and reference counting frees
+the objects, so memory is not held longer than without the watcher and no
+extra collection runs. Collections that find no garbage cost two list-length
+reads.
+
+:func:`find` analyses a given set of objects on demand (tests, notebooks).
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import hashlib
+import json
+import logging
+import os
+import sys
+import threading
+import types
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+
+__all__ = ["watch", "stop", "find", "Watcher", "CycleReport", "warn_tensor_cycles"]
+
+log = logging.getLogger("vramscope.cycles")
+
+# Objects found from `find(objects)` are bounded: a function's globals reach
+# the whole program.
+MAX_FIND_OBJECTS = 200_000
+# A repr longer than this is cut.
+REPR_CHARS = 80
+
+
+class CycleReport:
+    """Findings of the cycle analysis: ``findings`` (list of dicts, largest
+    first), ``bytes``, ``tensors``; ``html()``, ``dot(i)``, ``text()``."""
+
+    def __init__(self, data: Dict[str, Any]) -> None:
+        self.data = data
+
+    @property
+    def findings(self) -> List[Dict[str, Any]]:
+        return list(self.data.get("findings", []))
+
+    @property
+    def bytes(self) -> int:
+        return int(self.data.get("bytes", 0))
+
+    @property
+    def tensors(self) -> int:
+        return int(self.data.get("tensors", 0))
+
+    def html(self, title: str = "vramscope: reference cycles holding tensors") -> str:
+        from . import _native
+
+        return _native.cycles_html(json.dumps(self.data), title)
+
+    def dot(self, index: int = 0) -> str:
+        from . import _native
+
+        return _native.cycles_dot(json.dumps(self.data), index)
+
+    def text(self) -> str:
+        from . import _native
+
+        return _native.cycles_text(json.dumps(self.data))
+
+    def write_html(self, path: str | os.PathLike) -> str:
+        path = os.fspath(path)
+        _write_atomic(path, self.html())
+        return path
+
+    def __repr__(self) -> str:
+        return f"<vramscope.cycles.CycleReport {len(self.findings)} finding(s), {self.tensors} tensor(s), {self.bytes} bytes>"
+
+
+# ---------------------------------------------------------------------------
+# The object graph, every edge named.
+
+
+def _short_repr(o: Any) -> str:
+    try:
+        if _is_tensor(o):
+            return f"tensor(shape={list(o.shape)}, dtype={o.dtype}, device={o.device})"
+        r = object.__repr__(o) if isinstance(o, (dict, list, tuple, set, frozenset)) and len(o) > 8 else repr(o)
+    except Exception:  # noqa: BLE001 - a broken __repr__ must not break the watcher
+        r = object.__repr__(o)
+    return r if len(r) <= REPR_CHARS else r[: REPR_CHARS - 1] + "…"
+
+
+_torch: Any = None
+
+
+def _is_tensor(o: Any) -> bool:
+    global _torch
+    if _torch is None:
+        _torch = sys.modules.get("torch")
+        if _torch is None:
+            return False
+    return isinstance(o, _torch.Tensor)
+
+
+def _tensor_info(t: Any, stacks: Optional[Callable[[int], Optional[List[str]]]]) -> Dict[str, Any]:
+    try:
+        nbytes = int(t.untyped_storage().nbytes())
+    except Exception:  # noqa: BLE001 - meta, sparse or subclass tensors
+        nbytes = int(t.numel() * t.element_size())
+    stack = None
+    if stacks is not None:
+        try:
+            stack = stacks(int(t.untyped_storage().data_ptr()))
+        except Exception:  # noqa: BLE001
+            stack = None
+    gf = getattr(t, "grad_fn", None)
+    try:
+        storage = int(t.untyped_storage().data_ptr())
+    except Exception:  # noqa: BLE001
+        storage = None
+    return {
+        "storage": storage,  # views of one storage count once
+        "shape": [int(x) for x in t.shape],
+        "dtype": str(t.dtype),
+        "device": str(t.device),
+        "bytes": nbytes,
+        "requires_grad": bool(t.requires_grad),
+        "grad_fn": type(gf).__name__ if gf is not None else None,
+        "stack": stack or [],
+    }
+
+
+def _named_refs(o: Any, absorbed: set) -> Iterable[Tuple[str, Any]]:
+    """``(label, referent)`` for the references of ``o`` that can be named."""
+    if isinstance(o, dict):
+        for k, v in list(o.items()):
+            yield f"[{_short_repr(k)}]", v
+            yield "key", k
+        return
+    if isinstance(o, (list, tuple)):
+        for i, v in enumerate(list(o)):
+            yield f"[{i}]", v
+        return
+    if isinstance(o, (set, frozenset)):
+        for v in list(o):
+            yield "{element}", v
+        return
+    if isinstance(o, types.MethodType):
+        yield "__self__", o.__self__
+        yield "__func__", o.__func__
+        return
+    if isinstance(o, types.FunctionType):
+        for name, cell in zip(o.__code__.co_freevars, o.__closure__ or ()):
+            yield f"closure '{name}'", cell
+        yield "__globals__", o.__globals__
+        if o.__defaults__:
+            yield "__defaults__", o.__defaults__
+        if o.__kwdefaults__:
+            yield "__kwdefaults__", o.__kwdefaults__
+        yield "__dict__", o.__dict__
+        return
+    if type(o).__name__ == "cell":
+        try:
+            yield "cell_contents", o.cell_contents
+        except ValueError:  # an empty cell
+            pass
+        return
+    if isinstance(o, types.FrameType):
+        for k, v in list(o.f_locals.items()):
+            yield f"local '{k}'", v
+        if o.f_back is not None:
+            yield "f_back", o.f_back
+        return
+    # An instance: its __dict__ entries become attributes of the object
+    # itself (`.other`), and the dict is not a node of its own.
+    d = getattr(o, "__dict__", None)
+    if isinstance(d, dict) and not isinstance(o, type):
+        absorbed.add(id(d))
+        for k, v in list(d.items()):
+            yield f".{k}", v
+    for cls in type(o).__mro__:
+        for slot in cls.__dict__.get("__slots__", ()) if isinstance(cls.__dict__.get("__slots__", ()), (tuple, list)) else ():
+            if slot in ("__dict__", "__weakref__"):
+                continue
+            try:
+                yield f".{slot}", getattr(o, slot)
+            except AttributeError:
+                pass
+
+
+def held_tensors(objects: List[Any]) -> List[Any]:
+    """Tensors outside ``objects`` that nothing but ``objects`` refers to."""
+    inside = {id(o) for o in objects}
+    refs: Dict[int, int] = {}
+    found: Dict[int, Any] = {}
+    for o in objects:
+        for r in gc.get_referents(o):
+            if id(r) not in inside and _is_tensor(r):
+                refs[id(r)] = refs.get(id(r), 0) + 1
+                found[id(r)] = r
+        r = None
+    out = []
+    for k in list(found):
+        t = found.pop(k)
+        # References besides the objects': getrefcount's argument and `t`.
+        if sys.getrefcount(t) - 2 <= refs[k]:
+            out.append(t)
+        t = None
+    return out
+
+
+def build_graph(
+    objects: List[Any],
+    stacks: Optional[Callable[[int], Optional[List[str]]]] = None,
+    site: Optional[str] = None,
+) -> Dict[str, Any]:
+    """The graph of ``objects`` (the references between them, named) as the
+    JSON the Rust core analyses. Tensors that only these objects refer to
+    join the graph even when they are not in the list: the collector leaves
+    out objects of older generations, yet they die with the cycle."""
+    objects = list(objects) + held_tensors(objects)
+    index = {id(o): i for i, o in enumerate(objects)}
+    absorbed: set = set()
+    edges: List[Dict[str, Any]] = []
+    for i, o in enumerate(objects):
+        named: set = set()
+        try:
+            refs = list(_named_refs(o, absorbed))
+        except Exception:  # noqa: BLE001 - objects with odd attribute access
+            refs = []
+        for label, r in refs:
+            j = index.get(id(r))
+            if j is not None:
+                edges.append({"src": i, "dst": j, "label": label})
+                named.add(id(r))
+        for r in gc.get_referents(o):
+            j = index.get(id(r))
+            if j is not None and id(r) not in named and id(r) not in absorbed:
+                edges.append({"src": i, "dst": j, "label": "?"})
+    # Instance dicts are folded into their objects: drop them and their edges.
+    keep = [i for i, o in enumerate(objects) if id(o) not in absorbed]
+    renum = {old: new for new, old in enumerate(keep)}
+    nodes = []
+    for i in keep:
+        o = objects[i]
+        t = type(o)
+        nodes.append(
+            {
+                "type": t.__qualname__,
+                "module": t.__module__,
+                "repr": _short_repr(o),
+                "tensor": _tensor_info(o, stacks) if _is_tensor(o) else None,
+            }
+        )
+    edges = [
+        {"src": renum[e["src"]], "dst": renum[e["dst"]], "label": e["label"]}
+        for e in edges
+        if e["src"] in renum and e["dst"] in renum
+    ]
+    return {"nodes": nodes, "edges": edges, "site": site}
+
+
+def analyze(objects: List[Any], stacks: Optional[Callable[[int], Optional[List[str]]]] = None) -> CycleReport:
+    from . import _native
+
+    g = build_graph(objects, stacks)
+    return CycleReport(json.loads(_native.cycles_analyze(json.dumps(g))))
+
+
+def find(objects: Iterable[Any]) -> CycleReport:
+    """Reference cycles among ``objects`` and what they reach (bounded: module
+    globals, classes and code are not followed) that hold tensors."""
+    seen: Dict[int, Any] = {}
+    stack = list(objects)
+    while stack and len(seen) < MAX_FIND_OBJECTS:
+        o = stack.pop()
+        if id(o) in seen or isinstance(o, (types.ModuleType, type, types.CodeType)):
+            continue
+        if not gc.is_tracked(o) and not _is_tensor(o):
+            continue
+        seen[id(o)] = o
+        for r in gc.get_referents(o):
+            if isinstance(r, dict) and ("__builtins__" in r or "__name__" in r and "__loader__" in r):
+                continue  # a module's globals
+            stack.append(r)
+    return analyze(list(seen.values()), _cuda_stacks())
+
+
+# ---------------------------------------------------------------------------
+# Allocation stacks of CUDA tensors, when a snapshot is being recorded.
+
+
+def _cuda_stacks() -> Optional[Callable[[int], Optional[List[str]]]]:
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        return None
+    try:
+        snap = torch.cuda.memory._snapshot()
+    except Exception:  # noqa: BLE001
+        return None
+    blocks = []
+    for seg in snap.get("segments", []):
+        for b in seg.get("blocks", []):
+            if b.get("state") == "active_allocated" and b.get("frames"):
+                blocks.append((b["address"], b["size"], b["frames"]))
+    if not blocks:
+        return None
+    blocks.sort()
+    starts = [b[0] for b in blocks]
+
+    def lookup(ptr: int) -> Optional[List[str]]:
+        import bisect
+
+        k = bisect.bisect_right(starts, ptr) - 1
+        if k < 0 or ptr >= blocks[k][0] + blocks[k][1]:
+            return None
+        return [f"{f.get('filename')}:{f.get('line')} in {f.get('name')}" for f in blocks[k][2]]
+
+    return lookup
+
+
+# ---------------------------------------------------------------------------
+# The watcher.
+
+
+class Watcher:
+    """Watches cycle collections for garbage cycles that hold tensors.
+
+    Args:
+        device: ``"cuda"`` (default) counts CUDA tensors only, ``"any"``
+            every tensor (CPU ones included), or a device type
+            (``"cpu"``, ``"mps"``, ...).
+        min_bytes: tensors smaller than this are ignored (default 0).
+        out_dir: where the HTML (and DOT) of each new kind of cycle goes.
+            Default ``vramscope-cycles`` in the current directory; ``None``
+            after ``html=False``.
+        html: write a page per new kind of cycle (default True).
+        warn: log a warning per new kind of cycle (default True).
+        summary_at_exit: log a summary of every kind seen at exit.
+    """
+
+    def __init__(
+        self,
+        device: str = "cuda",
+        min_bytes: int = 0,
+        out_dir: Optional[str | os.PathLike] = "vramscope-cycles",
+        html: bool = True,
+        warn: bool = True,
+        summary_at_exit: bool = True,
+    ) -> None:
+        self.device = device
+        self.min_bytes = int(min_bytes)
+        self.out_dir = os.path.abspath(os.fspath(out_dir)) if (html and out_dir is not None) else None
+        self.warn = warn
+        self.summary_at_exit = summary_at_exit
+        self.report: Optional[Dict[str, Any]] = None  # merged over all collections
+        self.files: Dict[str, str] = {}  # signature -> html path
+        self.collections_seen = 0
+        self._saved_debug = 0
+        self._garbage_before = 0
+        self._armed = False
+        self._active = False
+        self._lock = threading.Lock()
+
+    # -- lifecycle --
+    def start(self) -> "Watcher":
+        if self._active:
+            return self
+        self._active = True
+        gc.callbacks.append(self._callback)
+        atexit.register(self._at_exit)
+        return self
+
+    def stop(self) -> Optional[CycleReport]:
+        """Stop watching; returns what was found."""
+        if not self._active:
+            return self.result()
+        self._active = False
+        try:
+            gc.callbacks.remove(self._callback)
+        except ValueError:
+            pass
+        if self._armed:  # stopped inside a collection (from a callback)
+            gc.set_debug(self._saved_debug)
+            self._armed = False
+        try:
+            atexit.unregister(self._at_exit)
+        except Exception:  # noqa: BLE001
+            pass
+        return self.result()
+
+    def result(self) -> Optional[CycleReport]:
+        return CycleReport(self.report) if self.report is not None else None
+
+    def __enter__(self) -> "Watcher":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> bool:
+        self.stop()
+        return False
+
+    # -- the hook --
+    def _callback(self, phase: str, info: Dict[str, Any]) -> None:
+        if not self._active:
+            return
+        if phase == "start":
+            self._garbage_before = len(gc.garbage)
+            self._saved_debug = gc.get_debug()
+            gc.set_debug(self._saved_debug | gc.DEBUG_SAVEALL)
+            self._armed = True
+            return
+        if not self._armed:
+            return
+        self._armed = False
+        gc.set_debug(self._saved_debug)
+        n = self._garbage_before
+        if len(gc.garbage) <= n:
+            return
+        garbage = gc.garbage[n:]
+        del gc.garbage[n:]
+        try:
+            if any(self._wanted(o) for o in garbage) or any(self._wanted(t) for t in held_tensors(garbage)):
+                self._record(garbage)
+        except Exception as err:  # noqa: BLE001 - never break the program's collection
+            log.debug("vramscope.cycles: analysis failed: %r", err)
+        finally:
+            _release(garbage)
+            garbage = None
+
+    def _wanted(self, o: Any) -> bool:
+        if not _is_tensor(o):
+            return False
+        try:
+            if self.device == "cuda" and not o.is_cuda:
+                return False
+            if self.device not in ("cuda", "any") and o.device.type != self.device:
+                return False
+            return o.untyped_storage().nbytes() >= self.min_bytes
+        except Exception:  # noqa: BLE001
+            return False
+
+    def _record(self, garbage: List[Any]) -> None:
+        from . import _native
+
+        self.collections_seen += 1
+        stacks = _cuda_stacks() if self.device != "cpu" else None
+        g = build_graph(garbage, stacks)
+        # Tensors the filter leaves out are not reported.
+        for node in g["nodes"]:
+            t = node["tensor"]
+            if t is not None and not self._wanted_info(t):
+                node["tensor"] = None
+        new = json.loads(_native.cycles_analyze(json.dumps(g)))
+        with self._lock:
+            before = {f["signature"] for f in (self.report or {}).get("findings", [])}
+            if self.report is None:
+                self.report = new
+            else:
+                self.report = json.loads(_native.cycles_merge(json.dumps(self.report), json.dumps(new)))
+        for f in new.get("findings", []):
+            if f["signature"] in before:
+                continue
+            path = self._write(f)
+            if self.warn:
+                log.warning(
+                    "vramscope: %s, freed only by the garbage collector%s",
+                    f["title"],
+                    f"; graph: {path}" if path else "",
+                )
+
+    def _wanted_info(self, t: Dict[str, Any]) -> bool:
+        dev = t["device"].split(":")[0]
+        if self.device == "cuda" and dev != "cuda":
+            return False
+        if self.device not in ("cuda", "any") and dev != self.device:
+            return False
+        return t["bytes"] >= self.min_bytes
+
+    def _write(self, finding: Dict[str, Any]) -> Optional[str]:
+        if self.out_dir is None:
+            return None
+        from . import _native
+
+        sig = hashlib.sha1(finding["signature"].encode()).hexdigest()[:10]
+        os.makedirs(self.out_dir, exist_ok=True)
+        path = os.path.join(self.out_dir, f"cycle-{sig}.html")
+        one = dict(self.report or {}, findings=[finding])
+        one_json = json.dumps(one)
+        _write_atomic(path, _native.cycles_html(one_json, "vramscope: reference cycle holding tensors"))
+        _write_atomic(path[: -len(".html")] + ".dot", _native.cycles_dot(one_json, 0))
+        self.files[finding["signature"]] = path
+        return path
+
+    def _at_exit(self) -> None:
+        self._active = False
+        if self.summary_at_exit and self.report and self.report.get("findings"):
+            from . import _native
+
+            try:
+                log.warning("vramscope: reference cycles holding tensors during this run:\n%s", _native.cycles_text(json.dumps(self.report)))
+            except Exception:  # noqa: BLE001 - at exit, modules may be half torn down
+                pass
+
+
+def _release(garbage: List[Any]) -> None:
+    """Free kept garbage as the collector would have: clear its containers
+    (the collector's ``tp_clear``), which breaks the cycles, then drop the
+    list so that reference counting frees the objects. Nothing else refers to
+    them: they were unreachable, and their finalizers have already run."""
+    for o in garbage:
+        try:
+            if isinstance(o, (dict, list, set)):
+                o.clear()
+            elif isinstance(o, types.FrameType):
+                o.clear()
+            elif type(o).__name__ == "cell":
+                try:
+                    del o.cell_contents
+                except ValueError:
+                    pass
+            elif not isinstance(o, (type, types.ModuleType)):
+                d = getattr(o, "__dict__", None)
+                if isinstance(d, dict):
+                    d.clear()
+        except Exception:  # noqa: BLE001 - objects that refuse are left to the collector
+            pass
+    garbage.clear()
+
+
+def _write_atomic(path: str, text: str) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+_watcher: Optional[Watcher] = None
+
+
+def watch(**options: Any) -> Watcher:
+    """Start watching (one watcher per process; calling again returns it).
+    Options as :class:`Watcher`."""
+    global _watcher
+    if _watcher is None or not _watcher._active:
+        _watcher = Watcher(**options).start()
+    return _watcher
+
+
+def stop() -> Optional[CycleReport]:
+    """Stop the watcher started by :func:`watch`; returns what it found."""
+    global _watcher
+    w, _watcher = _watcher, None
+    return w.stop() if w is not None else None
+
+
+def warn_tensor_cycles(**options: Any) -> Watcher:
+    """For users of ``torch.utils.viz._cycles.warn_tensor_cycles``: log a
+    warning with a lasting HTML page for each kind of cycle holding CUDA
+    tensors. Without the global memory-history side effect."""
+    if not logging.getLogger().handlers and not log.handlers:
+        logging.basicConfig()
+    return watch(**options)
