@@ -153,7 +153,11 @@ fn real_fixtures_iterations_and_findings() {
             // The single training steps repeat per layer; the note says why
             // those repeats are not iterations.
             if name.contains("training_memory") || name.starts_with("magma27") {
-                assert!(r.notes.iter().any(|n| n.contains("layers of one pass")), "{name}: {:?}", r.notes);
+                assert!(
+                    r.notes.iter().any(|n| n.contains("layers of one pass")),
+                    "{name}: {:?}",
+                    r.notes
+                );
             }
         }
     }
