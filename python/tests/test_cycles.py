@@ -191,3 +191,43 @@ def test_html_opens_offline_and_shows_the_red_tensor(tmp_path: Path) -> None:
     assert res["requests"] == 0 and res["errors"] == []
     assert res["found"] >= 2
     assert res["fill"].replace(" ", "") in ("rgb(220,38,38)", "#dc2626"), res
+
+
+def test_warn_tensor_cycles_logs_and_summarises_at_exit(tmp_path: Path) -> None:
+    """The drop-in for PyTorch's warn_tensor_cycles, in a process of its own:
+    a warning naming the page, the classes and the bytes when the cycle is
+    collected, the page still there afterwards, and a summary at exit."""
+    import sys
+    import textwrap
+
+    from conftest import subprocess_env
+
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import gc, sys, torch, vramscope
+
+            class Node:
+                def __init__(self, v):
+                    self.value, self.other = v, None
+
+            vramscope.warn_tensor_cycles(device="any", out_dir=sys.argv[1])
+            for _ in range(3):
+                a, b = Node(torch.ones(256)), Node(torch.ones(256))
+                a.other, b.other = b, a
+            del a, b
+            gc.collect()
+            """
+        )
+    )
+    out_dir = tmp_path / "pages"
+    r = subprocess.run([sys.executable, str(script), str(out_dir)], env=subprocess_env(), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    err = r.stderr
+    warn = [line for line in err.splitlines() if "freed only by the garbage collector" in line]
+    assert len(warn) == 1, err  # one kind of cycle, one warning
+    assert "Node" in warn[0] and "KiB" in warn[0] and "graph: " in warn[0]
+    page = Path(warn[0].split("graph: ")[1].strip())
+    assert page.exists() and page.parent == out_dir  # the page outlives the warning
+    assert "during this run" in err and "3×" in err, err
