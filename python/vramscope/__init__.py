@@ -44,6 +44,8 @@ __all__ = [
     "MemoryLimitExceeded",
     "cycles",
     "warn_tensor_cycles",
+    "estimate",
+    "Estimate",
 ]
 
 # The recorder imports torch only when recording starts, so importing it
@@ -53,6 +55,7 @@ from .record import dump, mark, record, start, step, stop  # noqa: E402
 from .testing import MemoryLimitExceeded, limits  # noqa: E402
 from . import cycles  # noqa: E402
 from .cycles import warn_tensor_cycles  # noqa: E402
+from ._trace_estimate import Estimate, estimate  # noqa: E402
 
 
 class Snapshot:

@@ -1,0 +1,258 @@
+"""Memory before training, exactly: trace the model on the meta device.
+
+::
+
+    est = vramscope.estimate(model, (x,), optimizer=torch.optim.AdamW, loss_fn=lambda out: out.sum(), steps=2)
+    est.peak_bytes            # predicted peak allocated
+    est.by_category           # parameter / gradient / optimizer_state / activation / ... at the peak
+    est.report("est.html")    # opens like a real snapshot
+
+The model's parameters, buffers and the inputs are replaced by tensors of
+the same shape and dtype on the ``meta`` device (no memory, no compute), and
+``steps`` training iterations run: forward (``torch.func.functional_call``),
+loss, backward, optimizer step, ``zero_grad(set_to_none=True)``. A
+``TorchDispatchMode`` sees every ATen operation, forward and backward; each
+new storage is an allocation (its size is the storage's bytes, the Python
+stack is recorded) and a finalizer on the storage records its free. The
+events go into a snapshot in PyTorch's format (each block its own segment,
+as on the CPU path), with a Memory Profiler category per allocation and a
+``ProfilerStep#N`` range per iteration, which vramscope then reads like any
+other snapshot.
+
+What it cannot see: scratch space that kernels allocate inside themselves
+(cuDNN/oneDNN workspaces) and the caching allocator's rounding on CUDA; the
+peak is the sum of the tensors PyTorch creates.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+import tempfile
+import weakref
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+__all__ = ["estimate", "Estimate"]
+
+_SKIP_FILES = ("torch/utils/_python_dispatch.py", "vramscope/_trace_estimate.py", "torch/utils/_pytree.py")
+
+
+class Estimate:
+    """The result of :func:`estimate`: ``peak_bytes``, ``by_category`` (at
+    the peak), ``path`` (the snapshot written) and ``snapshot`` (a
+    :class:`vramscope.Snapshot`)."""
+
+    def __init__(self, path: str, snapshot: Any) -> None:
+        self.path = path
+        self.snapshot = snapshot
+        dev = snapshot.summary()["devices"][0]
+        self.peak_bytes: int = int(dev["peak"]["allocated_bytes"])
+        self.by_category: Dict[str, int] = {c["category"]: int(c["bytes"]) for c in dev["peak"].get("by_category") or []}
+        self.summary = dev
+
+    def report(self, path: Optional[str | os.PathLike] = None) -> Any:
+        return self.snapshot.report(path)
+
+    def __repr__(self) -> str:
+        cats = ", ".join(f"{k} {v}" for k, v in sorted(self.by_category.items(), key=lambda kv: -kv[1]))
+        return f"<vramscope.Estimate peak {self.peak_bytes} bytes ({cats})>"
+
+
+class _Recorder:
+    """Allocation events of the storages that ATen operations create."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self.torch = torch
+        self.events: List[Dict[str, Any]] = []
+        self.live: Dict[int, Tuple[int, int]] = {}  # key -> (addr, size)
+        self.key_of: "weakref.WeakKeyDictionary[Any, int]" = weakref.WeakKeyDictionary()
+        self.next_addr = 1 << 32
+        self.next_key = 0
+        self.time = 0
+        self.phase = "setup"
+        self.alloc_event: Dict[int, int] = {}  # key -> index of its alloc event
+
+    def _tick(self) -> int:
+        self.time += 1
+        return self.time
+
+    def _frames(self) -> List[Dict[str, Any]]:
+        out = []
+        f = sys._getframe(2)
+        while f is not None and len(out) < 64:
+            fn = f.f_code.co_filename.replace("\\", "/")
+            if not fn.endswith(_SKIP_FILES):
+                out.append({"filename": f.f_code.co_filename, "line": f.f_lineno, "name": f.f_code.co_name})
+            f = f.f_back
+        return out
+
+    def track(self, t: Any, category: Optional[str] = None) -> None:
+        if not isinstance(t, self.torch.Tensor):
+            return
+        try:
+            st = t.untyped_storage()
+        except Exception:  # noqa: BLE001 - sparse or subclass tensors
+            return
+        if st in self.key_of:
+            return
+        size = int(st.nbytes())
+        key = self.next_key
+        self.next_key += 1
+        self.key_of[st] = key
+        addr = self.next_addr
+        self.next_addr += max(512, (size + 511) // 512 * 512)
+        frames = self._frames()
+        cat = category or {"forward": "activation", "backward": "temporary", "optimizer": "temporary"}.get(self.phase, "unknown")
+        now = self._tick()
+        self.events.append({"action": "segment_alloc", "addr": addr, "size": size, "stream": 0, "time_us": now, "frames": frames})
+        self.alloc_event[key] = len(self.events)
+        self.events.append({"action": "alloc", "addr": addr, "size": size, "stream": 0, "time_us": now, "frames": frames, "category": cat})
+        self.live[key] = (addr, size)
+        weakref.finalize(st, self._free, key)
+
+    def _free(self, key: int) -> None:
+        item = self.live.pop(key, None)
+        if item is None:
+            return
+        addr, size = item
+        now = self._tick()
+        for action in ("free_requested", "free_completed", "segment_free"):
+            self.events.append({"action": action, "addr": addr, "size": size, "stream": 0, "time_us": now, "frames": []})
+
+    def recategorize(self, tensors: Sequence[Any], category: str) -> None:
+        """Set the category of the allocations behind ``tensors``."""
+        for t in tensors:
+            if t is None:
+                continue
+            key = self.key_of.get(t.untyped_storage())
+            if key is not None and key in self.alloc_event:
+                self.events[self.alloc_event[key]]["category"] = category
+
+
+def _mode(rec: _Recorder) -> Any:
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    class Track(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            out = func(*args, **(kwargs or {}))
+            for t in tree_leaves(out):
+                rec.track(t)
+            return out
+
+    return Track()
+
+
+def estimate(
+    model: Any,
+    example_inputs: Sequence[Any],
+    optimizer: Optional[Callable[..., Any]] = None,
+    *,
+    loss_fn: Optional[Callable[..., Any]] = None,
+    targets: Sequence[Any] = (),
+    steps: int = 2,
+    path: Optional[str | os.PathLike] = None,
+    **optimizer_options: Any,
+) -> Estimate:
+    """Predict the memory of ``steps`` training iterations of ``model`` on
+    ``example_inputs`` without allocating it (see the module docs).
+
+    Args:
+        model: an ``nn.Module`` (anywhere: only shapes and dtypes are used).
+        example_inputs: positional inputs of one forward call (tensors are
+            replaced by meta tensors of the same shape and dtype).
+        optimizer: an optimizer class or factory taking the parameters
+            (``torch.optim.AdamW``); ``None`` traces forward and backward only.
+        loss_fn: ``loss_fn(output, *targets) -> scalar``; default
+            ``output.sum()``.
+        targets: tensors passed to ``loss_fn`` after the output (labels),
+            replaced by meta tensors like the inputs.
+        steps: training iterations (2 shows the optimizer state in place).
+        path: where the snapshot goes (default: a temporary file).
+        **optimizer_options: passed to ``optimizer`` (``lr=1e-3``, ...).
+    """
+    import torch
+    from torch.func import functional_call
+
+    from . import load
+
+    rec = _Recorder()
+    mode = _mode(rec)
+    meta = torch.device("meta")
+
+    def on_meta(t: Any, category: str) -> Any:
+        if not isinstance(t, torch.Tensor):
+            return t
+        m = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=meta)
+        rec.track(m, category)
+        rec.recategorize([m], category)
+        return m
+
+    annotations: List[Dict[str, Any]] = []
+    with mode:
+        # Only shapes, strides and dtypes are read from the real tensors: an
+        # operation on them would be traced as an allocation.
+        params = {n: torch.nn.Parameter(on_meta(p, "parameter"), requires_grad=p.requires_grad) for n, p in model.named_parameters()}
+        buffers = {n: on_meta(b, "parameter") for n, b in model.named_buffers()}
+        inputs = tuple(on_meta(x, "input") for x in example_inputs)
+        labels = tuple(on_meta(y, "input") for y in targets)
+        opt = optimizer([p for p in params.values() if p.requires_grad], **optimizer_options) if optimizer else None
+        state = {**params, **buffers}
+        for step in range(max(1, int(steps))):
+            annotations.append({"name": f"ProfilerStep#{step + 1}", "stage": "START", "device": 0, "time_us": rec._tick()})
+            rec.phase = "forward"
+            if opt is not None:
+                opt.zero_grad(set_to_none=True)
+            else:
+                for p in params.values():
+                    p.grad = None
+            out = functional_call(model, state, inputs)
+            loss = loss_fn(out, *labels) if loss_fn is not None else (out if isinstance(out, torch.Tensor) else out[0]).sum()
+            rec.phase = "backward"
+            loss.backward()
+            del out, loss
+            rec.recategorize([p.grad for p in params.values()], "gradient")
+            if opt is not None:
+                rec.phase = "optimizer"
+                opt.step()
+                states = [v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
+                rec.recategorize(states, "optimizer_state")
+            annotations.append({"name": f"ProfilerStep#{step + 1}", "stage": "END", "device": 0, "time_us": rec._tick()})
+            rec.phase = "setup"
+        # Blocks alive at the end: the segments of the snapshot.
+        live = list(rec.live.values())
+        segments = [
+            {
+                "device": 0,
+                "address": addr,
+                "total_size": size,
+                "allocated_size": size,
+                "active_size": size,
+                "requested_size": size,
+                "stream": 0,
+                "segment_type": "large" if size >= 1 << 20 else "small",
+                "segment_pool_id": (0, 0),
+                "is_expandable": False,
+                "frames": [],
+                "blocks": [{"address": addr, "size": size, "requested_size": size, "state": "active_allocated", "frames": []}],
+            }
+            for addr, size in sorted(live)
+        ]
+        snap = {
+            "segments": segments,
+            "device_traces": [list(rec.events)],
+            "external_annotations": annotations,
+            "allocator_settings": {},
+            "vramscope": {"recorder": "estimate-meta-trace", "steps": int(steps), "torch": str(torch.__version__)},
+        }
+    if path is None:
+        fd, tmp = tempfile.mkstemp(prefix="vramscope-estimate-", suffix=".pickle")
+        os.close(fd)
+        path = tmp
+    path = os.fspath(path)
+    with open(path, "wb") as f:
+        pickle.dump(snap, f, protocol=pickle.DEFAULT_PROTOCOL)
+    return Estimate(path, load(path))
