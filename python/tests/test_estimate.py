@@ -31,7 +31,7 @@ def cpu_path(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_trace_predicts_the_measured_peak(kind: str, tmp_path: Path, cpu_path: Any) -> None:
     model, opt, batch = build(kind)
     x, y = batch()
-    est = vramscope.estimate(model, (x,), torch.optim.Adam, loss_fn=nn.functional.cross_entropy, targets=(y,), steps=STEPS, lr=1e-3, path=tmp_path / "est.pickle")
+    est = vramscope.estimate(model, (x,), torch.optim.Adam, loss_fn=nn.functional.cross_entropy, targets=(y,), steps=STEPS, device="cpu", lr=1e-3, path=tmp_path / "est.pickle")
     # The very same training, recorded for real on the CPU.
     measured_path = tmp_path / "measured.pickle"
     with vramscope.record(measured_path):
@@ -63,6 +63,8 @@ def test_forward_and_backward_only_without_an_optimizer(tmp_path: Path) -> None:
     x, _ = batch()
     est = vramscope.estimate(model, (x,), steps=1, path=tmp_path / "e.pickle")
     assert "optimizer_state" not in est.by_category
+    # CUDA accounting (the default): every block a multiple of 512 bytes.
+    assert est.by_category["parameter"] == sum(max(512, (p.nbytes + 511) // 512 * 512) for p in model.parameters())
     # Gradients appear in backward, never more than one per parameter.
     assert 0 < est.by_category.get("gradient", 0) <= sum(p.nbytes for p in model.parameters())
     # Nothing real was allocated for the model: its parameters are untouched.

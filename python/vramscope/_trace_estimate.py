@@ -62,10 +62,11 @@ class Estimate:
 class _Recorder:
     """Allocation events of the storages that ATen operations create."""
 
-    def __init__(self) -> None:
+    def __init__(self, round_to: int = 1) -> None:
         import torch
 
         self.torch = torch
+        self.round_to = round_to
         self.events: List[Dict[str, Any]] = []
         self.live: Dict[int, Tuple[int, int]] = {}  # key -> (addr, size)
         self.key_of: "weakref.WeakKeyDictionary[Any, int]" = weakref.WeakKeyDictionary()
@@ -99,6 +100,9 @@ class _Recorder:
         if st in self.key_of:
             return
         size = int(st.nbytes())
+        if self.round_to > 1:
+            # The CUDA caching allocator hands out multiples of 512 bytes.
+            size = max(self.round_to, (size + self.round_to - 1) // self.round_to * self.round_to)
         key = self.next_key
         self.next_key += 1
         self.key_of[st] = key
@@ -154,6 +158,7 @@ def estimate(
     loss_fn: Optional[Callable[..., Any]] = None,
     targets: Sequence[Any] = (),
     steps: int = 2,
+    device: str = "cuda",
     path: Optional[str | os.PathLike] = None,
     **optimizer_options: Any,
 ) -> Estimate:
@@ -171,6 +176,9 @@ def estimate(
         targets: tensors passed to ``loss_fn`` after the output (labels),
             replaced by meta tensors like the inputs.
         steps: training iterations (2 shows the optimizer state in place).
+        device: whose accounting to predict: ``"cuda"`` (default) rounds
+            every block up to 512 bytes as the CUDA caching allocator does;
+            ``"cpu"`` counts exact bytes, as the CPU allocator does.
         path: where the snapshot goes (default: a temporary file).
         **optimizer_options: passed to ``optimizer`` (``lr=1e-3``, ...).
     """
@@ -179,7 +187,9 @@ def estimate(
 
     from . import load
 
-    rec = _Recorder()
+    if device not in ("cuda", "cpu"):
+        raise ValueError(f"device={device!r}: expected 'cuda' or 'cpu'")
+    rec = _Recorder(512 if device == "cuda" else 1)
     mode = _mode(rec)
     meta = torch.device("meta")
 
