@@ -10,6 +10,7 @@
 mod check;
 mod demo;
 mod diff;
+mod estimate;
 mod flamegraph;
 mod input;
 mod leaks;
@@ -53,6 +54,8 @@ enum Command {
     Check(check::Args),
     /// Write a realistic synthetic snapshot (for tests and benchmarks).
     Synth(synth::Args),
+    /// How much memory training (or inference) will need, before running it.
+    Estimate(estimate::Args),
 }
 
 /// Errors the CLI maps to exit codes.
@@ -98,6 +101,7 @@ where
         Command::Diff(a) => diff::run(a),
         Command::Synth(a) => synth::run(a),
         Command::Leaks(a) => leaks::run(a),
+        Command::Estimate(a) => estimate::run(a),
         Command::Check(a) => match check::run(a) {
             Ok(code) => return code,
             Err(e) => Err(e),

@@ -1,0 +1,445 @@
+//! The formula: memory components of a training (or inference) run from
+//! the parameter count, the precision, the optimizer and the batch shape.
+//!
+//! Components, for `N` parameters of which `T` are trained (`T = N`
+//! without LoRA), `P` bytes per value of `dtype`:
+//!
+//! | component | full precision (`dtype` everywhere) | mixed precision |
+//! |---|---|---|
+//! | parameters | `N·P` | 16-bit copy `N·2` + fp32 master `T·4` |
+//! | gradients | `T·P` | `T·2` (16-bit) |
+//! | optimizer state | states × `T·P` (in the parameter dtype) | states × `T·4` (fp32) |
+//! | optimizer intermediates | `T·P` (the update) | `T·4` |
+//! | activations | `A = P` bytes per value | `A = 2` |
+//!
+//! States per trained parameter: AdamW and Adam 2 (first and second
+//! moment), SGD 0 (and no intermediates: the update is in place), SGD with
+//! momentum 1, Adafactor factored: rows + cols per matrix, the full size
+//! per vector, computed from the config's shapes; without a config
+//! `T/512` (the 2/h of an h × h matrix at h = 1024).
+//!
+//! LoRA at rank r: the base weights are frozen (`N·P`, or `N·2` with mixed
+//! precision, no gradients, no states); the adapters on q, k, v, o of every
+//! layer (`T` = Σ r·(in + out)) are trained as above. Activations are those
+//! of full training (an upper bound: frozen layers still pass gradients
+//! through).
+//!
+//! Training total = parameters + optimizer state + max(gradients +
+//! optimizer intermediates, activations): activations are freed during
+//! backward while gradients appear, so the peak is either at the end of
+//! the forward / start of the backward (activations held) or in the
+//! optimizer step (gradients and the update's temporaries held).
+//!
+//! Inference total = parameters + KV cache + activations (one layer's
+//! working set); no gradients, no optimizer.
+//!
+//! Not included: the CUDA context, cuBLAS/cuDNN workspaces, the caching
+//! allocator's rounding and fragmentation, and communication buffers.
+
+use serde::Serialize;
+
+use crate::activations::{self, Regime, StructuralActivations};
+use crate::options::{Dtype, EstimateError, EstimateOptions, Optimizer};
+use crate::params::{self, ParamBreakdown};
+use crate::text::{bytes, group};
+
+/// Memory of each component, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+pub struct Components {
+    pub parameters: u64,
+    pub gradients: u64,
+    pub optimizer_state: u64,
+    pub optimizer_intermediates: u64,
+    pub activations: u64,
+    pub kv_cache: u64,
+}
+
+/// When the peak happens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// End of forward / start of backward: activations held.
+    ForwardBackward,
+    /// Optimizer step: gradients and the update's temporaries held.
+    OptimizerStep,
+    /// Inference forward pass.
+    Forward,
+}
+
+impl Phase {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Phase::ForwardBackward => "end of forward / start of backward (activations held)",
+            Phase::OptimizerStep => "optimizer step (gradients and update temporaries held)",
+            Phase::Forward => "forward pass (inference)",
+        }
+    }
+}
+
+/// Which activation model the total uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActivationModel {
+    /// From the architecture (a config was given).
+    Structural,
+    /// From the parameter count (no config).
+    Empirical,
+}
+
+/// The estimate.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Estimate {
+    /// Parameters of the model, N.
+    pub params: u64,
+    /// Parameters trained, T (N without LoRA, the adapters with it, 0 for inference).
+    pub trainable_params: u64,
+    /// Where the parameters are, when a config was given.
+    pub param_breakdown: Option<ParamBreakdown>,
+    pub dtype: Dtype,
+    pub mixed_precision: bool,
+    /// None for inference.
+    pub optimizer: Option<Optimizer>,
+    pub batch: u64,
+    pub seq: u64,
+    pub checkpointing: bool,
+    pub lora_rank: Option<u64>,
+    pub inference: bool,
+    pub kv_cache: bool,
+    /// Bytes per component.
+    pub components: Components,
+    /// Estimated peak, bytes.
+    pub total: u64,
+    pub peak_phase: Phase,
+    /// The activation model in `components.activations` and `total`.
+    pub activation_model: ActivationModel,
+    /// Structural activations (with a config).
+    pub activations_structural: Option<StructuralActivations>,
+    /// Empirical activations (always).
+    pub activations_empirical: u64,
+    pub gpu_memory: Option<u64>,
+    /// `total <= gpu_memory`.
+    pub fits: Option<bool>,
+    /// `gpu_memory - total` (negative when it does not fit).
+    pub headroom: Option<i64>,
+    /// The largest batch whose total fits (0 when none does); only when
+    /// asked for and a GPU size is given.
+    pub max_batch: Option<u64>,
+    /// What the numbers assume, one line each.
+    pub assumptions: Vec<String>,
+}
+
+/// The batch-independent part of an estimate.
+struct Plan<'a> {
+    opts: &'a EstimateOptions,
+    n: u64,
+    parameters: u64,
+    gradients: u64,
+    optimizer_state: u64,
+    optimizer_intermediates: u64,
+    act_bytes: u64,
+}
+
+impl Plan<'_> {
+    /// Components, total, phase and both activation figures at `batch`.
+    fn at(&self, batch: u64) -> (Components, u64, Phase, Option<StructuralActivations>, u64) {
+        let o = self.opts;
+        let regime = if o.inference {
+            Regime::Inference
+        } else if o.checkpointing {
+            Regime::Checkpointed
+        } else {
+            Regime::Training
+        };
+        let structural = o
+            .config
+            .as_ref()
+            .map(|c| activations::structural(c, batch, o.seq, self.act_bytes, regime));
+        let empirical = activations::empirical_bytes(self.n, batch, o.seq, self.act_bytes);
+        let kv_cache = match (&o.config, o.kv_cache) {
+            (Some(c), true) => activations::kv_cache_bytes(c, batch, o.seq, self.act_bytes),
+            _ => 0,
+        };
+        let c = Components {
+            parameters: self.parameters,
+            gradients: self.gradients,
+            optimizer_state: self.optimizer_state,
+            optimizer_intermediates: self.optimizer_intermediates,
+            activations: structural.map_or(empirical, |s| s.total),
+            kv_cache,
+        };
+        let (total, phase) = if o.inference {
+            (c.parameters + c.kv_cache + c.activations, Phase::Forward)
+        } else {
+            let step = c.gradients + c.optimizer_intermediates;
+            let phase = if c.activations >= step {
+                Phase::ForwardBackward
+            } else {
+                Phase::OptimizerStep
+            };
+            (
+                c.parameters + c.optimizer_state + step.max(c.activations),
+                phase,
+            )
+        };
+        (c, total, phase, structural, empirical)
+    }
+
+    /// The largest batch whose total is at most `gpu` (0 when none).
+    fn max_batch(&self, gpu: u64) -> u64 {
+        let fits = |b: u64| self.at(b).1 <= gpu;
+        if !fits(1) {
+            return 0;
+        }
+        let mut lo = 1u64; // fits
+        let mut hi = 2u64;
+        while fits(hi) {
+            lo = hi;
+            if hi >= 1 << 40 {
+                return hi;
+            }
+            hi *= 2;
+        }
+        // lo fits, hi does not.
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if fits(mid) {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+}
+
+/// Estimate the memory of the run `o` describes.
+pub fn estimate(o: &EstimateOptions) -> Result<Estimate, EstimateError> {
+    let mut o = o.clone();
+    o.inference |= o.kv_cache;
+    if o.batch == 0 {
+        return Err(EstimateError::Zero("batch"));
+    }
+    if o.seq == 0 {
+        return Err(EstimateError::Zero("sequence length"));
+    }
+    if o.lora_rank == Some(0) {
+        return Err(EstimateError::Zero("LoRA rank"));
+    }
+    if o.mixed_precision && o.dtype == Dtype::Fp32 {
+        return Err(EstimateError::MixedFp32);
+    }
+    if o.mixed_precision && o.inference {
+        return Err(EstimateError::MixedInference);
+    }
+    if o.lora_rank.is_some() && o.inference {
+        return Err(EstimateError::LoraInference);
+    }
+    let breakdown = o.config.as_ref().map(params::count_params);
+    let n = o
+        .params
+        .or(breakdown.map(|b| b.total))
+        .ok_or(EstimateError::NoModel)?;
+    let cfg = o.config.as_ref();
+    if o.kv_cache && cfg.is_none() {
+        return Err(EstimateError::NeedsConfig("the KV cache"));
+    }
+    let p = o.dtype.bytes();
+    let mut notes = Vec::new();
+
+    match (o.params, &breakdown) {
+        (Some(_), Some(b)) => notes.push(format!(
+            "parameters: {} as given (the config counts {}); the config gives the shapes",
+            group(n),
+            group(b.total)
+        )),
+        (None, Some(_)) => notes.push(format!("parameters: {} counted from the config", group(n))),
+        _ => notes.push(format!("parameters: {} as given", group(n))),
+    }
+
+    let (t, weights) = if o.inference {
+        notes.push(format!(
+            "inference: weights in {}, no gradients, no optimizer",
+            o.dtype.name()
+        ));
+        (0, n * p)
+    } else if let Some(r) = o.lora_rank {
+        let c = cfg.ok_or(EstimateError::NeedsConfig("LoRA"))?;
+        let t = params::lora_params(c, r);
+        notes.push(format!(
+            "LoRA rank {r} on q, k, v, o of {} layers: {} trained parameters, base weights frozen",
+            c.num_layers,
+            group(t)
+        ));
+        let w = if o.mixed_precision {
+            n * 2 + t * 6
+        } else {
+            (n + t) * p
+        };
+        (t, w)
+    } else {
+        (n, if o.mixed_precision { n * 6 } else { n * p })
+    };
+
+    // Bytes per gradient, per optimizer value, per activation value.
+    let (g, s, act_bytes) = if o.mixed_precision {
+        (2, 4, 2)
+    } else {
+        (p, p, p)
+    };
+    if o.mixed_precision {
+        notes.push(format!(
+            "mixed precision: {} weights, gradients and activations; fp32 master weights, optimizer states and update",
+            o.dtype.name()
+        ));
+    } else if !o.inference {
+        notes.push(format!(
+            "{} throughout: weights, gradients, optimizer states and activations",
+            o.dtype.name()
+        ));
+    }
+
+    let (state_values, intermediates) = if o.inference {
+        (0, 0)
+    } else {
+        let values = match o.optimizer {
+            Optimizer::AdamW | Optimizer::Adam => 2 * t,
+            Optimizer::Sgd => 0,
+            Optimizer::SgdMomentum => t,
+            Optimizer::Adafactor => match cfg {
+                Some(c) => {
+                    let shapes = match o.lora_rank {
+                        Some(r) => params::lora_shapes(c, r),
+                        None => params::shapes(c),
+                    };
+                    let shape_total: u64 = shapes.iter().map(|s| s.params()).sum();
+                    let v = params::adafactor_values(&shapes);
+                    // Scale when the count was given and differs from the config's.
+                    ((v as f64) * t as f64 / shape_total.max(1) as f64).round() as u64
+                }
+                None => t.div_ceil(512),
+            },
+        };
+        notes.push(match o.optimizer {
+            Optimizer::AdamW | Optimizer::Adam => format!(
+                "{}: 2 states (moments) per trained parameter",
+                if o.optimizer == Optimizer::AdamW {
+                    "AdamW"
+                } else {
+                    "Adam"
+                }
+            ),
+            Optimizer::Sgd => "SGD: no state, update in place".to_string(),
+            Optimizer::SgdMomentum => {
+                "SGD with momentum: 1 state per trained parameter".to_string()
+            }
+            Optimizer::Adafactor if cfg.is_some() => format!(
+                "Adafactor: factored second moment, rows + cols per matrix ({} values)",
+                group(values)
+            ),
+            Optimizer::Adafactor => {
+                "Adafactor: factored states approximated as T/512 values (no config)".to_string()
+            }
+        });
+        let inter = if o.optimizer == Optimizer::Sgd {
+            0
+        } else {
+            t * s
+        };
+        (values * s, inter)
+    };
+
+    let plan = Plan {
+        opts: &o,
+        n,
+        parameters: weights,
+        gradients: t * g,
+        optimizer_state: state_values,
+        optimizer_intermediates: intermediates,
+        act_bytes,
+    };
+    let (components, total, phase, structural, empirical) = plan.at(o.batch);
+    let model = if structural.is_some() {
+        ActivationModel::Structural
+    } else {
+        ActivationModel::Empirical
+    };
+
+    notes.push(match (model, o.inference, o.checkpointing) {
+        (ActivationModel::Structural, true, _) => {
+            "activations: one layer's working set s·b·h·(34 + 5·a·s/h)·A/2 + hidden state + logits".to_string()
+        }
+        (ActivationModel::Structural, false, false) => {
+            "activations: s·b·h·(34 + 5·a·s/h)·A/2 per layer (standard attention, Korthikanti et al. 2022) + embeddings + logits (and fp32 for the loss)".to_string()
+        }
+        (ActivationModel::Structural, false, true) => {
+            "activations: full recomputation, each layer's input s·b·h·A + one layer rebuilt + embeddings + logits (and fp32 for the loss)".to_string()
+        }
+        (ActivationModel::Empirical, _, _) => format!(
+            "activations: empirical fit (4.6894e-4·N + 1.8494e6 values per token){}",
+            if o.checkpointing || o.inference {
+                "; it knows nothing of checkpointing or inference: give a config"
+            } else {
+                ""
+            }
+        ),
+    });
+    if let Some(c) = cfg.filter(|_| o.kv_cache) {
+        notes.push(format!(
+            "KV cache: 2·{} layers·B·L·{} kv heads·{} head dim·A",
+            c.num_layers, c.num_kv_heads, c.head_dim
+        ));
+    }
+    if !o.inference {
+        notes.push(
+            "total = parameters + optimizer state + max(gradients + optimizer intermediates, activations)".to_string(),
+        );
+    }
+    notes.push(
+        "not included: CUDA context, library workspaces, allocator caching and fragmentation"
+            .to_string(),
+    );
+
+    let fits = o.gpu_memory.map(|gpu| total <= gpu);
+    let headroom = o.gpu_memory.map(|gpu| gpu as i64 - total as i64);
+    let max_batch = match o.gpu_memory {
+        Some(gpu) if o.find_max_batch => Some(plan.max_batch(gpu)),
+        _ => None,
+    };
+    if let Some(gpu) = o.gpu_memory {
+        notes.push(format!("GPU memory: {} ({} bytes)", bytes(gpu), group(gpu)));
+    }
+
+    Ok(Estimate {
+        params: n,
+        trainable_params: t,
+        param_breakdown: breakdown,
+        dtype: o.dtype,
+        mixed_precision: o.mixed_precision,
+        optimizer: (!o.inference).then_some(o.optimizer),
+        batch: o.batch,
+        seq: o.seq,
+        checkpointing: o.checkpointing,
+        lora_rank: o.lora_rank,
+        inference: o.inference,
+        kv_cache: o.kv_cache,
+        components,
+        total,
+        peak_phase: phase,
+        activation_model: model,
+        activations_structural: structural,
+        activations_empirical: empirical,
+        gpu_memory: o.gpu_memory,
+        fits,
+        headroom,
+        max_batch,
+        assumptions: notes,
+    })
+}
+
+/// The total at another batch size, the rest of `o` unchanged.
+pub fn total_at_batch(o: &EstimateOptions, batch: u64) -> Result<u64, EstimateError> {
+    let mut o = o.clone();
+    o.batch = batch;
+    o.find_max_batch = false;
+    Ok(estimate(&o)?.total)
+}
