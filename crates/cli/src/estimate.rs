@@ -1,6 +1,6 @@
 //! `vramscope estimate (--params 1.5e9 | --config config.json) [--dtype bf16]
 //! [--mixed-precision] [--optimizer adamw] [--batch 8] [--seq 2048]
-//! [--checkpointing] [--lora-rank 16] [--inference] [--kv-cache]
+//! [--checkpointing] [--flash-attention] [--lora-rank 16] [--inference] [--kv-cache]
 //! [--gpu-memory 80GB] [--max-batch] [--json]`: how much memory a training
 //! (or inference) run will need, before running it.
 
@@ -41,6 +41,9 @@ pub struct Args {
     /// Full activation recomputation (every layer checkpointed).
     #[arg(long)]
     pub checkpointing: bool,
+    /// Fused attention (FlashAttention, SDPA): attention scores are not stored.
+    #[arg(long)]
+    pub flash_attention: bool,
     /// LoRA rank on q, k, v, o (only the adapters are trained; needs --config).
     #[arg(long)]
     pub lora_rank: Option<u64>,
@@ -90,6 +93,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
         batch: a.batch,
         seq: a.seq,
         checkpointing: a.checkpointing,
+        fused_attention: a.flash_attention,
         lora_rank: a.lora_rank,
         inference: a.inference,
         kv_cache: a.kv_cache,

@@ -14,6 +14,11 @@
 //!   wider `ff` keep more than the 4h GELU MLP it was derived for, and
 //!   models without dropout keep less.
 //!
+//!   With fused attention (FlashAttention, PyTorch's SDPA kernels) the
+//!   `a·s×s` scores and softmax are never stored: the `5·a·s/h` term is
+//!   dropped, `s·b·h·34·A/2` per layer (the small per-row log-sum-exp the
+//!   kernels keep is ignored).
+//!
 //!   With full recomputation (activation checkpointing of every layer) each
 //!   layer keeps only its input, `s·b·h·A` bytes, and one layer's full set
 //!   is rebuilt at a time during backward: `layers·s·b·h·A + s·b·h·(34 +
@@ -50,12 +55,14 @@ pub fn empirical_bytes(n: u64, batch: u64, seq: u64, act_bytes: u64) -> u64 {
     (empirical_values_per_token(n) * (batch * seq * act_bytes) as f64).round() as u64
 }
 
-/// One transformer layer's activations with standard attention, in bytes:
-/// `s·b·h·(34 + 5·a·s/h)·A/2` = `s·b·(34·h + 5·a·s)·A/2`.
-pub fn layer_bytes(c: &ModelConfig, batch: u64, seq: u64, act_bytes: u64) -> u64 {
+/// One transformer layer's activations, in bytes: with standard attention
+/// `s·b·h·(34 + 5·a·s/h)·A/2` = `s·b·(34·h + 5·a·s)·A/2`; with fused
+/// attention `s·b·34·h·A/2`.
+pub fn layer_bytes(c: &ModelConfig, batch: u64, seq: u64, act_bytes: u64, fused: bool) -> u64 {
     let (h, a) = (c.hidden_size, c.num_heads);
+    let scores = if fused { 0 } else { 5 * a * seq };
     // Exact in integers: A is 2 or 4, and 34·h + 5·a·s is multiplied before halving.
-    seq * batch * (34 * h + 5 * a * seq) * act_bytes / 2
+    seq * batch * (34 * h + scores) * act_bytes / 2
 }
 
 /// The parts of the structural activation estimate, in bytes.
@@ -83,15 +90,16 @@ pub enum Regime {
 }
 
 /// Structural activation bytes for `c` at `batch` × `seq` with activations
-/// of `act_bytes` bytes.
+/// of `act_bytes` bytes, with standard or `fused` attention.
 pub fn structural(
     c: &ModelConfig,
     batch: u64,
     seq: u64,
     act_bytes: u64,
     regime: Regime,
+    fused: bool,
 ) -> StructuralActivations {
-    let one_layer = layer_bytes(c, batch, seq, act_bytes);
+    let one_layer = layer_bytes(c, batch, seq, act_bytes, fused);
     let hidden = seq * batch * c.hidden_size * act_bytes;
     let logits_values = batch * seq * c.vocab_size;
     let (layers, logits) = match regime {

@@ -36,97 +36,11 @@
 //! Not included: the CUDA context, cuBLAS/cuDNN workspaces, the caching
 //! allocator's rounding and fragmentation, and communication buffers.
 
-use serde::Serialize;
-
 use crate::activations::{self, Regime, StructuralActivations};
 use crate::options::{Dtype, EstimateError, EstimateOptions, Optimizer};
-use crate::params::{self, ParamBreakdown};
+use crate::params;
+use crate::result::{ActivationModel, Components, Estimate, Phase};
 use crate::text::{bytes, group};
-
-/// Memory of each component, in bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
-pub struct Components {
-    pub parameters: u64,
-    pub gradients: u64,
-    pub optimizer_state: u64,
-    pub optimizer_intermediates: u64,
-    pub activations: u64,
-    pub kv_cache: u64,
-}
-
-/// When the peak happens.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Phase {
-    /// End of forward / start of backward: activations held.
-    ForwardBackward,
-    /// Optimizer step: gradients and the update's temporaries held.
-    OptimizerStep,
-    /// Inference forward pass.
-    Forward,
-}
-
-impl Phase {
-    pub fn describe(self) -> &'static str {
-        match self {
-            Phase::ForwardBackward => "end of forward / start of backward (activations held)",
-            Phase::OptimizerStep => "optimizer step (gradients and update temporaries held)",
-            Phase::Forward => "forward pass (inference)",
-        }
-    }
-}
-
-/// Which activation model the total uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ActivationModel {
-    /// From the architecture (a config was given).
-    Structural,
-    /// From the parameter count (no config).
-    Empirical,
-}
-
-/// The estimate.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Estimate {
-    /// Parameters of the model, N.
-    pub params: u64,
-    /// Parameters trained, T (N without LoRA, the adapters with it, 0 for inference).
-    pub trainable_params: u64,
-    /// Where the parameters are, when a config was given.
-    pub param_breakdown: Option<ParamBreakdown>,
-    pub dtype: Dtype,
-    pub mixed_precision: bool,
-    /// None for inference.
-    pub optimizer: Option<Optimizer>,
-    pub batch: u64,
-    pub seq: u64,
-    pub checkpointing: bool,
-    pub lora_rank: Option<u64>,
-    pub inference: bool,
-    pub kv_cache: bool,
-    /// Bytes per component.
-    pub components: Components,
-    /// Estimated peak, bytes.
-    pub total: u64,
-    pub peak_phase: Phase,
-    /// The activation model in `components.activations` and `total`.
-    pub activation_model: ActivationModel,
-    /// Structural activations (with a config).
-    pub activations_structural: Option<StructuralActivations>,
-    /// Empirical activations (always).
-    pub activations_empirical: u64,
-    pub gpu_memory: Option<u64>,
-    /// `total <= gpu_memory`.
-    pub fits: Option<bool>,
-    /// `gpu_memory - total` (negative when it does not fit).
-    pub headroom: Option<i64>,
-    /// The largest batch whose total fits (0 when none does); only when
-    /// asked for and a GPU size is given.
-    pub max_batch: Option<u64>,
-    /// What the numbers assume, one line each.
-    pub assumptions: Vec<String>,
-}
 
 /// The batch-independent part of an estimate.
 struct Plan<'a> {
@@ -150,10 +64,9 @@ impl Plan<'_> {
         } else {
             Regime::Training
         };
-        let structural = o
-            .config
-            .as_ref()
-            .map(|c| activations::structural(c, batch, o.seq, self.act_bytes, regime));
+        let structural = o.config.as_ref().map(|c| {
+            activations::structural(c, batch, o.seq, self.act_bytes, regime, o.fused_attention)
+        });
         let empirical = activations::empirical_bytes(self.n, batch, o.seq, self.act_bytes);
         let kv_cache = match (&o.config, o.kv_cache) {
             (Some(c), true) => activations::kv_cache_bytes(c, batch, o.seq, self.act_bytes),
@@ -364,20 +277,25 @@ pub fn estimate(o: &EstimateOptions) -> Result<Estimate, EstimateError> {
         ActivationModel::Empirical
     };
 
+    let layer = if o.fused_attention {
+        "s·b·h·34·A/2 (fused attention: no scores stored)"
+    } else {
+        "s·b·h·(34 + 5·a·s/h)·A/2 (standard attention)"
+    };
     notes.push(match (model, o.inference, o.checkpointing) {
         (ActivationModel::Structural, true, _) => {
-            "activations: one layer's working set s·b·h·(34 + 5·a·s/h)·A/2 + hidden state + logits".to_string()
+            format!("activations: one layer's working set {layer} + hidden state + logits")
         }
-        (ActivationModel::Structural, false, false) => {
-            "activations: s·b·h·(34 + 5·a·s/h)·A/2 per layer (standard attention, Korthikanti et al. 2022) + embeddings + logits (and fp32 for the loss)".to_string()
-        }
-        (ActivationModel::Structural, false, true) => {
-            "activations: full recomputation, each layer's input s·b·h·A + one layer rebuilt + embeddings + logits (and fp32 for the loss)".to_string()
-        }
+        (ActivationModel::Structural, false, false) => format!(
+            "activations: {layer} per layer (Korthikanti et al. 2022, A = {act_bytes} bytes) + embeddings + logits and their fp32 copy for the loss"
+        ),
+        (ActivationModel::Structural, false, true) => format!(
+            "activations: full recomputation, each layer's input s·b·h·A + one layer rebuilt, {layer} + embeddings + logits and their fp32 copy for the loss"
+        ),
         (ActivationModel::Empirical, _, _) => format!(
-            "activations: empirical fit (4.6894e-4·N + 1.8494e6 values per token){}",
-            if o.checkpointing || o.inference {
-                "; it knows nothing of checkpointing or inference: give a config"
+            "activations: empirical fit (4.6894e-4·N + 1.8494e6 values per token, A = {act_bytes} bytes){}",
+            if o.checkpointing || o.inference || o.fused_attention {
+                "; it knows nothing of checkpointing, fused attention or inference: give a config"
             } else {
                 ""
             }

@@ -6,8 +6,9 @@
 //! * [`params`] counts the parameters (with a breakdown);
 //! * [`activations`] models the activation memory (structural and empirical);
 //! * [`options`] says what to estimate ([`EstimateOptions`], with defaults);
-//! * [`formula`] puts the components together into an [`Estimate`]: peak,
-//!   phase, whether it fits a GPU, the largest batch that does;
+//! * [`formula`] puts the components together into an [`Estimate`]
+//!   ([`result`]): peak, phase, whether it fits a GPU, the largest batch
+//!   that does;
 //! * [`text`] renders it for the terminal.
 //!
 //! ```
@@ -32,10 +33,12 @@ pub mod config;
 pub mod formula;
 pub mod options;
 pub mod params;
+pub mod result;
 pub mod text;
 
 pub use config::{ConfigError, MlpKind, ModelConfig, NormKind};
-pub use formula::{estimate, total_at_batch, ActivationModel, Components, Estimate, Phase};
+pub use formula::{estimate, total_at_batch};
 pub use options::{Dtype, EstimateError, EstimateOptions, Optimizer};
 pub use params::{count_params, parse_param_count, ParamBreakdown};
+pub use result::{ActivationModel, Components, Estimate, Phase};
 pub use text::render;

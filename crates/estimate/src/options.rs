@@ -90,7 +90,7 @@ impl std::str::FromStr for Optimizer {
 
 /// What to estimate. `Default` is: no model (give `params` or `config`),
 /// fp32, no mixed precision, AdamW, batch 1, sequence 1024, no
-/// checkpointing, no LoRA, training, no GPU size.
+/// checkpointing, standard (unfused) attention, no LoRA, training, no GPU size.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EstimateOptions {
     /// Parameter count; overrides the config's count when both are given.
@@ -111,6 +111,9 @@ pub struct EstimateOptions {
     pub seq: u64,
     /// Full activation recomputation (every layer checkpointed).
     pub checkpointing: bool,
+    /// Fused attention (FlashAttention / SDPA): the attention scores are
+    /// not stored (structural model only).
+    pub fused_attention: bool,
     /// LoRA rank r on q, k, v, o; only the adapters are trained.
     pub lora_rank: Option<u64>,
     /// Forward only: no gradients, no optimizer.
@@ -134,6 +137,7 @@ impl Default for EstimateOptions {
             batch: 1,
             seq: 1024,
             checkpointing: false,
+            fused_attention: false,
             lora_rank: None,
             inference: false,
             kv_cache: false,

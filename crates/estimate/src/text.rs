@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use crate::formula::{ActivationModel, Estimate, Phase};
+use crate::result::{ActivationModel, Estimate, Phase};
 
 /// `1536` → `1.50 KiB`; below 1 KiB `512 B` (binary units, as PyTorch
 /// prints them).
@@ -44,6 +44,15 @@ fn short_count(n: u64) -> String {
         format!("{:.1}K", f / 1e3)
     } else {
         n.to_string()
+    }
+}
+
+/// A GPU size as given: `80 GB (74.51 GiB)` for a decimal size, `24.00 GiB` otherwise.
+fn gpu_size(n: u64) -> String {
+    if n >= 1_000_000_000 && n.is_multiple_of(1_000_000_000) && !n.is_multiple_of(1 << 30) {
+        format!("{} GB ({})", n / 1_000_000_000, bytes(n))
+    } else {
+        bytes(n)
     }
 }
 
@@ -149,19 +158,18 @@ pub fn render(e: &Estimate) -> String {
     }
     o.push('\n');
     if let (Some(gpu), Some(fits), Some(head)) = (e.gpu_memory, e.fits, e.headroom) {
+        let gpu_name = gpu_size(gpu);
         if fits {
             let _ = writeln!(
                 o,
-                "  GPU {}: fits, {} headroom ({} of the GPU used)",
-                bytes(gpu),
+                "  GPU {gpu_name}: fits, {} headroom ({} of the GPU used)",
                 bytes(head as u64),
                 share(e.total, gpu)
             );
         } else {
             let _ = writeln!(
                 o,
-                "  GPU {}: DOES NOT FIT, {} short ({} of the GPU)",
-                bytes(gpu),
+                "  GPU {gpu_name}: DOES NOT FIT, {} short ({} of the GPU)",
                 bytes(head.unsigned_abs()),
                 share(e.total, gpu)
             );

@@ -204,7 +204,7 @@ fn checkpointing_keeps_layer_inputs_and_one_layer() {
     let full = estimate(&base).unwrap();
     let ckpt = estimate(&EstimateOptions {
         checkpointing: true,
-        ..base
+        ..base.clone()
     })
     .unwrap();
     let (s, b, h) = (512u64, 2u64, 1536u64);
@@ -219,6 +219,15 @@ fn checkpointing_keeps_layer_inputs_and_one_layer() {
         28 * s * b * h * 4 + layer + s * b * h * 4 + logits
     );
     assert!(ckpt.components.activations < full.components.activations);
+    let fused = estimate(&EstimateOptions {
+        fused_attention: true,
+        ..base.clone()
+    })
+    .unwrap();
+    assert_eq!(
+        fused.components.activations,
+        28 * (s * b * 34 * h * 4 / 2) + s * b * h * 4 + logits
+    );
     // Here the optimizer step holds the peak either way.
     assert!(ckpt.total <= full.total);
 }
