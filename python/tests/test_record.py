@@ -393,7 +393,7 @@ class FakeCuda:
         monkeypatch.setattr(m, "_set_memory_metadata", self.metadata.append, raising=False)
         monkeypatch.setattr(m, "_memory_metadata_supported", lambda: True, raising=False)
         monkeypatch.setattr(torch._C, "_cuda_attach_out_of_memory_observer", self.attach)
-        monkeypatch.setattr(vr, "_observer", {"attached": False, "queued": False})
+        monkeypatch.setattr(importlib.import_module("vramscope._cuda"), "_observer", {"attached": False, "queued": False})
 
     def attach(self, fn: Any) -> None:
         if not self.initialized:

@@ -107,7 +107,7 @@ def test_runs_without_the_native_extension(tmp_path: Path) -> None:
     pkg = tmp_path / "pkg" / "vramscope"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
-    for name in ("record.py", "run.py", "_env.py", "_profiler.py"):
+    for name in ("record.py", "run.py", "_env.py", "_profiler.py", "_cuda.py"):
         shutil.copy(PYTHON_SRC / "vramscope" / name, pkg / name)
     work = tmp_path / "work"
     work.mkdir()

@@ -46,6 +46,7 @@ import time
 import types
 from typing import Any, Callable, Deque, Dict, List, Optional, TypeVar
 
+from ._cuda import CudaRecorder, attach_oom_observer
 from ._env import STACKS_CHOICES, read_env
 
 __all__ = ["record", "start", "stop", "dump", "step", "mark", "is_recording"]
@@ -469,88 +470,6 @@ class _Session:
                     gc.callbacks.remove(self._on_gc)
                 except ValueError:
                     pass
-
-
-class CudaRecorder:
-    """PyTorch's CUDA allocator history (``_record_memory_history``)."""
-
-    def __init__(self, max_entries: int, stacks: str) -> None:
-        self.max_entries, self.stacks = max_entries, stacks
-        self._labelled = False
-
-    def start(self) -> None:
-        import torch
-
-        torch.cuda.memory._record_memory_history(
-            enabled="all",
-            context=None if self.stacks == "none" else "all",
-            stacks="python" if self.stacks == "none" else self.stacks,
-            max_entries=self.max_entries,
-        )
-
-    def snapshot(self) -> Dict[str, Any]:
-        import torch
-
-        return torch.cuda.memory._snapshot()
-
-    def set_label(self, label: str) -> None:
-        """Stamp ``label`` on the allocations that follow (``user_metadata``)."""
-        import torch
-
-        setter = getattr(torch.cuda.memory, "_set_memory_metadata", None)  # PyTorch >= 2.10
-        supported = getattr(torch.cuda.memory, "_memory_metadata_supported", lambda: True)
-        if setter is None or not (label or self._labelled):
-            return
-        try:
-            if supported():
-                setter(label)
-                self._labelled = bool(label)
-        except Exception:  # noqa: BLE001 - labels are a nicety, recording goes on
-            pass
-
-    def device(self) -> int:
-        import torch
-
-        return torch.cuda.current_device() if torch.cuda.is_initialized() else 0
-
-    def stop(self) -> None:
-        import torch
-
-        self.set_label("")
-        torch.cuda.memory._record_memory_history(enabled=None)
-
-
-# PyTorch can attach an OOM observer but not detach one: it is attached once
-# per process and does nothing while no recording is active.
-_observer = {"attached": False, "queued": False}
-
-
-def attach_oom_observer(fn: Callable[[int, int, int, int], None]) -> None:
-    """Attach ``fn`` as the CUDA allocator's OOM observer, once.
-
-    Attaching before CUDA is initialised crashes, so until then the call is
-    queued to run when PyTorch initialises CUDA (``torch.cuda._lazy_call``).
-    """
-    import torch
-
-    if _observer["attached"]:
-        return
-
-    def attach() -> None:
-        if _observer["attached"]:
-            return
-        try:
-            torch._C._cuda_attach_out_of_memory_observer(fn)
-            _observer["attached"] = True
-        except Exception as err:  # noqa: BLE001 - never fail CUDA initialisation over this
-            print(f"vramscope: no snapshot at out-of-memory errors: {err}", file=sys.stderr)
-
-    if torch.cuda.is_initialized():
-        attach()
-    elif not _observer["queued"] and hasattr(torch.cuda, "_lazy_call"):
-        # Queued calls run inside the initialisation, after the CUDA context exists.
-        torch.cuda._lazy_call(attach)
-        _observer["queued"] = True
 
 
 def _on_cuda_oom(device: int, alloc: int, device_allocated: int, device_free: int) -> None:
