@@ -58,9 +58,20 @@ pub fn run(a: Args) -> Result<(), CliError> {
         path.display()
     );
     text.push_str(&vramscope_report::summary_text(&s, "demo_snapshot.pickle"));
+    // What grows from one iteration to the next, in a few lines (the full
+    // analysis is `vramscope leaks`).
+    let leaks = vramscope_analysis::leaks::find_leaks(&snap, 0, &Default::default());
+    for f in leaks
+        .findings
+        .iter()
+        .filter(|f| f.severity == vramscope_analysis::leaks::Severity::Leak)
+    {
+        text.push_str(&format!("\nLEAK  {}\n      fix: {}\n", f.title, f.fix));
+    }
     text.push_str(&format!(
-        "\nInteractive report: {} (open it in a browser; it needs no network)\nNext: vramscope summary {} --json\n",
+        "\nInteractive report: {} (open it in a browser; it needs no network)\nNext: vramscope leaks {} · vramscope summary {} --json\n",
         report.display(),
+        path.display(),
         path.display()
     ));
     output::print(&text)
