@@ -116,3 +116,21 @@ def test_runs_without_the_native_extension(tmp_path: Path) -> None:
     assert "summary and report skipped (vramscope._native not available" in proc.stderr
     assert held_blocks(work / "vramscope-run_target.pickle") == 2
     assert sorted(p.name for p in work.iterdir()) == ["vramscope-run_target.pickle"]
+
+
+def test_leaks_are_named_after_the_run(tmp_path: Path) -> None:
+    if native_module() is None:
+        pytest.skip("vramscope._native is not built")
+    script = tmp_path / "leaky.py"
+    script.write_text(
+        "import torch, vramscope\n"
+        "keep = []\n"
+        "for _ in range(6):\n"
+        "    keep.append(torch.ones(256, 1024) * 2)  # 1 MiB kept per iteration\n"
+        "    vramscope.step()\n"
+    )
+    proc = vramscope_run([str(script)], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    leak = [line for line in proc.stdout.splitlines() if line.startswith("LEAK")]
+    assert len(leak) == 1 and "leaky.py" in leak[0] and "1.00 MiB per iteration" in leak[0], proc.stdout
+    assert "vramscope leaks" in proc.stdout

@@ -138,11 +138,30 @@ def _summarise(snapshot: str, report: bool, quiet: bool) -> None:
         return
     if not quiet:
         native.cli(["summary", snapshot])
+        _print_leaks(native, snapshot)
     if report:
         html = report_path(snapshot)
         if native.cli(["report", snapshot, "-o", html]) == 0 and not quiet:
             print(f"vramscope: report written to {html}", file=sys.stderr)
     _flush()
+
+
+def _print_leaks(native: object, snapshot: str) -> None:
+    """One line per leak found across the script's iterations (with
+    ``vramscope.step()`` in its loop), and where to read more."""
+    import json
+
+    try:
+        r = json.loads(native.load(snapshot).leaks_json())  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - the summary is printed; this is extra
+        return
+    _flush()
+    for f in r.get("findings", []):
+        if f.get("severity") == "leak":
+            print(f"LEAK  {f['title']}\n      fix: {f['fix']}")
+    if r.get("leaks_found"):
+        print(f"vramscope: details with: vramscope leaks {snapshot}")
+    sys.stdout.flush()
 
 
 def report_path(snapshot: str) -> str:
