@@ -15,6 +15,19 @@ pub fn bytes(n: u64) -> String {
     format!("{v:.2} {}", UNITS[u])
 }
 
+/// `1234567` → `1,234,567`.
+pub fn count(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// A signed amount: `+1.50 KiB`, `-512 B`.
 pub fn signed_bytes(n: f64) -> String {
     let sign = if n < 0.0 { "-" } else { "+" };

@@ -4,33 +4,7 @@
 
 use crate::report::Step;
 
-/// `512 B`, `40.00 KiB`, `1.50 GiB` (binary units).
-pub fn bytes(n: u64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    if n < 1024 {
-        return format!("{n} B");
-    }
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    format!("{v:.2} {}", UNITS[u])
-}
-
-/// `1234567` → `1,234,567`.
-pub fn count(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::with_capacity(s.len() + s.len() / 3);
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
+pub use vramscope_analysis::units::{bytes, count};
 
 /// `1 tensor`, `2 tensors`.
 pub(crate) fn plural(n: u64, one: &str, many: &str) -> String {

@@ -4,34 +4,8 @@ use std::fmt::Write;
 
 use crate::result::{ActivationModel, Estimate, Phase};
 
-/// `1536` → `1.50 KiB`; below 1 KiB `512 B` (binary units, as PyTorch
-/// prints them).
-pub fn bytes(n: u64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    if n < 1024 {
-        return format!("{n} B");
-    }
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    format!("{v:.2} {}", UNITS[u])
-}
-
 /// `1543714304` → `1,543,714,304`.
-pub fn group(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::with_capacity(s.len() + s.len() / 3);
-    for (i, ch) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    out
-}
+pub use vramscope_analysis::units::{bytes, count as group};
 
 /// `1.54e9` parameters → `1.54B`.
 fn short_count(n: u64) -> String {

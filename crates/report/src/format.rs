@@ -1,19 +1,6 @@
 //! Number formatting for people: binary units, thousands separators, times.
 
-pub use vramscope_analysis::units::bytes;
-
-/// `1234567` → `1,234,567`.
-pub fn count(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::with_capacity(s.len() + s.len() / 3);
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
+pub use vramscope_analysis::units::{bytes, count};
 
 /// A duration in µs as `850 µs`, `12.3 ms`, `4.56 s`, `3 min 05 s`.
 pub fn duration_us(us: i64) -> String {
