@@ -153,12 +153,13 @@ def build_graph(
     objects: List[Any],
     stacks: Optional[Callable[[int], Optional[List[str]]]] = None,
     site: Optional[str] = None,
+    held: Optional[List[Any]] = None,
 ) -> Dict[str, Any]:
     """The graph of ``objects`` (the references between them, named) as the
     JSON the Rust core analyses. Tensors that only these objects refer to
     join the graph even when they are not in the list: the collector leaves
     out objects of older generations, yet they die with the cycle."""
-    objects = list(objects) + held_tensors(objects)
+    objects = list(objects) + (held_tensors(objects) if held is None else held)
     index = {id(o): i for i, o in enumerate(objects)}
     absorbed: set = set()
     edges: List[Dict[str, Any]] = []

@@ -220,8 +220,10 @@ class Watcher:
         garbage = gc.garbage[n:]
         del gc.garbage[n:]
         try:
-            if any(self._wanted(o) for o in garbage) or any(self._wanted(t) for t in held_tensors(garbage)):
-                self._record(garbage)
+            held = held_tensors(garbage)
+            if any(self._wanted(o) for o in garbage) or any(self._wanted(t) for t in held):
+                self._record(garbage, held)
+            held = None
         except Exception as err:  # noqa: BLE001 - never break the program's collection
             log.debug("vramscope.cycles: analysis failed: %r", err)
         finally:
@@ -240,12 +242,12 @@ class Watcher:
         except Exception:  # noqa: BLE001
             return False
 
-    def _record(self, garbage: List[Any]) -> None:
+    def _record(self, garbage: List[Any], held: List[Any]) -> None:
         from . import _native
 
         self.collections_seen += 1
         stacks = _cuda_stacks() if self.device != "cpu" else None
-        g = build_graph(garbage, stacks)
+        g = build_graph(garbage, stacks, held=held)
         # Tensors the filter leaves out are not reported.
         for node in g["nodes"]:
             t = node["tensor"]

@@ -114,7 +114,7 @@ pub fn find_iterations(snap: &Snapshot, device: u32) -> Iterations {
 }
 
 /// First event at or after `time` (events are in time order).
-fn event_at(t: &DeviceTrace, time: i64) -> usize {
+pub(crate) fn event_at(t: &DeviceTrace, time: i64) -> usize {
     t.time_us.partition_point(|&x| x == NO_TIME || x < time)
 }
 

@@ -128,11 +128,16 @@ impl Roles<'_> {
                 _ => {}
             }
         }
+        self.of_stack(t.stack[i])
+    }
+
+    /// The role of `stack`, once per stack.
+    fn of_stack(&mut self, stack: StackId) -> Role {
         let (snap, stackless) = (self.snap, self.stackless);
         *self
             .cache
-            .entry(t.stack[i])
-            .or_insert_with(|| role_of_stack(snap, t.stack[i], stackless))
+            .entry(stack)
+            .or_insert_with(|| role_of_stack(snap, stack, stackless))
     }
 
     fn of_block(&mut self, l: &Lifetimes, b: usize) -> Role {
@@ -144,11 +149,7 @@ impl Roles<'_> {
                 _ => {}
             }
         }
-        let (snap, stackless) = (self.snap, self.stackless);
-        *self
-            .cache
-            .entry(l.stack[b])
-            .or_insert_with(|| role_of_stack(snap, l.stack[b], stackless))
+        self.of_stack(l.stack[b])
     }
 }
 
@@ -277,11 +278,7 @@ pub(super) fn analyze(ctx: &Context, src: &mut Sources) -> Vec<Finding> {
         if ctx.lifetimes.category[b].is_some() {
             return roles.of_block(ctx.lifetimes, b);
         }
-        let stackless = roles.stackless;
-        *roles
-            .cache
-            .entry(st.example.1)
-            .or_insert_with(|| role_of_stack(ctx.snap, st.example.1, stackless))
+        roles.of_stack(st.example.1)
     };
     let wanted: HashSet<u32> = held
         .as_ref()

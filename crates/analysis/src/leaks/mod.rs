@@ -34,7 +34,7 @@ pub mod source;
 use std::path::PathBuf;
 
 use serde::Serialize;
-use vramscope_snapshot::{AnnotationStage, DeviceTrace, Snapshot, NO_TIME};
+use vramscope_snapshot::{AnnotationStage, DeviceTrace, Snapshot};
 
 use crate::iterations::{find_iterations, Iteration, IterationSource, Iterations};
 use crate::lifetimes::Lifetimes;
@@ -311,7 +311,7 @@ fn gc_spans(snap: &Snapshot, device: u32, t: &DeviceTrace) -> Vec<(usize, usize)
     if !t.has_time() {
         return Vec::new();
     }
-    let at = |time: i64| t.time_us.partition_point(|&x| x == NO_TIME || x < time);
+    let at = |time: i64| crate::iterations::event_at(t, time);
     let mut starts: Vec<i64> = Vec::new();
     let mut ends: Vec<i64> = Vec::new();
     for a in &snap.annotations {
