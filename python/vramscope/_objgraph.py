@@ -158,7 +158,8 @@ def build_graph(
     """The graph of ``objects`` (the references between them, named) as the
     JSON the Rust core analyses. Tensors that only these objects refer to
     join the graph even when they are not in the list: the collector leaves
-    out objects of older generations, yet they die with the cycle."""
+    out objects of older generations, yet they die with the cycle. ``held``:
+    those tensors, when the caller has already looked them up."""
     objects = list(objects) + (held_tensors(objects) if held is None else held)
     index = {id(o): i for i, o in enumerate(objects)}
     absorbed: set = set()
