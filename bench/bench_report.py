@@ -27,7 +27,7 @@ repository root:
 
     .venv/bin/python bench/bench_report.py                        # 1,000,000 entries
     .venv/bin/python bench/bench_report.py --entries 1000000,5000000
-    .venv/bin/python bench/bench_report.py --files ../shared/fixtures/real/x.pickle --no-trace-plot
+    .venv/bin/python bench/bench_report.py --files tests/fixtures/real/magma27_cs336_windows.pickle.gz --no-trace-plot
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ Standard library only. Usual invocation from the repository root:
 
     .venv/bin/python bench/bench_summary.py                       # synth, 1,000,000 entries
     .venv/bin/python bench/bench_summary.py --entries 100000,1000000 --json bench/out/results.json
-    .venv/bin/python bench/bench_summary.py --files ../shared/fixtures/real/some.pickle
+    .venv/bin/python bench/bench_summary.py --files tests/fixtures/real/magma27_cs336_windows.pickle.gz
 """
 
 from __future__ import annotations

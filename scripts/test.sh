@@ -17,7 +17,7 @@
 #
 # `.venv/bin` is put first on PATH so Rust tests that spawn `python3` get the
 # venv's interpreter (with torch). Real snapshot fixtures are read from
-# ../shared/fixtures/real relative to the repository root.
+# tests/fixtures/real (in the repository).
 #
 # Ends with a plain line `N passed, N failed` (cargo test, pytest and browser
 # test totals) and exits non-zero if any step failed.

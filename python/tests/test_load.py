@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import os
 import pickle
 import subprocess
@@ -15,12 +16,7 @@ import pytest
 import vramscope
 
 ROOT = Path(__file__).resolve().parents[2]
-REAL = ROOT.parent / "shared" / "fixtures" / "real"
-
-needs_fixtures = pytest.mark.skipif(
-    not (REAL / "SOURCES.md").exists() and not os.environ.get("CI"),
-    reason="../shared/fixtures/real not present",
-)
+REAL = ROOT / "tests" / "fixtures" / "real"  # in the repository: never skipped
 
 
 def reference_rows():
@@ -34,7 +30,6 @@ def reference_rows():
     return rows
 
 
-@needs_fixtures
 def test_load_matches_reference_counts():
     rows = reference_rows()
     assert len(rows) >= 7
@@ -47,10 +42,9 @@ def test_load_matches_reference_counts():
         assert snap.devices == [0]
 
 
-@needs_fixtures
 def test_loads_bytes_text_and_report(tmp_path):
-    src = REAL / "magma27_cs336_windows.pickle"
-    snap = vramscope.loads(src.read_bytes())
+    src = REAL / "magma27_cs336_windows.pickle.gz"
+    snap = vramscope.loads(gzip.decompress(src.read_bytes()))
     assert snap.event_count(0) == 5163
     text = snap.summary_text()
     assert "Peak allocated" in text and "Device 0" in text
@@ -117,9 +111,8 @@ def test_gil_is_released_while_loading(tmp_path):
     assert during > 1000, f"the other thread advanced only {during} times"
 
 
-@needs_fixtures
 def test_console_command_is_the_rust_cli(tmp_path):
-    src = str(REAL / "magma27_cs336_windows.pickle")
+    src = str(REAL / "magma27_cs336_windows.pickle.gz")
     py = subprocess.run([sys.executable, "-m", "vramscope", "summary", src], capture_output=True, text=True)
     assert py.returncode == 0, py.stderr
     binary = ROOT / "target" / "release" / "vramscope"

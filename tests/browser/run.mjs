@@ -4,7 +4,7 @@
 //   node tests/browser/run.mjs [--out DIR] [--bin PATH] [--fixtures DIR]
 //                              [--only SUBSTRING] [--timeout SECONDS]
 //
-// For every real fixture (../shared/fixtures/real/*.pickle), a generated
+// For every real fixture (tests/fixtures/real/*.pickle.gz), a generated
 // snapshot with an OOM and a snapshot whose strings carry HTML/script
 // payloads, it writes the report, opens it through file:// in Chromium
 // (system binary: $CHROMIUM or /usr/bin/chromium; nothing is downloaded),
@@ -32,7 +32,7 @@ function parseArgs(argv) {
   const o = {
     out: null,
     bin: path.join(repoRoot, 'target', 'release', 'vramscope'),
-    fixtures: path.resolve(repoRoot, '..', 'shared', 'fixtures', 'real'),
+    fixtures: path.join(repoRoot, 'tests', 'fixtures', 'real'),
     only: null,
     timeout: 120,
     chromium: process.env.CHROMIUM || '/usr/bin/chromium',
@@ -533,13 +533,14 @@ async function main() {
   console.log(`browser tests: output in ${outDir}`);
 
   const snaps = [];
-  if (fs.existsSync(opt.fixtures)) {
-    for (const f of fs.readdirSync(opt.fixtures).sort()) {
-      if (f.endsWith('.pickle')) snaps.push({ name: f.replace(/\.pickle$/, ''), file: path.join(opt.fixtures, f) });
-    }
-  } else {
-    console.log(`note: ${opt.fixtures} not found; real snapshots are skipped`);
-  }
+  // The real snapshots are in the repository: none found is a failure.
+  const real = fs.existsSync(opt.fixtures)
+    ? fs.readdirSync(opt.fixtures).sort().filter((f) => /\.pickle(\.gz)?$/.test(f)) : [];
+  await check(`real snapshots found in ${opt.fixtures}`, () => {
+    if (!real.length) throw new Error('none');
+    return `${real.length}`;
+  });
+  for (const f of real) snaps.push({ name: f.replace(/\.pickle(\.gz)?$/, ''), file: path.join(opt.fixtures, f) });
   const gen = path.join(outDir, 'synth_oom_20000.pickle');
   snaps.push({ name: 'synth_oom_20000', file: gen, expectOom: true, expectLeak: 'train.py:74 in accumulate_history',
     make: () => vramscope(['synth', '-o', gen, '--entries', '20000', '--oom', '--leak', '64MiB', '--seed', '7']) });

@@ -2,8 +2,6 @@
 //! stack id), as a multiset; identical inputs give an empty diff, on small
 //! hand-built snapshots and on every real fixture.
 
-use std::path::PathBuf;
-
 use serde_json::{json, Value};
 use vramscope_analysis::{diff, Diff, DiffOptions, LiveBlock, Replay};
 use vramscope_snapshot::{decode_bytes, DeviceTrace, LoadOptions, Snapshot};
@@ -216,23 +214,9 @@ fn blocks_without_stacks_match_each_other() {
     assert_eq!(d.shrunk[0].site, "/home/u/train.py:1 in f");
 }
 
-fn real_fixtures() -> Option<Vec<PathBuf>> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/real");
-    let Ok(rd) = std::fs::read_dir(&dir) else {
-        eprintln!("skipping: real fixtures not found at {}", dir.display());
-        return None;
-    };
-    let mut v: Vec<PathBuf> = rd
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "pickle"))
-        .collect();
-    v.sort();
-    Some(v)
-}
-
 #[test]
 fn every_real_snapshot_against_itself_is_empty() {
-    let Some(files) = real_fixtures() else { return };
+    let files = vramscope_testdata::real_snapshots();
     assert!(!files.is_empty(), "no .pickle fixtures");
     for path in &files {
         let name = path.display().to_string();

@@ -1,8 +1,6 @@
 //! Leak analysis on synthetic runs with a known planted leak, and on every
-//! real snapshot in ../shared/fixtures/real (no crash; the iterations and
+//! real snapshot in tests/fixtures/real (no crash; the iterations and
 //! findings that make sense for each are pinned).
-
-use std::path::PathBuf;
 
 use vramscope_analysis::iterations::IterationSource;
 use vramscope_analysis::leaks::{find_leaks, FindingKind, LeakOptions, Severity};
@@ -89,14 +87,8 @@ fn clean_run_has_no_leak() {
         .any(|f| f.kind == FindingKind::OneTime && f.title.starts_with("optimizer state")));
 }
 
-fn real(name: &str) -> Option<Snapshot> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/real");
-    let p = dir.join(name);
-    if !p.exists() {
-        eprintln!("skipped: {} is absent", p.display());
-        return None;
-    }
-    Some(load(&p, &Default::default()).expect("real fixture loads"))
+fn real(name: &str) -> Snapshot {
+    load(&vramscope_testdata::real(name), &Default::default()).expect("real fixture loads")
 }
 
 #[test]
@@ -134,7 +126,7 @@ fn real_fixtures_iterations_and_findings() {
         ("yiyi_flexgen_opt1.3b_oom_legacy_pt20.pickle", None, 0),
     ];
     for (name, source, n) in expect {
-        let Some(snap) = real(name) else { continue };
+        let snap = real(name);
         for d in snap.devices() {
             let r = find_leaks(&snap, d, &opts());
             serde_json::to_string(&r).expect("serialises");

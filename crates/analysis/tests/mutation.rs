@@ -4,7 +4,6 @@
 //! must be an error value. `VRAMSCOPE_MUTATION_ITERS` raises the count.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::PathBuf;
 
 use vramscope_analysis::leaks::{find_leaks, LeakOptions};
 use vramscope_analysis::{summarize, SummaryOptions};
@@ -45,15 +44,12 @@ fn mutate(rng: &mut Rng, seed: &[u8]) -> Vec<u8> {
 }
 
 fn seeds() -> Vec<(String, Vec<u8>)> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/real");
     let mut out = Vec::new();
     for name in [
         "magma27_cs336_windows.pickle",
         "yiyi_flexgen_opt1.3b_oom_legacy_pt20.pickle",
     ] {
-        if let Ok(b) = std::fs::read(dir.join(name)) {
-            out.push((name.to_owned(), b));
-        }
+        out.push((name.to_owned(), vramscope_testdata::real_bytes(name)));
     }
     // A small JSON snapshot with every optional field, so mutations hit the
     // JSON path and the rarer keys too.

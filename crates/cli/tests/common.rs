@@ -4,20 +4,6 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-/// `../shared/fixtures/real` beside the project root, if present. In CI
-/// (`CI` set) its absence is a failure, elsewhere the caller skips.
-pub fn real_fixtures() -> Option<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/real");
-    if dir.join("SOURCES.md").exists() {
-        return Some(dir);
-    }
-    if std::env::var_os("CI").is_some() {
-        panic!("real fixtures not found at {}", dir.display());
-    }
-    eprintln!("skipping: real fixtures not found at {}", dir.display());
-    None
-}
-
 pub fn vramscope(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_vramscope"))
         .args(args)

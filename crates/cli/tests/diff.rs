@@ -81,13 +81,7 @@ fn synth_snapshot_against_itself_is_empty() {
 
 #[test]
 fn real_snapshots_against_themselves_are_empty() {
-    let Some(dir) = real_fixtures() else { return };
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("read fixtures")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "pickle"))
-        .collect();
-    files.sort();
+    let files = vramscope_testdata::real_snapshots();
     assert!(!files.is_empty(), "no .pickle fixtures");
     for path in &files {
         let f = p(path);

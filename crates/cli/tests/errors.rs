@@ -99,8 +99,7 @@ with open(sys.argv[3], "wb") as f:
 
 #[test]
 fn truncated_file_yields_what_was_parsed() {
-    let Some(dir) = real_fixtures() else { return };
-    let full = std::fs::read(dir.join("decomfl_opt_zo_fl_memory.pickle")).expect("read");
+    let full = vramscope_testdata::real_bytes("decomfl_opt_zo_fl_memory.pickle");
     let d = temp_dir("truncated");
     let p = d.join("cut.pickle");
     // Cut inside device_traces (segments come first in the file).
@@ -118,9 +117,13 @@ fn truncated_file_yields_what_was_parsed() {
 
 #[test]
 fn gzip_zstd_json_and_segment_list_inputs() {
-    let Some(dir) = real_fixtures() else { return };
-    let src = dir.join("magma27_cs336_windows.pickle");
     let d = temp_dir("formats");
+    let src = d.join("magma27_cs336_windows.pickle");
+    std::fs::write(
+        &src,
+        vramscope_testdata::real_bytes("magma27_cs336_windows.pickle"),
+    )
+    .expect("write");
     let script = r#"
 import gzip, json, pickle, sys
 s = pickle.load(open(sys.argv[1], "rb"))

@@ -139,13 +139,7 @@ fn segments_reconstructs_earlier_moments() {
 
 #[test]
 fn real_snapshots_segments_match_the_summary() {
-    let Some(dir) = real_fixtures() else { return };
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("read fixtures")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "pickle"))
-        .collect();
-    files.sort();
+    let files = vramscope_testdata::real_snapshots();
     assert!(files.len() >= 7, "expected the 7 real snapshots");
     for path in &files {
         let f = path.to_str().expect("utf-8 path");

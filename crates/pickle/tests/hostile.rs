@@ -118,12 +118,6 @@ fn seeds() -> Vec<(String, Vec<u8>)> {
     .collect()
 }
 
-fn real_fixture() -> Option<Vec<u8>> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/fixtures/real/magma27_cs336_windows.pickle");
-    std::fs::read(p).ok()
-}
-
 /// Visits every value reachable from the root, each container once,
 /// iteratively and depth-limited. Returns (values visited, max depth seen).
 fn walk_all(doc: &Document, max_depth: usize) -> (usize, usize) {
@@ -702,14 +696,10 @@ fn mutants_never_panic_and_stay_bounded() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(200_000);
     let mut seeds = seeds();
-    match real_fixture() {
-        Some(f) => {
-            // The whole file, and its first 64 KiB (faster mutants of real structure).
-            seeds.push(("magma27 head".into(), f[..f.len().min(64 << 10)].to_vec()));
-            seeds.push(("magma27".into(), f));
-        }
-        None => eprintln!("real fixture not found; mutating the bundled seeds only"),
-    }
+    // The whole real file, and its first 64 KiB (faster mutants of real structure).
+    let f = vramscope_testdata::real_bytes("magma27_cs336_windows.pickle");
+    seeds.push(("magma27 head".into(), f[..f.len().min(64 << 10)].to_vec()));
+    seeds.push(("magma27".into(), f));
     let mut rng = Rng(0x5EED_0FBA_DF00_D00D);
     let t = Instant::now();
     let (mut ok, mut err) = (0usize, 0usize);

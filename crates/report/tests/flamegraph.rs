@@ -276,24 +276,6 @@ fn narrow_frames_and_empty_moments() {
     well_formed(&empty);
 }
 
-fn real_fixtures() -> Option<Vec<PathBuf>> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/real");
-    if !dir.join("SOURCES.md").exists() {
-        if std::env::var_os("CI").is_some() {
-            panic!("real fixtures not found at {}", dir.display());
-        }
-        eprintln!("skipping: real fixtures not found at {}", dir.display());
-        return None;
-    }
-    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("read fixtures")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "pickle"))
-        .collect();
-    v.sort();
-    Some(v)
-}
-
 /// The widest user frame anywhere in the tree.
 fn widest_user(t: &FlameNode) -> Option<&FlameNode> {
     let mut best: Option<&FlameNode> = None;
@@ -307,7 +289,7 @@ fn widest_user(t: &FlameNode) -> Option<&FlameNode> {
 
 #[test]
 fn real_snapshots_at_peak_add_up_to_the_summary() {
-    let Some(files) = real_fixtures() else { return };
+    let files = vramscope_testdata::real_snapshots();
     assert!(files.len() >= 7, "expected the 7 real snapshots");
     for f in &files {
         let snap = vramscope_snapshot::load(f, &LoadOptions::default()).expect("loads");

@@ -240,27 +240,9 @@ fn reconstruction_undoes_segment_events() {
     assert!(!at_moment(&snap, 0, &replay, &end).reconstructed);
 }
 
-fn real_fixtures() -> Option<Vec<PathBuf>> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/real");
-    if !dir.join("SOURCES.md").exists() {
-        if std::env::var_os("CI").is_some() {
-            panic!("real fixtures not found at {}", dir.display());
-        }
-        eprintln!("skipping: real fixtures not found at {}", dir.display());
-        return None;
-    }
-    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("read fixtures")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "pickle"))
-        .collect();
-    v.sort();
-    Some(v)
-}
-
 #[test]
 fn real_snapshots_match_memory_state_and_the_peak() {
-    let Some(files) = real_fixtures() else { return };
+    let files = vramscope_testdata::real_snapshots();
     assert!(files.len() >= 7, "expected the 7 real snapshots");
     for f in &files {
         let name = f.display().to_string();
