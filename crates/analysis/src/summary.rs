@@ -60,6 +60,9 @@ pub struct SourceSummary {
     pub legacy_blocks: bool,
     pub truncated: bool,
     pub warnings: Vec<String>,
+    /// Values out of range or of the wrong type, per field: what was stored
+    /// instead, how many, the first one (each also has a line in `warnings`).
+    pub repairs: Vec<vramscope_snapshot::Repair>,
     /// Constructs that would have executed code under `pickle.load`.
     pub skipped: Vec<String>,
 }
@@ -291,6 +294,7 @@ pub fn summarize(snap: &Snapshot, opts: &SummaryOptions) -> Summary {
             legacy_blocks: src.legacy_blocks,
             truncated: src.truncated,
             warnings: src.warnings.clone(),
+            repairs: src.repairs.clone(),
             skipped: src.skipped.clone(),
         },
         devices: devices

@@ -55,6 +55,11 @@ pub struct Args {
     /// Keep only the last N events, as the recorder's ring buffer does.
     #[arg(long)]
     pub window: Option<u64>,
+    /// Write the odd values producers have been seen to write (frame lines
+    /// 2**64-1, -1, 2**70 and None, an unknown block state, an entry with an
+    /// unknown action), to check that a reader repairs rather than rejects.
+    #[arg(long)]
+    pub odd_values: bool,
     /// Print what the generator knows (peak, totals) as JSON.
     #[arg(long)]
     pub json: bool,
@@ -107,6 +112,7 @@ pub fn options(a: &Args) -> SynthOptions {
         expandable_segments: a.expandable_segments,
         annotations: !a.no_annotations,
         max_entries_window: a.window,
+        odd_values: a.odd_values,
     }
 }
 

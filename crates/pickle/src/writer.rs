@@ -185,6 +185,26 @@ impl<W: Write> PickleWriter<W> {
         self.end_value();
     }
 
+    /// An integer beyond `i64` as CPython writes it (LONG1, its
+    /// two's-complement bytes), e.g. the `2**64 - 1` a C++ producer writes
+    /// for an unsigned `-1`.
+    pub fn int128(&mut self, i: i128) {
+        if let Ok(v) = i64::try_from(i) {
+            return self.int(v);
+        }
+        self.begin_value();
+        let bits = 128 - i.unsigned_abs().leading_zeros() as usize;
+        let mut n = bits / 8 + 1;
+        let b = i.to_le_bytes();
+        if i < 0 && n > 1 && b[n - 1] == 0xff && b[n - 2] & 0x80 != 0 {
+            n -= 1;
+        }
+        let n = n.min(16);
+        self.buf.extend_from_slice(&[LONG1, n as u8]);
+        self.buf.extend_from_slice(&b[..n]);
+        self.end_value();
+    }
+
     pub fn float(&mut self, f: f64) {
         let mut b = [BINFLOAT; 9];
         b[1..].copy_from_slice(&f.to_be_bytes());
@@ -713,6 +733,21 @@ mod tests {
         assert_eq!(dump(3, small), hex(&p3));
         assert_eq!(dump(4, small), hex(&format!("8004{p4}")));
         assert_eq!(dump(5, small), hex(&format!("8005{p4}")));
+    }
+
+    #[test]
+    fn ints_beyond_64_bits_match_cpython() {
+        // pickle.dumps(v, 2).hex() for each v
+        for (v, want) in [
+            ((1i128 << 64) - 1, "80028a09ffffffffffffffff002e"),
+            (1i128 << 70, "80028a090000000000000000402e"),
+            (-(1i128 << 64), "80028a090000000000000000ff2e"),
+            (-(1i128 << 63) - 1, "80028a09ffffffffffffff7fff2e"),
+            (i128::MAX, "80028a10ffffffffffffffffffffffffffffff7f2e"),
+        ] {
+            assert_eq!(dump(2, |w| w.int128(v)), hex(want), "{v}");
+        }
+        assert_eq!(dump(2, |w| w.int128(-1)), dump(2, |w| w.int(-1)));
     }
 
     #[test]

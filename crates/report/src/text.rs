@@ -130,12 +130,16 @@ fn device(o: &mut String, d: &DeviceSummary) {
                 .map(|v| format!("{} {}", a.as_str(), count(*v)))
         })
         .collect();
-    let _ = writeln!(
-        o,
-        "  Events          {}{span}: {}",
-        count(ev.total),
-        actions.join(" · ")
-    );
+    if actions.is_empty() {
+        let _ = writeln!(o, "  Events          none in the trace");
+    } else {
+        let _ = writeln!(
+            o,
+            "  Events          {}{span}: {}",
+            count(ev.total),
+            actions.join(" · ")
+        );
+    }
     if ev.total > 0 && ev.with_stack == 0 {
         let _ = writeln!(
             o,

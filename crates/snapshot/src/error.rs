@@ -33,30 +33,9 @@ pub enum SnapshotError {
     #[error("safety limit exceeded: {what} (limit {limit} bytes; raise it with the max-decompressed option if the file is trusted)")]
     Limit { what: String, limit: u64 },
 
-    #[error("expected {expected} at {path}, found {found}")]
-    Schema {
-        path: String,
-        expected: &'static str,
-        found: String,
-    },
-
     #[error("not a memory snapshot: {0}")]
     NotASnapshot(String),
 
     #[error("torch.save archive: {0}")]
     Archive(String),
-}
-
-impl SnapshotError {
-    pub(crate) fn schema(
-        path: impl Into<String>,
-        expected: &'static str,
-        found: impl Into<String>,
-    ) -> Self {
-        SnapshotError::Schema {
-            path: path.into(),
-            expected,
-            found: found.into(),
-        }
-    }
 }

@@ -119,6 +119,7 @@ fn decode_inner(
         .iter()
         .map(|s| format!("{} at byte {} (not executed)", s.what, s.offset))
         .collect();
+    warnings.extend(d.repairs.iter().map(|r| r.message()));
     if doc.skipped_count > 0 {
         warnings.push(format!(
             "{} construct(s) that would execute code when loaded with pickle.load were skipped",
@@ -135,6 +136,7 @@ fn decode_inner(
         skipped,
         skipped_count: doc.skipped_count,
         warnings,
+        repairs: d.repairs,
         truncated: doc.truncated.is_some(),
     };
     Ok(Snapshot {

@@ -25,9 +25,11 @@ mod intern;
 mod json;
 mod keys;
 mod model;
+mod repair;
 mod zip;
 
 pub use error::SnapshotError;
 pub use input::{decode_bytes, load, LoadOptions, LoadProgress};
 pub use intern::{Frame, FrameId, FrameTable, StackId, StackTable, StrId, StringTable};
 pub use model::*;
+pub use repair::Repair;

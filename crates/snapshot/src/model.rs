@@ -249,8 +249,12 @@ pub struct SourceInfo {
     /// Constructs that a pickle asked to execute and that were skipped.
     pub skipped: Vec<String>,
     pub skipped_count: u64,
-    /// Things the reader tolerated (truncation, unknown actions, ...).
+    /// Things the reader tolerated (truncation, repaired values, ...), one
+    /// line each; every [`Repair`](crate::Repair) has one.
     pub warnings: Vec<String>,
+    /// Values that were out of range or of the wrong type, per field, and
+    /// what the reader stored instead.
+    pub repairs: Vec<crate::Repair>,
     pub truncated: bool,
 }
 

@@ -61,7 +61,17 @@ fn parallel_decode_equals_sequential() {
     for i in 0..n {
         let depth = 1 + i % 13;
         let start = i % 27;
-        let action = ["alloc", "free_requested", "free_completed"][i % 3];
+        // Unknown actions and missing times in both halves: the repairs of
+        // the two decoders are merged.
+        let action = match i {
+            1_000 | 200_000 => "teleport",
+            _ => ["alloc", "free_requested", "free_completed"][i % 3],
+        };
+        let time = if i % 10_007 == 0 {
+            "null".to_string()
+        } else {
+            (1_700_000_000_000_000u64 + i as u64).to_string()
+        };
         let mut extra = String::new();
         // Optional columns that only the second half has, or only some entries.
         if i > n * 3 / 4 {
@@ -77,7 +87,7 @@ fn parallel_decode_equals_sequential() {
             r#"{{"action": "{action}", "addr": {}, "size": {}, "stream": 0, "time_us": {}, "frames": [{}]{extra}}},"#,
             (1u64 << 40) | ((i / 3) as u64) << 9,
             512 * (1 + i % 97),
-            1_700_000_000_000_000u64 + i as u64,
+            time,
             frames[start..start + depth].join(", ")
         ));
     }
@@ -91,6 +101,16 @@ fn parallel_decode_equals_sequential() {
     for (i, (x, y)) in a.iter().zip(&b).enumerate() {
         assert_eq!(x, y, "event {i} differs");
     }
+    assert_eq!(seq.source.repairs, par.source.repairs);
+    let count = |field: &str| {
+        par.source
+            .repairs
+            .iter()
+            .find(|r| r.field == field)
+            .map(|r| r.count)
+    };
+    assert_eq!(count("device_traces[*][*].action"), Some(2));
+    assert_eq!(count("device_traces[*][*].time_us"), Some(24));
     // Interned tables hold no duplicates after the merge.
     assert_eq!(seq.stacks.len(), par.stacks.len());
     assert_eq!(seq.frames.len(), par.frames.len());

@@ -20,7 +20,31 @@ pub(crate) struct Emitter<'a, W: Write> {
     shared: HashMap<&'static str, MemoId>,
     frames: Vec<Option<MemoId>>,
     empty_list: Option<MemoId>,
+    /// Odd values still to write (see `SynthOptions::odd_values`): frame
+    /// lines, and whether a free block's state is still to be spoiled.
+    odd_lines: Vec<OddLine>,
+    odd_state: bool,
 }
+
+/// A frame `line` no well-behaved producer writes.
+#[derive(Clone, Copy, Debug)]
+enum OddLine {
+    Big(i128),
+    None,
+}
+
+/// The odd frame lines, in the order the first frame dicts receive them.
+const ODD_LINES: [OddLine; 4] = [
+    OddLine::Big((1 << 64) - 1),
+    OddLine::Big(-1),
+    OddLine::Big(1 << 70),
+    OddLine::None,
+];
+
+/// The block state written by `odd_values`.
+pub(crate) const ODD_STATE: &str = "pending_unmap";
+/// The action of the extra entry written by `odd_values`.
+pub(crate) const ODD_ACTION: &str = "segment_defragment";
 
 /// One external annotation: device, iteration, START (true) or END, time.
 pub(crate) type Annotation = (u32, u32, bool, u64);
@@ -30,6 +54,7 @@ impl<'a, W: Write> Emitter<'a, W> {
         out: W,
         protocol: u8,
         with_time: bool,
+        odd_values: bool,
         stacks: &'a Stacks,
     ) -> io::Result<Self> {
         Ok(Emitter {
@@ -39,6 +64,12 @@ impl<'a, W: Write> Emitter<'a, W> {
             shared: HashMap::new(),
             frames: vec![None; stacks.frames.len()],
             empty_list: None,
+            odd_lines: if odd_values {
+                ODD_LINES.iter().rev().copied().collect()
+            } else {
+                Vec::new()
+            },
+            odd_state: odd_values,
         })
     }
 
@@ -88,7 +119,17 @@ impl<'a, W: Write> Emitter<'a, W> {
                     } else {
                         self.w.str(&frame.filename);
                     }
-                    self.int_item("line", frame.line as i64);
+                    match self.odd_lines.pop() {
+                        Some(OddLine::Big(v)) => {
+                            self.shared("line");
+                            self.w.int128(v);
+                        }
+                        Some(OddLine::None) => {
+                            self.shared("line");
+                            self.w.none();
+                        }
+                        None => self.int_item("line", frame.line as i64),
+                    }
                     self.w.end_dict();
                     self.frames[f as usize] = Some(fid);
                 }
@@ -133,11 +174,16 @@ impl<'a, W: Write> Emitter<'a, W> {
                 self.int_item("size", b.size as i64);
                 self.int_item("requested_size", b.requested as i64);
                 self.shared("state");
-                self.shared(if b.allocated {
-                    "active_allocated"
+                if !b.allocated && self.odd_state {
+                    self.odd_state = false;
+                    self.w.str(ODD_STATE);
                 } else {
-                    "inactive"
-                });
+                    self.shared(if b.allocated {
+                        "active_allocated"
+                    } else {
+                        "inactive"
+                    });
+                }
                 self.shared("frames");
                 if b.allocated {
                     lists.insert(b.ctx, self.stack_list(b.stack));
@@ -182,6 +228,20 @@ impl<'a, W: Write> Emitter<'a, W> {
         };
         self.w.end_dict();
         id
+    }
+
+    /// An entry whose action no PyTorch version writes (`odd_values`).
+    pub(crate) fn odd_entry(&mut self, time_us: u64) {
+        self.w.begin_dict_len(4 + self.with_time as u64);
+        self.shared("action");
+        self.w.str(ODD_ACTION);
+        self.int_item("addr", 0);
+        self.int_item("size", 0);
+        self.int_item("stream", 0);
+        if self.with_time {
+            self.int_item("time_us", time_us as i64);
+        }
+        self.w.end_dict();
     }
 
     /// `allocator_settings` as PyTorch 2.9+ reports them.
@@ -267,6 +327,8 @@ pub(crate) struct TraceSink<'e, 'a, W: Write> {
     pub window_allocs: HashSet<u64>,
     /// Bytes of `free_completed` entries whose `alloc` precedes the window.
     pub freed_unseen: u64,
+    /// `time_us` of the last entry written.
+    pub last_time_us: u64,
     pub error: Option<io::Error>,
 }
 
@@ -290,6 +352,7 @@ impl<'e, 'a, W: Write> TraceSink<'e, 'a, W> {
             annotations: Vec::new(),
             window_allocs: HashSet::new(),
             freed_unseen: 0,
+            last_time_us: 0,
             error: None,
         }
     }
@@ -316,6 +379,7 @@ impl<W: Write> Sink for TraceSink<'_, '_, W> {
         };
         let id = self.em.entry(ev, frames);
         self.last = Some((ev.ctx, id));
+        self.last_time_us = ev.time_us;
         self.emitted += 1;
         if self.emitted & 4095 == 0 {
             self.error = self.em.w.check().err();

@@ -116,6 +116,7 @@ pub fn write_snapshot<W: Write>(opts: &SynthOptions, out: W) -> Result<SynthTrut
         },
         opts.protocol,
         opts.with_time,
+        opts.odd_values,
         &stacks,
     )?;
     let mut truth = SynthTruth::default();
@@ -146,7 +147,8 @@ pub fn write_snapshot<W: Write>(opts: &SynthOptions, out: W) -> Result<SynthTrut
         drop(alloc);
         let window = opts.max_entries_window.map_or(total, |w| w.min(total));
         let start = total - window;
-        em.w.begin_list_len(window);
+        let odd_entry = opts.odd_values && device == 0;
+        em.w.begin_list_len(window + odd_entry as u64);
         let mut sink = TraceSink::new(&mut em, device as u32, start, lists);
         let probe = WindowProbe {
             start,
@@ -173,9 +175,14 @@ pub fn write_snapshot<W: Write>(opts: &SynthOptions, out: W) -> Result<SynthTrut
                 "bytes live at the window start"
             );
             (truth.peak_allocated, truth.peak_event_index) = sink.replay.result(start_live);
-            truth.entries = window;
+            truth.entries = window + odd_entry as u64;
         }
         annotations.append(&mut sink.annotations);
+        if odd_entry {
+            let t = sink.last_time_us;
+            drop(sink);
+            em.odd_entry(t);
+        }
         em.w.end_list();
     }
     em.w.end_list();

@@ -72,6 +72,14 @@ pub struct SynthOptions {
     /// keep only the last this-many entries, so the trace starts mid-run and
     /// blocks allocated before it are alive without an `alloc` entry.
     pub max_entries_window: Option<u64>,
+    /// Write the odd values real producers have been seen to write (default
+    /// false): the first four frame dicts carry `line` = `2**64 - 1` (a C++
+    /// `-1` written unsigned, as `torch.compile`'s fake-tensor frames do),
+    /// `-1`, `2**70` and `None`; the first free block's `state` is a string
+    /// no PyTorch version writes; and device 0's trace ends with one more
+    /// entry whose `action` is unknown. Everything else is as without it, so
+    /// a tolerant reader finds the same counts and peak.
+    pub odd_values: bool,
 }
 
 impl Default for SynthOptions {
@@ -89,6 +97,7 @@ impl Default for SynthOptions {
             expandable_segments: false,
             annotations: true,
             max_entries_window: None,
+            odd_values: false,
         }
     }
 }

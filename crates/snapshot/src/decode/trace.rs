@@ -1,0 +1,307 @@
+//! Device traces: one column per field, decoded on two threads when large.
+
+use vramscope_pickle::{ContainerId, Val, Value};
+
+use super::{push_opt, Decoder, PathErr};
+use crate::intern::{Frame, FrameId, StackId, StrId};
+use crate::keys::Key;
+use crate::model::*;
+use crate::repair::Seg;
+
+/// Traces from this many events on are decoded on two threads.
+const PARALLEL_MIN_EVENTS: usize = 200_000;
+
+impl Action {
+    /// Whether the replay uses the entry's address and size: such an entry
+    /// whose address or size is unusable is kept as `unknown` rather than
+    /// replayed with a made-up value.
+    fn needs_addr_and_size(self) -> bool {
+        matches!(
+            self,
+            Action::Alloc
+                | Action::FreeRequested
+                | Action::FreeCompleted
+                | Action::SegmentAlloc
+                | Action::SegmentFree
+                | Action::SegmentMap
+                | Action::SegmentUnmap
+        )
+    }
+}
+
+impl Decoder<'_> {
+    pub(super) fn traces(&mut self, v: Value) -> Vec<DeviceTrace> {
+        let Some(c) = self.list_or_repair(v, "ignored") else {
+            return Vec::new();
+        };
+        let doc = self.doc;
+        let mut out = Vec::with_capacity(doc.len(c));
+        for (d, dv) in doc.items(c).enumerate() {
+            let mut t = DeviceTrace {
+                device: d as u32,
+                ..Default::default()
+            };
+            self.within(Seg::Idx(d), |s| s.trace(dv, &mut t));
+            out.push(t);
+        }
+        out
+    }
+
+    fn trace(&mut self, v: Value, t: &mut DeviceTrace) {
+        let Some(c) = self.list_or_repair(v, "device trace ignored") else {
+            return;
+        };
+        let n = self.doc.len(c);
+        t.action.reserve_exact(n);
+        t.addr.reserve_exact(n);
+        t.size.reserve_exact(n);
+        t.stream.reserve_exact(n);
+        t.time_us.reserve_exact(n);
+        t.stack.reserve_exact(n);
+        if n < PARALLEL_MIN_EVENTS || self.threads < 2 {
+            return self.entries(c, 0..n, n, t);
+        }
+        // Two halves on two cores, each with its own intern tables; the
+        // second half's ids are then mapped into this decoder's tables.
+        let mid = n / 2;
+        let mut other = Decoder::new(self.doc, 1);
+        other.truncated = self.truncated;
+        other.path = self.path.clone();
+        let mut tb = DeviceTrace {
+            device: t.device,
+            ..Default::default()
+        };
+        let rb = std::thread::scope(|s| {
+            let h = s.spawn(|| {
+                other.entries(c, mid..n, n, &mut tb);
+                (other, tb)
+            });
+            self.entries(c, 0..mid, n, t);
+            h.join()
+        });
+        let (other, tb) = match rb {
+            Ok(x) => x,
+            Err(p) => std::panic::resume_unwind(p),
+        };
+        self.absorb(other, tb, t);
+    }
+
+    /// Decode entries `range` of the trace list `c` (of `n` entries) into `t`.
+    fn entries(
+        &mut self,
+        c: ContainerId,
+        range: std::ops::Range<usize>,
+        n: usize,
+        t: &mut DeviceTrace,
+    ) {
+        let mut dropped = 0usize;
+        let doc = self.doc;
+        let items = doc.items(c).skip(range.start).take(range.len());
+        self.path.push(Seg::Idx(range.start));
+        for (k, ev) in items.enumerate() {
+            let i = range.start + k;
+            // A dump cut short leaves a half-written last entry: drop it
+            // rather than count it as repaired.
+            if self.truncated && i + 1 == n && !self.is_whole_entry(ev) {
+                dropped += 1;
+                continue;
+            }
+            self.set_index(i);
+            self.entry(ev, t);
+        }
+        self.path.pop();
+        if dropped > 0 {
+            self.warnings.push(format!(
+                "device {}: dropped {dropped} incomplete trailing event(s) of the truncated file",
+                t.device
+            ));
+        }
+    }
+
+    /// A dict with both `action` and `size`.
+    fn is_whole_entry(&mut self, v: Value) -> bool {
+        let Val::Dict(c) = self.doc.get(v) else {
+            return false;
+        };
+        let doc = self.doc;
+        let (mut action, mut size) = (false, false);
+        for (k, _) in doc.pairs(c) {
+            match self.key(k) {
+                Key::Action => action = true,
+                Key::Size => size = true,
+                _ => {}
+            }
+        }
+        action && size
+    }
+
+    /// Append `tb` (decoded by `other`) to `t`, mapping its ids into ours.
+    fn absorb(&mut self, other: Decoder<'_>, tb: DeviceTrace, t: &mut DeviceTrace) {
+        let smap: Vec<StrId> = (0..other.strings.len() as u32)
+            .map(|i| self.strings.intern(other.strings.get(StrId(i))))
+            .collect();
+        let fmap: Vec<FrameId> = (0..other.frames.len() as u32)
+            .map(|i| {
+                let f = other.frames.get(FrameId(i));
+                self.frames.intern(Frame {
+                    filename: smap[f.filename.0 as usize],
+                    line: f.line,
+                    name: smap[f.name.0 as usize],
+                })
+            })
+            .collect();
+        let mut buf = Vec::new();
+        let kmap: Vec<StackId> = (0..other.stacks.len() as u32)
+            .map(|i| {
+                buf.clear();
+                buf.extend(
+                    other
+                        .stacks
+                        .get(StackId(i))
+                        .iter()
+                        .map(|f| fmap[f.0 as usize]),
+                );
+                self.stacks.intern(&buf)
+            })
+            .collect();
+        let stack = |s: StackId| if s.is_none() { s } else { kmap[s.0 as usize] };
+        let base = t.len();
+        let nb = tb.len();
+        t.action.extend_from_slice(&tb.action);
+        t.addr.extend_from_slice(&tb.addr);
+        t.size.extend_from_slice(&tb.size);
+        t.stream.extend_from_slice(&tb.stream);
+        t.time_us.extend_from_slice(&tb.time_us);
+        t.stack.extend(tb.stack.iter().map(|&s| stack(s)));
+        let empty = self.empty;
+        for (col, other_col) in [
+            (&mut t.compile_context, &tb.compile_context),
+            (&mut t.user_metadata, &tb.user_metadata),
+            (&mut t.category, &tb.category),
+        ] {
+            match (col.as_mut(), other_col) {
+                (Some(c), Some(o)) => c.extend(o.iter().map(|s| smap[s.0 as usize])),
+                (Some(c), None) => c.resize(base + nb, empty),
+                (None, Some(o)) => {
+                    let mut c = vec![empty; base];
+                    c.extend(o.iter().map(|s| smap[s.0 as usize]));
+                    *col = Some(c);
+                }
+                (None, None) => {}
+            }
+        }
+        t.device_free
+            .extend(tb.device_free.iter().map(|&(i, b)| (i + base as u32, b)));
+        t.forward_stack.extend(
+            tb.forward_stack
+                .iter()
+                .map(|&(i, s)| (i + base as u32, stack(s))),
+        );
+        self.warnings.extend(other.warnings);
+        self.repairs.absorb(other.repairs);
+    }
+
+    /// One trace entry. Whatever is wrong in it is repaired and counted;
+    /// only an entry that is not a dict is left out.
+    fn entry(&mut self, v: Value, t: &mut DeviceTrace) {
+        let Val::Dict(c) = self.doc.get(v) else {
+            let e = PathErr::new("a trace entry dict", self.found(v));
+            self.repair(e, "entry left out");
+            return;
+        };
+        let doc = self.doc;
+        let (mut action, mut action_val) = (None, None);
+        let (mut addr, mut size, mut stream, mut time) = (0u64, None, 0u64, NO_TIME);
+        let mut unusable = false;
+        let mut stack = StackId::NONE;
+        let (mut cc, mut um, mut cat) = (None, None, None);
+        let (mut dfree, mut fwd) = (None, None);
+        for (k, val) in doc.pairs(c) {
+            if self.is_opaque(val) {
+                continue;
+            }
+            let key = self.key(k);
+            let r = match key {
+                Key::Action => {
+                    action_val = Some(val);
+                    self.action(val).map(|a| action = Some(a))
+                }
+                Key::Addr => self.uint(val).map(|x| addr = x),
+                Key::Size => self.uint(val).map(|x| size = Some(x)),
+                Key::Stream => self.stream(val).map(|x| stream = x),
+                Key::TimeUs => self.int(val).map(|x| time = x),
+                Key::Frames => {
+                    stack = self.within(Seg::Key("frames"), |d| d.stack(val));
+                    Ok(())
+                }
+                Key::ForwardFrames => {
+                    fwd = Some(self.within(Seg::Key("forward_frames"), |d| d.stack(val)));
+                    Ok(())
+                }
+                Key::CompileContext => {
+                    cc = Some(self.str_or_empty(val, "compile_context"));
+                    Ok(())
+                }
+                Key::UserMetadata => {
+                    um = Some(self.str_or_empty(val, "user_metadata"));
+                    Ok(())
+                }
+                Key::Category => {
+                    cat = Some(self.str_or_empty(val, "category"));
+                    Ok(())
+                }
+                Key::DeviceFree => self.uint(val).map(|x| dfree = Some(x)),
+                _ => Ok(()),
+            };
+            if let Err(e) = r {
+                let fix = match key {
+                    Key::Addr | Key::Size => {
+                        unusable = true;
+                        "entry kept as unknown, not replayed"
+                    }
+                    Key::Action => "read as unknown",
+                    Key::TimeUs | Key::DeviceFree => "read as not recorded",
+                    _ => "read as 0",
+                };
+                self.repair(e.key(key.name()), fix);
+            }
+        }
+        let mut action = match (action, action_val) {
+            (Some(Action::Unknown), Some(val)) => {
+                let e = PathErr::new("a known action", self.found(val));
+                self.repair(e.key("action"), "kept as unknown");
+                Action::Unknown
+            }
+            (Some(a), _) => a,
+            (None, Some(_)) => Action::Unknown, // counted above
+            (None, None) => {
+                let e = PathErr::new("key 'action'", "a dict without it");
+                self.repair(e, "kept as unknown");
+                Action::Unknown
+            }
+        };
+        if action.needs_addr_and_size() && (unusable || size.is_none()) {
+            if size.is_none() && !unusable {
+                let e = PathErr::new("key 'size'", "a dict without it");
+                self.repair(e, "entry kept as unknown, not replayed");
+            }
+            action = Action::Unknown;
+        }
+        let i = t.action.len();
+        t.action.push(action);
+        t.addr.push(addr);
+        t.size.push(size.unwrap_or(0));
+        t.stream.push(stream);
+        t.time_us.push(time);
+        t.stack.push(stack);
+        push_opt(&mut t.compile_context, i, cc, self.empty);
+        push_opt(&mut t.user_metadata, i, um, self.empty);
+        push_opt(&mut t.category, i, cat, self.empty);
+        if let Some(f) = dfree {
+            t.device_free.push((i as u32, f));
+        }
+        if let Some(s) = fwd.filter(|s| !s.is_none()) {
+            t.forward_stack.push((i as u32, s));
+        }
+    }
+}
