@@ -244,4 +244,17 @@ fn a_top_level_that_is_not_a_snapshot_is_still_an_error() {
     std::fs::write(&p, r#"{"segments": "none", "device_traces": 3}"#).unwrap();
     let j = summary_json(&p);
     assert_eq!(j["source"]["repairs"].as_array().map(Vec::len), Some(2));
+
+    // A device with segments and no trace entries: no dangling colon.
+    let p = d.join("segments_only.json");
+    std::fs::write(
+        &p,
+        r#"{"segments": [{"device": 0, "address": 0, "total_size": 2097152, "blocks": []}], "device_traces": [[]]}"#,
+    )
+    .unwrap();
+    let o = vramscope(&["summary", p.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.contains("  Events          none in the trace\n"), "{text}");
+    assert!(!text.contains("Events          0"), "{text}");
 }
