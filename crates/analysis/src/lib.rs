@@ -7,6 +7,8 @@
 //! * [`summary`]: all of the above per device, the `vramscope summary` model.
 //! * [`iterations`], [`lifetimes`], [`leaks`]: training iterations, block
 //!   lifetimes, and memory that grows from one iteration to the next.
+//! * [`categories`]: what each block is (parameter, gradient, optimizer
+//!   state, activation, …), given by the recorder or the profiler, or inferred.
 //! * [`diff`]: what is alive in one snapshot (or moment) and not in another.
 //!
 //! ```no_run
@@ -19,6 +21,7 @@
 //! # Ok::<(), vramscope_snapshot::SnapshotError>(())
 //! ```
 
+pub mod categories;
 pub mod diff;
 pub mod gates;
 pub mod iterations;
@@ -30,8 +33,9 @@ pub mod sites;
 pub mod summary;
 pub mod units;
 
+pub use categories::{Category, CategoryTotal};
 pub use diff::{diff, Diff, DiffGroup, DiffOptions, DiffTotals, SiteDelta, SizeCount};
 pub use replay::{LiveBlock, Replay};
 pub use segments::{memory_state, Fragmentation, MemoryState};
 pub use sites::Site;
-pub use summary::{summarize, CategoryBytes, DeviceSummary, Oom, Peak, Summary, SummaryOptions};
+pub use summary::{summarize, DeviceSummary, Oom, Peak, Summary, SummaryOptions};

@@ -20,6 +20,8 @@ use vramscope_snapshot::{Action, DeviceTrace, Snapshot, StackId, StrId};
 pub const BEFORE_WINDOW: u32 = u32::MAX;
 /// `death` of a block still allocated at the end.
 pub const STILL_ALIVE: u32 = u32::MAX;
+/// [`Lifetimes::event_block`] of an event that neither allocates nor frees.
+pub const NO_BLOCK: u32 = u32::MAX;
 
 /// Every block of one device's trace, as columns.
 #[derive(Debug, Default)]
@@ -32,6 +34,12 @@ pub struct Lifetimes {
     pub stack: Vec<StackId>,
     /// Memory Profiler category of the first version, if the trace has them.
     pub category: Vec<Option<StrId>>,
+    /// Address of the block.
+    pub addr: Vec<u64>,
+    /// Per trace event: the block an `alloc` made or a `free_completed`
+    /// freed ([`NO_BLOCK`] for other events), so that a moment's live
+    /// blocks can be looked up by the event that allocated them.
+    pub event_block: Vec<u32>,
     /// In-place updates joined to an earlier version of the same block.
     pub versions_joined: u64,
 }
@@ -42,7 +50,10 @@ impl Lifetimes {
         let empty = DeviceTrace::default();
         let t = snap.trace(device).unwrap_or(&empty);
         let joins_versions = t.category.is_some();
-        let mut l = Lifetimes::default();
+        let mut l = Lifetimes {
+            event_block: vec![NO_BLOCK; t.len()],
+            ..Default::default()
+        };
         let mut open: HashMap<u64, u32> = HashMap::default();
         // The block freed by the last alloc/free event, while nothing but
         // segment and free_requested events follow it: (addr, block, time).
@@ -65,9 +76,10 @@ impl Lifetimes {
                         }
                         None => {
                             let cat = t.category.as_ref().and_then(|c| c.get(i).copied());
-                            l.push(i as u32, size, t.stack[i], cat)
+                            l.push(i as u32, addr, size, t.stack[i], cat)
                         }
                     };
+                    l.event_block[i] = block;
                     open.insert(addr, block);
                 }
                 Action::FreeCompleted => {
@@ -75,9 +87,10 @@ impl Lifetimes {
                         Some(b) => b,
                         None => {
                             let cat = t.category.as_ref().and_then(|c| c.get(i).copied());
-                            l.push(BEFORE_WINDOW, t.size[i], t.stack[i], cat)
+                            l.push(BEFORE_WINDOW, t.addr[i], t.size[i], t.stack[i], cat)
                         }
                     };
+                    l.event_block[i] = block;
                     l.death[block as usize] = i as u32;
                     just_freed = Some((t.addr[i], block, t.time_us[i]));
                 }
@@ -86,14 +99,22 @@ impl Lifetimes {
         }
         for b in crate::replay::live_at_end(snap, device) {
             if !open.contains_key(&b.addr) {
-                l.push(BEFORE_WINDOW, b.size, b.stack, None);
+                l.push(BEFORE_WINDOW, b.addr, b.size, b.stack, None);
             }
         }
         l
     }
 
-    fn push(&mut self, birth: u32, size: u64, stack: StackId, cat: Option<StrId>) -> u32 {
+    fn push(
+        &mut self,
+        birth: u32,
+        addr: u64,
+        size: u64,
+        stack: StackId,
+        cat: Option<StrId>,
+    ) -> u32 {
         self.birth.push(birth);
+        self.addr.push(addr);
         self.death.push(STILL_ALIVE);
         self.size.push(size);
         self.stack.push(stack);

@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use vramscope_snapshot::{Action, DeviceTrace, Snapshot, NO_TIME};
 
+use crate::categories::{categorize, CategoryTotal};
+use crate::lifetimes::Lifetimes;
 use crate::replay::{allocated_series, reserved_after, Replay};
 use crate::segments::{memory_state, MemoryState};
 use crate::sites::{group_by_site, Site};
@@ -78,6 +80,8 @@ pub struct DeviceSummary {
     pub peak_reserved_bytes: u64,
     /// Alive at the end, by allocation site.
     pub end_top_sites: Vec<Site>,
+    /// Alive at the end, per category.
+    pub end_by_category: Vec<CategoryTotal>,
     pub ooms: Vec<Oom>,
 }
 
@@ -104,46 +108,10 @@ pub struct Peak {
     pub before_window_bytes: u64,
     pub top_sites: Vec<Site>,
     pub live_blocks: u64,
-    /// Bytes alive at the peak per Memory Profiler category, largest first
-    /// (profiler-built snapshots only; blocks from before the window are
-    /// `unknown`).
-    pub by_category: Vec<CategoryBytes>,
-}
-
-#[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct CategoryBytes {
-    pub category: String,
-    pub bytes: u64,
-}
-
-/// Live bytes per category of the events that allocated them.
-fn by_category(
-    snap: &Snapshot,
-    t: &DeviceTrace,
-    live: &[crate::replay::LiveBlock],
-) -> Vec<CategoryBytes> {
-    let Some(cats) = &t.category else {
-        return Vec::new();
-    };
-    let mut m: BTreeMap<&str, u64> = BTreeMap::new();
-    for b in live {
-        let c = b
-            .alloc_index
-            .and_then(|i| cats.get(i as usize))
-            .map(|&c| snap.str(c))
-            .filter(|c| !c.is_empty())
-            .unwrap_or("unknown");
-        *m.entry(c).or_insert(0) += b.size;
-    }
-    let mut v: Vec<CategoryBytes> = m
-        .into_iter()
-        .map(|(c, bytes)| CategoryBytes {
-            category: c.to_owned(),
-            bytes,
-        })
-        .collect();
-    v.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.category.cmp(&b.category)));
-    v
+    /// Bytes alive at the peak per category (parameter, gradient,
+    /// optimizer_state, activation, input, temporary, autograd_detail,
+    /// unknown), largest first, with where the labels came from.
+    pub by_category: Vec<CategoryTotal>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -156,6 +124,8 @@ pub struct Oom {
     pub allocated_bytes: u64,
     pub reserved_bytes: u64,
     pub top_holders: Vec<Site>,
+    /// What held the memory when the allocation failed, per category.
+    pub by_category: Vec<CategoryTotal>,
 }
 
 fn time_at(t: &DeviceTrace, i: usize) -> Option<i64> {
@@ -200,6 +170,8 @@ pub fn summarize_device(snap: &Snapshot, device: u32, opts: &SummaryOptions) -> 
     let mut lives = replay.live_at_points(t, &points).into_iter();
     let peak_live = lives.next().unwrap_or_default();
     let end_live = lives.next().unwrap_or_default();
+    let lifetimes = Lifetimes::new(snap, device);
+    let cats = categorize(snap, device, &lifetimes);
     let peak = Peak {
         allocated_bytes: replay.peak_bytes,
         event_index: replay.peak_index.map(|i| i as u64),
@@ -207,7 +179,7 @@ pub fn summarize_device(snap: &Snapshot, device: u32, opts: &SummaryOptions) -> 
         before_window_bytes: replay.initial_bytes,
         top_sites: group_by_site(snap, &peak_live, opts.top_sites),
         live_blocks: peak_live.len() as u64,
-        by_category: by_category(snap, t, &peak_live),
+        by_category: cats.totals(&lifetimes, &peak_live),
     };
     let reserved = reserved_after(snap, device);
     let end_reserved: u64 = snap.segments_of(device).map(|s| s.total_size).sum();
@@ -241,6 +213,7 @@ pub fn summarize_device(snap: &Snapshot, device: u32, opts: &SummaryOptions) -> 
                     .map_or(replay.initial_bytes, |j| allocated[j]),
                 reserved_bytes: reserved.get(i).copied().unwrap_or(end_reserved),
                 top_holders: group_by_site(snap, &holders, opts.top_sites),
+                by_category: cats.totals(&lifetimes, &holders),
             }
         })
         .collect();
@@ -251,6 +224,7 @@ pub fn summarize_device(snap: &Snapshot, device: u32, opts: &SummaryOptions) -> 
         peak,
         peak_reserved_bytes,
         end_top_sites: group_by_site(snap, &end_live, opts.top_sites),
+        end_by_category: cats.totals(&lifetimes, &end_live),
         ooms,
     }
 }

@@ -255,6 +255,9 @@ fn a_top_level_that_is_not_a_snapshot_is_still_an_error() {
     let o = vramscope(&["summary", p.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));
     let text = stdout(&o);
-    assert!(text.contains("  Events          none in the trace\n"), "{text}");
+    assert!(
+        text.contains("  Events          none in the trace\n"),
+        "{text}"
+    );
     assert!(!text.contains("Events          0"), "{text}");
 }

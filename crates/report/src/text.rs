@@ -3,7 +3,8 @@
 
 use std::fmt::Write;
 
-use vramscope_analysis::{DeviceSummary, Site, Summary};
+use vramscope_analysis::categories::Source;
+use vramscope_analysis::{Category, CategoryTotal, DeviceSummary, Site, Summary};
 
 use crate::format::{bytes, count, duration_us, timestamp_us};
 
@@ -180,13 +181,22 @@ fn device(o: &mut String, d: &DeviceSummary) {
         bytes(f.pending_free_bytes),
         count(f.empty_segments)
     );
-    if !p.by_category.is_empty() {
-        let parts: Vec<String> = p
-            .by_category
-            .iter()
-            .map(|c| format!("{} {}", c.category, bytes(c.bytes)))
-            .collect();
-        let _ = writeln!(o, "  At the peak     {}", parts.join(" · "));
+    categories(
+        o,
+        "What it is      at the peak:",
+        &p.by_category,
+        p.allocated_bytes,
+    );
+    if d.peak.event_index.is_some() {
+        categories(
+            o,
+            "                at the end: ",
+            &d.end_by_category,
+            e.allocated_bytes,
+        );
+    }
+    if let Some(src) = label_sources(&p.by_category, &d.end_by_category) {
+        let _ = writeln!(o, "                  ({src})");
     }
     sites(
         o,
@@ -229,6 +239,7 @@ fn device(o: &mut String, d: &DeviceSummary) {
             bytes(oom.reserved_bytes),
             bytes(oom.reserved_bytes.saturating_sub(oom.allocated_bytes))
         );
+        categories(o, "What held it   ", &oom.by_category, oom.allocated_bytes);
         if !oom.top_holders.is_empty() {
             sites(
                 o,
@@ -238,6 +249,50 @@ fn device(o: &mut String, d: &DeviceSummary) {
             );
         }
     }
+}
+
+/// One line of bytes per category, largest first, unknown last.
+fn categories(o: &mut String, title: &str, cats: &[CategoryTotal], total: u64) {
+    if cats.is_empty() {
+        return;
+    }
+    let share = |b: u64| {
+        if total > 0 {
+            format!(" ({:.0}%)", b as f64 * 100.0 / total as f64)
+        } else {
+            String::new()
+        }
+    };
+    let known = cats.iter().filter(|c| c.category != Category::Unknown);
+    let unknown = cats.iter().filter(|c| c.category == Category::Unknown);
+    let parts: Vec<String> = known
+        .chain(unknown)
+        .map(|c| {
+            format!(
+                "{} {}{}",
+                c.category.label(),
+                bytes(c.bytes),
+                share(c.bytes)
+            )
+        })
+        .collect();
+    let _ = writeln!(o, "  {title} {}", parts.join(" · "));
+}
+
+/// Where the labels came from, when anything was labelled.
+fn label_sources(a: &[CategoryTotal], b: &[CategoryTotal]) -> Option<String> {
+    let mut srcs: Vec<Source> = a.iter().chain(b).filter_map(|c| c.source).collect();
+    srcs.sort();
+    srcs.dedup();
+    let words: Vec<&str> = srcs
+        .iter()
+        .map(|s| match s {
+            Source::Recorder => "tagged by vramscope's recorder",
+            Source::Profiler => "labelled by PyTorch's Memory Profiler",
+            Source::Inferred => "inferred from stacks, phases and lifetimes: docs/categories.md",
+        })
+        .collect();
+    (!words.is_empty()).then(|| words.join("; "))
 }
 
 fn sites(o: &mut String, title: &str, sites: &[Site], total: u64) {

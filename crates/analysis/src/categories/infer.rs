@@ -1,0 +1,352 @@
+//! The rules that label a block from evidence in any snapshot. Each rule is
+//! a [`Rule`] so that the report can say why; where no rule applies the
+//! block stays `unknown`.
+//!
+//! Blocks allocated inside the trace, by the phase they were allocated in:
+//!
+//! | allocated in | freed | label |
+//! |---|---|---|
+//! | forward | before any other allocation site ran (inside its op) | temporary |
+//! | forward | later, or never | activation |
+//! | backward | inside its op | temporary |
+//! | backward | in the same backward | autograd detail |
+//! | backward | after that backward ended, or never | gradient |
+//! | optimizer step | in the same step | temporary |
+//! | optimizer step | after it, or never | optimizer state |
+//! | other (data loading, …) | after exactly one forward began | input |
+//! | model setup (`.to()`, `load_state_dict`, …) | after its setup, or never | parameter |
+//!
+//! Blocks from before the trace window that live throughout are counted per
+//! size against the gradients of one backward (each parameter has one
+//! gradient of its size): that many are parameters; the rest of a mirrored
+//! size are optimizer state when the optimizer ran in the trace without
+//! creating any. In a trace with no backward at all they are the weights of
+//! an inference run. Blocks from before the window freed by `zero_grad` are
+//! gradients; freed in backward, activations. A live block whose own stack
+//! (dumps keep one per block) names a phase takes the label of that phase;
+//! one made by model construction or loading (`.to()`, `load_state_dict`,
+//! `torch.nn.init`) in a trace without backward is a parameter.
+
+use vramscope_snapshot::hash::FxHashMap as HashMap;
+use vramscope_snapshot::{Action, DeviceTrace, Snapshot};
+
+use super::phases::StackPhases;
+use super::{Categories, Category, Phase, Phases, Rule, Source};
+use crate::lifetimes::{Lifetimes, BEFORE_WINDOW, STILL_ALIVE};
+
+/// Sizes compared across allocations and blocks: the caching allocator
+/// rounds requests up to 512 bytes, and blocks from before the window carry
+/// their rounded size while trace entries carry the request.
+fn rounded(size: u64) -> u64 {
+    size.div_ceil(512) * 512
+}
+
+pub(super) fn infer(
+    snap: &Snapshot,
+    device: u32,
+    t: &DeviceTrace,
+    l: &Lifetimes,
+    ph: &Phases,
+) -> Categories {
+    let n = l.len();
+    let mut c = Categories {
+        category: vec![Category::Unknown; n],
+        source: vec![None; n],
+        rule: vec![Rule::NoEvidence; n],
+        ..Default::default()
+    };
+    let given = given_labels(snap, t, l, &mut c);
+    let next_other_site = next_other_site(t);
+    for b in 0..n {
+        if given[b] || l.birth[b] == BEFORE_WINDOW {
+            continue;
+        }
+        let i = l.birth[b] as usize;
+        let d = l.death[b];
+        let freed = (d != STILL_ALIVE).then_some(d as usize);
+        let same_run = freed.is_some_and(|j| ph.run[i] == ph.run[j]);
+        // Stackless allocations (backward on the engine's thread) cannot
+        // be told apart by op.
+        let within_op = !t.stack[i].is_none() && freed.is_some_and(|j| j < next_other_site[i]);
+        let (cat, rule) = match ph.phase[i] {
+            Phase::Forward if within_op => (Category::Temporary, Rule::WithinOp),
+            Phase::Forward => (Category::Activation, Rule::ForwardKept),
+            Phase::Backward if within_op => (Category::Temporary, Rule::WithinOp),
+            Phase::Backward if same_run => (Category::AutogradDetail, Rule::BackwardFreed),
+            Phase::Backward => (Category::Gradient, Rule::BackwardKept),
+            Phase::Optimizer if same_run => (Category::Temporary, Rule::OptimizerFreed),
+            Phase::Optimizer => (Category::OptimizerState, Rule::OptimizerKept),
+            Phase::ZeroGrad if within_op => (Category::Temporary, Rule::WithinOp),
+            Phase::ZeroGrad => continue,
+            Phase::Setup if same_run => continue,
+            Phase::Setup => (Category::Parameter, Rule::ModelSetup),
+            Phase::Other => {
+                // A batch lives through one forward (and its backward) and
+                // is freed when the next replaces it; state the program
+                // keeps across iterations, or that the trace ends with, is
+                // not known to be one.
+                let Some(j) = freed else { continue };
+                if ph.runs_starting_between(i, j, Phase::Forward) == 1 {
+                    (Category::Input, Rule::BeforeForward)
+                } else {
+                    continue;
+                }
+            }
+        };
+        set(&mut c, b, cat, rule);
+    }
+    pre_window(snap, device, l, ph, &given, &mut c);
+    c
+}
+
+fn set(c: &mut Categories, b: usize, cat: Category, rule: Rule) {
+    c.category[b] = cat;
+    c.source[b] = Some(Source::Inferred);
+    c.rule[b] = rule;
+}
+
+/// Labels that came with the file: recorder tags (`category=…` in the
+/// `user_metadata` of the `alloc`, or of an `annotate` entry at the block's
+/// address) and the profiler's `category`. Returns which blocks have one.
+fn given_labels(snap: &Snapshot, t: &DeviceTrace, l: &Lifetimes, c: &mut Categories) -> Vec<bool> {
+    let mut given = vec![false; l.len()];
+    for b in 0..l.len() {
+        if let Some(cat) = l.category[b].and_then(|s| super::Category::parse(snap.str(s))) {
+            c.category[b] = cat;
+            c.source[b] = Some(Source::Profiler);
+            c.rule[b] = Rule::Given;
+            given[b] = true;
+        }
+    }
+    let Some(meta) = &t.user_metadata else {
+        return given;
+    };
+    // The block alive at each address, to resolve `annotate` entries.
+    let mut live: HashMap<u64, u32> = HashMap::default();
+    for (b, &born) in l.birth.iter().enumerate() {
+        if born == BEFORE_WINDOW && l.death[b] != STILL_ALIVE {
+            live.insert(l.addr[b], b as u32);
+        }
+    }
+    for b in (0..l.len()).filter(|&b| l.birth[b] == BEFORE_WINDOW && l.death[b] == STILL_ALIVE) {
+        live.entry(l.addr[b]).or_insert(b as u32);
+    }
+    for i in 0..t.len() {
+        let block = l.event_block[i];
+        match t.action[i] {
+            Action::Alloc | Action::Annotate => {}
+            Action::FreeCompleted => {
+                live.remove(&t.addr[i]);
+                continue;
+            }
+            _ => continue,
+        }
+        let b = if t.action[i] == Action::Alloc {
+            live.insert(t.addr[i], block);
+            block
+        } else {
+            match live.get(&t.addr[i]) {
+                Some(&b) => b,
+                None => continue,
+            }
+        };
+        let Some(cat) = tagged_category(snap.str(meta[i])) else {
+            continue;
+        };
+        let b = b as usize;
+        if b < l.len() {
+            c.category[b] = cat;
+            c.source[b] = Some(Source::Recorder);
+            c.rule[b] = Rule::Given;
+            given[b] = true;
+        }
+    }
+    given
+}
+
+/// `category=gradient` in a recorder tag.
+fn tagged_category(meta: &str) -> Option<Category> {
+    meta.split([';', ' ', ','])
+        .find_map(|kv| kv.strip_prefix("category="))
+        .and_then(Category::parse)
+}
+
+/// For each event, the index of the next `alloc` with another stack (or
+/// the trace length): a block freed before it was freed inside the op
+/// that made it.
+fn next_other_site(t: &DeviceTrace) -> Vec<usize> {
+    let n = t.len();
+    let mut out = vec![n; n];
+    let mut next_alloc: Option<usize> = None;
+    for i in (0..n).rev() {
+        out[i] = match next_alloc {
+            None => n,
+            Some(k) if t.stack[k] != t.stack[i] => k,
+            Some(k) => out[k],
+        };
+        if t.action[i] == Action::Alloc {
+            next_alloc = Some(i);
+        }
+    }
+    out
+}
+
+/// Blocks from before the trace window.
+fn pre_window(
+    snap: &Snapshot,
+    device: u32,
+    l: &Lifetimes,
+    ph: &Phases,
+    given: &[bool],
+    c: &mut Categories,
+) {
+    // Gradients of each size alive at once at most (one per parameter
+    // while a step's gradients coexist), and whether the optimizer made any
+    // state in the trace.
+    let mut edges: Vec<(u32, bool, u64)> = Vec::new();
+    let mut state_made = false;
+    for b in 0..l.len() {
+        if l.birth[b] == BEFORE_WINDOW {
+            continue;
+        }
+        match c.category[b] {
+            Category::Gradient => {
+                let size = rounded(l.size[b]);
+                edges.push((l.birth[b], true, size));
+                if l.death[b] != STILL_ALIVE {
+                    edges.push((l.death[b], false, size));
+                }
+            }
+            Category::OptimizerState => state_made = true,
+            _ => {}
+        }
+    }
+    // Deaths before births at the same event: a block freed and one
+    // allocated by one event never coexist.
+    edges.sort_unstable_by_key(|&(i, born, _)| (i, born));
+    let mut alive: HashMap<u64, u64> = HashMap::default();
+    let mut grads: HashMap<u64, u64> = HashMap::default();
+    for (_, born, size) in edges {
+        let a = alive.entry(size).or_insert(0);
+        if born {
+            *a += 1;
+            let g = grads.entry(size).or_insert(0);
+            *g = (*g).max(*a);
+        } else {
+            *a = a.saturating_sub(1);
+        }
+    }
+    let optimizer_ran = ph.phase.contains(&Phase::Optimizer);
+    let backward_ran = ph.phase.contains(&Phase::Backward);
+    let forward_ran = ph.phase.contains(&Phase::Forward);
+    let mut stacks = StackPhases::new(snap);
+    // What was asked for, per live block of the dump: a large block keeps
+    // up to 1 MiB of slack the allocator did not split off, so its size
+    // need not be its tensor's.
+    let requested: HashMap<u64, u64> = snap
+        .segments
+        .iter()
+        .filter(|s| s.device == device)
+        .flat_map(|s| snap.blocks_of(s))
+        .filter(|b| b.state.is_allocated())
+        .map(|b| (b.address, b.requested_size))
+        .collect();
+    // Parameters of each size assigned so far, and the state beside them.
+    let mut params: HashMap<u64, u64> = HashMap::default();
+    let mut extra: HashMap<u64, u64> = HashMap::default();
+    for b in 0..l.len() {
+        if given[b] || l.birth[b] != BEFORE_WINDOW {
+            continue;
+        }
+        // The block's own stack says where it was made: a dump keeps the
+        // stack of each live block, and a free repeats its allocation's
+        // unless it records where the free happened.
+        let freed = l.death[b] != STILL_ALIVE;
+        let made_in = if freed && ph.free_time_stacks {
+            None
+        } else {
+            stacks.of(snap, l.stack[b])
+        };
+        if freed {
+            let j = l.death[b] as usize;
+            match (made_in, ph.phase.get(j)) {
+                (Some(Phase::Optimizer), _) => {
+                    set(c, b, Category::OptimizerState, Rule::OptimizerKept)
+                }
+                (Some(Phase::Backward), Some(Phase::Backward)) => {
+                    set(c, b, Category::AutogradDetail, Rule::BackwardFreed)
+                }
+                (Some(Phase::Backward), _) => set(c, b, Category::Gradient, Rule::BackwardKept),
+                (Some(Phase::Forward), _) => set(c, b, Category::Activation, Rule::ForwardKept),
+                (_, Some(Phase::ZeroGrad)) => set(c, b, Category::Gradient, Rule::FreedByZeroGrad),
+                (None, Some(Phase::Optimizer)) => {
+                    set(c, b, Category::OptimizerState, Rule::ReplacedByOptimizer)
+                }
+                (None, Some(Phase::Backward)) => {
+                    set(c, b, Category::Activation, Rule::FreedInBackward)
+                }
+                _ => {}
+            }
+            continue;
+        }
+        // Alive throughout.
+        match made_in {
+            Some(Phase::Optimizer) => {
+                set(c, b, Category::OptimizerState, Rule::OptimizerKept);
+                continue;
+            }
+            Some(Phase::Backward) => {
+                set(c, b, Category::Gradient, Rule::BackwardKept);
+                continue;
+            }
+            Some(Phase::Forward) => {
+                set(c, b, Category::Activation, Rule::ForwardKept);
+                continue;
+            }
+            Some(Phase::Setup) if !backward_ran => {
+                set(c, b, Category::Parameter, Rule::ModelSetup);
+                continue;
+            }
+            _ => {}
+        }
+        let size = rounded(requested.get(&l.addr[b]).copied().unwrap_or(l.size[b]));
+        let g = grads.get(&size).copied().unwrap_or(0);
+        if g > 0 {
+            let p = params.entry(size).or_insert(0);
+            if *p < g {
+                *p += 1;
+                set(c, b, Category::Parameter, Rule::MirrorsGradient);
+            } else if optimizer_ran && !state_made {
+                // Adam keeps two tensors per parameter, momentum SGD one.
+                let e = extra.entry(size).or_insert(0);
+                if *e < 2 * g {
+                    *e += 1;
+                    set(c, b, Category::OptimizerState, Rule::MirrorsParameter);
+                }
+            }
+        } else if !backward_ran && forward_ran {
+            set(c, b, Category::Parameter, Rule::KeptWithoutBackward);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_and_rounding() {
+        assert_eq!(
+            tagged_category("category=optimizer_state"),
+            Some(Category::OptimizerState)
+        );
+        assert_eq!(
+            tagged_category("phase=backward;category=gradient"),
+            Some(Category::Gradient)
+        );
+        assert_eq!(tagged_category("category=weights"), None);
+        assert_eq!(rounded(1), 512);
+        assert_eq!(rounded(4000), 4096);
+        assert_eq!(rounded(4096), 4096);
+    }
+}

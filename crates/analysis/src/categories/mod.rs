@@ -1,0 +1,248 @@
+//! What the memory *is*: every block labelled parameter, gradient,
+//! optimizer state, activation, input, temporary, autograd detail or
+//! unknown (the Memory Profiler's categories), with where the label came
+//! from, best first:
+//!
+//! 1. **Recorder tags**: `category=…` in an event's `user_metadata`, written
+//!    by vramscope's recorder, which knows the parameters, their `.grad` and
+//!    the optimizer's state.
+//! 2. **Profiler labels**: the `category` of snapshots built from a profiler
+//!    run or read from a profiler's memory timeline.
+//! 3. **Inference** ([`infer`]) for any other snapshot, from the phase each
+//!    block was allocated and freed in ([`phases`]) and from sizes mirrored
+//!    between parameters and gradients; `unknown` where the evidence is not
+//!    there.
+//!
+//! ```no_run
+//! use vramscope_analysis::categories::{categorize, Category};
+//! use vramscope_analysis::lifetimes::Lifetimes;
+//! let snap = vramscope_snapshot::load("snap.pickle".as_ref(), &Default::default())?;
+//! let l = Lifetimes::new(&snap, 0);
+//! let c = categorize(&snap, 0, &l);
+//! let grads: u64 = (0..l.len())
+//!     .filter(|&b| c.category[b] == Category::Gradient && l.death[b] == u32::MAX)
+//!     .map(|b| l.size[b])
+//!     .sum();
+//! println!("gradients alive at the end: {grads} bytes");
+//! # Ok::<(), vramscope_snapshot::SnapshotError>(())
+//! ```
+
+mod infer;
+pub mod phases;
+
+use serde::Serialize;
+use vramscope_snapshot::hash::FxHashMap as HashMap;
+use vramscope_snapshot::{DeviceTrace, Snapshot};
+
+use crate::lifetimes::{Lifetimes, BEFORE_WINDOW, NO_BLOCK};
+use crate::replay::LiveBlock;
+pub use phases::{Phase, Phases};
+
+/// The Memory Profiler's categories (`torch.profiler._memory_profiler.Category`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[repr(u8)]
+pub enum Category {
+    Parameter,
+    Gradient,
+    OptimizerState,
+    Activation,
+    Input,
+    Temporary,
+    AutogradDetail,
+    Unknown,
+}
+
+impl Category {
+    pub const ALL: [Category; 8] = [
+        Category::Parameter,
+        Category::Gradient,
+        Category::OptimizerState,
+        Category::Activation,
+        Category::Input,
+        Category::Temporary,
+        Category::AutogradDetail,
+        Category::Unknown,
+    ];
+
+    /// The Memory Profiler's name (lower case, as profiler-built snapshots
+    /// and `export_memory_timeline` write it).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Category::Parameter => "parameter",
+            Category::Gradient => "gradient",
+            Category::OptimizerState => "optimizer_state",
+            Category::Activation => "activation",
+            Category::Input => "input",
+            Category::Temporary => "temporary",
+            Category::AutogradDetail => "autograd_detail",
+            Category::Unknown => "unknown",
+        }
+    }
+
+    /// Read a category name (any case); anything else is `None`.
+    pub fn parse(s: &str) -> Option<Category> {
+        let s = s.trim().to_ascii_lowercase();
+        Category::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+
+    /// Plural label for text output.
+    pub fn label(self) -> &'static str {
+        match self {
+            Category::Parameter => "parameters",
+            Category::Gradient => "gradients",
+            Category::OptimizerState => "optimizer state",
+            Category::Activation => "activations",
+            Category::Input => "inputs",
+            Category::Temporary => "temporaries",
+            Category::AutogradDetail => "autograd detail",
+            Category::Unknown => "unknown",
+        }
+    }
+}
+
+/// Where a block's label came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// vramscope's recorder tagged the tensor while the program ran.
+    Recorder,
+    /// The Memory Profiler labelled it.
+    Profiler,
+    /// Inferred from phases, lifetimes and sizes.
+    Inferred,
+}
+
+/// The rule that gave an inferred label (the evidence, for the report).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Rule {
+    /// Labelled by the recorder or the profiler, not inferred.
+    Given,
+    /// Allocated in the forward pass and kept past the op that made it.
+    ForwardKept,
+    /// Allocated and freed with no other allocation site in between (inside one op).
+    WithinOp,
+    /// Allocated in backward and alive after that backward ended.
+    BackwardKept,
+    /// Allocated and freed inside the same backward.
+    BackwardFreed,
+    /// Allocated in the optimizer step and kept after it.
+    OptimizerKept,
+    /// Allocated and freed inside the same optimizer step.
+    OptimizerFreed,
+    /// Allocated outside forward, backward and the optimizer, and used by a
+    /// later forward or backward (the batch moved to the device).
+    BeforeForward,
+    /// From before the trace, alive throughout, with the size of a gradient.
+    MirrorsGradient,
+    /// From before the trace, alive throughout, beyond the parameters of its
+    /// size, in a run whose optimizer state was created before the trace.
+    MirrorsParameter,
+    /// From before the trace, alive throughout, in a trace with no backward
+    /// (the weights of an inference run).
+    KeptWithoutBackward,
+    /// From before the trace, alive throughout, made by model construction
+    /// or loading, in a trace without backward.
+    ModelSetup,
+    /// From before the trace, freed by `zero_grad`.
+    FreedByZeroGrad,
+    /// From before the trace, freed by the optimizer step (state it replaced).
+    ReplacedByOptimizer,
+    /// From before the trace, freed in backward (saved by an earlier forward).
+    FreedInBackward,
+    /// No rule applies.
+    NoEvidence,
+}
+
+/// The label of every block of a [`Lifetimes`], as columns.
+#[derive(Debug, Default)]
+pub struct Categories {
+    pub category: Vec<Category>,
+    /// `None` for `unknown` without evidence.
+    pub source: Vec<Option<Source>>,
+    pub rule: Vec<Rule>,
+    /// Phases of the trace's events (empty without a trace).
+    pub phases: Phases,
+    /// Blocks from before the trace window, by address.
+    pre_window: HashMap<u64, u32>,
+}
+
+/// Label every block of `device`'s trace.
+pub fn categorize(snap: &Snapshot, device: u32, l: &Lifetimes) -> Categories {
+    let empty = DeviceTrace::default();
+    let t = snap.trace(device).unwrap_or(&empty);
+    let phases = Phases::new(snap, t);
+    let mut c = infer::infer(snap, device, t, l, &phases);
+    c.pre_window = (0..l.len())
+        .filter(|&b| l.birth[b] == BEFORE_WINDOW)
+        .map(|b| (l.addr[b], b as u32))
+        .collect();
+    c.phases = phases;
+    c
+}
+
+/// Bytes of one category at a moment.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CategoryTotal {
+    pub category: Category,
+    pub bytes: u64,
+    pub blocks: u64,
+    /// Where most of these bytes' labels came from (`null`: unknown, no evidence).
+    pub source: Option<Source>,
+}
+
+impl Categories {
+    /// The block a live block of a replay is (by its `alloc` event, or by
+    /// address for blocks from before the window).
+    pub fn block_of(&self, l: &Lifetimes, b: &LiveBlock) -> Option<usize> {
+        match b.alloc_index {
+            Some(i) => l
+                .event_block
+                .get(i as usize)
+                .filter(|&&k| k != NO_BLOCK)
+                .map(|&k| k as usize),
+            None => self.pre_window.get(&b.addr).map(|&k| k as usize),
+        }
+    }
+
+    /// Bytes per category of `live`, largest first.
+    pub fn totals(&self, l: &Lifetimes, live: &[LiveBlock]) -> Vec<CategoryTotal> {
+        let mut bytes = [0u64; 8];
+        let mut blocks = [0u64; 8];
+        // Bytes per (category, source): the source shown is the one that
+        // labelled most of a category's bytes.
+        let mut by_source = [[0u64; 4]; 8];
+        for b in live {
+            let (cat, src) = match self.block_of(l, b) {
+                Some(k) => (self.category[k], self.source[k]),
+                None => (Category::Unknown, None),
+            };
+            bytes[cat as usize] += b.size;
+            blocks[cat as usize] += 1;
+            by_source[cat as usize][src.map_or(3, |s| s as usize)] += b.size;
+        }
+        let sources = [
+            Some(Source::Recorder),
+            Some(Source::Profiler),
+            Some(Source::Inferred),
+            None,
+        ];
+        let mut v: Vec<CategoryTotal> = Category::ALL
+            .into_iter()
+            .filter(|c| blocks[*c as usize] > 0)
+            .map(|c| {
+                let s = &by_source[c as usize];
+                let best = (0..4).max_by_key(|&k| (s[k], 3 - k)).unwrap_or(3);
+                CategoryTotal {
+                    category: c,
+                    bytes: bytes[c as usize],
+                    blocks: blocks[c as usize],
+                    source: sources[best],
+                }
+            })
+            .collect();
+        v.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.category.cmp(&b.category)));
+        v
+    }
+}

@@ -1,0 +1,397 @@
+//! The phase of a training step each event belongs to: forward, backward,
+//! optimizer step, `zero_grad`, or anything else (data loading, logging).
+//!
+//! An allocation's stack says where it happened when it passes through a
+//! phase's code: the innermost frame that names a phase wins, so a forward
+//! and backward run inside an optimizer's `closure` (LBFGS, the closure
+//! style of `step`) still count as forward and backward. PyTorch's own
+//! `record_function` scopes (`Optimizer.step#AdamW.step`,
+//! `Optimizer.zero_grad#…`) and vramscope's recorder tags in
+//! `user_metadata` (`phase=forward`, …) name the phase of allocations whose
+//! stack does not. Events between two allocations with a phase take it from
+//! their neighbours (the loss, computed outside any module between the
+//! forward and the backward, is forward; what runs between an optimizer step
+//! and the next forward is "other").
+
+use vramscope_snapshot::{Action, AnnotationStage, DeviceTrace, Snapshot, StackId, NO_TIME};
+
+use crate::sites::{frame_location, is_native};
+
+/// Where in a training step an event happened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Phase {
+    Forward,
+    Backward,
+    Optimizer,
+    ZeroGrad,
+    /// Model construction and loading: `.to()`/`.cuda()` of a module,
+    /// `load_state_dict`, `torch.nn.init`, `torch.load`, `from_pretrained`.
+    Setup,
+    Other,
+}
+
+/// What one frame says about the phase (`None`: nothing).
+fn frame_phase(file: &str, name: &str) -> Option<Phase> {
+    let f = file.replace('\\', "/");
+    if name == "zero_grad" || name.contains("Optimizer.zero_grad") {
+        return Some(Phase::ZeroGrad);
+    }
+    if f.contains("torch/optim/") || name.contains("Optimizer.step#") {
+        return Some(Phase::Optimizer);
+    }
+    let backward = name.contains("AccumulateGrad")
+        || (name.contains("Backward") && name.contains("::apply"))
+        || name.contains("Engine::evaluate_function")
+        || name.contains("Engine::thread_main")
+        || name.contains("run_backward")
+        || name == "_engine_run_backward"
+        || ((f.ends_with("torch/autograd/__init__.py") || f.ends_with("torch/_tensor.py"))
+            && name == "backward");
+    if backward {
+        return Some(Phase::Backward);
+    }
+    let forward = (f.ends_with("torch/nn/modules/module.py")
+        && (name == "_call_impl" || name == "_wrapped_call_impl"))
+        || name.starts_with("nn.Module: ")
+        || (name == "forward" && !is_native(&f, name));
+    if forward {
+        return Some(Phase::Forward);
+    }
+    let setup = (f.ends_with("torch/nn/modules/module.py")
+        && matches!(
+            name,
+            "_apply" | "to" | "cuda" | "load_state_dict" | "_load_from_state_dict" | "__init__"
+        ))
+        || f.ends_with("torch/nn/init.py")
+        || name == "reset_parameters"
+        || f.ends_with("torch/serialization.py")
+        || f.ends_with("transformers/modeling_utils.py");
+    setup.then_some(Phase::Setup)
+}
+
+/// A recorder tag in `user_metadata` (`phase=backward`), if any.
+fn tagged_phase(meta: &str) -> Option<Phase> {
+    let v = meta
+        .split([';', ' ', ','])
+        .find_map(|kv| kv.strip_prefix("phase="))?;
+    Some(match v {
+        "forward" => Phase::Forward,
+        "backward" => Phase::Backward,
+        "optimizer" => Phase::Optimizer,
+        "zero_grad" => Phase::ZeroGrad,
+        "setup" => Phase::Setup,
+        _ => Phase::Other,
+    })
+}
+
+/// The phase of every event of one device's trace, and the runs they form.
+#[derive(Debug, Default)]
+pub struct Phases {
+    /// Per event.
+    pub phase: Vec<Phase>,
+    /// Per event: the number of the run of equal phases it is in, so that
+    /// "freed in the same backward" is `run[birth] == run[death]`.
+    pub run: Vec<u32>,
+    /// Whether any allocation named its phase (by stack, scope or tag).
+    pub any_marked: bool,
+    /// Whether free events carry the stack of the free rather than of the
+    /// allocation: `_record_memory_history(context="all")`, the default,
+    /// records where each free happened; profiler-built snapshots repeat
+    /// the allocation's stack.
+    pub free_time_stacks: bool,
+}
+
+impl Phases {
+    pub fn new(snap: &Snapshot, t: &DeviceTrace) -> Phases {
+        let n = t.len();
+        let mut marks: Vec<Option<Phase>> = vec![None; n];
+        // Backward runs on the autograd engine's threads; with Python-only
+        // stacks their allocations have no frames. A trace whose other
+        // allocations have stacks records backward that way (profiler-built
+        // traces run backward on the calling thread and do have frames).
+        let stacked = t.category.is_none()
+            && (0..n).any(|i| t.action[i] == Action::Alloc && !is_empty(snap, t.stack[i]));
+        let mut stacks = StackPhases::new(snap);
+        let windows = scope_windows(snap, t);
+        let is_free = |a: Action| matches!(a, Action::FreeRequested | Action::FreeCompleted);
+        let free_time_stacks = t.category.is_none()
+            && (0..n).any(|i| is_free(t.action[i]) && !is_empty(snap, t.stack[i]));
+        for i in 0..n {
+            // Where a free happened is evidence too (`zero_grad` freeing the
+            // gradients, an optimizer replacing its state, backward freeing
+            // what forward saved), when recorded.
+            let counts = t.action[i] == Action::Alloc || (free_time_stacks && is_free(t.action[i]));
+            if !counts {
+                continue;
+            }
+            let tag = t
+                .user_metadata
+                .as_ref()
+                .and_then(|m| tagged_phase(snap.str(m[i])));
+            marks[i] = tag.or_else(|| {
+                let s = t.stack[i];
+                if is_empty(snap, s) {
+                    return if stacked {
+                        Some(Phase::Backward)
+                    } else {
+                        window_phase(&windows, t.time_us[i])
+                    };
+                }
+                stacks
+                    .of(snap, s)
+                    .or_else(|| window_phase(&windows, t.time_us[i]))
+            });
+        }
+        let any_marked = marks.iter().any(Option::is_some);
+        let phase = fill(&marks);
+        let mut run = Vec::with_capacity(n);
+        let mut r = 0u32;
+        for i in 0..n {
+            if i > 0 && phase[i] != phase[i - 1] {
+                r += 1;
+            }
+            run.push(r);
+        }
+        Phases {
+            phase,
+            run,
+            any_marked,
+            free_time_stacks,
+        }
+    }
+
+    /// How many runs of `phase` start after event `i` and at or before `j`.
+    pub fn runs_starting_between(&self, i: usize, j: usize, phase: Phase) -> usize {
+        let end = j.min(self.phase.len().saturating_sub(1));
+        (i + 1..=end)
+            .filter(|&k| self.run[k] != self.run[k - 1] && self.phase[k] == phase)
+            .count()
+    }
+}
+
+const UNSEEN: u8 = u8::MAX;
+const NONE: u8 = u8::MAX - 1;
+
+fn is_empty(snap: &Snapshot, s: StackId) -> bool {
+    s.is_none() || snap.stacks.get(s).is_empty()
+}
+
+fn decode(v: u8) -> Option<Phase> {
+    match v {
+        0 => Some(Phase::Forward),
+        1 => Some(Phase::Backward),
+        2 => Some(Phase::Optimizer),
+        3 => Some(Phase::ZeroGrad),
+        4 => Some(Phase::Setup),
+        5 => Some(Phase::Other),
+        _ => None,
+    }
+}
+
+/// What stacks say about the phase: the innermost frame that names one,
+/// cached per frame and per stack.
+pub(crate) struct StackPhases {
+    frames: Vec<u8>,
+    stacks: Vec<u8>,
+}
+
+impl StackPhases {
+    pub(crate) fn new(snap: &Snapshot) -> StackPhases {
+        StackPhases {
+            frames: vec![UNSEEN; snap.frames.len()],
+            stacks: vec![UNSEEN; snap.stacks.len()],
+        }
+    }
+
+    pub(crate) fn of(&mut self, snap: &Snapshot, s: StackId) -> Option<Phase> {
+        if s.is_none() {
+            return None;
+        }
+        let cached = self.stacks[s.0 as usize];
+        if cached != UNSEEN {
+            return decode(cached);
+        }
+        let mut found = None;
+        for &f in snap.stacks.get(s) {
+            let slot = &mut self.frames[f.0 as usize];
+            if *slot == UNSEEN {
+                let (file, _, name) = frame_location(snap, snap.frames.get(f));
+                *slot = frame_phase(&file, &name).map_or(NONE, |p| p as u8);
+            }
+            if let Some(p) = decode(*slot) {
+                found = Some(p);
+                break;
+            }
+        }
+        self.stacks[s.0 as usize] = found.map_or(NONE, |p| p as u8);
+        found
+    }
+}
+
+/// `record_function` scopes that name a phase: (start µs, end µs, phase).
+fn scope_windows(snap: &Snapshot, t: &DeviceTrace) -> Vec<(i64, i64, Phase)> {
+    if !t.has_time() {
+        return Vec::new();
+    }
+    let mut open: Vec<(&str, i64)> = Vec::new();
+    let mut out = Vec::new();
+    for a in &snap.annotations {
+        let name = snap.str(a.name);
+        let phase = if name.starts_with("Optimizer.step#") {
+            Phase::Optimizer
+        } else if name.starts_with("Optimizer.zero_grad#") {
+            Phase::ZeroGrad
+        } else {
+            continue;
+        };
+        match a.stage {
+            AnnotationStage::Start => open.push((name, a.time_us)),
+            AnnotationStage::End => {
+                if let Some(k) = open.iter().rposition(|(n, _)| *n == name) {
+                    let (_, start) = open.remove(k);
+                    out.push((start, a.time_us, phase));
+                }
+            }
+            AnnotationStage::Other => {}
+        }
+    }
+    out
+}
+
+fn window_phase(windows: &[(i64, i64, Phase)], time: i64) -> Option<Phase> {
+    if time == NO_TIME {
+        return None;
+    }
+    windows
+        .iter()
+        .find(|(s, e, _)| *s <= time && time <= *e)
+        .map(|w| w.2)
+}
+
+/// Give every event a phase: marked allocations keep theirs; a stretch
+/// between two marks takes the phase both sides agree on, forward when it
+/// lies between a forward and a backward (the loss) or ends an inference
+/// trace, else "other" (data loading, gradient clipping, logging).
+fn fill(marks: &[Option<Phase>]) -> Vec<Phase> {
+    let n = marks.len();
+    let mut out = vec![Phase::Other; n];
+    let mut prev: Option<Phase> = None;
+    let mut i = 0;
+    while i < n {
+        if let Some(p) = marks[i] {
+            out[i] = p;
+            prev = Some(p);
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < n && marks[i].is_none() {
+            i += 1;
+        }
+        let next = marks.get(i).copied().flatten();
+        let p = match (prev, next) {
+            (Some(a), Some(b)) if a == b => a,
+            (Some(Phase::Forward), Some(Phase::Backward)) => Phase::Forward,
+            // The end of an inference trace is still its forward.
+            (Some(Phase::Forward), None) => Phase::Forward,
+            _ => Phase::Other,
+        };
+        out[start..i].fill(p);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_name_their_phase() {
+        let cases = [
+            (
+                "/x/torch/optim/adamw.py",
+                "_init_group",
+                Some(Phase::Optimizer),
+            ),
+            (
+                "/x/torch/optim/optimizer.py",
+                "zero_grad",
+                Some(Phase::ZeroGrad),
+            ),
+            (
+                "??",
+                "torch::autograd::AccumulateGrad::apply(...)",
+                Some(Phase::Backward),
+            ),
+            (
+                "??",
+                "torch::autograd::generated::MmBackward0::apply(...)",
+                Some(Phase::Backward),
+            ),
+            (
+                "/x/torch/autograd/graph.py",
+                "_engine_run_backward",
+                Some(Phase::Backward),
+            ),
+            (
+                "/x/torch/nn/modules/module.py",
+                "_call_impl",
+                Some(Phase::Forward),
+            ),
+            ("/w/model.py", "forward", Some(Phase::Forward)),
+            ("", "nn.Module: Linear_0", Some(Phase::Forward)),
+            ("/x/torch/nn/functional.py", "linear", None),
+            ("??", "forward", None),
+            (
+                "/x/torch/nn/modules/module.py",
+                "_apply",
+                Some(Phase::Setup),
+            ),
+            (
+                "/x/transformers/modeling_utils.py",
+                "to",
+                Some(Phase::Setup),
+            ),
+            (
+                "C:\\env\\Lib\\site-packages\\torch\\optim\\adam.py",
+                "step",
+                Some(Phase::Optimizer),
+            ),
+        ];
+        for (file, name, want) in cases {
+            assert_eq!(frame_phase(file, name), want, "{file} {name}");
+        }
+        assert_eq!(tagged_phase("phase=backward"), Some(Phase::Backward));
+        assert_eq!(
+            tagged_phase("iter=3;phase=optimizer"),
+            Some(Phase::Optimizer)
+        );
+        assert_eq!(tagged_phase("forward"), None);
+    }
+
+    #[test]
+    fn gaps_take_the_phase_of_their_neighbours() {
+        use Phase::*;
+        let m = |v: &[Option<Phase>]| fill(v);
+        // data, forward, loss, backward, step, data
+        let marks = [
+            None,
+            Some(Forward),
+            None,
+            Some(Backward),
+            None,
+            Some(Optimizer),
+            None,
+        ];
+        assert_eq!(
+            m(&marks),
+            vec![Other, Forward, Forward, Backward, Other, Optimizer, Other]
+        );
+        assert_eq!(m(&[Some(Forward), None]), vec![Forward, Forward]);
+        assert_eq!(
+            m(&[Some(Backward), None, Some(Backward)]),
+            vec![Backward; 3]
+        );
+    }
+}

@@ -1,0 +1,313 @@
+//! What the memory is, for snapshots nobody labelled: each inference rule
+//! on a small trace built for it, and the real GPU snapshots against what
+//! their programs are known to hold.
+
+use serde_json::{json, Value};
+use vramscope_analysis::categories::{categorize, Category, Rule, Source};
+use vramscope_analysis::lifetimes::Lifetimes;
+use vramscope_analysis::Replay;
+use vramscope_snapshot::{decode_bytes, load, Snapshot};
+
+fn frame(file: &str, name: &str) -> Value {
+    json!({"filename": file, "line": 1, "name": name})
+}
+
+/// Stacks of each phase, as PyTorch records them with Python stacks.
+fn stack(phase: &str) -> Value {
+    let user = frame("/w/train.py", "main");
+    match phase {
+        "forward" => json!([
+            frame("/env/torch/nn/functional.py", "linear"),
+            frame("/w/model.py", "forward"),
+            frame("/env/torch/nn/modules/module.py", "_call_impl"),
+            user
+        ]),
+        "loss" => json!([frame("/env/torch/nn/functional.py", "cross_entropy"), user]),
+        "optimizer" => json!([
+            frame("/env/torch/optim/adam.py", "_init_group"),
+            frame("/env/torch/optim/adam.py", "step"),
+            user
+        ]),
+        "zero_grad" => json!([frame("/env/torch/optim/optimizer.py", "zero_grad"), user]),
+        "data" => json!([frame("/w/train.py", "load_batch"), user]),
+        "setup" => json!([
+            frame("/env/torch/nn/modules/module.py", "_apply"),
+            frame("/env/torch/nn/modules/module.py", "to"),
+            user
+        ]),
+        // Backward runs on the autograd engine's thread: no Python frames.
+        "backward" => json!([]),
+        _ => unreachable!(),
+    }
+}
+
+/// A trace from `(action, addr, size, phase)` steps, a parameter of 4096
+/// bytes alive from before the trace at address 1<<30.
+fn snapshot(steps: &[(&str, u64, u64, &str)], extra_live: &[(u64, u64)]) -> Snapshot {
+    let mut entries = Vec::new();
+    for (k, (action, addr, size, phase)) in steps.iter().enumerate() {
+        entries.push(
+            json!({"action": action, "addr": addr, "size": size, "stream": 0,
+            "time_us": 1000 + k as u64, "frames": stack(phase)}),
+        );
+    }
+    let mut blocks = vec![
+        json!({"address": 1u64 << 30, "size": 4096, "requested_size": 4096,
+        "state": "active_allocated", "frames": []}),
+    ];
+    for &(addr, size) in extra_live {
+        blocks.push(
+            json!({"address": addr, "size": size, "requested_size": size,
+            "state": "active_allocated", "frames": []}),
+        );
+    }
+    let doc = json!({
+        "segments": [{"device": 0, "address": 1u64 << 30, "total_size": 1u64 << 30, "blocks": blocks}],
+        "device_traces": [entries],
+    });
+    decode_bytes(&serde_json::to_vec(&doc).unwrap(), &Default::default()).expect("decodes")
+}
+
+/// (category, rule) of the block allocated at `addr` inside the trace, or
+/// of the block from before it at `addr`.
+fn label(snap: &Snapshot, addr: u64) -> (Category, Rule) {
+    let l = Lifetimes::new(snap, 0);
+    let c = categorize(snap, 0, &l);
+    let b = (0..l.len())
+        .find(|&b| l.addr[b] == addr)
+        .unwrap_or_else(|| panic!("no block at {addr}"));
+    (c.category[b], c.rule[b])
+}
+
+/// One iteration: data, forward (an activation saved for backward, a
+/// temporary inside one op), the loss, backward (autograd detail, a
+/// gradient), the optimizer step (state, a temporary), zero_grad.
+fn one_step() -> Snapshot {
+    snapshot(
+        &[
+            ("alloc", 0x100, 512, "data"),     // the batch
+            ("alloc", 0x200, 1024, "forward"), // activation, saved
+            ("alloc", 0x300, 2048, "forward"), // workspace of the same op
+            ("free_completed", 0x300, 2048, "forward"),
+            ("alloc", 0x400, 512, "loss"), // the loss, outside any module
+            ("alloc", 0x500, 8192, "backward"), // grad of an activation
+            ("alloc", 0x600, 4096, "backward"), // the parameter's gradient
+            ("free_completed", 0x500, 8192, "backward"),
+            ("free_completed", 0x200, 1024, "backward"),
+            ("alloc", 0x700, 4096, "optimizer"), // exp_avg
+            ("alloc", 0x800, 4096, "optimizer"), // a temporary of the step
+            ("free_completed", 0x800, 4096, "optimizer"),
+            ("free_completed", 0x400, 512, "data"),
+            ("free_completed", 0x600, 4096, "zero_grad"),
+            ("free_completed", 0x100, 512, "data"), // replaced by the next batch
+            ("alloc", 0x900, 512, "data"),
+            ("alloc", 0xa00, 1024, "forward"),
+        ],
+        &[],
+    )
+}
+
+#[test]
+fn each_phase_and_lifetime_gives_its_label() {
+    let s = one_step();
+    let want = [
+        (0x100, Category::Input, Rule::BeforeForward),
+        (0x200, Category::Activation, Rule::ForwardKept),
+        (0x300, Category::Temporary, Rule::WithinOp),
+        (0x400, Category::Activation, Rule::ForwardKept),
+        (0x500, Category::AutogradDetail, Rule::BackwardFreed),
+        (0x600, Category::Gradient, Rule::BackwardKept),
+        (0x700, Category::OptimizerState, Rule::OptimizerKept),
+        (0x800, Category::Temporary, Rule::OptimizerFreed),
+        (1 << 30, Category::Parameter, Rule::MirrorsGradient),
+        (0xa00, Category::Activation, Rule::ForwardKept),
+    ];
+    for (addr, cat, rule) in want {
+        assert_eq!(label(&s, addr), (cat, rule), "block at {addr:#x}");
+    }
+    // The last batch is alive at the end: nothing says yet what it is.
+    assert_eq!(label(&s, 0x900), (Category::Unknown, Rule::NoEvidence));
+}
+
+#[test]
+fn blocks_from_before_the_trace() {
+    // A parameter without a gradient of its size in the trace, beside one
+    // with: only the mirrored one is a parameter.
+    let s = snapshot(
+        &[
+            ("alloc", 0x200, 1024, "forward"),
+            ("alloc", 0x600, 4096, "backward"),
+            ("free_completed", 0x200, 1024, "backward"),
+        ],
+        &[(2 << 30, 12288)],
+    );
+    assert_eq!(
+        label(&s, 1 << 30),
+        (Category::Parameter, Rule::MirrorsGradient)
+    );
+    assert_eq!(label(&s, 2 << 30), (Category::Unknown, Rule::NoEvidence));
+    // Gradients of the step before the trace, freed by zero_grad; the
+    // optimizer's state before the trace, which its step replaces.
+    let s = snapshot(
+        &[
+            ("free_completed", 0x5000, 4096, "zero_grad"),
+            ("alloc", 0x200, 1024, "forward"),
+            ("free_completed", 0x6000, 4096, "optimizer"),
+        ],
+        &[],
+    );
+    assert_eq!(
+        label(&s, 0x5000),
+        (Category::Gradient, Rule::FreedByZeroGrad)
+    );
+    assert_eq!(
+        label(&s, 0x6000),
+        (Category::OptimizerState, Rule::ReplacedByOptimizer)
+    );
+    // Inference: no backward in the trace, the weights were there before it.
+    let s = snapshot(
+        &[
+            ("alloc", 0x200, 1024, "forward"),
+            ("free_completed", 0x200, 1024, "forward"),
+        ],
+        &[],
+    );
+    assert_eq!(
+        label(&s, 1 << 30),
+        (Category::Parameter, Rule::KeptWithoutBackward)
+    );
+    // Nothing but the dump: no evidence, no label.
+    let s = snapshot(&[], &[]);
+    assert_eq!(label(&s, 1 << 30), (Category::Unknown, Rule::NoEvidence));
+}
+
+#[test]
+fn model_setup_and_state_kept_across_iterations() {
+    let s = snapshot(
+        &[
+            ("alloc", 0x100, 4096, "setup"), // model.to(device)
+            ("alloc", 0x110, 512, "data"),   // kept by the program for good
+            ("alloc", 0x200, 1024, "forward"),
+            ("free_completed", 0x200, 1024, "forward"),
+            ("alloc", 0x300, 8192, "backward"),
+            ("free_completed", 0x300, 8192, "backward"),
+            ("alloc", 0x210, 1024, "forward"),
+            ("free_completed", 0x210, 1024, "forward"),
+            ("free_completed", 0x110, 512, "data"),
+        ],
+        &[],
+    );
+    assert_eq!(label(&s, 0x100), (Category::Parameter, Rule::ModelSetup));
+    // Not an input: it lived through two forwards.
+    assert_eq!(label(&s, 0x110), (Category::Unknown, Rule::NoEvidence));
+}
+
+#[test]
+fn labels_given_with_the_file_win() {
+    // Recorder tags in user_metadata, and a profiler category.
+    let doc = json!({
+        "segments": [],
+        "device_traces": [[
+            {"action": "alloc", "addr": 0x100, "size": 512, "time_us": 1, "frames": stack("forward"),
+             "user_metadata": "phase=forward;category=input"},
+            {"action": "alloc", "addr": 0x200, "size": 512, "time_us": 2, "frames": stack("forward"),
+             "user_metadata": ""},
+            {"action": "annotate", "addr": 0x200, "size": 0, "time_us": 3, "user_metadata": "category=parameter"},
+            {"action": "alloc", "addr": 0x300, "size": 512, "time_us": 4, "frames": stack("forward"),
+             "user_metadata": ""},
+        ]],
+    });
+    let s = decode_bytes(&serde_json::to_vec(&doc).unwrap(), &Default::default()).unwrap();
+    let l = Lifetimes::new(&s, 0);
+    let c = categorize(&s, 0, &l);
+    let at = |addr: u64| (0..l.len()).find(|&b| l.addr[b] == addr).unwrap();
+    assert_eq!(c.category[at(0x100)], Category::Input);
+    assert_eq!(c.source[at(0x100)], Some(Source::Recorder));
+    assert_eq!(c.category[at(0x200)], Category::Parameter);
+    assert_eq!(c.source[at(0x200)], Some(Source::Recorder));
+    assert_eq!(c.category[at(0x300)], Category::Activation);
+    assert_eq!(c.source[at(0x300)], Some(Source::Inferred));
+}
+
+fn real(name: &str) -> Snapshot {
+    load(&vramscope_testdata::real(name), &Default::default()).expect("loads")
+}
+
+/// Bytes per category alive at the end of device 0's trace.
+fn at_end(snap: &Snapshot) -> std::collections::HashMap<Category, u64> {
+    let l = Lifetimes::new(snap, 0);
+    let c = categorize(snap, 0, &l);
+    let r = Replay::new(snap, 0);
+    let t = snap.trace(0).expect("trace");
+    let live = r.live_after(t, t.len().checked_sub(1));
+    c.totals(&l, &live)
+        .into_iter()
+        .map(|x| (x.category, x.bytes))
+        .collect()
+}
+
+fn within(got: u64, want: u64, pct: f64) -> bool {
+    (got as f64 - want as f64).abs() <= want as f64 * pct / 100.0
+}
+
+/// The CS336 "medium" Transformer LM: 423,183,360 fp32 parameters, AdamW,
+/// one step, recorded on a GPU with C++ and Python stacks.
+#[test]
+fn real_training_step_parameters_gradients_and_adam_state() {
+    let s = real("wedsonlin_medium_1024_training_memory_snapshot.pickle");
+    let e = at_end(&s);
+    let p = 423_183_360u64 * 4;
+    let got = |c| e.get(&c).copied().unwrap_or(0);
+    assert!(
+        within(got(Category::Parameter), p, 2.0),
+        "parameters {}",
+        got(Category::Parameter)
+    );
+    assert!(
+        within(got(Category::Gradient), p, 2.0),
+        "gradients {}",
+        got(Category::Gradient)
+    );
+    assert!(
+        within(got(Category::OptimizerState), 2 * p, 2.0),
+        "optimizer state {}",
+        got(Category::OptimizerState)
+    );
+    // As measured: gradients and AdamW's two moments exactly; parameters
+    // 0.12% over (blocks from before the trace are counted with their
+    // rounded size).
+    assert_eq!(got(Category::Gradient), 1_692_733_440);
+    assert_eq!(got(Category::OptimizerState), 3_385_466_880);
+    assert_eq!(got(Category::Parameter), 1_694_699_520);
+}
+
+#[test]
+fn other_real_snapshots() {
+    // A full training step (torch 2.6, Python stacks): AdamW's state is
+    // twice the parameters, the gradients as large as them.
+    let e = at_end(&real("nothanmin_cs336_999segments.pickle"));
+    let (p, g, st) = (
+        e[&Category::Parameter],
+        e[&Category::Gradient],
+        e[&Category::OptimizerState],
+    );
+    assert!(within(st, 2 * p, 1.0), "state {st} vs parameters {p}");
+    assert!(within(g, p, 3.0), "gradients {g} vs parameters {p}");
+    // Inference: everything alive at the end is the model's weights.
+    let s = real("wedsonlin_medium_512_inference_memory_snapshot.pickle");
+    let e = at_end(&s);
+    assert_eq!(e.len(), 1);
+    assert_eq!(e[&Category::Parameter], 1_703_448_576);
+    // Backward without gradients kept (a benchmark), and dumps with no
+    // trace: nothing is called a parameter or gradient without evidence.
+    for name in [
+        "magma27_cs336_windows.pickle",
+        "yiyi_flexgen_opt1.3b_oom_legacy_pt20.pickle",
+        "yiyi_flexgen_opt1.3b_legacy_pt20.pickle",
+    ] {
+        let e = at_end(&real(name));
+        assert!(!e.contains_key(&Category::Parameter), "{name}: {e:?}");
+        assert!(!e.contains_key(&Category::Gradient), "{name}: {e:?}");
+        assert!(e.contains_key(&Category::Unknown), "{name}: {e:?}");
+    }
+}
