@@ -97,9 +97,16 @@ impl Lifetimes {
                 _ => {}
             }
         }
-        for b in crate::replay::live_at_end(snap, device) {
-            if !open.contains_key(&b.addr) {
-                l.push(BEFORE_WINDOW, b.addr, b.size, b.stack, None);
+        // Alive at the end without an alloc in the window; a producer that
+        // labels blocks (the CPU recorder) gives their category here.
+        let live = snap
+            .segments_of(device)
+            .flat_map(|s| snap.blocks_of(s))
+            .filter(|b| b.state.is_allocated());
+        for b in live {
+            if !open.contains_key(&b.address) {
+                let cat = (!snap.str(b.category).is_empty()).then_some(b.category);
+                l.push(BEFORE_WINDOW, b.address, b.size, b.stack, cat);
             }
         }
         l

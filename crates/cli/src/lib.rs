@@ -7,6 +7,7 @@
 //! is not a valid snapshot, or the command line is wrong; 3 a limit given to
 //! `vramscope check` was exceeded.
 
+mod categories;
 mod check;
 mod demo;
 mod diff;
@@ -48,6 +49,8 @@ enum Command {
     Segments(segments::Args),
     /// What is alive in B and not in A: two snapshots, or two moments of one.
     Diff(diff::Args),
+    /// What the memory is: parameters, gradients, optimizer state, activations, ...
+    Categories(categories::Args),
     /// Memory that grows from one iteration to the next, explained, with fixes.
     Leaks(leaks::Args),
     /// Memory gates for CI: peak, reserved, leaks, growth per iteration (exit 3 on failure).
@@ -101,6 +104,7 @@ where
         Command::Diff(a) => diff::run(a),
         Command::Synth(a) => synth::run(a),
         Command::Leaks(a) => leaks::run(a),
+        Command::Categories(a) => categories::run(a),
         Command::Estimate(a) => estimate::run(a),
         Command::Check(a) => match check::run(a) {
             Ok(code) => return code,

@@ -8,6 +8,7 @@
 //! # Ok::<(), vramscope_snapshot::SnapshotError>(())
 //! ```
 
+mod categories_text;
 pub mod diff;
 pub mod flamegraph;
 pub mod format;
@@ -17,6 +18,7 @@ pub mod moment;
 pub mod segments_map;
 mod text;
 
+pub use categories_text::{categories_json, categories_text, rule_text};
 pub use leaks_text::{leaks_json, leaks_text};
 pub use text::summary_text;
 

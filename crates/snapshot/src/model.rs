@@ -171,6 +171,9 @@ pub struct Block {
     pub requested_size: u64,
     pub state: BlockState,
     pub stack: StackId,
+    /// Memory Profiler category of a live block, when the producer wrote one
+    /// (vramscope's CPU recorder does; empty otherwise).
+    pub category: StrId,
 }
 
 #[derive(Clone, Debug, PartialEq)]

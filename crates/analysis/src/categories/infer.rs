@@ -47,6 +47,7 @@ pub(super) fn infer(
     t: &DeviceTrace,
     l: &Lifetimes,
     ph: &Phases,
+    use_given: bool,
 ) -> Categories {
     let n = l.len();
     let mut c = Categories {
@@ -55,8 +56,13 @@ pub(super) fn infer(
         rule: vec![Rule::NoEvidence; n],
         ..Default::default()
     };
-    let given = given_labels(snap, t, l, &mut c);
+    let given = if use_given {
+        given_labels(snap, t, l, &mut c)
+    } else {
+        vec![false; n]
+    };
     let next_other_site = next_other_site(t);
+    let mut node_cache: HashMap<vramscope_snapshot::StackId, bool> = HashMap::default();
     for b in 0..n {
         if given[b] || l.birth[b] == BEFORE_WINDOW {
             continue;
@@ -65,9 +71,15 @@ pub(super) fn infer(
         let d = l.death[b];
         let freed = (d != STILL_ALIVE).then_some(d as usize);
         let same_run = freed.is_some_and(|j| ph.run[i] == ph.run[j]);
-        // Stackless allocations (backward on the engine's thread) cannot
-        // be told apart by op.
-        let within_op = !t.stack[i].is_none() && freed.is_some_and(|j| j < next_other_site[i]);
+        // Stacks tell ops apart in forward and the optimizer (the op's own
+        // frame is innermost); in backward only C++ stacks do, through the
+        // autograd node (`MmBackward0::apply`): Python stacks show the
+        // engine (or nothing) for every op.
+        let op_known = match ph.phase[i] {
+            Phase::Backward => names_node(snap, t.stack[i], &mut node_cache),
+            _ => !t.stack[i].is_none(),
+        };
+        let within_op = op_known && freed.is_some_and(|j| j < next_other_site[i]);
         let (cat, rule) = match ph.phase[i] {
             Phase::Forward if within_op => (Category::Temporary, Rule::WithinOp),
             Phase::Forward => (Category::Activation, Rule::ForwardKept),
@@ -169,6 +181,23 @@ fn tagged_category(meta: &str) -> Option<Category> {
     meta.split([';', ' ', ','])
         .find_map(|kv| kv.strip_prefix("category="))
         .and_then(Category::parse)
+}
+
+/// Whether a stack names the autograd node that allocated (C++ stacks).
+fn names_node(
+    snap: &Snapshot,
+    s: vramscope_snapshot::StackId,
+    cache: &mut HashMap<vramscope_snapshot::StackId, bool>,
+) -> bool {
+    if s.is_none() {
+        return false;
+    }
+    *cache.entry(s).or_insert_with(|| {
+        snap.stacks.get(s).iter().any(|&f| {
+            let name = snap.str(snap.frames.get(f).name);
+            name.contains("Backward") && name.contains("::apply")
+        })
+    })
 }
 
 /// For each event, the index of the next `alloc` with another stack (or

@@ -27,8 +27,13 @@
 //! # Ok::<(), vramscope_snapshot::SnapshotError>(())
 //! ```
 
+mod agreement;
 mod infer;
 pub mod phases;
+mod view;
+
+pub use agreement::{agreement, Agreement, ConfusionCell};
+pub use view::{category_view, CategoryView, RuleBytes};
 
 use serde::Serialize;
 use vramscope_snapshot::hash::FxHashMap as HashMap;
@@ -168,12 +173,37 @@ pub struct Categories {
     pre_window: HashMap<u64, u32>,
 }
 
+/// Options of [`categorize_with`]. `Default` gives the documented defaults.
+#[derive(Clone, Debug)]
+pub struct CategoryOptions {
+    /// Use the labels that came with the file (recorder tags, profiler
+    /// categories) where there are any. Default true; false infers every
+    /// block, to measure the inference against those labels.
+    pub use_given: bool,
+}
+
+impl Default for CategoryOptions {
+    fn default() -> Self {
+        CategoryOptions { use_given: true }
+    }
+}
+
 /// Label every block of `device`'s trace.
 pub fn categorize(snap: &Snapshot, device: u32, l: &Lifetimes) -> Categories {
+    categorize_with(snap, device, l, &CategoryOptions::default())
+}
+
+/// [`categorize`] with options.
+pub fn categorize_with(
+    snap: &Snapshot,
+    device: u32,
+    l: &Lifetimes,
+    opts: &CategoryOptions,
+) -> Categories {
     let empty = DeviceTrace::default();
     let t = snap.trace(device).unwrap_or(&empty);
     let phases = Phases::new(snap, t);
-    let mut c = infer::infer(snap, device, t, l, &phases);
+    let mut c = infer::infer(snap, device, t, l, &phases, opts.use_given);
     c.pre_window = (0..l.len())
         .filter(|&b| l.birth[b] == BEFORE_WINDOW)
         .map(|b| (l.addr[b], b as u32))

@@ -142,6 +142,7 @@ impl Decoder<'_> {
             requested_size: 0,
             state: BlockState::Unknown,
             stack: StackId::NONE,
+            category: self.empty,
         };
         let mut requested = None;
         let mut history = None;
@@ -167,6 +168,10 @@ impl Decoder<'_> {
                 }),
                 Key::Frames => {
                     b.stack = self.within(Seg::Key("frames"), |d| d.stack(val));
+                    Ok(())
+                }
+                Key::Category => {
+                    b.category = self.str_or_empty(val, "category");
                     Ok(())
                 }
                 Key::History => {

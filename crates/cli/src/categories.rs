@@ -1,0 +1,39 @@
+//! `vramscope categories FILE [--device N] [--json]`.
+
+use std::path::PathBuf;
+
+use vramscope_analysis::categories::category_view;
+
+use crate::{input, output, CliError};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Snapshot, profiler trace or memory timeline.
+    pub file: PathBuf,
+    /// Only this device (default: every device).
+    #[arg(long)]
+    pub device: Option<u32>,
+    /// Print JSON (schema: docs/categories.md) instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// No progress bar.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+pub fn run(a: Args) -> Result<(), CliError> {
+    let snap = input::load(&a.file, a.quiet)?;
+    let devices = match a.device {
+        Some(d) => vec![input::pick_device(&snap, &a.file, Some(d))?],
+        None => snap.devices(),
+    };
+    let views: Vec<_> = devices.iter().map(|&d| category_view(&snap, d)).collect();
+    let text = if a.json {
+        let mut j = vramscope_report::categories_json(&views);
+        j.push('\n');
+        j
+    } else {
+        vramscope_report::categories_text(&views, &input::display_name(&a.file))
+    };
+    output::print(&text)
+}

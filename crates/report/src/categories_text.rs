@@ -1,0 +1,143 @@
+//! `vramscope categories` for people (text) and scripts (JSON).
+
+use std::fmt::Write;
+
+use vramscope_analysis::categories::{CategoryView, Rule, Source};
+use vramscope_analysis::{Category, CategoryTotal};
+
+use crate::format::{bytes, count};
+
+/// The `--json` form (pretty-printed, stable field names).
+pub fn categories_json(views: &[CategoryView]) -> String {
+    serde_json::to_string_pretty(views).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+}
+
+/// What a rule means, in a few words.
+pub fn rule_text(r: Rule) -> &'static str {
+    match r {
+        Rule::Given => "labelled in the file",
+        Rule::ForwardKept => "allocated in the forward pass, kept past its op",
+        Rule::WithinOp => "allocated and freed inside one op",
+        Rule::BackwardKept => "allocated in backward, alive after it",
+        Rule::BackwardFreed => "allocated and freed in the same backward",
+        Rule::OptimizerKept => "allocated by the optimizer step, kept after it",
+        Rule::OptimizerFreed => "allocated and freed inside one optimizer step",
+        Rule::BeforeForward => "made before a forward that used it, freed after",
+        Rule::MirrorsGradient => "from before the trace, the size of a gradient",
+        Rule::MirrorsParameter => "from before the trace, beside parameters of its size",
+        Rule::KeptWithoutBackward => "from before the trace, alive throughout an inference run",
+        Rule::ModelSetup => "made by model construction or loading",
+        Rule::FreedByZeroGrad => "from before the trace, freed by zero_grad",
+        Rule::ReplacedByOptimizer => "from before the trace, replaced by the optimizer step",
+        Rule::FreedInBackward => "from before the trace, freed in backward",
+        Rule::NoEvidence => "no rule applies",
+    }
+}
+
+fn source_text(s: Option<Source>) -> &'static str {
+    match s {
+        Some(Source::Recorder) => "recorder tag",
+        Some(Source::Profiler) => "Memory Profiler",
+        Some(Source::Inferred) => "inferred",
+        None => "-",
+    }
+}
+
+fn find(v: &[CategoryTotal], c: Category) -> u64 {
+    v.iter().find(|x| x.category == c).map_or(0, |x| x.bytes)
+}
+
+/// The terminal report.
+pub fn categories_text(views: &[CategoryView], name: &str) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "{name}: what the memory is");
+    for v in views {
+        let _ = writeln!(o, "\nDevice {} {}", v.device, "─".repeat(60));
+        let _ = writeln!(
+            o,
+            "  {:<18} {:>12} {:>12} {:>12}  labels from",
+            "category", "at the peak", "at the end", "highest"
+        );
+        let mut cats: Vec<Category> = Category::ALL
+            .into_iter()
+            .filter(|c| {
+                find(&v.at_peak, *c) > 0
+                    || find(&v.at_end, *c) > 0
+                    || v.max.iter().any(|m| m.category == *c)
+            })
+            .collect();
+        cats.sort_by_key(|c| std::cmp::Reverse(find(&v.at_peak, *c)));
+        for c in cats {
+            let max = v
+                .max
+                .iter()
+                .find(|m| m.category == c)
+                .map_or(0, |m| m.bytes);
+            let src = v
+                .at_peak
+                .iter()
+                .chain(&v.at_end)
+                .find(|x| x.category == c)
+                .and_then(|x| x.source);
+            let _ = writeln!(
+                o,
+                "  {:<18} {:>12} {:>12} {:>12}  {}",
+                c.label(),
+                bytes(find(&v.at_peak, c)),
+                bytes(find(&v.at_end, c)),
+                bytes(max),
+                source_text(src)
+            );
+        }
+        let _ = writeln!(o, "  {:<18} {:>12}", "peak allocated", bytes(v.peak_bytes));
+        if !v.rules_at_peak.is_empty() {
+            let _ = writeln!(o, "\n  Why, at the peak");
+            for r in &v.rules_at_peak {
+                let _ = writeln!(
+                    o,
+                    "  {:>12} {:>8} blocks  {:<16} {}",
+                    bytes(r.bytes),
+                    count(r.blocks),
+                    r.category.label(),
+                    if r.rule == Rule::Given {
+                        source_text(r.source)
+                    } else {
+                        rule_text(r.rule)
+                    }
+                );
+            }
+        }
+        if let Some(a) = &v.agreement {
+            let _ = writeln!(
+                o,
+                "\n  Inference alone against the {} ({} blocks): {:.1}% of bytes over time, {:.1}% at the peak",
+                source_text(Some(a.reference)),
+                count(a.blocks),
+                a.over_time * 100.0,
+                a.at_peak * 100.0
+            );
+            let total: f64 = a.confusion.iter().map(|c| c.byte_time).sum();
+            let _ = writeln!(
+                o,
+                "  {:<18} {:<18} {:>9} {:>12}",
+                "labelled", "inferred", "time", "at the peak"
+            );
+            for c in &a.confusion {
+                let share = if total > 0.0 {
+                    c.byte_time * 100.0 / total
+                } else {
+                    0.0
+                };
+                let _ = writeln!(
+                    o,
+                    "  {:<18} {:<18} {:>8.1}% {:>12}",
+                    c.reference.as_str(),
+                    c.inferred.as_str(),
+                    share,
+                    bytes(c.peak_bytes)
+                );
+            }
+        }
+    }
+    o
+}
