@@ -85,6 +85,17 @@ class Snapshot:
         """The summary as terminal text."""
         return self._n.summary_text(device, top)
 
+    def categories(self, device: Optional[int] = None) -> list:
+        """What the memory is, one dict per device (the `vramscope categories
+        --json` schema): bytes per category at the peak, at the end and at
+        their highest, the rules behind the peak's labels and, for files that
+        came labelled (profiler runs), how inference alone compares."""
+        return json.loads(self._n.categories_json(device))
+
+    def categories_text(self, device: Optional[int] = None) -> str:
+        """What the memory is, as terminal text."""
+        return self._n.categories_text(device)
+
     def leaks(
         self,
         device: Optional[int] = None,

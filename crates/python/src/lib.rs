@@ -94,6 +94,39 @@ impl Snapshot {
         })
     }
 
+    /// What the memory is, per device, as JSON text (docs/categories.md).
+    #[pyo3(signature = (device=None))]
+    fn categories_json(&self, py: Python<'_>, device: Option<u32>) -> PyResult<String> {
+        let devices = match device {
+            Some(_) => vec![self.device_or_first(device)?],
+            None => self.inner.devices(),
+        };
+        Ok(py.detach(|| {
+            let views: Vec<_> = devices
+                .iter()
+                .map(|&d| vramscope_analysis::categories::category_view(&self.inner, d))
+                .collect();
+            vramscope_report::categories_json(&views)
+        }))
+    }
+
+    /// What the memory is, as terminal text.
+    #[pyo3(signature = (device=None))]
+    fn categories_text(&self, py: Python<'_>, device: Option<u32>) -> PyResult<String> {
+        let devices = match device {
+            Some(_) => vec![self.device_or_first(device)?],
+            None => self.inner.devices(),
+        };
+        let name = self.display_name();
+        Ok(py.detach(|| {
+            let views: Vec<_> = devices
+                .iter()
+                .map(|&d| vramscope_analysis::categories::category_view(&self.inner, d))
+                .collect();
+            vramscope_report::categories_text(&views, &name)
+        }))
+    }
+
     /// The leak analysis of `device` as JSON text (docs/leaks-json.md).
     #[pyo3(signature = (device=None, min_growth=None, source_roots=Vec::new(), read_sources=true))]
     fn leaks_json(

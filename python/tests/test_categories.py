@@ -1,0 +1,78 @@
+"""What the memory is, checked against PyTorch's Memory Profiler on CPU.
+
+Three training runs (a CNN with SGD and momentum, a Transformer with AdamW,
+an MLP with Adam; 4 iterations each) are recorded through the profiler, so
+their snapshots carry the Memory Profiler's category for every allocation.
+vramscope then labels the same blocks by inference alone (phases, lifetimes,
+sizes) and the two are compared: over time (each block weighted by size x
+lifetime) and at the peak.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+try:
+    import vramscope
+    from vramscope import _native  # noqa: F401
+except ImportError:  # pragma: no cover - the extension is built by scripts/test.sh
+    pytest.skip("vramscope._native is not built", allow_module_level=True)
+
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+RUNS = ("cnn_sgd", "transformer_adamw", "mlp_adam")
+
+
+@pytest.fixture(scope="module")
+def recordings(tmp_path_factory):
+    out = tmp_path_factory.mktemp("categories")
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPTS / "category_runs.py"), str(out), "--iterations", "4"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return {name: out / f"{name}.pickle" for name in RUNS}
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_inference_agrees_with_the_memory_profiler(recordings, name):
+    snap = vramscope.load(recordings[name])
+    (view,) = snap.categories()
+    a = view["agreement"]
+    assert a is not None, "the profiler's labels were not found in the snapshot"
+    assert a["reference"] == "profiler"
+    assert a["blocks"] > 100
+    table = "\n".join(
+        f"{c['reference']:>16} -> {c['inferred']:<16} {c['byte_time']:.3g} {c['peak_bytes']}" for c in a["confusion"]
+    )
+    assert a["over_time"] >= 0.90, f"{name}: {a['over_time']:.3f} over time\n{table}"
+    assert a["at_peak"] >= 0.90, f"{name}: {a['at_peak']:.3f} at the peak\n{table}"
+    # The big categories the profiler found are found by inference too.
+    labelled = {c["reference"] for c in a["confusion"] if c["reference"] == c["inferred"]}
+    assert {"activation", "gradient", "input"} <= labelled, table
+    assert "optimizer_state" in labelled, table
+
+
+def test_categories_in_summary_and_text(recordings):
+    snap = vramscope.load(recordings["mlp_adam"])
+    dev = snap.summary()["devices"][0]
+    peak = {c["category"]: c for c in dev["peak"]["by_category"]}
+    # Adam's two moments of every parameter are alive at the peak.
+    params = sum(p.numel() * 4 for p in _mlp_params())
+    assert peak["optimizer_state"]["bytes"] == 2 * params + 6 * 4  # exp_avg, exp_avg_sq, 6 step counters
+    assert sum(c["bytes"] for c in dev["peak"]["by_category"]) == dev["peak"]["allocated_bytes"]
+    text = snap.categories_text()
+    assert "optimizer state" in text and "Inference alone against the Memory Profiler" in text
+
+
+def _mlp_params():
+    sys.path.insert(0, str(SCRIPTS))
+    import category_runs
+
+    return list(category_runs.mlp().parameters())
