@@ -242,6 +242,16 @@ async function hoverAlloc(page, alloc) {
   return { p, tip };
 }
 
+const CAT_LABELS = { parameter: 'parameters', gradient: 'gradients', optimizer_state: 'optimizer state', activation: 'activations',
+  input: 'inputs', temporary: 'temporaries', autograd_detail: 'autograd detail', unknown: 'unknown' };
+
+// Categories with bytes at the peak or the end of device 0.
+function summaryCategories(summary) {
+  const d = summary && summary.devices && summary.devices[0];
+  if (!d) return [];
+  return [...new Set([...d.peak.by_category, ...(d.end_by_category || [])].filter((c) => c.bytes > 0).map((c) => c.category))];
+}
+
 // ---------- one report ----------
 async function testReport(browser, snap) {
   const { name, file } = snap;
@@ -381,6 +391,54 @@ async function testReport(browser, snap) {
         return `${s.text.length} characters`;
       });
     }
+
+    // Categories: colour by category, a legend of the categories present
+    // only, the stacked areas with exact bytes on hover, and a click that
+    // makes one category's allocations stand out.
+    await check(T('colour by category: the legend lists the categories present, nothing else'), async () => {
+      await page.selectOption('#color-by', 'category');
+      const r = await page.evaluate(() => {
+        const D = window.vramscope; const legend = [...document.querySelectorAll('#legend .cat-item')].map((x) => x.dataset.cat);
+        return { legend, present: D.presentCategories() };
+      });
+      const want = summaryCategories(summary);
+      assert(r.legend.length > 0, 'no category in the legend');
+      assert(JSON.stringify(r.legend) === JSON.stringify(r.present), `legend ${r.legend} vs allocations ${r.present}`);
+      for (const c of want) assert(r.legend.includes(c), `${c} is alive at the peak or the end but not in the legend ${r.legend}`);
+      return r.legend.join(', ');
+    });
+    await check(T('Categories view: stacked areas, exact bytes per category at the peak, click highlights'), async () => {
+      await page.click('.tabs button[data-tab="categories"]');
+      const d = summary.devices[0];
+      const r = await page.evaluate((peak) => {
+        const D = window.vramscope, cv = document.getElementById('cat-plot');
+        const c = cv.getContext('2d'), img = c.getImageData(0, 0, cv.width, cv.height).data;
+        let painted = 0; for (let i = 3; i < img.length; i += 4) if (img[i]) painted++;
+        const at = D.categoryBytesAt(peak === null ? -1 : peak);
+        return { painted, w: cv.width, h: cv.height, at, rows: [...document.querySelectorAll('#cat-table .cat-row')].map((x) => x.dataset.cat) };
+      }, d.peak.event_index);
+      assert(r.painted > r.w * r.h * 0.05, `only ${r.painted} of ${r.w * r.h} pixels painted`);
+      const byCat = Object.fromEntries(d.peak.by_category.map((c) => [c.category, c.bytes]));
+      for (const [c, b] of Object.entries(r.at)) {
+        assert(byCat[c] === b, `${c} at the peak: page ${b}, summary ${byCat[c]}`);
+      }
+      const sum = Object.values(r.at).reduce((a, b) => a + b, 0);
+      assert(sum === d.peak.allocated_bytes, `categories at the peak sum to ${sum}, peak is ${d.peak.allocated_bytes}`);
+      // Hover: the readout names the categories with their bytes.
+      const box = await page.locator('#cat-plot').boundingBox();
+      await page.mouse.move(box.x + box.width * 0.5, box.y + box.height * 0.9);
+      const readout = await textOf(page, '#cat-readout');
+      assert(/[0-9.]+ (B|KiB|MiB|GiB)/.test(readout) && r.rows.some((c) => readout.includes(CAT_LABELS[c])), `readout: "${short(readout, 200)}"`);
+      // Click a category: its allocations keep their colour, the others fade.
+      const big = d.peak.by_category[0].category;
+      const h = await page.evaluate((c) => window.vramscope.highlightCheck(c), big);
+      assert(h.highlighted >= 0 && h.same > 0 && (h.faded > 0 || r.rows.length === 1), `highlight ${big}: ${JSON.stringify(h)}`);
+      await page.evaluate((c) => window.vramscope.highlight(c), big); // back off
+      return `${r.rows.join(', ')}; at the peak ${Object.entries(r.at).map(([c, b]) => c + ' ' + fmtBytes(b)).join(', ')}`;
+    });
+    const catShot = path.join(outDir, `${name}-categories.png`);
+    await page.screenshot({ path: catShot });
+    console.log(`     screenshot: ${catShot}`);
 
     // OOMs.
     if (snap.expectOom || oomsInSummary.length) {
@@ -541,6 +599,11 @@ async function main() {
     return `${real.length}`;
   });
   for (const f of real) snaps.push({ name: f.replace(/\.pickle(\.gz)?$/, ''), file: path.join(opt.fixtures, f) });
+  // CPU recordings whose categories come from the Memory Profiler.
+  const recorded = path.join(repoRoot, 'tests', 'fixtures', 'recorded');
+  for (const f of fs.readdirSync(recorded).sort().filter((f) => f.endsWith('.pickle.gz'))) {
+    snaps.push({ name: f.replace(/\.pickle\.gz$/, ''), file: path.join(recorded, f) });
+  }
   const gen = path.join(outDir, 'synth_oom_20000.pickle');
   snaps.push({ name: 'synth_oom_20000', file: gen, expectOom: true, expectLeak: 'train.py:74 in accumulate_history',
     make: () => vramscope(['synth', '-o', gen, '--entries', '20000', '--oom', '--leak', '64MiB', '--seed', '7']) });

@@ -85,6 +85,7 @@
       stack: p('a_stack'), stream: p('a_stream'), cat: p('a_cat') || null, meta: p('a_meta') || null,
       s_t0: p('s_t0'), s_t1: p('s_t1'), s_addr: p('s_addr'), s_size: p('s_size'), s_kind: p('s_kind'),
       summary: D.summary,
+      csEvent: p('cs_event'), csBytes: p('cs_bytes'),
     };
     const nE = m.nE, nA = m.nA;
     // Event times (µs from the first event), or null.
@@ -134,6 +135,7 @@
   let stackOff, stackFrames, stackSite;
   const view = { x0: 0, x1: 1, y0: 0, y1: 1, axis: 'time' };
   let colorBy = 'site', showReserved = true;
+  let highlightCat = -1;           // category index whose allocations stand out, or -1
   let pinned = -1, hovered = -1, selectedEvent = null;
   let searchStacks = null, searchAllocs = null, searchText = '';
   let stackColor = null, siteFrameOfStack = null;
@@ -180,7 +182,11 @@
     return (255 << 24) | (Math.round(f(4) * 255) << 16) | (Math.round(f(8) * 255) << 8) | Math.round(f(0) * 255);
   }
   const CAT_COLORS = { parameter: hsl(210, 70, 55), optimizer_state: hsl(30, 85, 55), input: hsl(280, 45, 60),
-    temporary: hsl(0, 0, 70), activation: hsl(140, 55, 48), gradient: hsl(350, 70, 58), autograd_detail: hsl(50, 80, 55) };
+    temporary: hsl(0, 0, 70), activation: hsl(140, 55, 48), gradient: hsl(350, 70, 58), autograd_detail: hsl(50, 80, 55),
+    unknown: hsl(220, 12, 66) };
+  const CAT_LABELS = { parameter: 'parameters', gradient: 'gradients', optimizer_state: 'optimizer state', activation: 'activations',
+    input: 'inputs', temporary: 'temporaries', autograd_detail: 'autograd detail', unknown: 'unknown' };
+  function catColor(k) { const name = model.info.categories[k]; return CAT_COLORS[name] || hashColor(k + 7); }
   const SMALL = hsl(220, 10, 80), GRAY = hsl(220, 12, 66), BG = (255 << 24) | 0xffffff;
   function rgba(c) { return 'rgb(' + (c & 255) + ',' + ((c >> 8) & 255) + ',' + ((c >> 16) & 255) + ')'; }
 
@@ -193,11 +199,12 @@
   function allocColor(a) {
     let c;
     if (colorBy === 'category' && model.cat) {
-      const k = model.cat[a]; const name = k === 0xffff ? null : model.info.categories[k];
-      c = name ? (CAT_COLORS[name] || hashColor(k + 7)) : GRAY;
+      const k = model.cat[a];
+      c = k === 0xffff ? GRAY : catColor(k);
     } else if (colorBy === 'stream') c = hashColor(model.stream[a] + 3);
     else { const s = model.stack[a]; c = s === 0xffffffff ? GRAY : stackColor[s]; }
     if (searchAllocs && !searchAllocs[a]) c = dim(c);
+    if (highlightCat >= 0 && model.cat && model.cat[a] !== highlightCat) c = dim(dim(c));
     return c;
   }
   function dim(c) { // blend toward white
@@ -306,6 +313,7 @@
     present();
     metrics.lastRenderMs = performance.now() - t0; metrics.renders++;
     drawMinimap();
+    if ($('panel-categories').classList.contains('active')) drawCategories();
   }
 
   // Redraw the cached raster and the overlay (hover changes need no raster).
@@ -478,7 +486,11 @@
     if (m.time && m.t0[a] >= 0 && m.t1[a] < m.nE) rows.push(['lifetime', fmtDur(m.time[m.t1[a]] - m.time[m.t0[a]])]);
     if (m.treq[a] < m.t1[a] && m.t1[a] < m.nE) rows.push(['free pending', 'requested at ' + eventTime(m.treq[a]) + ' (still used by a stream)']);
     rows.push(['stream', m.info.streams[m.stream[a]] || '?']);
-    if (m.cat) { const k = m.cat[a]; rows.push(['category', k === 0xffff ? 'unknown' : m.info.categories[k]]); }
+    if (m.cat) {
+      const k = m.cat[a], name = k === 0xffff ? 'unknown' : m.info.categories[k];
+      const src = (m.info.category_sources || {})[name];
+      rows.push(['category', name + (src === 'inferred' ? ' (inferred)' : src === 'profiler' ? ' (Memory Profiler)' : src === 'recorder' ? ' (recorder tag)' : '')]);
+    }
     if (m.meta && m.meta[a] !== 0xffffffff) rows.push(['metadata', S[m.meta[a]]]);
     return rows;
   }
@@ -914,15 +926,125 @@
   }
   function showLegend() {
     const lg = $('legend'); lg.textContent = '';
-    const item = (col, text) => { const sp = el('span'); const sw = el('span', 'sw'); sw.style.background = col; sp.appendChild(sw); sp.appendChild(document.createTextNode(text)); lg.appendChild(sp); };
+    const item = (col, text) => { const sp = el('span'); const sw = el('span', 'sw'); sw.style.background = col; sp.appendChild(sw); sp.appendChild(document.createTextNode(text)); lg.appendChild(sp); return sp; };
     if (colorBy === 'category' && model.cat) {
-      model.info.categories.forEach((c, k) => item(rgba(CAT_COLORS[c] || hashColor(k + 7)), c));
-      item(rgba(GRAY), 'unknown');
+      for (const name of model.info.categories_present) {
+        const k = model.info.categories.indexOf(name);
+        const sp = item(rgba(catColor(k)), CAT_LABELS[name] || name);
+        sp.classList.add('cat-item'); sp.dataset.cat = name;
+        if (highlightCat === k) sp.classList.add('on');
+        sp.title = 'click: make its allocations stand out';
+        sp.addEventListener('click', () => toggleHighlight(k));
+      }
     } else if (colorBy === 'stream') model.info.streams.forEach((s, k) => item(rgba(hashColor(k + 3)), 'stream ' + s));
     else item(rgba(GRAY), 'no stack recorded');
     item('#111827', 'reserved (segments)');
     item('rgba(37,99,235,.8)', 'peak');
     if (model.info.ooms.length) item('rgba(220,38,38,.85)', 'out of memory');
+  }
+
+  // ---------- categories: what the memory is, over time ----------
+  function toggleHighlight(k) {
+    highlightCat = highlightCat === k ? -1 : k;
+    if (highlightCat >= 0 && colorBy !== 'category') { colorBy = 'category'; $('color-by').value = 'category'; }
+    showLegend(); render();
+    if ($('panel-categories').classList.contains('active')) drawCategories();
+  }
+  // Bytes per category alive right after event e (exact: from the allocations).
+  function categoryBytesAt(e) {
+    const m = model, out = new Float64Array(m.info.categories.length);
+    for (const a of liveAt(e)) { const k = m.cat[a]; if (k !== 0xffff) out[k] += m.size[a]; }
+    return out;
+  }
+  function showCategories() {
+    const p = $('panel-categories'); p.textContent = '';
+    const m = model, present = m.info.categories_present;
+    const sum = m.summary;
+    p.appendChild(el('h3', null, 'What the memory is, over time'));
+    const cv = el('canvas'); cv.id = 'cat-plot'; p.appendChild(cv);
+    const readout = el('div', 'muted'); readout.id = 'cat-readout';
+    readout.textContent = 'Hover the areas for the bytes of each category at that moment; click one to make its allocations stand out in the timeline.';
+    p.appendChild(readout);
+    const tb = el('table'); tb.id = 'cat-table'; const hr = el('tr');
+    ['', 'category', 'peak', 'end', 'labels'].forEach((h, i) => hr.appendChild(el('th', i >= 2 && i < 4 ? 'n' : null, h)));
+    tb.appendChild(hr);
+    const find = (v, name) => { const x = (v || []).find((c) => c.category === name); return x ? x.bytes : 0; };
+    for (const name of present) {
+      const k = m.info.categories.indexOf(name), tr = el('tr'); tr.className = 'cat-row'; tr.dataset.cat = name;
+      const sw = el('td'); const box = el('span', 'sw'); box.style.background = rgba(catColor(k)); sw.appendChild(box); tr.appendChild(sw);
+      tr.appendChild(el('td', null, CAT_LABELS[name] || name));
+      tr.appendChild(el('td', 'n', fmtBytes(find(sum.peak.by_category, name))));
+      tr.appendChild(el('td', 'n', fmtBytes(find(sum.end_by_category, name))));
+      tr.appendChild(el('td', 'muted', (m.info.category_sources || {})[name] || ''));
+      tr.addEventListener('click', () => toggleHighlight(k));
+      tb.appendChild(tr);
+    }
+    p.appendChild(tb);
+    cv.addEventListener('mousemove', (ev) => {
+      const r = cv.getBoundingClientRect(), f = (ev.clientX - r.left) / r.width;
+      const e = eventAt(view.x0 + f * (view.x1 - view.x0));
+      if (e < 0 || e >= m.nE) return;
+      const v = categoryBytesAt(e);
+      readout.textContent = eventTime(e) + ': ' + present.map((name) => (CAT_LABELS[name] || name) + ' ' + fmtBytes(v[m.info.categories.indexOf(name)])).join(' · ');
+      cv.dataset.event = String(e);
+    });
+    cv.addEventListener('click', (ev) => {
+      const r = cv.getBoundingClientRect(), dpr = window.devicePixelRatio || 1;
+      const x = (ev.clientX - r.left) * dpr, y = (ev.clientY - r.top) * dpr;
+      const k = categoryAtPixel(x, y);
+      if (k >= 0) toggleHighlight(k);
+    });
+    drawCategories();
+  }
+  let catBands = null; // per drawn column: [x, cumulative tops per category]
+  function categoryAtPixel(x, y) {
+    if (!catBands) return -1;
+    const col = catBands.cols.find((c) => Math.abs(c.x - x) <= catBands.step);
+    if (!col) return -1;
+    const v = catBands.h - y; // bytes-space height from the bottom, in pixels
+    for (const [k, lo, hi] of col.spans) if (v >= lo && v < hi) return k;
+    return -1;
+  }
+  // Stacked areas over the main view's time range, from the per-bucket
+  // series (the event of highest total in each bucket, so no spike is lost).
+  function drawCategories() {
+    const cv = $('cat-plot'); if (!cv) return;
+    const m = model, dpr = window.devicePixelRatio || 1;
+    cv.width = Math.max(100, Math.round(cssWidth(cv) * dpr)); cv.height = Math.round(180 * dpr);
+    const c = cv.getContext('2d'); c.clearRect(0, 0, cv.width, cv.height);
+    const nB = m.csEvent ? m.csEvent.length : 0, nC = m.info.categories.length;
+    if (!nB) { catBands = null; return; }
+    const xs = [], idx = [];
+    for (let b = 0; b < nB; b++) {
+      const x = posOfEvent(m.csEvent[b]);
+      if (x < view.x0 || x > view.x1) continue;
+      xs.push((x - view.x0) / (view.x1 - view.x0) * cv.width); idx.push(b);
+    }
+    // Hold the first and last values out to the edges (a short trace, or a
+    // view zoomed between two buckets, still shows its areas).
+    if (!idx.length) {
+      let b = 0; while (b + 1 < nB && posOfEvent(m.csEvent[b + 1]) <= view.x0) b++;
+      idx.push(b); xs.push(0);
+    }
+    if (xs[0] > 0) { xs.unshift(0); idx.unshift(idx[0]); }
+    if (xs[xs.length - 1] < cv.width) { xs.push(cv.width); idx.push(idx[idx.length - 1]); }
+    let ymax = 1;
+    for (const b of idx) { let t = 0; for (let k = 0; k < nC; k++) t += m.csBytes[k * nB + b]; if (t > ymax) ymax = t; }
+    const H = cv.height, order = m.info.categories_present.map((n) => m.info.categories.indexOf(n));
+    const cols = xs.map((x) => ({ x, spans: [] }));
+    const base = new Float64Array(idx.length);
+    for (const k of order) {
+      c.beginPath();
+      const top = idx.map((b, i) => base[i] + m.csBytes[k * nB + b]);
+      for (let i = 0; i < idx.length; i++) { const y = H - top[i] / ymax * H; if (i) c.lineTo(xs[i], y); else c.moveTo(xs[i], y); }
+      for (let i = idx.length - 1; i >= 0; i--) c.lineTo(xs[i], H - base[i] / ymax * H);
+      c.closePath();
+      c.fillStyle = rgba(highlightCat >= 0 && highlightCat !== k ? dim(dim(catColor(k))) : catColor(k));
+      c.fill();
+      for (let i = 0; i < idx.length; i++) { cols[i].spans.push([k, base[i] / ymax * H, top[i] / ymax * H]); base[i] = top[i]; }
+    }
+    c.fillStyle = '#6b7280'; c.font = (10 * dpr) + 'px system-ui, sans-serif'; c.fillText(fmtBytes(ymax), 4 * dpr, 12 * dpr);
+    catBands = { cols, h: H, step: Math.max(2 * dpr, cv.width / Math.max(1, idx.length)) };
   }
 
   // ---------- search ----------
@@ -1047,6 +1169,7 @@
       const e = selectedEvent !== null ? selectedEvent : (model.peakEvent === null ? -1 : model.peakEvent);
       if (b.dataset.tab === 'segments') showSegments(e);
       if (b.dataset.tab === 'alive' && !$('panel-alive').firstChild) showAlive(e);
+      if (b.dataset.tab === 'categories') drawCategories();
     }));
     window.addEventListener('keydown', (ev) => {
       if (ev.target && ev.target.tagName === 'INPUT') return;
@@ -1061,7 +1184,7 @@
 
   function selectDevice(i) {
     model = deviceModel(H.devices[i], A, S);
-    pinned = hovered = -1; selectedEvent = null; oomCursor = -1; miniCols = null;
+    pinned = hovered = -1; selectedEvent = null; oomCursor = -1; miniCols = null; highlightCat = -1;
     view.axis = model.time ? 'time' : 'event';
     $('btn-xaxis').textContent = 'x: ' + (view.axis === 'time' ? 'time' : 'event index');
     $('btn-xaxis').disabled = !model.time;
@@ -1069,7 +1192,7 @@
     resetView(); showFacts(); showLegend(); showAbout(); showDetail(-1);
     $('panel-alive').textContent = ''; $('panel-segments').textContent = '';
     if (model.info.ooms.length) showOoms();
-    showLeaks();
+    showLeaks(); showCategories();
     $('tab-diff').hidden = !model.info.diff; showDiff();
     $('tab-leaks').textContent = 'Leaks' + (model.info.leaks && model.info.leaks.leaks_found ? ' (!)' : '');
     if (searchText) applySearch(searchText); else render();
@@ -1080,6 +1203,7 @@
   function openFromHash() {
     const h = location.hash.slice(1).split(',').filter(Boolean);
     if (h.includes('category') && model.cat) { colorBy = 'category'; $('color-by').value = 'category'; showLegend(); }
+    if (h.includes('categories')) { colorBy = 'category'; $('color-by').value = 'category'; showLegend(); activateTab('categories'); drawCategories(); }
     if (h.includes('peak')) goPeak();
     if (h.includes('leaks')) activateTab('leaks');
     if (h.includes('diff') && model.info.diff) activateTab('diff');
@@ -1122,6 +1246,26 @@
       const s = model.stack[best], f = s === 0xffffffff ? -1 : siteFrameOfStack[s];
       return { alloc: best, event: e, bytes: model.size[best], frame: f < 0 ? null : frameText(f).label };
     },
+    presentCategories() {
+      const seen = new Set(); for (let a = 0; a < model.nA; a++) seen.add(model.cat[a]);
+      return model.info.categories.filter((_, k) => seen.has(k));
+    },
+    // Highlight `name`, then count allocations drawn in their own colour
+    // (of that category) and faded (of the others).
+    highlightCheck(name) {
+      const k = model.info.categories.indexOf(name);
+      if (highlightCat !== k) toggleHighlight(k);
+      let same = 0, faded = 0;
+      for (let a = 0; a < model.nA; a++) {
+        const c = allocColor(a), own = catColor(model.cat[a]);
+        if (model.cat[a] === k && c === own) same++;
+        else if (model.cat[a] !== k && c !== own) faded++;
+      }
+      return { highlighted: highlightCat, same, faded };
+    },
+    categoryBytesAt(e) { const v = categoryBytesAt(e); const o = {}; model.info.categories.forEach((n, k) => { if (v[k]) o[n] = v[k]; }); return o; },
+    highlight(name) { const k = model.info.categories.indexOf(name); if (k >= 0) toggleHighlight(k); return highlightCat; },
+    allocColor(a) { return rgba(allocColor(a)); },
     zoomBy(k) { const c = (view.x0 + view.x1) / 2, w = (view.x1 - view.x0) * k / 2; view.x0 = c - w; view.x1 = c + w; render(); return metrics.lastRenderMs; },
     panBy(f) { const w = (view.x1 - view.x0) * f; view.x0 += w; view.x1 += w; render(); return metrics.lastRenderMs; },
     reset() { resetView(); render(); },

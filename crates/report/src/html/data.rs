@@ -11,8 +11,10 @@
 use std::collections::BTreeMap;
 
 use serde_json::json;
+use vramscope_analysis::categories::{categorize, Categories, Category};
+use vramscope_analysis::lifetimes::{Lifetimes, BEFORE_WINDOW, NO_BLOCK};
 use vramscope_analysis::sites::{frame_location, is_library, is_native, is_noise, site_frame};
-use vramscope_analysis::DeviceSummary;
+use vramscope_analysis::{DeviceSummary, LiveBlock};
 use vramscope_snapshot::hash::FxHashMap;
 use vramscope_snapshot::{Action, DeviceTrace, Snapshot, StackId, NO_TIME};
 
@@ -375,8 +377,10 @@ pub fn device(
     }
 
     let allocs = allocations(snap, device, t);
+    let lifetimes = Lifetimes::new(snap, device);
+    let cats = categorize(snap, device, &lifetimes);
     let mut streams: Vec<u64> = Vec::new();
-    let mut categories: Vec<String> = Vec::new();
+    let mut present = [false; 8];
     let (mut a_t0, mut a_treq, mut a_t1) = (Vec::new(), Vec::new(), Vec::new());
     let (mut a_size, mut a_addr, mut a_stack) = (Vec::new(), Vec::new(), Vec::new());
     let (mut a_stream, mut a_cat, mut a_meta) = (Vec::new(), Vec::new(), Vec::new());
@@ -398,18 +402,25 @@ pub fn device(
                 streams.len() - 1
             });
         a_stream.push(si.min(u16::MAX as usize) as u16);
-        if let Some(cats) = &t.category {
-            let c = ev.map(|e| snap.str(cats[e])).unwrap_or("");
-            let ci = if c.is_empty() {
-                u16::MAX as usize
-            } else {
-                categories.iter().position(|x| x == c).unwrap_or_else(|| {
-                    categories.push(c.to_owned());
-                    categories.len() - 1
-                })
-            };
-            a_cat.push(ci.min(u16::MAX as usize) as u16);
-        }
+        // The block this interval is: by the event that made or freed it,
+        // else (alive throughout) by address.
+        let block = match ev {
+            Some(e) => Some(lifetimes.event_block[e])
+                .filter(|&b| b != NO_BLOCK)
+                .map(|b| b as usize),
+            None => cats.block_of(
+                &lifetimes,
+                &LiveBlock {
+                    addr: a.addr,
+                    size: a.size,
+                    stack: a.stack,
+                    alloc_index: None,
+                },
+            ),
+        };
+        let cat = block.map_or(Category::Unknown, |b| cats.category[b]);
+        present[cat as usize] = true;
+        a_cat.push(cat as u16);
         if has_meta {
             // "user_metadata | compile_context", skipping PyTorch's defaults.
             let um = ev
@@ -435,9 +446,10 @@ pub fn device(
     blob.f64(&p("a_addr"), &a_addr);
     blob.u32(&p("a_stack"), &a_stack);
     blob.u16(&p("a_stream"), &a_stream);
-    if t.category.is_some() {
-        blob.u16(&p("a_cat"), &a_cat);
-    }
+    blob.u16(&p("a_cat"), &a_cat);
+    let series = category_series(t, &lifetimes, &cats);
+    blob.u32(&p("cs_event"), &series.0);
+    blob.f64(&p("cs_bytes"), &series.1);
     if has_meta {
         blob.u32(&p("a_meta"), &a_meta);
     }
@@ -483,9 +495,86 @@ pub fn device(
         "has_time": has_time,
         "t_first_us": t_first.map(|x| x as f64),
         "streams": streams.iter().map(|s| format!("0x{s:x}")).collect::<Vec<_>>(),
-        "categories": categories,
+        // Index = a_cat value; only those present are listed in the legend.
+        "categories": Category::ALL.iter().map(|c| c.as_str()).collect::<Vec<_>>(),
+        "categories_present": Category::ALL
+            .iter()
+            .filter(|c| present[**c as usize])
+            .map(|c| c.as_str())
+            .collect::<Vec<_>>(),
+        "category_sources": category_sources(&cats),
         "ooms": ooms,
         "annotations": annotations,
         "summary": summary,
     })
+}
+
+/// Buckets of the category series: enough for a smooth area at any width a
+/// screen has, small enough to embed at any trace length.
+const SERIES_BUCKETS: usize = 4096;
+
+/// Bytes per category over the trace, for the Categories view: the events
+/// split into buckets, and for each the event where the total is highest
+/// (so no spike is lost) with the bytes of every category there. Returns
+/// (event per bucket, 8 × buckets bytes, category-major).
+fn category_series(t: &DeviceTrace, l: &Lifetimes, c: &Categories) -> (Vec<u32>, Vec<f64>) {
+    let n = t.len();
+    let buckets = n.min(SERIES_BUCKETS);
+    let mut cur = [0u64; 8];
+    for b in 0..l.len() {
+        if l.birth[b] == BEFORE_WINDOW {
+            cur[c.category[b] as usize] += l.size[b];
+        }
+    }
+    let mut events = Vec::with_capacity(buckets);
+    let mut bytes = vec![0f64; 8 * buckets];
+    let mut best: Option<(u64, usize, [u64; 8])> = None;
+    let mut bucket = 0usize;
+    for i in 0..n {
+        let b = l.event_block[i];
+        if b != NO_BLOCK {
+            let (b, k) = (b as usize, c.category[b as usize] as usize);
+            match t.action[i] {
+                Action::Alloc if l.birth[b] == i as u32 => cur[k] += l.size[b],
+                Action::FreeCompleted if l.death[b] == i as u32 => {
+                    cur[k] = cur[k].saturating_sub(l.size[b])
+                }
+                _ => {}
+            }
+        }
+        let total: u64 = cur.iter().sum();
+        if best.is_none_or(|(bt, _, _)| total > bt) {
+            best = Some((total, i, cur));
+        }
+        // Bucket `bucket` covers events [bucket·n/buckets, (bucket+1)·n/buckets).
+        if (i + 1) * buckets >= (bucket + 1) * n {
+            if let Some((_, e, v)) = best.take() {
+                events.push(e as u32);
+                for (k, x) in v.iter().enumerate() {
+                    bytes[k * buckets + bucket] = *x as f64;
+                }
+            }
+            bucket += 1;
+        }
+    }
+    (events, bytes)
+}
+
+/// Where each category's labels came from (most of its blocks), by name.
+fn category_sources(c: &Categories) -> serde_json::Value {
+    let mut m = serde_json::Map::new();
+    for cat in Category::ALL {
+        let mut counts = [0u64; 4];
+        for b in 0..c.category.len() {
+            if c.category[b] == cat {
+                counts[c.source[b].map_or(3, |s| s as usize)] += 1;
+            }
+        }
+        let best = (0..4).max_by_key(|&k| (counts[k], 3 - k)).unwrap_or(3);
+        if counts[best] > 0 {
+            let name = ["recorder", "profiler", "inferred", "none"][best];
+            m.insert(cat.as_str().into(), json!(name));
+        }
+    }
+    serde_json::Value::Object(m)
 }
