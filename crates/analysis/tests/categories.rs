@@ -311,3 +311,37 @@ fn other_real_snapshots() {
         assert!(e.contains_key(&Category::Unknown), "{name}: {e:?}");
     }
 }
+
+/// CPU recordings whose every allocation the Memory Profiler labelled:
+/// inference alone agrees with it on at least 90% of the bytes, over time
+/// and at the peak (the profiler's own `unknown`, memory it could not tie
+/// to a tensor, is left out).
+#[test]
+fn inference_agrees_with_the_memory_profiler() {
+    use vramscope_analysis::categories::agreement;
+    for (name, over_time, at_peak) in [
+        ("cnn_sgd_cpu.pickle", 0.90, 0.90),
+        ("mlp_adam_cpu.pickle", 0.90, 0.90),
+    ] {
+        let s = load(&vramscope_testdata::recorded(name), &Default::default()).expect("loads");
+        let a = agreement(&s, 0).expect("the file has the profiler's labels");
+        assert_eq!(a.reference, Source::Profiler);
+        assert!(
+            a.over_time >= over_time,
+            "{name}: {:.3} over time: {:#?}",
+            a.over_time,
+            a.confusion
+        );
+        assert!(
+            a.at_peak >= at_peak,
+            "{name}: {:.3} at the peak: {:#?}",
+            a.at_peak,
+            a.confusion
+        );
+        eprintln!(
+            "{name}: {:.1}% over time, {:.1}% at the peak",
+            a.over_time * 100.0,
+            a.at_peak * 100.0
+        );
+    }
+}

@@ -30,6 +30,17 @@ pub fn real(name: &str) -> PathBuf {
     p.unwrap_or_else(|| panic!("fixture {name} is not in {}", dir.display()))
 }
 
+/// A snapshot this project's recorder wrote (`tests/fixtures/recorded`, see
+/// its README), by name with or without `.gz`.
+pub fn recorded(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/recorded");
+    [name.to_owned(), format!("{name}.gz")]
+        .into_iter()
+        .map(|n| dir.join(n))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("fixture {name} is not in {}", dir.display()))
+}
+
 /// The file's bytes as PyTorch wrote them (decompressed).
 pub fn real_bytes(name: &str) -> Vec<u8> {
     let p = real(name);
