@@ -20,6 +20,9 @@ pub struct SummaryOptions {
     pub device: Option<u32>,
     /// Allocation sites listed at the peak, at the end and per OOM. Default 10.
     pub top_sites: usize,
+    /// Label what the memory is (parameters, gradients, ...) at the peak,
+    /// the end and each OOM. Default true.
+    pub categories: bool,
 }
 
 impl Default for SummaryOptions {
@@ -27,6 +30,7 @@ impl Default for SummaryOptions {
         SummaryOptions {
             device: None,
             top_sites: 10,
+            categories: true,
         }
     }
 }
@@ -170,8 +174,16 @@ pub fn summarize_device(snap: &Snapshot, device: u32, opts: &SummaryOptions) -> 
     let mut lives = replay.live_at_points(t, &points).into_iter();
     let peak_live = lives.next().unwrap_or_default();
     let end_live = lives.next().unwrap_or_default();
-    let lifetimes = Lifetimes::new(snap, device);
-    let cats = categorize(snap, device, &lifetimes);
+    let labelled = opts.categories.then(|| {
+        let l = Lifetimes::new(snap, device);
+        let c = categorize(snap, device, &l);
+        (l, c)
+    });
+    let by_category = |live: &[crate::replay::LiveBlock]| {
+        labelled
+            .as_ref()
+            .map_or_else(Vec::new, |(l, c)| c.totals(l, live))
+    };
     let peak = Peak {
         allocated_bytes: replay.peak_bytes,
         event_index: replay.peak_index.map(|i| i as u64),
@@ -179,7 +191,7 @@ pub fn summarize_device(snap: &Snapshot, device: u32, opts: &SummaryOptions) -> 
         before_window_bytes: replay.initial_bytes,
         top_sites: group_by_site(snap, &peak_live, opts.top_sites),
         live_blocks: peak_live.len() as u64,
-        by_category: cats.totals(&lifetimes, &peak_live),
+        by_category: by_category(&peak_live),
     };
     let reserved = reserved_after(snap, device);
     let end_reserved: u64 = snap.segments_of(device).map(|s| s.total_size).sum();
@@ -213,7 +225,7 @@ pub fn summarize_device(snap: &Snapshot, device: u32, opts: &SummaryOptions) -> 
                     .map_or(replay.initial_bytes, |j| allocated[j]),
                 reserved_bytes: reserved.get(i).copied().unwrap_or(end_reserved),
                 top_holders: group_by_site(snap, &holders, opts.top_sites),
-                by_category: cats.totals(&lifetimes, &holders),
+                by_category: by_category(&holders),
             }
         })
         .collect();
@@ -224,7 +236,7 @@ pub fn summarize_device(snap: &Snapshot, device: u32, opts: &SummaryOptions) -> 
         peak,
         peak_reserved_bytes,
         end_top_sites: group_by_site(snap, &end_live, opts.top_sites),
-        end_by_category: cats.totals(&lifetimes, &end_live),
+        end_by_category: by_category(&end_live),
         ooms,
     }
 }

@@ -19,6 +19,9 @@ pub struct Args {
     /// Allocation sites to list at the peak, the end and each OOM.
     #[arg(long, default_value_t = 10)]
     pub top: usize,
+    /// Skip labelling what the memory is (parameters, gradients, ...).
+    #[arg(long)]
+    pub no_categories: bool,
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
@@ -34,6 +37,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
     let opts = SummaryOptions {
         device: a.device,
         top_sites: a.top,
+        categories: !a.no_categories,
     };
     let t1 = std::time::Instant::now();
     let s = summarize(&snap, &opts);

@@ -70,6 +70,7 @@ impl Snapshot {
                 &SummaryOptions {
                     device,
                     top_sites: top,
+                    ..SummaryOptions::default()
                 },
             );
             vramscope_report::summary_json(&s)
@@ -88,6 +89,7 @@ impl Snapshot {
                 &SummaryOptions {
                     device,
                     top_sites: top,
+                    ..SummaryOptions::default()
                 },
             );
             vramscope_report::summary_text(&s, &name)

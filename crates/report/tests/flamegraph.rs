@@ -298,6 +298,7 @@ fn real_snapshots_at_peak_add_up_to_the_summary() {
             &SummaryOptions {
                 device: Some(0),
                 top_sites: 1,
+                ..SummaryOptions::default()
             },
         );
         let replay = Replay::new(&snap, 0);

@@ -306,6 +306,7 @@ fn real_snapshots_match_memory_state_and_the_peak() {
             &SummaryOptions {
                 device: Some(0),
                 top_sites: 1,
+                ..SummaryOptions::default()
             },
         );
         let peak = reconstruct(&snap, 0, &replay, replay.peak_index);

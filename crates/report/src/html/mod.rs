@@ -119,6 +119,7 @@ pub fn report_html_against(
         &SummaryOptions {
             device: opts.device,
             top_sites: opts.top_sites,
+            ..SummaryOptions::default()
         },
     );
     let mut b = blob::Blob::new();
