@@ -95,6 +95,8 @@ def test_features_appended_in_forward(runs: Dict[str, Path]) -> None:
     assert f["bytes_per_iteration"] == BATCH * 1024 * 4
     assert site["kept_by"][1].startswith("self.features.append(h)")
     assert "detach()" in f["fix"]
+    # What grows: activations (the profiler labels them so; the finding says it).
+    assert site["category"] == "activation"
     # Tensors of iteration k are still alive after k + 1: all but the last two.
     assert site["outliving_blocks"] >= 9
     live = site["live_bytes"]
@@ -113,6 +115,7 @@ def test_loss_summed_with_its_graph(runs: Dict[str, Path]) -> None:
     assert f["bytes_per_iteration"] >= 2 * BATCH * 1024 * 4
     assert any("in forward" in s["site"] for s in f["sites"])
     assert any("cross_entropy" in s["site"] for s in f["sites"])
+    assert {s["category"] for s in f["sites"]} == {"activation"}
 
 
 def test_reference_cycle_of_nodes(runs: Dict[str, Path]) -> None:

@@ -116,8 +116,11 @@ fn finding(o: &mut String, k: usize, f: &Finding) {
     for s in &f.sites {
         let _ = writeln!(
             o,
-            "   · {}{}",
+            "   · {}{}{}",
             s.site,
+            s.category
+                .map(|c| format!("  [{}]", c.label()))
+                .unwrap_or_default(),
             if s.bytes_per_iteration > 0.0 {
                 format!(
                     "  {} per iteration",

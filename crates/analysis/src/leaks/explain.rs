@@ -70,6 +70,9 @@ impl Context<'_> {
             gc_freed_blocks: s.gc_freed,
             gc_freed_bytes: s.gc_freed_bytes,
             stack: stack_lines(self.snap, s.example.1),
+            category: s
+                .category()
+                .filter(|c| *c != crate::categories::Category::Unknown),
         }
     }
 }

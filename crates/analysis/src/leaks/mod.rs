@@ -146,6 +146,9 @@ pub struct SiteEvidence {
     pub gc_freed_bytes: u64,
     /// Stack of the largest block, innermost first.
     pub stack: Vec<String>,
+    /// What the site's memory is (the category of most of its bytes that
+    /// outlived their iteration), `null` when unknown.
+    pub category: Option<crate::categories::Category>,
 }
 
 /// One explained problem (or benign growth).
@@ -215,7 +218,8 @@ pub fn find_leaks(snap: &Snapshot, device: u32, opts: &LeakOptions) -> LeakRepor
         let k = gc.partition_point(|&(s, _)| s <= ev as usize);
         k > 0 && (ev as usize) < gc[k - 1].1
     };
-    let sites = SiteTable::new(snap, &l, &bi, complete, &in_gc);
+    let categories = crate::categories::categorize(snap, device, &l);
+    let sites = SiteTable::new(snap, &l, &bi, complete, &in_gc, &categories);
     let mut sources = Sources::new(if opts.read_sources {
         let mut roots = vec![std::env::current_dir().unwrap_or_default()];
         roots.extend(opts.source_roots.iter().cloned());

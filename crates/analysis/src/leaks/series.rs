@@ -30,6 +30,24 @@ pub struct SiteStats {
     pub gc_freed_bytes: u64,
     /// Blocks of the site, all iterations.
     pub blocks: u64,
+    /// Bytes of the site's blocks per category (index: `Category as usize`),
+    /// of those that outlived their iteration when any did, else of all.
+    pub category_bytes: [u64; 8],
+    pub outliving_category_bytes: [u64; 8],
+}
+
+impl SiteStats {
+    /// What the site's memory is: the category of most of its bytes that
+    /// outlived their iteration (all of them when none did).
+    pub fn category(&self) -> Option<crate::categories::Category> {
+        let v = if self.outliving > 0 {
+            &self.outliving_category_bytes
+        } else {
+            &self.category_bytes
+        };
+        let k = (0..8).max_by_key(|&k| v[k])?;
+        (v[k] > 0).then(|| crate::categories::Category::ALL[k])
+    }
 }
 
 /// Iteration of each block's birth and death: 0 is setup, `n + 1` is after
@@ -82,6 +100,7 @@ impl SiteTable {
         bi: &BlockIterations,
         complete: u32,
         in_gc: &dyn Fn(u32) -> bool,
+        categories: &crate::categories::Categories,
     ) -> SiteTable {
         let mut of_stack: HashMap<StackId, u32> = HashMap::default();
         let mut of_frame: HashMap<(Option<FrameId>, Option<FrameId>), u32> = HashMap::default();
@@ -106,6 +125,8 @@ impl SiteTable {
             let s = &mut stats[id as usize];
             let size = l.size[b];
             s.blocks += 1;
+            let cat = categories.category[b] as usize;
+            s.category_bytes[cat] += size;
             if size > s.example.0 {
                 s.example = (size, stack);
             }
@@ -116,6 +137,7 @@ impl SiteTable {
                 }
                 s.outliving += 1;
                 s.outliving_bytes += size;
+                s.outliving_category_bytes[cat] += size;
                 let r = &mut s.outliving_iterations;
                 *r = (r.0.min(born), r.1.max(born));
             }
