@@ -327,21 +327,21 @@ fn inference_agrees_with_the_memory_profiler() {
         let a = agreement(&s, 0).expect("the file has the profiler's labels");
         assert_eq!(a.reference, Source::Profiler);
         assert!(
-            a.over_time >= over_time,
+            a.inference.over_time >= over_time,
             "{name}: {:.3} over time: {:#?}",
-            a.over_time,
-            a.confusion
+            a.inference.over_time,
+            a.inference.confusion
         );
         assert!(
-            a.at_peak >= at_peak,
+            a.inference.at_peak >= at_peak,
             "{name}: {:.3} at the peak: {:#?}",
-            a.at_peak,
-            a.confusion
+            a.inference.at_peak,
+            a.inference.confusion
         );
         eprintln!(
             "{name}: {:.1}% over time, {:.1}% at the peak",
-            a.over_time * 100.0,
-            a.at_peak * 100.0
+            a.inference.over_time * 100.0,
+            a.inference.at_peak * 100.0
         );
     }
 }

@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use vramscope_analysis::categories::{CategoryView, Rule, Source};
+use vramscope_analysis::categories::{CategoryView, Rule, Shares, Source};
 use vramscope_analysis::{Category, CategoryTotal};
 
 use crate::format::{bytes, count};
@@ -45,6 +45,37 @@ fn source_text(s: Option<Source>) -> &'static str {
 
 fn find(v: &[CategoryTotal], c: Category) -> u64 {
     v.iter().find(|x| x.category == c).map_or(0, |x| x.bytes)
+}
+
+/// One agreement table.
+fn shares(o: &mut String, title: &str, s: &Shares) {
+    let _ = writeln!(
+        o,
+        "\n  {title}: {:.1}% of bytes over time, {:.1}% at the peak",
+        s.over_time * 100.0,
+        s.at_peak * 100.0
+    );
+    let total: f64 = s.confusion.iter().map(|c| c.byte_time).sum();
+    let _ = writeln!(
+        o,
+        "  {:<18} {:<18} {:>9} {:>12}",
+        "labelled", "given", "time", "at the peak"
+    );
+    for c in &s.confusion {
+        let share = if total > 0.0 {
+            c.byte_time * 100.0 / total
+        } else {
+            0.0
+        };
+        let _ = writeln!(
+            o,
+            "  {:<18} {:<18} {:>8.1}% {:>12}",
+            c.reference.as_str(),
+            c.inferred.as_str(),
+            share,
+            bytes(c.peak_bytes)
+        );
+    }
 }
 
 /// The terminal report.
@@ -108,33 +139,21 @@ pub fn categories_text(views: &[CategoryView], name: &str) -> String {
             }
         }
         if let Some(a) = &v.agreement {
-            let _ = writeln!(
-                o,
-                "\n  Inference alone against the {} ({} blocks): {:.1}% of bytes over time, {:.1}% at the peak",
+            let against = format!(
+                "the {} ({} blocks)",
                 source_text(Some(a.reference)),
-                count(a.blocks),
-                a.over_time * 100.0,
-                a.at_peak * 100.0
+                count(a.blocks)
             );
-            let total: f64 = a.confusion.iter().map(|c| c.byte_time).sum();
-            let _ = writeln!(
-                o,
-                "  {:<18} {:<18} {:>9} {:>12}",
-                "labelled", "inferred", "time", "at the peak"
+            shares(
+                &mut o,
+                &format!("Inference alone against {against}"),
+                &a.inference,
             );
-            for c in &a.confusion {
-                let share = if total > 0.0 {
-                    c.byte_time * 100.0 / total
-                } else {
-                    0.0
-                };
-                let _ = writeln!(
-                    o,
-                    "  {:<18} {:<18} {:>8.1}% {:>12}",
-                    c.reference.as_str(),
-                    c.inferred.as_str(),
-                    share,
-                    bytes(c.peak_bytes)
+            if let Some(w) = &a.with_tags {
+                shares(
+                    &mut o,
+                    &format!("Recorder tags and inference against {against}"),
+                    w,
                 );
             }
         }

@@ -147,6 +147,7 @@ fn decode_inner(
         blocks: d.blocks,
         traces: d.traces,
         annotations: d.annotations,
+        tags: d.tags,
         allocator_settings: d.allocator_settings,
         source,
     })

@@ -54,6 +54,7 @@ keys! {
     DeviceTraces = "device_traces",
     AllocatorSettings = "allocator_settings",
     ExternalAnnotations = "external_annotations",
+    VramscopeTags = "vramscope_tags",
 }
 
 impl Key {

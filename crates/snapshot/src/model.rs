@@ -210,6 +210,17 @@ pub struct Annotation {
     pub time_us: i64,
 }
 
+/// What vramscope's recorder knew about a tensor while the program ran
+/// (top-level key `vramscope_tags`, which other readers ignore): the
+/// allocation at `addr` on `device`, live at `time_us`, is `category`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tag {
+    pub device: u32,
+    pub addr: u64,
+    pub time_us: i64,
+    pub category: StrId,
+}
+
 /// Which top-level layout the file had.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Layout {
@@ -272,6 +283,8 @@ pub struct Snapshot {
     /// Index = device ordinal (devices without events have empty traces).
     pub traces: Vec<DeviceTrace>,
     pub annotations: Vec<Annotation>,
+    /// The recorder's tags, in time order.
+    pub tags: Vec<Tag>,
     /// `allocator_settings`, as found.
     pub allocator_settings: Option<serde_json::Map<String, serde_json::Value>>,
     pub source: SourceInfo,

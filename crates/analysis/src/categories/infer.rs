@@ -47,7 +47,7 @@ pub(super) fn infer(
     t: &DeviceTrace,
     l: &Lifetimes,
     ph: &Phases,
-    use_given: bool,
+    opts: &super::CategoryOptions,
 ) -> Categories {
     let n = l.len();
     let mut c = Categories {
@@ -56,11 +56,7 @@ pub(super) fn infer(
         rule: vec![Rule::NoEvidence; n],
         ..Default::default()
     };
-    let given = if use_given {
-        given_labels(snap, t, l, &mut c)
-    } else {
-        vec![false; n]
-    };
+    let given = super::given::given_labels(snap, device, t, l, &mut c, opts);
     let next_other_site = next_other_site(t);
     let mut node_cache: HashMap<vramscope_snapshot::StackId, bool> = HashMap::default();
     for b in 0..n {
@@ -115,72 +111,6 @@ fn set(c: &mut Categories, b: usize, cat: Category, rule: Rule) {
     c.category[b] = cat;
     c.source[b] = Some(Source::Inferred);
     c.rule[b] = rule;
-}
-
-/// Labels that came with the file: recorder tags (`category=…` in the
-/// `user_metadata` of the `alloc`, or of an `annotate` entry at the block's
-/// address) and the profiler's `category`. Returns which blocks have one.
-fn given_labels(snap: &Snapshot, t: &DeviceTrace, l: &Lifetimes, c: &mut Categories) -> Vec<bool> {
-    let mut given = vec![false; l.len()];
-    for b in 0..l.len() {
-        if let Some(cat) = l.category[b].and_then(|s| super::Category::parse(snap.str(s))) {
-            c.category[b] = cat;
-            c.source[b] = Some(Source::Profiler);
-            c.rule[b] = Rule::Given;
-            given[b] = true;
-        }
-    }
-    let Some(meta) = &t.user_metadata else {
-        return given;
-    };
-    // The block alive at each address, to resolve `annotate` entries.
-    let mut live: HashMap<u64, u32> = HashMap::default();
-    for (b, &born) in l.birth.iter().enumerate() {
-        if born == BEFORE_WINDOW && l.death[b] != STILL_ALIVE {
-            live.insert(l.addr[b], b as u32);
-        }
-    }
-    for b in (0..l.len()).filter(|&b| l.birth[b] == BEFORE_WINDOW && l.death[b] == STILL_ALIVE) {
-        live.entry(l.addr[b]).or_insert(b as u32);
-    }
-    for i in 0..t.len() {
-        let block = l.event_block[i];
-        match t.action[i] {
-            Action::Alloc | Action::Annotate => {}
-            Action::FreeCompleted => {
-                live.remove(&t.addr[i]);
-                continue;
-            }
-            _ => continue,
-        }
-        let b = if t.action[i] == Action::Alloc {
-            live.insert(t.addr[i], block);
-            block
-        } else {
-            match live.get(&t.addr[i]) {
-                Some(&b) => b,
-                None => continue,
-            }
-        };
-        let Some(cat) = tagged_category(snap.str(meta[i])) else {
-            continue;
-        };
-        let b = b as usize;
-        if b < l.len() {
-            c.category[b] = cat;
-            c.source[b] = Some(Source::Recorder);
-            c.rule[b] = Rule::Given;
-            given[b] = true;
-        }
-    }
-    given
-}
-
-/// `category=gradient` in a recorder tag.
-fn tagged_category(meta: &str) -> Option<Category> {
-    meta.split([';', ' ', ','])
-        .find_map(|kv| kv.strip_prefix("category="))
-        .and_then(Category::parse)
 }
 
 /// Whether a stack names the autograd node that allocated (C++ stacks).
@@ -364,16 +294,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tags_and_rounding() {
-        assert_eq!(
-            tagged_category("category=optimizer_state"),
-            Some(Category::OptimizerState)
-        );
-        assert_eq!(
-            tagged_category("phase=backward;category=gradient"),
-            Some(Category::Gradient)
-        );
-        assert_eq!(tagged_category("category=weights"), None);
+    fn rounding() {
         assert_eq!(rounded(1), 512);
         assert_eq!(rounded(4000), 4096);
         assert_eq!(rounded(4096), 4096);

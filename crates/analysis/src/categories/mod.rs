@@ -28,11 +28,12 @@
 //! ```
 
 mod agreement;
+mod given;
 mod infer;
 pub mod phases;
 mod view;
 
-pub use agreement::{agreement, Agreement, ConfusionCell};
+pub use agreement::{agreement, Agreement, ConfusionCell, Shares};
 pub use view::{category_view, CategoryView, RuleBytes};
 
 use serde::Serialize;
@@ -176,15 +177,30 @@ pub struct Categories {
 /// Options of [`categorize_with`]. `Default` gives the documented defaults.
 #[derive(Clone, Debug)]
 pub struct CategoryOptions {
-    /// Use the labels that came with the file (recorder tags, profiler
-    /// categories) where there are any. Default true; false infers every
-    /// block, to measure the inference against those labels.
-    pub use_given: bool,
+    /// Use the Memory Profiler's labels where the file has them. Default
+    /// true; false infers those blocks too (to measure inference against
+    /// the profiler).
+    pub use_profiler_labels: bool,
+    /// Use vramscope's recorder tags where the file has them. Default true.
+    pub use_recorder_tags: bool,
 }
 
 impl Default for CategoryOptions {
     fn default() -> Self {
-        CategoryOptions { use_given: true }
+        CategoryOptions {
+            use_profiler_labels: true,
+            use_recorder_tags: true,
+        }
+    }
+}
+
+impl CategoryOptions {
+    /// Inference alone: no label from the file.
+    pub fn inference_only() -> Self {
+        CategoryOptions {
+            use_profiler_labels: false,
+            use_recorder_tags: false,
+        }
     }
 }
 
@@ -203,7 +219,7 @@ pub fn categorize_with(
     let empty = DeviceTrace::default();
     let t = snap.trace(device).unwrap_or(&empty);
     let phases = Phases::new(snap, t);
-    let mut c = infer::infer(snap, device, t, l, &phases, opts.use_given);
+    let mut c = infer::infer(snap, device, t, l, &phases, opts);
     c.pre_window = (0..l.len())
         .filter(|&b| l.birth[b] == BEFORE_WINDOW)
         .map(|b| (l.addr[b], b as u32))

@@ -64,6 +64,7 @@ pub(crate) struct Decoded {
     pub blocks: Vec<Block>,
     pub traces: Vec<DeviceTrace>,
     pub annotations: Vec<Annotation>,
+    pub tags: Vec<Tag>,
     pub allocator_settings: Option<serde_json::Map<String, serde_json::Value>>,
     pub layout: Layout,
     pub legacy_blocks: bool,
@@ -140,6 +141,7 @@ impl<'d> Decoder<'d> {
         let mut blocks = Vec::new();
         let mut traces = Vec::new();
         let mut annotations = Vec::new();
+        let mut tags = Vec::new();
         let mut settings = None;
         let layout = match doc.get(root) {
             Val::Dict(c) => {
@@ -160,6 +162,9 @@ impl<'d> Decoder<'d> {
                         Key::ExternalAnnotations => {
                             annotations =
                                 self.within(Seg::Key("external_annotations"), |d| d.annotations(v));
+                        }
+                        Key::VramscopeTags => {
+                            tags = self.within(Seg::Key("vramscope_tags"), |d| d.tags(v));
                         }
                         _ => {}
                     }
@@ -199,6 +204,7 @@ impl<'d> Decoder<'d> {
             blocks,
             traces,
             annotations,
+            tags,
             allocator_settings: settings,
             layout,
             legacy_blocks: self.legacy_blocks,

@@ -284,4 +284,60 @@ impl Decoder<'_> {
         self.path.pop();
         out
     }
+
+    // ----- the recorder's tags -----
+
+    /// `vramscope_tags`: columns `device`, `addr`, `time_us`, `category`
+    /// of equal length (a dict of lists keeps large tag sets small).
+    pub(super) fn tags(&mut self, v: Value) -> Vec<Tag> {
+        let doc = self.doc;
+        let Val::Dict(c) = doc.get(v) else {
+            let e = PathErr::new("a dict of columns", self.found(v));
+            self.repair(e, "ignored");
+            return Vec::new();
+        };
+        let (mut dev, mut addr, mut time, mut cat) = (None, None, None, None);
+        for (k, val) in doc.pairs(c) {
+            match doc.as_str(k) {
+                Some("device") => dev = Some(val),
+                Some("addr") => addr = Some(val),
+                Some("time_us") => time = Some(val),
+                Some("category") => cat = Some(val),
+                _ => {}
+            }
+        }
+        let col = |d: &mut Self, v: Option<Value>, key: &'static str| -> Vec<Value> {
+            let Some(v) = v else { return Vec::new() };
+            match d.within(Seg::Key(key), |d| d.list_or_repair(v, "ignored")) {
+                Some(c) => doc.items(c).collect(),
+                None => Vec::new(),
+            }
+        };
+        let (dev, addr, time, cat) = (
+            col(self, dev, "device"),
+            col(self, addr, "addr"),
+            col(self, time, "time_us"),
+            col(self, cat, "category"),
+        );
+        let n = addr.len().min(time.len()).min(cat.len());
+        let mut out = Vec::with_capacity(n);
+        for i in 0..n {
+            let (Ok(a), Ok(t), Ok(c)) =
+                (self.uint(addr[i]), self.int(time[i]), self.str_id(cat[i]))
+            else {
+                let e = PathErr::new("an address, a time and a category name", format!("tag {i}"));
+                self.repair(e, "tag left out");
+                continue;
+            };
+            let d = dev.get(i).and_then(|&x| self.uint(x).ok()).unwrap_or(0);
+            out.push(Tag {
+                device: d.min(u32::MAX as u64) as u32,
+                addr: a,
+                time_us: t,
+                category: c,
+            });
+        }
+        out.sort_by_key(|t| t.time_us);
+        out
+    }
 }
