@@ -5,7 +5,9 @@ an MLP with Adam; 4 iterations each) are recorded through the profiler, so
 their snapshots carry the Memory Profiler's category for every allocation.
 vramscope then labels the same blocks by inference alone (phases, lifetimes,
 sizes) and the two are compared: over time (each block weighted by size x
-lifetime) and at the peak.
+lifetime) and at the peak; so are the recorder's own tags (parameters,
+gradients and optimizer state from global optimizer hooks, the batch from
+the outermost module call) completed by inference.
 """
 
 from __future__ import annotations
@@ -57,6 +59,12 @@ def test_inference_agrees_with_the_memory_profiler(recordings, name):
     labelled = {c["reference"] for c in a["confusion"] if c["reference"] == c["inferred"]}
     assert {"activation", "gradient", "input"} <= labelled, table
     assert "optimizer_state" in labelled, table
+    # The recorder's tags (parameters, gradients, optimizer state, the
+    # batch), with inference for the rest, agree on 97%.
+    w = a["with_tags"]
+    assert w is not None, "the recorder wrote no tags"
+    assert w["over_time"] >= 0.97, f"{name}: with tags {w['over_time']:.3f} over time\n{table}"
+    assert w["at_peak"] >= 0.97, f"{name}: with tags {w['at_peak']:.3f} at the peak\n{table}"
 
 
 def test_categories_in_summary_and_text(recordings):

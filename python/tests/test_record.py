@@ -16,7 +16,7 @@ import time
 import traceback
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import pytest
 
@@ -433,6 +433,85 @@ def test_cuda_path_calls_and_oom_observer_guard(tmp_path: Path, monkeypatch: pyt
     with vr.record(tmp_path / "again.pickle"):
         pass
     assert len(cuda.observers) == 1  # attached once per process
+
+
+def _train_tiny(steps: int = 2, adam: bool = True) -> Tuple[torch.nn.Module, torch.optim.Optimizer, torch.Tensor]:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 4)
+    # Adam checks CUDA graph capture when CUDA looks available: the mocked
+    # CUDA path steps SGD with momentum (one state tensor per parameter).
+    ps = model.parameters()
+    opt = torch.optim.Adam(ps) if adam else torch.optim.SGD(ps, lr=0.1, momentum=0.9)
+    x = torch.randn(16, 8)
+    for _ in range(steps):
+        model(x).sum().backward()
+        opt.step()
+        vr.step()
+    return model, opt, x
+
+
+def test_cuda_tags_name_parameters_gradients_state_and_phases(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The recorder's global hooks, on the CUDA path (mocked: CPU tensors
+    stand in for CUDA ones): phases in the allocation metadata, composed
+    with the program's own and restored after; every parameter, gradient,
+    optimizer state tensor and the batch annotated once per allocation."""
+    cuda = FakeCuda(monkeypatch)
+    annotated: List[Tuple[int, str]] = []
+    current = {"meta": ""}
+
+    def set_meta(m: str) -> None:
+        cuda.metadata.append(m)
+        current["meta"] = m
+
+    m = torch.cuda.memory
+    monkeypatch.setattr(m, "_set_memory_metadata", set_meta, raising=False)
+    monkeypatch.setattr(m, "_get_memory_metadata", lambda: current["meta"], raising=False)
+    monkeypatch.setattr(m, "_annotate_tensor", lambda t, md: annotated.append((t.untyped_storage().data_ptr(), md)), raising=False)
+    monkeypatch.setattr(importlib.import_module("vramscope._tags").Tagger, "_wanted", lambda self, dev: True)
+    with vr.record(tmp_path / "tags.pickle"):
+        set_meta("user-label")
+        model, opt, x = _train_tiny(adam=False)
+    cats: Dict[int, set] = {}
+    for ptr, md in annotated:
+        cats.setdefault(ptr, set()).add(md)
+    ptr = lambda t: t.untyped_storage().data_ptr()  # noqa: E731
+    for p in model.parameters():
+        assert "category=parameter" in cats[ptr(p)]
+        assert "category=gradient" in cats[ptr(p.grad)]
+        for v in opt.state[p].values():
+            assert "category=optimizer_state" in cats[ptr(v)]
+    assert cats[ptr(x)] == {"category=input"}
+    # Each allocation is named once, not at every step.
+    assert len(annotated) == len(set(annotated))
+    # Phases: the program's label kept, the phase added, then restored.
+    assert "user-label;phase=forward" in cuda.metadata
+    assert "user-label;phase=optimizer" in cuda.metadata
+    assert cuda.metadata[-1] == "user-label"
+    snap = load_snapshot(tmp_path / "tags.pickle")
+    assert "vramscope_tags" not in snap  # annotate entries carry them on CUDA
+
+
+def test_tags_are_rows_where_annotations_are_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cpu_path: None) -> None:
+    """The CPU recorder (and CUDA builds without ``_annotate_tensor``) write
+    the tags as ``vramscope_tags`` columns, read by vramscope."""
+    out = tmp_path / "cpu_tags.pickle"
+    with vr.record(out):
+        model, opt, x = _train_tiny()
+    tags = load_snapshot(out)["vramscope_tags"]
+    assert set(tags) == {"device", "addr", "time_us", "category"}
+    assert len({len(v) for v in tags.values()}) == 1
+    by_addr = {a: c for a, c in zip(tags["addr"], tags["category"])}
+    for p in model.parameters():
+        assert by_addr[p.untyped_storage().data_ptr()] == "parameter"
+        for v in opt.state[p].values():
+            assert by_addr[v.untyped_storage().data_ptr()] == "optimizer_state"
+    assert by_addr[x.untyped_storage().data_ptr()] == "input"
+    native = native_module()
+    if native is not None:
+        import json
+
+        (view,) = json.loads(native.load(str(out)).categories_json(None))
+        assert view["agreement"]["with_tags"] is not None
 
 
 @needs_cuda

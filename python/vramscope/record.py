@@ -295,6 +295,9 @@ class _Session:
         self._gc_start = 0
         self._probing = False
         self.unfinished: Optional[str] = None
+        from ._tags import Tagger
+
+        self.tagger = Tagger(self.cuda)
 
     def _on_gc(self, phase: str, info: Dict[str, Any]) -> None:
         # Runs inside every collection: two clock reads and, rarely, an append.
@@ -321,6 +324,7 @@ class _Session:
 
     def begin(self) -> None:
         self.backend.start()
+        self.tagger.install()
         gc.callbacks.append(self._on_gc)
         if self.cuda and self.settings.on_oom:
             attach_oom_observer(_on_cuda_oom)
@@ -381,6 +385,7 @@ class _Session:
         with self.lock:
             if collect:
                 self._collect_cycles()
+            self.tagger.tag_all()
             if self.cuda:
                 snap = self.backend.snapshot()
             else:
@@ -394,6 +399,9 @@ class _Session:
                 marks = [(s.name, s.start_us, s.end_us or _now_us()) for s in self.spans if s.kind == "mark"]
                 snap = self.backend.snapshot(marks)
             snap["external_annotations"] = self._annotations(snap)
+            tags = self.tagger.columns()
+            if tags is not None:
+                snap["vramscope_tags"] = tags
             snap["vramscope"] = {
                 "recorder": "cuda-allocator-history" if self.cuda else "cpu-profiler",
                 "steps": self.steps,
@@ -466,6 +474,7 @@ class _Session:
                 return None
             finally:
                 self.backend.stop()
+                self.tagger.uninstall()
                 try:
                     gc.callbacks.remove(self._on_gc)
                 except ValueError:

@@ -144,7 +144,8 @@ impl Phases {
             });
         }
         let any_marked = marks.iter().any(Option::is_some);
-        let phase = fill(&marks);
+        let is_alloc: Vec<bool> = t.action.iter().map(|&a| a == Action::Alloc).collect();
+        let phase = fill(&marks, &is_alloc);
         let mut run = Vec::with_capacity(n);
         let mut r = 0u32;
         for i in 0..n {
@@ -269,11 +270,13 @@ fn window_phase(windows: &[(i64, i64, Phase)], time: i64) -> Option<Phase> {
         .map(|w| w.2)
 }
 
-/// Give every event a phase: marked allocations keep theirs; a stretch
-/// between two marks takes the phase both sides agree on, forward when it
-/// lies between a forward and a backward (the loss) or ends an inference
-/// trace, else "other" (data loading, gradient clipping, logging).
-fn fill(marks: &[Option<Phase>]) -> Vec<Phase> {
+/// Give every event a phase: marked allocations keep theirs. In a stretch
+/// between two marks, the frees that come first (before any allocation) end
+/// the phase before them (backward freeing its last intermediates); the rest
+/// takes the phase both sides agree on, forward when it lies between a
+/// forward and a backward (the loss) or ends an inference trace, else
+/// "other" (data loading, gradient clipping, logging).
+fn fill(marks: &[Option<Phase>], is_alloc: &[bool]) -> Vec<Phase> {
     let n = marks.len();
     let mut out = vec![Phase::Other; n];
     let mut prev: Option<Phase> = None;
@@ -297,7 +300,14 @@ fn fill(marks: &[Option<Phase>]) -> Vec<Phase> {
             (Some(Phase::Forward), None) => Phase::Forward,
             _ => Phase::Other,
         };
-        out[start..i].fill(p);
+        let mut k = start;
+        if let Some(a) = prev {
+            while k < i && !is_alloc[k] {
+                out[k] = a;
+                k += 1;
+            }
+        }
+        out[k..i].fill(p);
     }
     out
 }
@@ -373,7 +383,8 @@ mod tests {
     #[test]
     fn gaps_take_the_phase_of_their_neighbours() {
         use Phase::*;
-        let m = |v: &[Option<Phase>]| fill(v);
+        // All allocations, except the frees named below.
+        let m = |v: &[Option<Phase>]| fill(v, &vec![true; v.len()]);
         // data, forward, loss, backward, step, data
         let marks = [
             None,

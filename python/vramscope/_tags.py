@@ -1,0 +1,203 @@
+"""What the memory is, told by the program itself while it runs.
+
+A snapshot says when memory was allocated and where in the code; only the
+running program knows which tensors are the model's parameters, their
+``.grad`` and the optimizer's state. While a recording runs, global hooks
+(no model or optimizer needs to be passed) note them:
+
+* every optimizer step (``register_optimizer_step_pre_hook`` /
+  ``..._post_hook``): the parameters of its groups, their gradients and the
+  tensors in ``optimizer.state``;
+* every module call (``register_module_forward_pre_hook``), once per module:
+  its parameters, so models that never step an optimizer (inference) are
+  covered too; and the tensors given to the outermost call that need no
+  gradient: the batch;
+* at every dump, all of the above again, for what changed since.
+
+Each tensor is named once per (storage address, category): on CUDA with
+``torch.cuda.memory._annotate_tensor`` (an ``annotate`` trace entry that
+PyTorch's own viewer shows too); elsewhere as a row of the snapshot's
+``vramscope_tags`` columns (``device``, ``addr``, ``time_us``, ``category``),
+a key other readers ignore. On CUDA the phases are stamped too: ``phase=``
+in the thread's allocation metadata (``_set_memory_metadata``) around the
+optimizer step and the outermost module call, composed with any metadata the
+program set itself. Backward runs on autograd's threads, which that setting
+does not reach; vramscope tells backward apart from the stacks instead.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from typing import Any, Dict, List, Optional
+
+# Metadata key the recorder adds to the program's own.
+_PHASE = "phase="
+
+
+def _now_us() -> int:
+    return time.time_ns() // 1000
+
+
+class Tagger:
+    """Global hooks that name parameters, gradients and optimizer state (and,
+    on CUDA, the forward and optimizer phases) while a recording runs."""
+
+    def __init__(self, cuda: bool) -> None:
+        self.cuda = cuda
+        self.rows: Dict[str, List[Any]] = {"device": [], "addr": [], "time_us": [], "category": []}
+        self._named: Dict[tuple, str] = {}
+        self._handles: List[Any] = []
+        self._optimizers: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        self._modules: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        self._local = threading.local()
+        self._annotate = None
+        self._set_meta = self._get_meta = None
+        if cuda:
+            import torch
+
+            mem = torch.cuda.memory
+            self._annotate = getattr(mem, "_annotate_tensor", None)
+            if hasattr(mem, "_set_memory_metadata") and hasattr(mem, "_get_memory_metadata"):
+                self._set_meta, self._get_meta = mem._set_memory_metadata, mem._get_memory_metadata
+
+    # ----- installing -----
+
+    def install(self) -> None:
+        import torch
+        from torch.nn.modules import module as nn_module
+        from torch.optim import optimizer as optim
+
+        self._handles = [
+            optim.register_optimizer_step_pre_hook(self._step_pre),
+            optim.register_optimizer_step_post_hook(self._step_post),
+            nn_module.register_module_forward_pre_hook(self._forward_pre),
+            nn_module.register_module_forward_hook(self._forward_post, always_call=True),
+        ]
+        self._tensor = torch.Tensor
+
+    def uninstall(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+
+    # ----- hooks -----
+
+    def _step_pre(self, opt: Any, args: Any, kwargs: Any) -> None:
+        self._optimizers.add(opt)
+        self._tag_optimizer(opt)
+        self._enter_phase("optimizer")
+
+    def _step_post(self, opt: Any, args: Any, kwargs: Any) -> None:
+        self._leave_phase()
+        self._tag_optimizer(opt)  # state created by the first step
+
+    def _forward_pre(self, module: Any, args: Any) -> None:
+        if module not in self._modules:
+            self._modules.add(module)
+            for p in module.parameters(recurse=False):
+                self.tag(p, "parameter")
+        depth = getattr(self._local, "depth", 0)
+        if depth == 0:
+            # The outermost module call: the tensors it is given (that need
+            # no gradient) are the batch.
+            for a in args if isinstance(args, tuple) else (args,):
+                if isinstance(a, self._tensor) and not a.requires_grad:
+                    self.tag(a, "input")
+            self._enter_phase("forward")
+        self._local.depth = depth + 1
+
+    def _forward_post(self, module: Any, args: Any, output: Any) -> None:
+        depth = getattr(self._local, "depth", 0)
+        if depth <= 0:
+            return
+        self._local.depth = depth - 1
+        if depth == 1:
+            self._leave_phase()
+
+    # ----- phases (CUDA allocation metadata) -----
+
+    def _enter_phase(self, phase: str) -> None:
+        if self._set_meta is None:
+            return
+        prev = self._get_meta() or ""
+        stack = getattr(self._local, "saved", None)
+        if stack is None:
+            stack = self._local.saved = []
+        stack.append(prev)
+        own = ";".join(p for p in prev.split(";") if p and not p.startswith(_PHASE))
+        self._set_meta(f"{own};{_PHASE}{phase}" if own else f"{_PHASE}{phase}")
+
+    def _leave_phase(self) -> None:
+        stack = getattr(self._local, "saved", None)
+        if self._set_meta is None or not stack:
+            return
+        self._set_meta(stack.pop())
+
+    # ----- naming tensors -----
+
+    def _tag_optimizer(self, opt: Any) -> None:
+        import torch
+
+        state = opt.state
+        for group in opt.param_groups:
+            for p in group["params"]:
+                self.tag(p, "parameter")
+                if p.grad is not None:
+                    self.tag(p.grad, "gradient")
+                for v in state.get(p, {}).values() if p in state else ():
+                    if isinstance(v, torch.Tensor):
+                        self.tag(v, "optimizer_state")
+
+    def tag_all(self) -> None:
+        """Name everything known again (before a dump)."""
+        for opt in list(self._optimizers):
+            self._tag_optimizer(opt)
+        for m in list(self._modules):
+            for p in m.parameters(recurse=False):
+                self.tag(p, "parameter")
+                if p.grad is not None:
+                    self.tag(p.grad, "gradient")
+
+    def tag(self, t: Any, category: str) -> None:
+        """Name the allocation behind ``t``, once per address and category."""
+        try:
+            storage = t.untyped_storage()
+            addr = storage.data_ptr()
+            if not addr or storage.nbytes() == 0:
+                return
+            dev = t.device
+        except (RuntimeError, AttributeError, NotImplementedError):
+            return  # meta, sparse or otherwise storage-less tensors
+        if not self._wanted(dev):
+            return
+        # An address is named again when a new allocation took it (a new
+        # gradient each step with set_to_none): the storage tells them apart.
+        key = (dev.index or 0, addr)
+        mark = (category, getattr(storage, "_cdata", None))
+        if self._named.get(key) == mark:
+            return
+        self._named[key] = mark
+        if self._annotate is not None:
+            try:
+                self._annotate(t, f"category={category}")
+                return
+            except (RuntimeError, ValueError):
+                pass
+        r = self.rows
+        r["device"].append(dev.index or 0)
+        r["addr"].append(addr)
+        r["time_us"].append(_now_us())
+        r["category"].append(category)
+
+    def _wanted(self, dev: Any) -> bool:
+        """Tensors of the recorded device kind (the CPU recorder sees CPU
+        memory, the CUDA one CUDA memory)."""
+        return (dev.type == "cuda") == self.cuda
+
+    def columns(self) -> Optional[Dict[str, List[Any]]]:
+        """The ``vramscope_tags`` columns for a snapshot, or None."""
+        if not self.rows["addr"]:
+            return None
+        return {k: list(v) for k, v in self.rows.items()}
