@@ -50,6 +50,8 @@ class Tagger:
         self._named: Dict[tuple, str] = {}
         self._handles: List[Any] = []
         self._optimizers: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        self._stepped: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        self._seen: set = set()
         self._modules: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self._local = threading.local()
         self._annotate = None
@@ -85,20 +87,30 @@ class Tagger:
     # ----- hooks -----
 
     def _step_pre(self, opt: Any, args: Any, kwargs: Any) -> None:
+        # Parameters and state keep their storage from step to step: they
+        # are named at the first step (and at every dump); gradients are new
+        # allocations every iteration when zero_grad sets them to None.
+        first = opt not in self._optimizers
         self._optimizers.add(opt)
-        self._tag_optimizer(opt)
+        self._tag_optimizer(opt, everything=first)
         self._enter_phase("optimizer")
 
     def _step_post(self, opt: Any, args: Any, kwargs: Any) -> None:
         self._leave_phase()
-        self._tag_optimizer(opt)  # state created by the first step
+        if opt not in self._stepped:
+            self._stepped.add(opt)
+            self._tag_optimizer(opt, everything=True)  # state created by the first step
 
     def _forward_pre(self, module: Any, args: Any) -> None:
-        if module not in self._modules:
+        # Runs on every module call: a set of ids is the cheap test (the
+        # weak set, for dumps, is only touched the first time).
+        if id(module) not in self._seen:
+            self._seen.add(id(module))
             self._modules.add(module)
             for p in module.parameters(recurse=False):
                 self.tag(p, "parameter")
-        depth = getattr(self._local, "depth", 0)
+        local = self._local
+        depth = getattr(local, "depth", 0)
         if depth == 0:
             # The outermost module call: the tensors it is given (that need
             # no gradient) are the batch.
@@ -106,14 +118,15 @@ class Tagger:
                 if isinstance(a, self._tensor) and not a.requires_grad:
                     self.tag(a, "input")
             self._enter_phase("forward")
-        self._local.depth = depth + 1
+        local.depth = depth + 1
 
     def _forward_post(self, module: Any, args: Any, output: Any) -> None:
-        depth = getattr(self._local, "depth", 0)
+        local = self._local
+        depth = getattr(local, "depth", 0)
         if depth <= 0:
             return
-        self._local.depth = depth - 1
-        if depth == 1:
+        local.depth = depth - 1
+        if depth == 1 and self._set_meta is not None:
             self._leave_phase()
 
     # ----- phases (CUDA allocation metadata) -----
@@ -137,15 +150,17 @@ class Tagger:
 
     # ----- naming tensors -----
 
-    def _tag_optimizer(self, opt: Any) -> None:
+    def _tag_optimizer(self, opt: Any, everything: bool = True) -> None:
         import torch
 
         state = opt.state
         for group in opt.param_groups:
             for p in group["params"]:
-                self.tag(p, "parameter")
                 if p.grad is not None:
                     self.tag(p.grad, "gradient")
+                if not everything:
+                    continue
+                self.tag(p, "parameter")
                 for v in state.get(p, {}).values() if p in state else ():
                     if isinstance(v, torch.Tensor):
                         self.tag(v, "optimizer_state")
