@@ -1,5 +1,6 @@
 """Trace mode of the estimate: the model run on the meta device predicts the
-peak of a real CPU recording of the same model, inputs and optimizer."""
+peak of a real CPU recording of the same model, inputs and optimizer; the
+optimizer given as a class, a factory or an instance traces the same."""
 
 from __future__ import annotations
 
@@ -69,3 +70,83 @@ def test_forward_and_backward_only_without_an_optimizer(tmp_path: Path) -> None:
     assert 0 < est.by_category.get("gradient", 0) <= sum(p.nbytes for p in model.parameters())
     # Nothing real was allocated for the model: its parameters are untouched.
     assert all(p.device.type == "cpu" and p.grad is None for p in model.parameters())
+
+
+@pytest.fixture(scope="module")
+def cnn() -> nn.Module:
+    return build("cnn")[0]
+
+
+def cnn_estimate(model: nn.Module, optimizer: Any, **options: Any) -> Any:
+    """Two training steps of the small CNN with ``optimizer``, CPU accounting
+    (exact bytes), so that state sizes follow from the parameters."""
+    x = torch.randn(8, 3, 32, 32)
+    return vramscope.estimate(model, (x,), optimizer, steps=2, device="cpu", **options)
+
+
+def nbytes(params: Any) -> int:
+    return sum(p.nbytes for p in params)
+
+
+def test_an_optimizer_instance_traces_like_its_class(cnn: nn.Module) -> None:
+    """AdamW keeps two moments per parameter and a 4-byte step counter."""
+    instance = torch.optim.AdamW(cnn.parameters(), lr=1e-3, weight_decay=0.01)
+    from_instance = cnn_estimate(cnn, instance)
+    from_class = cnn_estimate(cnn, torch.optim.AdamW, lr=1e-3, weight_decay=0.01)
+    params = list(cnn.parameters())
+    assert from_instance.peak_bytes == from_class.peak_bytes > 0
+    assert from_instance.by_category == from_class.by_category
+    assert from_instance.by_category["optimizer_state"] == 2 * nbytes(params) + 4 * len(params)
+
+
+def test_an_sgd_instance_keeps_its_momentum_option(cnn: nn.Module) -> None:
+    """The instance's options decide the state: one momentum buffer per
+    parameter with momentum, none without (SGD's default)."""
+    with_momentum = cnn_estimate(cnn, torch.optim.SGD(cnn.parameters(), lr=0.1, momentum=0.9))
+    factory = cnn_estimate(cnn, lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9))
+    assert with_momentum.peak_bytes == factory.peak_bytes
+    assert with_momentum.by_category == factory.by_category
+    assert with_momentum.by_category["optimizer_state"] == nbytes(cnn.parameters())
+    plain = cnn_estimate(cnn, torch.optim.SGD(cnn.parameters(), lr=0.1))
+    assert "optimizer_state" not in plain.by_category
+    assert plain.peak_bytes < with_momentum.peak_bytes
+    # Keyword options override the instance's, in every group.
+    overridden = cnn_estimate(cnn, torch.optim.SGD(cnn.parameters(), lr=0.1), momentum=0.9)
+    assert overridden.by_category == with_momentum.by_category
+
+
+def test_param_groups_are_kept_with_their_own_options(cnn: nn.Module) -> None:
+    features, head = cnn.features.parameters, cnn.head.parameters
+    # Momentum in the first group only: buffers for the convolutions alone.
+    per_group = torch.optim.SGD([{"params": features(), "momentum": 0.9}, {"params": head()}], lr=0.1)
+    assert cnn_estimate(cnn, per_group).by_category["optimizer_state"] == nbytes(features())
+    # Only the head is optimised: Adam's state for its weight and bias, nothing else.
+    head_only = torch.optim.AdamW([{"params": head(), "lr": 1e-4}])
+    assert cnn_estimate(cnn, head_only).by_category["optimizer_state"] == 2 * nbytes(head()) + 4 * 2
+    # Named parameters (groups that carry param_names) work the same.
+    named = cnn_estimate(cnn, torch.optim.AdamW(cnn.named_parameters(), lr=1e-3, weight_decay=0.01))
+    assert named.by_category == cnn_estimate(cnn, torch.optim.AdamW, lr=1e-3, weight_decay=0.01).by_category
+
+
+def test_the_instance_passed_in_is_left_as_it_was(cnn: nn.Module) -> None:
+    instance = torch.optim.AdamW(cnn.parameters(), lr=1e-3, weight_decay=0.01)
+    groups_before = [{k: v for k, v in g.items() if k != "params"} for g in instance.param_groups]
+    values_before = [p.detach().clone() for p in cnn.parameters()]
+    cnn_estimate(cnn, instance)
+    assert len(instance.state) == 0
+    assert [{k: v for k, v in g.items() if k != "params"} for g in instance.param_groups] == groups_before
+    assert [[id(p) for p in g["params"]] for g in instance.param_groups] == [[id(p) for p in cnn.parameters()]]
+    for p, before in zip(cnn.parameters(), values_before):
+        assert p.device.type == "cpu" and p.grad is None and torch.equal(p, before)
+
+
+@pytest.mark.parametrize("bad", ["adamw", 3, {"lr": 1e-3}])
+def test_anything_else_is_a_type_error_that_says_what_is_accepted(cnn: nn.Module, bad: Any) -> None:
+    with pytest.raises(TypeError, match=r"expected an optimizer class \(torch\.optim\.AdamW\), a factory taking the parameters .* an optimizer instance"):
+        cnn_estimate(cnn, bad)
+
+
+def test_an_instance_over_another_models_parameters_is_refused(cnn: nn.Module) -> None:
+    stranger = torch.optim.SGD([nn.Parameter(torch.ones(3, 5))], lr=0.1)
+    with pytest.raises(ValueError, match=r"tensor of shape \(3, 5\) that is not a parameter of the model"):
+        cnn_estimate(cnn, stranger)

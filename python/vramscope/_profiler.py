@@ -21,7 +21,9 @@ reads like one written on a GPU:
 The profiler can only hand out results once stopped, so a dump in the middle
 of a run stops it, converts the window and starts a new one; windows are
 concatenated and the trace keeps the last ``max_entries`` events, like the
-ring buffer on CUDA.
+ring buffer on CUDA. ``_quiet`` keeps the profiler's log lines off the
+user's stderr: around its starts and stops, and from the first start to
+``stop()`` for c10's warning about tensors freed that were allocated before.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ import collections
 import types
 import warnings
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+
+from ._quiet import c10_warnings_hidden, profiler_logs_dropped
 
 # Called with every finished ``torch.profiler.profile`` window before it is
 # converted, e.g. to export a Chrome trace of the same run.
@@ -61,10 +65,15 @@ class ProfilerRecorder:
         self._prof: Any = None
         self._freed: Optional[Dict[str, Any]] = None  # the block freed by the previous entry
         self.windows = 0
+        self._restore_c10_logs: Optional[Callable[[], None]] = None
 
     def start(self) -> None:
         """Start a profiler window."""
         from torch.profiler import ProfilerActivity, profile
+
+        if self._restore_c10_logs is None:
+            # Until stop(): freeing a tensor from before the recording warns.
+            self._restore_c10_logs = c10_warnings_hidden()
 
         prof = profile(
             activities=[ProfilerActivity.CPU],
@@ -72,7 +81,8 @@ class ProfilerRecorder:
             with_stack=True,
             record_shapes=True,
         )
-        prof.start()
+        with profiler_logs_dropped():  # Kineto logs "profiler_start" at every start
+            prof.start()
         self._prof = prof
 
     def collect(self, restart: bool) -> None:
@@ -84,7 +94,8 @@ class ProfilerRecorder:
         prof, self._prof = self._prof, None
         if prof is None:
             return
-        prof.stop()
+        with profiler_logs_dropped():
+            prof.stop()
         try:
             for listener in list(window_listeners):
                 listener(prof)
@@ -167,8 +178,14 @@ class ProfilerRecorder:
     def stop(self) -> None:
         """Stop the profiler without converting what it still holds."""
         prof, self._prof = self._prof, None
-        if prof is not None:
-            prof.stop()
+        try:
+            if prof is not None:
+                with profiler_logs_dropped():
+                    prof.stop()
+        finally:
+            restore, self._restore_c10_logs = self._restore_c10_logs, None
+            if restore is not None:
+                restore()
 
 
 class _TimelineOnce:
