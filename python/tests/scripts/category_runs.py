@@ -31,7 +31,7 @@ def mlp() -> nn.Module:
 RUNS = {
     "cnn_sgd": (models.SmallCNN, (8, 3, 32, 32), lambda ps: torch.optim.SGD(ps, lr=0.01, momentum=0.9)),
     "transformer_adamw": (models.SmallTransformer, (8, 32, 64), lambda ps: torch.optim.AdamW(ps, lr=1e-3)),
-    "mlp_adam": (mlp, (512, 256), lambda ps: torch.optim.Adam(ps, lr=1e-3)),
+    "mlp_adam": (mlp, (1024, 256), lambda ps: torch.optim.Adam(ps, lr=1e-3)),
 }
 
 
