@@ -10,6 +10,7 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -231,3 +232,59 @@ def test_warn_tensor_cycles_logs_and_summarises_at_exit(tmp_path: Path) -> None:
     page = Path(warn[0].split("graph: ")[1].strip())
     assert page.exists() and page.parent == out_dir  # the page outlives the warning
     assert "during this run" in err and "3×" in err, err
+
+
+# ---------------------------------------------------------------------------
+# A caught exception kept on an object, and what `find` leaves out. (Every
+# other kind of reference: test_cycle_names.py.)
+
+
+class Worker:
+    """Keeps the exception it caught: the traceback's frame holds `self`."""
+
+    def __init__(self) -> None:
+        self.tensor = torch.ones(64)
+
+    def run(self) -> None:
+        try:
+            raise ValueError("boom")
+        except ValueError as e:
+            self.err = e
+
+
+def test_kept_exception_is_named_end_to_end_under_the_watcher(watcher: cycles.Watcher) -> None:
+    w = Worker()
+    w.run()
+    del w
+    gc.collect()
+    (f,) = watcher.result().findings
+    steps = [(s["type"], s["label"]) for s in f["example"]["cycle"]]
+    assert steps == [("Worker", ".err"), ("ValueError", "__traceback__"), ("traceback", "tb_frame"), ("frame", "local 'self'")]
+    assert f["title"].startswith("Worker —.err→ ValueError —__traceback__→ traceback —tb_frame→ frame —local 'self'→ (cycle)")
+    assert "?" not in {e["label"] for e in f["example"]["edges"]}
+    assert "list" not in {n["type"] for n in f["example"]["nodes"]}  # not the watcher's copy of gc.garbage
+
+
+def _garbage_like() -> List[Any]:
+    """What a copy of gc.garbage holds once a Worker kept its exception. The
+    frame of this function stays reachable (the `f_back` of `run`'s frame)
+    and holds the list: `list —[4]→ frame —f_back→ frame —local 'objs'→`."""
+    w = Worker()
+    w.run()
+    tb = w.err.__traceback__
+    objs = [w.tensor, w, w.err, tb, tb.tb_frame]
+    del w, tb
+    return objs
+
+
+def test_find_leaves_out_the_list_passed_and_the_callers_frames() -> None:
+    objs = _garbage_like()
+    here = sys._getframe()
+    found = cycles._find_objects(objs)
+    assert not any(o is objs for o in found)
+    assert not any(o is here for o in found)  # executing: its callers neither
+    assert any(o is objs[4] for o in found)  # the frame of `run` is on the loop
+    (f,) = cycles.find(objs).findings
+    assert labels(f["example"]["cycle"]) == [".err", "__traceback__", "tb_frame", "local 'self'"]
+    assert "list" not in {n["type"] for n in f["example"]["nodes"]}
+    assert not any("test_find_leaves_out" in n["repr"] for n in f["example"]["nodes"])

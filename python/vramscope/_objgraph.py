@@ -1,13 +1,10 @@
 """The object graph of a set of Python objects, every reference named, as
-the JSON that the Rust cycle analysis (``crates/cycles``) reads; and the
+the JSON that the Rust cycle analysis (``crates/cycles``) reads; the objects
+reachable from a few roots (:func:`reachable`, for ``cycles.find``); and the
 allocation stacks of CUDA tensors while a snapshot is recorded.
 
-Labels: ``.attr`` (attribute or ``__dict__`` entry; instance dicts are folded
-into their objects), ``[key]`` (dict key, repr), ``[3]`` (list or tuple
-index), ``{element}`` (set), ``closure 'name'`` (a function's closure cell),
-``cell_contents``, ``__self__``/``__func__`` (bound method), ``local 'x'`` and
-``f_back`` (frame), ``__globals__``, ``__defaults__``, ``?`` (a reference the
-object's type does not let us name).
+The labels and the containers folded into their owners are described in
+:mod:`vramscope._refnames`.
 """
 
 from __future__ import annotations
@@ -15,31 +12,13 @@ from __future__ import annotations
 import gc
 import sys
 import types
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
-# A repr longer than this is cut.
-REPR_CHARS = 80
+from ._refnames import TypeInfo, named_refs
+from ._refnames import is_tensor as _is_tensor
+from ._refnames import short_repr as _short_repr
 
-def _short_repr(o: Any) -> str:
-    try:
-        if _is_tensor(o):
-            return f"tensor(shape={list(o.shape)}, dtype={o.dtype}, device={o.device})"
-        r = object.__repr__(o) if isinstance(o, (dict, list, tuple, set, frozenset)) and len(o) > 8 else repr(o)
-    except Exception:  # noqa: BLE001 - a broken __repr__ must not break the watcher
-        r = object.__repr__(o)
-    return r if len(r) <= REPR_CHARS else r[: REPR_CHARS - 1] + "…"
-
-
-_torch: Any = None
-
-
-def _is_tensor(o: Any) -> bool:
-    global _torch
-    if _torch is None:
-        _torch = sys.modules.get("torch")
-        if _torch is None:
-            return False
-    return isinstance(o, _torch.Tensor)
+__all__ = ["build_graph", "held_tensors", "reachable"]
 
 
 def _tensor_info(t: Any, stacks: Optional[Callable[[int], Optional[List[str]]]]) -> Dict[str, Any]:
@@ -68,64 +47,6 @@ def _tensor_info(t: Any, stacks: Optional[Callable[[int], Optional[List[str]]]])
         "grad_fn": type(gf).__name__ if gf is not None else None,
         "stack": stack or [],
     }
-
-
-def _named_refs(o: Any, absorbed: set) -> Iterable[Tuple[str, Any]]:
-    """``(label, referent)`` for the references of ``o`` that can be named."""
-    if isinstance(o, dict):
-        for k, v in list(o.items()):
-            yield f"[{_short_repr(k)}]", v
-            yield "key", k
-        return
-    if isinstance(o, (list, tuple)):
-        for i, v in enumerate(list(o)):
-            yield f"[{i}]", v
-        return
-    if isinstance(o, (set, frozenset)):
-        for v in list(o):
-            yield "{element}", v
-        return
-    if isinstance(o, types.MethodType):
-        yield "__self__", o.__self__
-        yield "__func__", o.__func__
-        return
-    if isinstance(o, types.FunctionType):
-        for name, cell in zip(o.__code__.co_freevars, o.__closure__ or ()):
-            yield f"closure '{name}'", cell
-        yield "__globals__", o.__globals__
-        if o.__defaults__:
-            yield "__defaults__", o.__defaults__
-        if o.__kwdefaults__:
-            yield "__kwdefaults__", o.__kwdefaults__
-        yield "__dict__", o.__dict__
-        return
-    if type(o).__name__ == "cell":
-        try:
-            yield "cell_contents", o.cell_contents
-        except ValueError:  # an empty cell
-            pass
-        return
-    if isinstance(o, types.FrameType):
-        for k, v in list(o.f_locals.items()):
-            yield f"local '{k}'", v
-        if o.f_back is not None:
-            yield "f_back", o.f_back
-        return
-    # An instance: its __dict__ entries become attributes of the object
-    # itself (`.other`), and the dict is not a node of its own.
-    d = getattr(o, "__dict__", None)
-    if isinstance(d, dict) and not isinstance(o, type):
-        absorbed.add(id(d))
-        for k, v in list(d.items()):
-            yield f".{k}", v
-    for cls in type(o).__mro__:
-        for slot in cls.__dict__.get("__slots__", ()) if isinstance(cls.__dict__.get("__slots__", ()), (tuple, list)) else ():
-            if slot in ("__dict__", "__weakref__"):
-                continue
-            try:
-                yield f".{slot}", getattr(o, slot)
-            except AttributeError:
-                pass
 
 
 def held_tensors(objects: List[Any]) -> List[Any]:
@@ -159,28 +80,56 @@ def build_graph(
     JSON the Rust core analyses. Tensors that only these objects refer to
     join the graph even when they are not in the list: the collector leaves
     out objects of older generations, yet they die with the cycle. ``held``:
-    those tensors, when the caller has already looked them up."""
+    those tensors, when the caller has already looked them up.
+
+    Only ``objects`` (and those tensors) become nodes: whatever else they
+    refer to (a live caller's frame, the list that holds them) is not part of
+    the graph. Linear in the objects and their references."""
     objects = list(objects) + (held_tensors(objects) if held is None else held)
     index = {id(o): i for i, o in enumerate(objects)}
-    absorbed: set = set()
-    edges: List[Dict[str, Any]] = []
+    owner: Dict[int, int] = {}  # node of a folded container -> node it is folded into
+    edges: Dict[Tuple[int, int, str], None] = {}  # ordered, each edge once
+    infos: Dict[type, TypeInfo] = {}
     for i, o in enumerate(objects):
-        named: set = set()
+        direct = gc.get_referents(o)
+        fold: List[Any] = []
+        t = type(o)
+        info = infos.get(t)
+        if info is None:
+            info = infos[t] = TypeInfo(t)
+        ids = {id(r) for r in direct}
+        refs: List[Tuple[str, Any]] = []
         try:
-            refs = list(_named_refs(o, absorbed))
-        except Exception:  # noqa: BLE001 - objects with odd attribute access
-            refs = []
+            for pair in named_refs(o, direct, ids, fold, info):
+                refs.append(pair)
+        except Exception:  # noqa: BLE001 - odd attribute access: keep the names found so far
+            pass
+        # A name is kept only for a reference that exists: to a referent of
+        # the object, or an entry of a container folded into it.
+        real = ids
+        own = set()
+        for c in fold:
+            real = real | {id(r) for r in gc.get_referents(c)}
+            j = index.get(id(c))
+            if j is not None and j != i:
+                owner.setdefault(j, i)
+                own.add(id(c))
+        named: Set[int] = set()
         for label, r in refs:
+            if id(r) not in real:
+                continue
+            named.add(id(r))
             j = index.get(id(r))
             if j is not None:
-                edges.append({"src": i, "dst": j, "label": label})
-                named.add(id(r))
-        for r in gc.get_referents(o):
+                edges[(i, j, label)] = None
+        for r in direct:
             j = index.get(id(r))
-            if j is not None and id(r) not in named and id(r) not in absorbed:
-                edges.append({"src": i, "dst": j, "label": "?"})
-    # Instance dicts are folded into their objects: drop them and their edges.
-    keep = [i for i, o in enumerate(objects) if id(o) not in absorbed]
+            if j is not None and id(r) not in named and id(r) not in own:
+                edges[(i, j, "?")] = None
+        direct = refs = fold = r = pair = None  # type: ignore[assignment]
+    # Folded containers are not nodes: their entries are already their
+    # owners' references, and a reference to one goes to its owner.
+    keep = [i for i in range(len(objects)) if i not in owner]
     renum = {old: new for new, old in enumerate(keep)}
     nodes = []
     for i in keep:
@@ -194,12 +143,52 @@ def build_graph(
                 "tensor": _tensor_info(o, stacks) if _is_tensor(o) else None,
             }
         )
-    edges = [
-        {"src": renum[e["src"]], "dst": renum[e["dst"]], "label": e["label"]}
-        for e in edges
-        if e["src"] in renum and e["dst"] in renum
-    ]
-    return {"nodes": nodes, "edges": edges, "site": site}
+    out = []
+    for (src, dst, label) in edges:
+        for _ in range(4):  # a container folded into a folded one (bounded)
+            if dst not in owner:
+                break
+            dst = owner[dst]
+        if src in renum and dst in renum:
+            out.append({"src": renum[src], "dst": renum[dst], "label": label})
+    return {"nodes": nodes, "edges": out, "site": site}
+
+
+def reachable(roots: Iterable[Any], skip: Set[int], limit: int) -> List[Any]:
+    """The objects reachable from ``roots`` (at most ``limit``), not entering
+    those whose id is in ``skip``, modules, classes, code or module globals:
+    a function's globals reach the whole program. Untracked objects (atoms
+    and containers of atoms) cannot be in a cycle and are left out, tensors
+    kept."""
+    seen: Dict[int, Any] = {}
+    stack = list(roots)
+    while stack and len(seen) < limit:
+        o = stack.pop()
+        i = id(o)
+        if i in seen or i in skip or isinstance(o, (types.ModuleType, type, types.CodeType)):
+            continue
+        if not gc.is_tracked(o) and not _is_tensor(o):
+            continue
+        if _running(o):
+            continue
+        seen[i] = o
+        for r in gc.get_referents(o):
+            if isinstance(r, dict) and ("__builtins__" in r or "__name__" in r and "__loader__" in r):
+                continue  # a module's globals
+            stack.append(r)
+    return list(seen.values())
+
+
+def _running(o: Any) -> bool:
+    """A generator or coroutine being executed (the caller's own, or one
+    awaiting it) is on a live stack, like the caller's frames."""
+    if isinstance(o, types.GeneratorType):
+        return bool(o.gi_running)
+    if isinstance(o, types.CoroutineType):
+        return bool(o.cr_running)
+    if isinstance(o, types.AsyncGeneratorType):
+        return bool(o.ag_running)
+    return False
 
 
 # ---------------------------------------------------------------------------

@@ -36,11 +36,12 @@ import hashlib
 import json
 import logging
 import os
+import sys
 import threading
 import types
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
-from ._objgraph import _cuda_stacks, _is_tensor, build_graph, held_tensors
+from ._objgraph import _cuda_stacks, _is_tensor, build_graph, held_tensors, reachable
 
 __all__ = ["watch", "stop", "find", "Watcher", "CycleReport", "warn_tensor_cycles"]
 
@@ -103,21 +104,41 @@ def analyze(objects: List[Any], stacks: Optional[Callable[[int], Optional[List[s
 
 def find(objects: Iterable[Any]) -> CycleReport:
     """Reference cycles among ``objects`` and what they reach (bounded: module
-    globals, classes and code are not followed) that hold tensors."""
-    seen: Dict[int, Any] = {}
-    stack = list(objects)
-    while stack and len(seen) < MAX_FIND_OBJECTS:
-        o = stack.pop()
-        if id(o) in seen or isinstance(o, (types.ModuleType, type, types.CodeType)):
-            continue
-        if not gc.is_tracked(o) and not _is_tensor(o):
-            continue
-        seen[id(o)] = o
-        for r in gc.get_referents(o):
-            if isinstance(r, dict) and ("__builtins__" in r or "__name__" in r and "__loader__" in r):
-                continue  # a module's globals
-            stack.append(r)
-    return analyze(list(seen.values()), _cuda_stacks())
+    globals, classes and code are not followed) that hold tensors.
+
+    The analysis covers the program's objects only: the container passed in
+    and every frame still executing (the caller's, in any thread) are left
+    out, with whatever is reachable only through them. A frame on a loop
+    leads through ``f_back`` to the frame of the function that gathered the
+    objects, whose local holds the very list passed: following it reported
+    ``list —[6]→ frame —f_back→ frame —local 'objs'→``, a loop of our own
+    making."""
+    return analyze(_find_objects(objects), _cuda_stacks())
+
+
+def _find_objects(objects: Iterable[Any]) -> List[Any]:
+    """The nodes of :func:`find`'s graph. Executing frames are untracked by
+    CPython 3.9-3.13 (so left out as atoms anyway); they are excluded by
+    identity too, so that this does not hang on that detail."""
+    live = _live_frames()  # kept alive while their ids are in `skip`
+    skip = {id(f) for f in live}
+    skip.add(id(objects))
+    return reachable(objects, skip, MAX_FIND_OBJECTS)
+
+
+def _live_frames() -> List[types.FrameType]:
+    """The frames being executed now, in every thread."""
+    out: List[types.FrameType] = []
+    try:
+        tops = list(sys._current_frames().values())
+    except Exception:  # noqa: BLE001 - an interpreter without it: this thread only
+        tops = []
+    tops.append(sys._getframe())
+    for f in tops:
+        while f is not None:
+            out.append(f)
+            f = f.f_back
+    return out
 
 
 # ---------------------------------------------------------------------------
@@ -217,6 +238,10 @@ class Watcher:
         n = self._garbage_before
         if len(gc.garbage) <= n:
             return
+        # A copy made after the collection: the objects it holds were
+        # unreachable, so none refers to it, nor to gc.garbage or to a frame
+        # still executing (a garbage frame's `f_back` may lead to one; only
+        # these objects become nodes, so the edge is dropped).
         garbage = gc.garbage[n:]
         del gc.garbage[n:]
         try:
@@ -225,7 +250,9 @@ class Watcher:
                 self._record(garbage, held)
             held = None
         except Exception as err:  # noqa: BLE001 - never break the program's collection
-            log.debug("vramscope.cycles: analysis failed: %r", err)
+            # As text: a log record holding the exception would keep its
+            # traceback, this frame and `garbage` alive for a later collection.
+            log.debug("vramscope.cycles: analysis failed: %s", repr(err))
         finally:
             _release(garbage)
             garbage = None

@@ -62,7 +62,18 @@ pub(crate) fn title(cycle: &[Step], cycle_length: u64, tensors: u64, held: u64) 
 fn is_frame_label(l: &str) -> bool {
     matches!(
         l,
-        "f_back" | "f_locals" | "tb_frame" | "tb_next" | "__traceback__" | "gi_frame" | "cr_frame"
+        "f_back"
+            | "f_locals"
+            | "f_func"
+            | "tb_frame"
+            | "tb_next"
+            | "__traceback__"
+            | "gi_frame"
+            | "cr_frame"
+            | "ag_frame"
+            | "gi_yieldfrom"
+            | "cr_await"
+            | "ag_await"
     ) || l.starts_with("local ")
 }
 
