@@ -110,7 +110,7 @@ def test_vramscope_run_on_cpu_prints_only_vramscope_and_user_lines(tmp_path: Pat
     assert lines[:3] == ["user line 0", "user line 1", "user line 2"], proc.stderr
     if NATIVE:
         # The Rust report command announces its file as "wrote PATH".
-        assert lines[3:] == [f"vramscope: snapshot written to {snapshot}", f"wrote {html}", f"vramscope: report written to {html}"]
+        assert lines[3:] == [f"vramscope: snapshot written to {snapshot}", f"vramscope: report written to {html}"]
     else:
         assert lines[3] == f"vramscope: snapshot written to {snapshot}"
         assert all(line.startswith("vramscope: ") for line in lines[3:]), proc.stderr

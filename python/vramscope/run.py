@@ -141,7 +141,7 @@ def _summarise(snapshot: str, report: bool, quiet: bool) -> None:
         _print_leaks(native, snapshot)
     if report:
         html = report_path(snapshot)
-        if native.cli(["report", snapshot, "-o", html]) == 0 and not quiet:
+        if native.cli(["report", snapshot, "-o", html, "--quiet"]) == 0 and not quiet:
             print(f"vramscope: report written to {html}", file=sys.stderr)
     _flush()
 

@@ -26,7 +26,7 @@ pub struct Args {
     /// the peaks, matched by stack and size.
     #[arg(long, value_name = "SNAPSHOT")]
     pub baseline: Option<PathBuf>,
-    /// No progress bar.
+    /// No progress bar, and no "wrote FILE" line.
     #[arg(long, short)]
     pub quiet: bool,
 }
@@ -87,7 +87,9 @@ pub fn run(a: Args) -> Result<(), CliError> {
     } else {
         write_report(&snap, &opts, &out)?;
     }
-    eprintln!("wrote {}", out.display());
+    if !a.quiet {
+        eprintln!("wrote {}", out.display());
+    }
     Ok(())
 }
 
