@@ -248,10 +248,10 @@ pub fn summarize(snap: &Snapshot, opts: &SummaryOptions) -> Summary {
         None => snap.devices(),
     };
     let src = &snap.source;
-    let (encoding, protocol) = match src.encoding {
-        vramscope_snapshot::Encoding::Pickle { protocol } => ("pickle", Some(protocol)),
-        vramscope_snapshot::Encoding::TorchSave { protocol } => ("torch.save", Some(protocol)),
-        vramscope_snapshot::Encoding::Json => ("json", None),
+    let protocol = match src.encoding {
+        vramscope_snapshot::Encoding::Pickle { protocol }
+        | vramscope_snapshot::Encoding::TorchSave { protocol } => Some(protocol),
+        vramscope_snapshot::Encoding::Json => None,
     };
     let mut annotations = BTreeMap::new();
     for a in &snap.annotations {
@@ -264,7 +264,7 @@ pub fn summarize(snap: &Snapshot, opts: &SummaryOptions) -> Summary {
         source: SourceSummary {
             file_bytes: src.file_bytes,
             decoded_bytes: src.decoded_bytes,
-            encoding: encoding.into(),
+            encoding: src.encoding_name().into(),
             pickle_protocol: protocol,
             compression: match src.compression {
                 vramscope_snapshot::Compression::None => "none",

@@ -1,6 +1,6 @@
 //! From a path or bytes to a decoded [`Snapshot`]: memory mapping,
 //! decompression (gzip and zstd, detected by magic bytes), `torch.save` zip
-//! archives, and the choice between pickle and JSON.
+//! archives, and the choice between pickle, JSON and the profiler's outputs.
 
 use std::fs::File;
 use std::io::Read;
@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use crate::decode::Decoder;
 use crate::error::SnapshotError;
-use crate::model::{Compression, Encoding, Snapshot, SourceInfo};
-use crate::{json, zip};
+use crate::model::{Compression, Encoding, Snapshot, SourceFormat, SourceInfo};
+use crate::{json, profiler, zip};
 
 /// Progress of a long load, for progress bars.
 #[derive(Clone, Copy, Debug)]
@@ -92,6 +92,9 @@ fn decode_inner(
     // moves on keeps resident memory near the size of the decoded model.
     let map = if owned.is_some() { None } else { map };
     let data: &[u8] = owned.as_deref().unwrap_or(bytes);
+    if let Some(p) = profiler::decode(data, opts, map)? {
+        return Ok(p.into_snapshot(file_bytes, data.len() as u64, compression));
+    }
     let (doc, encoding) = parse_document(data, opts, map)?;
     let decoded_bytes = data.len() as u64;
     drop(owned);
@@ -130,6 +133,7 @@ fn decode_inner(
         file_bytes,
         decoded_bytes,
         encoding,
+        format: SourceFormat::Snapshot,
         compression,
         layout: d.layout,
         legacy_blocks: d.legacy_blocks,

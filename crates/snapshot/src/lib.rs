@@ -3,6 +3,8 @@
 //! [`load`] reads any snapshot PyTorch has written — the dict layout of 2.1
 //! to today, the legacy 2.0 layout, a bare list of segments, JSON, gzip or
 //! zstd, `torch.save` archives — without executing anything in the file.
+//! PyTorch profiler traces with `[memory]` events and the Memory Profiler's
+//! `export_memory_timeline` output are read into the same model.
 //! Strings, frames and stacks are interned to `u32` ids ([`StrId`],
 //! [`FrameId`], [`StackId`]); each device's events are columns
 //! ([`DeviceTrace`]).
@@ -25,6 +27,7 @@ mod intern;
 mod json;
 mod keys;
 mod model;
+mod profiler;
 mod repair;
 mod zip;
 

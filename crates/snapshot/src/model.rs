@@ -243,6 +243,31 @@ pub enum Encoding {
     },
 }
 
+/// What kind of file it was: a memory snapshot, or a profiler output read
+/// into the same model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SourceFormat {
+    /// A memory snapshot (`torch.cuda.memory._dump_snapshot` and the like).
+    Snapshot,
+    /// A profiler trace (Kineto's Chrome trace) with `[memory]` events.
+    KinetoTrace,
+    /// `export_memory_timeline` raw rows: `[t_ns, action, bytes, category]`.
+    MemoryTimeline,
+    /// `export_memory_timeline` plot points: `[times, sizes per category]`.
+    MemoryTimelinePlot,
+}
+
+impl SourceFormat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SourceFormat::Snapshot => "snapshot",
+            SourceFormat::KinetoTrace => "kineto_trace",
+            SourceFormat::MemoryTimeline => "memory_timeline",
+            SourceFormat::MemoryTimelinePlot => "memory_timeline_plot",
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Compression {
     None,
@@ -255,8 +280,12 @@ pub enum Compression {
 pub struct SourceInfo {
     pub file_bytes: u64,
     pub decoded_bytes: u64,
+    /// How the bytes were encoded (profiler outputs are JSON).
     pub encoding: Encoding,
+    /// Snapshot, profiler trace or memory timeline.
+    pub format: SourceFormat,
     pub compression: Compression,
+    /// Profiler outputs report [`Layout::Dict`].
     pub layout: Layout,
     /// Blocks carried a legacy `history` instead of `address`/`frames` (PyTorch 2.0).
     pub legacy_blocks: bool,
@@ -270,6 +299,20 @@ pub struct SourceInfo {
     /// what the reader stored instead.
     pub repairs: Vec<crate::Repair>,
     pub truncated: bool,
+}
+
+impl SourceInfo {
+    /// The name of the input's encoding for output: `pickle`, `json` or
+    /// `torch.save` for snapshots; `kineto_trace`, `memory_timeline` or
+    /// `memory_timeline_plot` for profiler outputs (all JSON).
+    pub fn encoding_name(&self) -> &'static str {
+        match (self.format, self.encoding) {
+            (SourceFormat::Snapshot, Encoding::Pickle { .. }) => "pickle",
+            (SourceFormat::Snapshot, Encoding::TorchSave { .. }) => "torch.save",
+            (SourceFormat::Snapshot, Encoding::Json) => "json",
+            (f, _) => f.as_str(),
+        }
+    }
 }
 
 /// A decoded memory snapshot.

@@ -15,7 +15,7 @@ use vramscope_snapshot::hash::FxHashMap as HashMap;
 use vramscope_snapshot::{Action, DeviceTrace, Snapshot, Tag, NO_TIME};
 
 use super::{Categories, Category, CategoryOptions, Rule, Source};
-use crate::lifetimes::{Lifetimes, BEFORE_WINDOW, STILL_ALIVE};
+use crate::lifetimes::{Lifetimes, BEFORE_WINDOW, NO_BLOCK};
 
 /// Apply the file's labels to `c`; returns which blocks have one.
 pub(super) fn given_labels(
@@ -87,10 +87,9 @@ pub(super) fn given_labels(
                     label(c, &mut given, b as usize, cat, Source::Recorder);
                 }
             }
-            Action::FreeCompleted if block != STILL_ALIVE => {
-                if live.get(&t.addr[i]) == Some(&block) {
-                    live.remove(&t.addr[i]);
-                }
+            // The block freed, unless the address was taken since.
+            Action::FreeCompleted if block != NO_BLOCK && live.get(&t.addr[i]) == Some(&block) => {
+                live.remove(&t.addr[i]);
             }
             _ => {}
         }

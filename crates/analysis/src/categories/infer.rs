@@ -59,8 +59,8 @@ pub(super) fn infer(
     let given = super::given::given_labels(snap, device, t, l, &mut c, opts);
     let next_other_site = next_other_site(t);
     let mut node_cache: HashMap<vramscope_snapshot::StackId, bool> = HashMap::default();
-    for b in 0..n {
-        if given[b] || l.birth[b] == BEFORE_WINDOW {
+    for (b, &is_given) in given.iter().enumerate() {
+        if is_given || l.birth[b] == BEFORE_WINDOW {
             continue;
         }
         let i = l.birth[b] as usize;
@@ -213,8 +213,8 @@ fn pre_window(
     // Parameters of each size assigned so far, and the state beside them.
     let mut params: HashMap<u64, u64> = HashMap::default();
     let mut extra: HashMap<u64, u64> = HashMap::default();
-    for b in 0..l.len() {
-        if given[b] || l.birth[b] != BEFORE_WINDOW {
+    for (b, &is_given) in given.iter().enumerate() {
+        if is_given || l.birth[b] != BEFORE_WINDOW {
             continue;
         }
         // The block's own stack says where it was made: a dump keeps the

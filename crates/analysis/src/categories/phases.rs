@@ -40,8 +40,13 @@ fn frame_phase(file: &str, name: &str) -> Option<Phase> {
     if f.contains("torch/optim/") || name.contains("Optimizer.step#") {
         return Some(Phase::Optimizer);
     }
+    let native = is_native(&f, name);
     let backward = name.contains("AccumulateGrad")
         || (name.contains("Backward") && name.contains("::apply"))
+        // Profiler traces name autograd nodes and the engine's scope:
+        // `autograd::engine::evaluate_function: MmBackward0`, `MmBackward0`.
+        || name.starts_with("autograd::engine::evaluate_function")
+        || (native && name.contains("Backward"))
         || name.contains("Engine::evaluate_function")
         || name.contains("Engine::thread_main")
         || name.contains("run_backward")
@@ -54,7 +59,9 @@ fn frame_phase(file: &str, name: &str) -> Option<Phase> {
     let forward = (f.ends_with("torch/nn/modules/module.py")
         && (name == "_call_impl" || name == "_wrapped_call_impl"))
         || name.starts_with("nn.Module: ")
-        || (name == "forward" && !is_native(&f, name));
+        || (name == "forward" && !native)
+        // torch.compile's compiled graph, as profiler traces name it.
+        || (native && name == "CompiledFunction");
     if forward {
         return Some(Phase::Forward);
     }
@@ -278,6 +285,10 @@ fn window_phase(windows: &[(i64, i64, Phase)], time: i64) -> Option<Phase> {
 /// "other" (data loading, gradient clipping, logging).
 fn fill(marks: &[Option<Phase>], is_alloc: &[bool]) -> Vec<Phase> {
     let n = marks.len();
+    // Traces whose stacks name backward but never forward (operator-only
+    // profiler traces): what leads up to a backward is its forward.
+    let forward_unnamed =
+        !marks.contains(&Some(Phase::Forward)) && marks.contains(&Some(Phase::Backward));
     let mut out = vec![Phase::Other; n];
     let mut prev: Option<Phase> = None;
     let mut i = 0;
@@ -298,6 +309,7 @@ fn fill(marks: &[Option<Phase>], is_alloc: &[bool]) -> Vec<Phase> {
             (Some(Phase::Forward), Some(Phase::Backward)) => Phase::Forward,
             // The end of an inference trace is still its forward.
             (Some(Phase::Forward), None) => Phase::Forward,
+            (_, Some(Phase::Backward)) if forward_unnamed => Phase::Forward,
             _ => Phase::Other,
         };
         let mut k = start;
@@ -353,6 +365,14 @@ mod tests {
             ("", "nn.Module: Linear_0", Some(Phase::Forward)),
             ("/x/torch/nn/functional.py", "linear", None),
             ("??", "forward", None),
+            (
+                "",
+                "autograd::engine::evaluate_function: MmBackward0",
+                Some(Phase::Backward),
+            ),
+            ("", "CompiledFunctionBackward", Some(Phase::Backward)),
+            ("", "CompiledFunction", Some(Phase::Forward)),
+            ("/w/model.py", "BackwardCompatible", None),
             (
                 "/x/torch/nn/modules/module.py",
                 "_apply",

@@ -124,6 +124,6 @@ fn maxima(t: &DeviceTrace, l: &Lifetimes, c: &Categories) -> Vec<CategoryMax> {
             event_index: best[c as usize].1,
         })
         .collect();
-    v.sort_by(|a, b| b.bytes.cmp(&a.bytes));
+    v.sort_by_key(|m| std::cmp::Reverse(m.bytes));
     v
 }

@@ -220,13 +220,8 @@ impl<'d> Decoder<'d> {
             .filter_map(|(k, _)| self.doc.as_str(k))
             .take(8)
             .collect();
-        let hint = if keys.contains(&"traceEvents") {
-            " (this is a PyTorch profiler trace; record a memory snapshot with torch.cuda.memory._record_memory_history)"
-        } else {
-            ""
-        };
         SnapshotError::NotASnapshot(format!(
-            "expected a dict with 'segments' or 'device_traces', found a dict with keys {keys:?}{hint}"
+            "expected a dict with 'segments' or 'device_traces', found a dict with keys {keys:?}"
         ))
     }
 
