@@ -599,6 +599,10 @@ async function main() {
     return `${real.length}`;
   });
   for (const f of real) snaps.push({ name: f.replace(/\.pickle(\.gz)?$/, ''), file: path.join(opt.fixtures, f) });
+  // The profiler's own files (Kineto traces, memory timelines) read as snapshots.
+  for (const f of fs.existsSync(opt.fixtures) ? fs.readdirSync(opt.fixtures).sort() : []) {
+    if (/\.(json|raw)\.gz$/.test(f)) snaps.push({ name: f.replace(/\.gz$/, ''), file: path.join(opt.fixtures, f) });
+  }
   // CPU recordings whose categories come from the Memory Profiler.
   const recorded = path.join(repoRoot, 'tests', 'fixtures', 'recorded');
   for (const f of fs.readdirSync(recorded).sort().filter((f) => f.endsWith('.pickle.gz'))) {
