@@ -491,6 +491,38 @@ def test_cuda_tags_name_parameters_gradients_state_and_phases(tmp_path: Path, mo
     assert "vramscope_tags" not in snap  # annotate entries carry them on CUDA
 
 
+def test_cuda_backward_thread_is_stamped_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pre-hook on the model output's grad_fn runs on autograd's device
+    thread for CUDA tensors: it stamps phase=backward there, once, and never
+    on the thread that ran the forward."""
+    tags_mod = importlib.import_module("vramscope._tags")
+    local = threading.local()
+    calls: List[Tuple[str, str]] = []
+    m = torch.cuda.memory
+    monkeypatch.setattr(m, "_set_memory_metadata", lambda md: (calls.append((threading.current_thread().name, md)), setattr(local, "md", md)), raising=False)
+    monkeypatch.setattr(m, "_get_memory_metadata", lambda: getattr(local, "md", ""), raising=False)
+    monkeypatch.setattr(m, "_annotate_tensor", lambda t, md: None, raising=False)
+    tagger = tags_mod.Tagger(cuda=True)
+    tagger.install()
+    try:
+        model = torch.nn.Linear(4, 2)
+        out = model(torch.randn(3, 4))
+        calls.clear()
+        out.sum().backward()  # CPU: backward on this thread, which ran the forward
+        assert calls == []
+
+        def engine() -> None:  # what autograd's CUDA device thread does
+            tagger._backward_begins(None)
+            tagger._backward_begins(None)
+
+        t = threading.Thread(target=engine, name="autograd-device-thread")
+        t.start()
+        t.join()
+        assert calls == [("autograd-device-thread", "phase=backward")]
+    finally:
+        tagger.uninstall()
+
+
 def test_tags_are_rows_where_annotations_are_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cpu_path: None) -> None:
     """The CPU recorder (and CUDA builds without ``_annotate_tensor``) write
     the tags as ``vramscope_tags`` columns, read by vramscope."""

@@ -21,8 +21,11 @@ PyTorch's own viewer shows too); elsewhere as a row of the snapshot's
 a key other readers ignore. On CUDA the phases are stamped too: ``phase=``
 in the thread's allocation metadata (``_set_memory_metadata``) around the
 optimizer step and the outermost module call, composed with any metadata the
-program set itself. Backward runs on autograd's threads, which that setting
-does not reach; vramscope tells backward apart from the stacks instead.
+program set itself; backward runs on autograd's device threads, which that
+setting does not reach, so a pre-hook on the grad_fn of the model's output
+stamps ``phase=backward`` on the thread that runs it (once: those threads run
+nothing else). ``zero_grad`` and moving the batch to the device have no
+global hook; vramscope tells them apart by their stacks.
 """
 
 from __future__ import annotations
@@ -128,6 +131,33 @@ class Tagger:
         local.depth = depth - 1
         if depth == 1 and self._set_meta is not None:
             self._leave_phase()
+            self._watch_backward(output)
+
+    def _watch_backward(self, output: Any) -> None:
+        """Backward runs on autograd's device threads, which the forward's
+        metadata does not reach: a pre-hook on the grad_fn of the model's
+        output (a node hook; the graph is unchanged) stamps ``phase=backward``
+        on the thread that runs it. Those threads run nothing but backward,
+        so the stamp is set once per thread and kept."""
+        outs = output if isinstance(output, (tuple, list)) else (output,)
+        for o in outs:
+            fn = getattr(o, "grad_fn", None) if isinstance(o, self._tensor) else None
+            if fn is not None:
+                fn.register_prehook(self._backward_begins)
+                return
+
+    def _backward_begins(self, grad_outputs: Any) -> None:
+        local = self._local
+        # The thread that ran the forward (CPU tensors backpropagate there)
+        # keeps its own metadata; an engine thread is stamped once.
+        if getattr(local, "depth", None) is not None or getattr(local, "backward", False):
+            return None
+        local.backward = True
+        if self._set_meta is not None:
+            prev = self._get_meta() or ""
+            own = ";".join(p for p in prev.split(";") if p and not p.startswith(_PHASE))
+            self._set_meta(f"{own};{_PHASE}backward" if own else f"{_PHASE}backward")
+        return None
 
     # ----- phases (CUDA allocation metadata) -----
 
