@@ -7,8 +7,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use vramscope_snapshot::{Action, DeviceTrace, Snapshot, NO_TIME};
 
-use crate::categories::{categorize, CategoryTotal};
-use crate::lifetimes::Lifetimes;
+use crate::categories::{CategoryTotal, Labelled};
 use crate::replay::{allocated_series, reserved_after, Replay};
 use crate::segments::{memory_state, MemoryState};
 use crate::sites::{group_by_site, Site};
@@ -161,6 +160,18 @@ fn event_stats(t: &DeviceTrace) -> EventStats {
 
 /// Summarise one device.
 pub fn summarize_device(snap: &Snapshot, device: u32, opts: &SummaryOptions) -> DeviceSummary {
+    let labelled = opts.categories.then(|| Labelled::new(snap, device));
+    summarize_device_with(snap, device, opts, labelled.as_ref())
+}
+
+/// [`summarize_device`] with the device's labelled blocks computed by the
+/// caller (who needs them too); `None`: no categories.
+pub fn summarize_device_with(
+    snap: &Snapshot,
+    device: u32,
+    opts: &SummaryOptions,
+    labelled: Option<&Labelled>,
+) -> DeviceSummary {
     let empty = DeviceTrace::default();
     let t = snap.trace(device).unwrap_or(&empty);
     let replay = Replay::new(snap, device);
@@ -174,16 +185,8 @@ pub fn summarize_device(snap: &Snapshot, device: u32, opts: &SummaryOptions) -> 
     let mut lives = replay.live_at_points(t, &points).into_iter();
     let peak_live = lives.next().unwrap_or_default();
     let end_live = lives.next().unwrap_or_default();
-    let labelled = opts.categories.then(|| {
-        let l = Lifetimes::new(snap, device);
-        let c = categorize(snap, device, &l);
-        (l, c)
-    });
-    let by_category = |live: &[crate::replay::LiveBlock]| {
-        labelled
-            .as_ref()
-            .map_or_else(Vec::new, |(l, c)| c.totals(l, live))
-    };
+    let by_category =
+        |live: &[crate::replay::LiveBlock]| labelled.map_or_else(Vec::new, |l| l.totals(live));
     let peak = Peak {
         allocated_bytes: replay.peak_bytes,
         event_index: replay.peak_index.map(|i| i as u64),
@@ -243,10 +246,23 @@ pub fn summarize_device(snap: &Snapshot, device: u32, opts: &SummaryOptions) -> 
 
 /// Summarise a snapshot.
 pub fn summarize(snap: &Snapshot, opts: &SummaryOptions) -> Summary {
-    let devices: Vec<u32> = match opts.device {
+    let devices = summary_devices(snap, opts)
+        .into_iter()
+        .map(|d| summarize_device(snap, d, opts))
+        .collect();
+    summary_of(snap, devices)
+}
+
+/// The devices a summary with `opts` covers.
+pub fn summary_devices(snap: &Snapshot, opts: &SummaryOptions) -> Vec<u32> {
+    match opts.device {
         Some(d) => vec![d],
         None => snap.devices(),
-    };
+    }
+}
+
+/// The whole-file summary around device summaries made by the caller.
+pub fn summary_of(snap: &Snapshot, devices: Vec<DeviceSummary>) -> Summary {
     let src = &snap.source;
     let protocol = match src.encoding {
         vramscope_snapshot::Encoding::Pickle { protocol }
@@ -283,10 +299,7 @@ pub fn summarize(snap: &Snapshot, opts: &SummaryOptions) -> Summary {
             repairs: src.repairs.clone(),
             skipped: src.skipped.clone(),
         },
-        devices: devices
-            .into_iter()
-            .map(|d| summarize_device(snap, d, opts))
-            .collect(),
+        devices,
         allocator_settings: snap.allocator_settings.clone(),
         annotations,
     }

@@ -228,6 +228,29 @@ pub fn categorize_with(
     c
 }
 
+/// One device's block lifetimes with their labels: what the summary, the
+/// leak analysis and the report all need, computed once and shared.
+pub struct Labelled {
+    pub lifetimes: Lifetimes,
+    pub categories: Categories,
+}
+
+impl Labelled {
+    pub fn new(snap: &Snapshot, device: u32) -> Labelled {
+        let lifetimes = Lifetimes::new(snap, device);
+        let categories = categorize(snap, device, &lifetimes);
+        Labelled {
+            lifetimes,
+            categories,
+        }
+    }
+
+    /// Bytes per category of `live` (see [`Categories::totals`]).
+    pub fn totals(&self, live: &[LiveBlock]) -> Vec<CategoryTotal> {
+        self.categories.totals(&self.lifetimes, live)
+    }
+}
+
 /// Bytes of one category at a moment.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct CategoryTotal {

@@ -36,8 +36,8 @@ use std::path::PathBuf;
 use serde::Serialize;
 use vramscope_snapshot::{AnnotationStage, DeviceTrace, Snapshot};
 
+use crate::categories::Labelled;
 use crate::iterations::{find_iterations, Iteration, IterationSource, Iterations};
-use crate::lifetimes::Lifetimes;
 use crate::replay::{allocated_series, Replay};
 use series::{BlockIterations, SiteTable};
 use source::Sources;
@@ -187,6 +187,16 @@ pub struct LeakReport {
 
 /// Find leaks in `device`'s trace.
 pub fn find_leaks(snap: &Snapshot, device: u32, opts: &LeakOptions) -> LeakReport {
+    find_leaks_with(snap, device, opts, &Labelled::new(snap, device))
+}
+
+/// [`find_leaks`] with the device's labelled blocks computed by the caller.
+pub fn find_leaks_with(
+    snap: &Snapshot,
+    device: u32,
+    opts: &LeakOptions,
+    labelled: &Labelled,
+) -> LeakReport {
     let empty = DeviceTrace::default();
     let t = snap.trace(device).unwrap_or(&empty);
     let its = find_iterations(snap, device);
@@ -211,15 +221,14 @@ pub fn find_leaks(snap: &Snapshot, device: u32, opts: &LeakOptions) -> LeakRepor
             "{complete} complete iteration(s) in the trace: growth from one iteration to the next needs at least 3"
         ));
     }
-    let l = Lifetimes::new(snap, device);
-    let bi = BlockIterations::new(&l, &its);
+    let l = &labelled.lifetimes;
+    let bi = BlockIterations::new(l, &its);
     let gc = gc_spans(snap, device, t);
     let in_gc = |ev: u32| {
         let k = gc.partition_point(|&(s, _)| s <= ev as usize);
         k > 0 && (ev as usize) < gc[k - 1].1
     };
-    let categories = crate::categories::categorize(snap, device, &l);
-    let sites = SiteTable::new(snap, &l, &bi, complete, &in_gc, &categories);
+    let sites = SiteTable::new(snap, l, &bi, complete, &in_gc, &labelled.categories);
     let mut sources = Sources::new(if opts.read_sources {
         let mut roots = vec![std::env::current_dir().unwrap_or_default()];
         roots.extend(opts.source_roots.iter().cloned());
@@ -234,7 +243,7 @@ pub fn find_leaks(snap: &Snapshot, device: u32, opts: &LeakOptions) -> LeakRepor
         opts,
         iterations: &iterations,
         complete,
-        lifetimes: &l,
+        lifetimes: l,
         block_iterations: &bi,
         sites: &sites,
         gc_runs: gc.len(),

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use serde_json::json;
-use vramscope_analysis::categories::{categorize, Categories, Category};
+use vramscope_analysis::categories::{Categories, Category, Labelled};
 use vramscope_analysis::lifetimes::{Lifetimes, BEFORE_WINDOW, NO_BLOCK};
 use vramscope_analysis::sites::{frame_location, is_library, is_native, is_noise, site_frame};
 use vramscope_analysis::{DeviceSummary, LiveBlock};
@@ -351,6 +351,7 @@ pub fn device(
     snap: &Snapshot,
     device: u32,
     summary: &DeviceSummary,
+    labelled: &Labelled,
     tables: &mut Tables,
     blob: &mut Blob,
 ) -> serde_json::Value {
@@ -377,8 +378,7 @@ pub fn device(
     }
 
     let allocs = allocations(snap, device, t);
-    let lifetimes = Lifetimes::new(snap, device);
-    let cats = categorize(snap, device, &lifetimes);
+    let (lifetimes, cats) = (&labelled.lifetimes, &labelled.categories);
     let mut streams: Vec<u64> = Vec::new();
     let mut present = [false; 8];
     let (mut a_t0, mut a_treq, mut a_t1) = (Vec::new(), Vec::new(), Vec::new());
@@ -409,7 +409,7 @@ pub fn device(
                 .filter(|&b| b != NO_BLOCK)
                 .map(|b| b as usize),
             None => cats.block_of(
-                &lifetimes,
+                lifetimes,
                 &LiveBlock {
                     addr: a.addr,
                     size: a.size,
@@ -447,7 +447,7 @@ pub fn device(
     blob.u32(&p("a_stack"), &a_stack);
     blob.u16(&p("a_stream"), &a_stream);
     blob.u16(&p("a_cat"), &a_cat);
-    let series = category_series(t, &lifetimes, &cats);
+    let series = category_series(t, lifetimes, cats);
     blob.u32(&p("cs_event"), &series.0);
     blob.f64(&p("cs_bytes"), &series.1);
     if has_meta {
@@ -502,7 +502,7 @@ pub fn device(
             .filter(|c| present[**c as usize])
             .map(|c| c.as_str())
             .collect::<Vec<_>>(),
-        "category_sources": category_sources(&cats),
+        "category_sources": category_sources(cats),
         "ooms": ooms,
         "annotations": annotations,
         "summary": summary,

@@ -12,8 +12,10 @@ mod blob;
 mod data;
 
 use serde_json::json;
-use vramscope_analysis::leaks::{find_leaks, LeakOptions};
-use vramscope_analysis::{summarize, SummaryOptions};
+use vramscope_analysis::categories::Labelled;
+use vramscope_analysis::leaks::{find_leaks_with, LeakOptions};
+use vramscope_analysis::summary::{summarize_device_with, summary_devices, summary_of};
+use vramscope_analysis::SummaryOptions;
 use vramscope_snapshot::Snapshot;
 
 pub use blob::base64;
@@ -114,30 +116,43 @@ pub fn report_html_against(
     opts: &ReportOptions,
     baseline: Option<&Baseline>,
 ) -> String {
-    let summary = summarize(
+    let sopts = SummaryOptions {
+        device: opts.device,
+        top_sites: opts.top_sites,
+        ..SummaryOptions::default()
+    };
+    // Each device's blocks are labelled once, for the summary, the page
+    // data and the leak analysis alike.
+    let device_ids = summary_devices(snap, &sopts);
+    let labelled: Vec<Labelled> = device_ids.iter().map(|&d| Labelled::new(snap, d)).collect();
+    let summary = summary_of(
         snap,
-        &SummaryOptions {
-            device: opts.device,
-            top_sites: opts.top_sites,
-            ..SummaryOptions::default()
-        },
+        device_ids
+            .iter()
+            .zip(&labelled)
+            .map(|(&d, l)| summarize_device_with(snap, d, &sopts, Some(l)))
+            .collect(),
     );
     let mut b = blob::Blob::new();
     let mut tables = data::Tables::new(snap);
     // The leak analysis (the Leaks tab) runs beside the page data.
     let leak_opts = LeakOptions::default();
-    let device_ids: Vec<u32> = summary.devices.iter().map(|d| d.device).collect();
     let (devices, leaks) = std::thread::scope(|scope| {
         let leaks = scope.spawn(|| {
             device_ids
                 .iter()
-                .map(|&d| serde_json::to_value(find_leaks(snap, d, &leak_opts)).unwrap_or_default())
+                .zip(&labelled)
+                .map(|(&d, l)| {
+                    serde_json::to_value(find_leaks_with(snap, d, &leak_opts, l))
+                        .unwrap_or_default()
+                })
                 .collect::<Vec<_>>()
         });
         let devices: Vec<serde_json::Value> = summary
             .devices
             .iter()
-            .map(|d| data::device(snap, d.device, d, &mut tables, &mut b))
+            .zip(&labelled)
+            .map(|(d, l)| data::device(snap, d.device, d, l, &mut tables, &mut b))
             .collect();
         (devices, leaks.join().unwrap_or_default())
     });
