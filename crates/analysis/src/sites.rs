@@ -63,14 +63,33 @@ pub fn is_native(file: &str, _name: &str) -> bool {
 
 /// For stacks with no Python frame (the autograd engine's thread runs
 /// backward in C++), the autograd node is the most telling frame:
-/// `torch::autograd::generated::MmBackward0::apply(...)`.
+/// `torch::autograd::generated::MmBackward0::apply(...)` in a C++ stack,
+/// `MmBackward0` in a profiler trace's operator stack. A compiled graph's
+/// backward (`CompiledFunctionBackward`) runs a whole graph, so the operator
+/// inside it says more.
 fn is_backward_node(name: &str) -> bool {
-    name.contains("Backward") && name.contains("::apply")
+    if name.starts_with("CompiledFunction") {
+        return false;
+    }
+    (name.contains("Backward") && name.contains("::apply"))
+        || (!name.contains("::") && !name.contains(' ') && name.contains("Backward"))
 }
 
-/// Failing that, the ATen operator that allocated (`at::_ops::div_Tensor::call`).
-fn is_aten_op(name: &str) -> bool {
-    name.starts_with("at::_ops::")
+/// Failing that, the ATen operator that allocated: `at::_ops::div_Tensor::call`
+/// in a C++ stack, `aten::div` in a profiler trace.
+fn aten_op(name: &str) -> Option<&str> {
+    name.strip_prefix("at::_ops::")
+        .map(|r| r.split("::").next().unwrap_or(r))
+        .or_else(|| name.strip_prefix("aten::"))
+}
+
+/// Operators that only make the memory (`empty`, `zeros_like`, ...): the
+/// operator around them (`clone`, `mm`, `to`) says what it is for.
+fn is_allocation_op(op: &str) -> bool {
+    let base = op.split('_').next().unwrap_or(op);
+    matches!(base, "empty" | "zeros" | "ones" | "full" | "resize")
+        || op.starts_with("new_empty")
+        || op.starts_with("new_zeros")
 }
 
 /// Whether a frame is noise nobody wants to see.
@@ -99,6 +118,7 @@ pub fn site_frame(snap: &Snapshot, stack: StackId) -> Option<FrameId> {
     let mut first_python = None;
     let mut first_backward = None;
     let mut first_op = None;
+    let mut first_alloc_op = None;
     let mut first_any = None;
     for &fid in frames {
         let (file, _, name) = frame_location(snap, snap.frames.get(fid));
@@ -109,8 +129,12 @@ pub fn site_frame(snap: &Snapshot, stack: StackId) -> Option<FrameId> {
         if is_native(&file, &name) {
             if is_backward_node(&name) {
                 first_backward.get_or_insert(fid);
-            } else if is_aten_op(&name) {
-                first_op.get_or_insert(fid);
+            } else if let Some(op) = aten_op(&name) {
+                if is_allocation_op(op) {
+                    first_alloc_op.get_or_insert(fid);
+                } else {
+                    first_op.get_or_insert(fid);
+                }
             }
             continue;
         }
@@ -119,7 +143,11 @@ pub fn site_frame(snap: &Snapshot, stack: StackId) -> Option<FrameId> {
             return Some(fid);
         }
     }
-    first_python.or(first_backward).or(first_op).or(first_any)
+    first_python
+        .or(first_backward)
+        .or(first_op)
+        .or(first_alloc_op)
+        .or(first_any)
 }
 
 /// Bytes held by one allocation site.

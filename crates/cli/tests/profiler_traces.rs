@@ -92,6 +92,11 @@ fn kineto_trace_summary_is_the_traces_own_figures() {
         .filter_map(|s| s["site"].as_str())
         .collect();
     assert!(sites.contains(&"aten::mm (C++)"), "{sites:?}");
+    // Operators that only make memory give way to the one that asked for it.
+    assert!(
+        !sites.iter().any(|s| s.starts_with("aten::empty")),
+        "{sites:?}"
+    );
     assert!(events
         .iter()
         .any(|e| e["cat"] == "cpu_op" && e["name"] == "aten::mm"));
