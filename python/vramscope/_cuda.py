@@ -1,5 +1,7 @@
-"""Recording on CUDA: PyTorch's allocator history and its out-of-memory
-observer, as the recorder (``vramscope.record``) drives them."""
+"""Recording on CUDA and Intel XPU: PyTorch's allocator history and, on
+CUDA, its out-of-memory observer, as the recorder (``vramscope.record``)
+drives them. ``torch.xpu.memory`` has the same history functions as
+``torch.cuda.memory`` (PyTorch >= 2.9)."""
 
 from __future__ import annotations
 
@@ -10,16 +12,21 @@ __all__ = ["CudaRecorder", "attach_oom_observer"]
 
 
 class CudaRecorder:
-    """PyTorch's CUDA allocator history (``_record_memory_history``)."""
+    """A caching allocator's history (``_record_memory_history``) of
+    ``torch.cuda`` or, with ``device="xpu"``, ``torch.xpu``."""
 
-    def __init__(self, max_entries: int, stacks: str) -> None:
+    def __init__(self, max_entries: int, stacks: str, device: str = "cuda") -> None:
         self.max_entries, self.stacks = max_entries, stacks
+        self.device_type = device
         self._labelled = False
 
-    def start(self) -> None:
+    def _module(self) -> Any:
         import torch
 
-        torch.cuda.memory._record_memory_history(
+        return getattr(torch, self.device_type)
+
+    def start(self) -> None:
+        self._module().memory._record_memory_history(
             enabled="all",
             context=None if self.stacks == "none" else "all",
             stacks="python" if self.stacks == "none" else self.stacks,
@@ -27,16 +34,13 @@ class CudaRecorder:
         )
 
     def snapshot(self) -> Dict[str, Any]:
-        import torch
-
-        return torch.cuda.memory._snapshot()
+        return self._module().memory._snapshot()
 
     def set_label(self, label: str) -> None:
         """Stamp ``label`` on the allocations that follow (``user_metadata``)."""
-        import torch
-
-        setter = getattr(torch.cuda.memory, "_set_memory_metadata", None)  # PyTorch >= 2.10
-        supported = getattr(torch.cuda.memory, "_memory_metadata_supported", lambda: True)
+        memory = self._module().memory
+        setter = getattr(memory, "_set_memory_metadata", None)  # PyTorch >= 2.10
+        supported = getattr(memory, "_memory_metadata_supported", lambda: True)
         if setter is None or not (label or self._labelled):
             return
         try:
@@ -47,15 +51,12 @@ class CudaRecorder:
             pass
 
     def device(self) -> int:
-        import torch
-
-        return torch.cuda.current_device() if torch.cuda.is_initialized() else 0
+        mod = self._module()
+        return mod.current_device() if mod.is_initialized() else 0
 
     def stop(self) -> None:
-        import torch
-
         self.set_label("")
-        torch.cuda.memory._record_memory_history(enabled=None)
+        self._module().memory._record_memory_history(enabled=None)
 
 
 # PyTorch can attach an OOM observer but not detach one: it is attached once

@@ -12,6 +12,8 @@ variable                    meaning                              default
 ``VRAMSCOPE_RECORD``        snapshot path; switches recording on  (off)
 ``VRAMSCOPE_MAX_ENTRIES``   trace entries kept                   100000
 ``VRAMSCOPE_STACKS``        ``python``, ``all`` or ``none``      python
+``VRAMSCOPE_BACKEND``       ``auto``, ``cuda``, ``xpu``,          auto
+                            ``dispatch`` or ``profiler``
 ``VRAMSCOPE_EVERY``         periodic dump every N steps (0: off)  0
 ``VRAMSCOPE_KEEP``          periodic files kept (0: all)         3
 ==========================  ===================================  ==========
@@ -40,6 +42,8 @@ _INT_VARS = {
 }
 _STACKS_VAR = "VRAMSCOPE_STACKS"
 STACKS_CHOICES = ("python", "all", "none")
+_BACKEND_VAR = "VRAMSCOPE_BACKEND"
+BACKEND_CHOICES = ("auto", "cuda", "xpu", "dispatch", "profiler")
 
 # The recorder started here, if any (for the exit handler and for tests).
 _activated: Optional[Any] = None
@@ -49,7 +53,7 @@ def read_env(environ: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
     """Recording settings present in the environment, parsed and checked.
 
     Returns only the keys that are set: ``path``, ``max_entries``, ``stacks``,
-    ``every``, ``keep``. Raises ``ValueError`` naming the variable when a
+    ``every``, ``keep``, ``backend``. Raises ``ValueError`` naming the variable when a
     value is invalid.
     """
     env = os.environ if environ is None else environ
@@ -73,6 +77,11 @@ def read_env(environ: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
         if stacks not in STACKS_CHOICES:
             raise ValueError(f"{_STACKS_VAR}={stacks!r}: expected one of {', '.join(STACKS_CHOICES)}")
         out["stacks"] = stacks
+    backend = env.get(_BACKEND_VAR, "").strip().lower()
+    if backend:
+        if backend not in BACKEND_CHOICES:
+            raise ValueError(f"{_BACKEND_VAR}={backend!r}: expected one of {', '.join(BACKEND_CHOICES)}")
+        out["backend"] = backend
     return out
 
 

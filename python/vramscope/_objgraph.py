@@ -1,7 +1,8 @@
 """The object graph of a set of Python objects, every reference named, as
 the JSON that the Rust cycle analysis (``crates/cycles``) reads; the objects
 reachable from a few roots (:func:`reachable`, for ``cycles.find``); and the
-allocation stacks of CUDA tensors while a snapshot is recorded.
+allocation stacks of tensors while a snapshot is recorded (any device with the
+dispatch recorder, CUDA with the allocator history).
 
 The labels and the containers folded into their owners are described in
 :mod:`vramscope._refnames`.
@@ -192,25 +193,35 @@ def _running(o: Any) -> bool:
 
 
 # ---------------------------------------------------------------------------
-# Allocation stacks of CUDA tensors, when a snapshot is being recorded.
+# Allocation stacks of tensors, when a snapshot is being recorded: the
+# dispatch recorder's live blocks (any device), else CUDA's allocator history.
 
 
-def _cuda_stacks() -> Optional[Callable[[int], Optional[List[str]]]]:
+def allocation_stacks() -> Optional[Callable[[int], Optional[List[str]]]]:
+    """A function from a storage address to its allocation stack
+    (``file:line in function`` lines, innermost first), or None when nothing
+    records stacks."""
     torch = sys.modules.get("torch")
-    if torch is None or not torch.cuda.is_available():
+    if torch is None:
         return None
-    try:
-        snap = torch.cuda.memory._snapshot()
-    except Exception:  # noqa: BLE001
-        return None
+    from .record import _current
+
+    session = _current()
     blocks = []
-    for seg in snap.get("segments", []):
-        for b in seg.get("blocks", []):
-            if b.get("state") == "active_allocated" and b.get("frames"):
-                blocks.append((b["address"], b["size"], b["frames"]))
+    if session is not None and session.kind == "dispatch":
+        blocks = session.backend.live_blocks()
+    elif torch.cuda.is_available():
+        try:
+            snap = torch.cuda.memory._snapshot()
+        except Exception:  # noqa: BLE001
+            return None
+        for seg in snap.get("segments", []):
+            for b in seg.get("blocks", []):
+                if b.get("state") == "active_allocated" and b.get("frames"):
+                    blocks.append((b["address"], b["size"], b["frames"]))
     if not blocks:
         return None
-    blocks.sort()
+    blocks.sort(key=lambda b: b[0])
     starts = [b[0] for b in blocks]
 
     def lookup(ptr: int) -> Optional[List[str]]:

@@ -41,7 +41,7 @@ import threading
 import types
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
-from ._objgraph import _cuda_stacks, _is_tensor, build_graph, held_tensors, reachable
+from ._objgraph import allocation_stacks, _is_tensor, build_graph, held_tensors, reachable
 
 __all__ = ["watch", "stop", "find", "Watcher", "CycleReport", "warn_tensor_cycles"]
 
@@ -113,7 +113,7 @@ def find(objects: Iterable[Any]) -> CycleReport:
     objects, whose local holds the very list passed: following it reported
     ``list —[6]→ frame —f_back→ frame —local 'objs'→``, a loop of our own
     making."""
-    return analyze(_find_objects(objects), _cuda_stacks())
+    return analyze(_find_objects(objects), allocation_stacks())
 
 
 def _find_objects(objects: Iterable[Any]) -> List[Any]:
@@ -273,7 +273,7 @@ class Watcher:
         from . import _native
 
         self.collections_seen += 1
-        stacks = _cuda_stacks() if self.device != "cpu" else None
+        stacks = allocation_stacks()
         g = build_graph(garbage, stacks, held=held)
         # Tensors the filter leaves out are not reported.
         for node in g["nodes"]:

@@ -10,11 +10,14 @@
             opt.step()
             vramscope.step()
 
-On CUDA this is PyTorch's allocator history
-(``torch.cuda.memory._record_memory_history``), dumped at exit and, through an
-out-of-memory observer, at the moment an allocation fails. Without CUDA the
-same calls record through the profiler (see ``_profiler``); the file has the
-same format either way. ``step()`` and ``mark()`` are ``record_function``
+Where the device's caching allocator keeps a history (CUDA, Intel XPU) this
+is that history (``torch.cuda.memory._record_memory_history``), dumped at exit
+and, on CUDA through an out-of-memory observer, at the moment an allocation
+fails. Elsewhere (CPU, Apple MPS, builds without the history) every new
+tensor storage is seen at PyTorch's dispatcher with its exact Python stack
+(see ``_dispatch``); ``backend="profiler"`` records through the PyTorch
+profiler instead (see ``_profiler``), for its Memory Profiler categories. The
+file has the same format whichever recorded it. ``step()`` and ``mark()`` are ``record_function``
 scopes, so they appear as ``ProfilerStep#N`` and named ranges in the
 snapshot's ``external_annotations``, where the report draws iteration
 boundaries. Collections of Python's cycle collector are recorded there too
@@ -55,6 +58,8 @@ DEFAULT_PATH = "vramscope.pickle"
 DEFAULT_MAX_ENTRIES = 100_000
 DEFAULT_STACKS = "python"
 DEFAULT_KEEP = 3
+DEFAULT_BACKEND = "auto"
+BACKENDS = ("auto", "cuda", "xpu", "dispatch", "profiler")
 # Name of the annotation around a cycle collection that freed objects.
 GC_ANNOTATION = "gc.collect"
 GC_SPANS_KEPT = 10_000
@@ -74,6 +79,16 @@ class record:
             100000 (``$VRAMSCOPE_MAX_ENTRIES``).
         stacks: ``"python"`` (default), ``"all"`` (adds C++ frames on CUDA)
             or ``"none"`` (``$VRAMSCOPE_STACKS``).
+        backend: what observes the allocations (``$VRAMSCOPE_BACKEND``):
+            ``"auto"`` (default) is the allocator history where the device
+            has one (``"cuda"``, ``"xpu"``), else ``"dispatch"``: every tensor
+            storage at the dispatcher, on any device, with exact stacks.
+            ``"profiler"``: the PyTorch profiler's memory profile, with its
+            Memory Profiler categories (CPU only, slower, stacks one line per
+            function).
+        device: with ``backend="dispatch"``, the device type followed
+            (``"cpu"``, ``"mps"``, ...). Default: the accelerator PyTorch
+            reports, else the CPU.
         on_oom: on CUDA, dump the moment an allocation fails, before the
             ``OutOfMemoryError`` is raised. Default True.
         every: also dump every N calls to :func:`step`, to
@@ -105,8 +120,12 @@ class record:
         every: Optional[int] = None,
         keep: Optional[int] = None,
         collect_cycles: bool = True,
+        backend: Optional[str] = None,
+        device: Optional[str] = None,
     ) -> None:
-        self._kwargs = dict(path=path, max_entries=max_entries, stacks=stacks, on_oom=on_oom, every=every, keep=keep)
+        self._kwargs = dict(
+            path=path, max_entries=max_entries, stacks=stacks, on_oom=on_oom, every=every, keep=keep, backend=backend, device=device
+        )
         self.collect_cycles: bool = bool(collect_cycles)
         env = read_env()
         pick = lambda key, default: self._kwargs[key] if self._kwargs[key] is not None else env.get(key, default)  # noqa: E731
@@ -117,6 +136,10 @@ class record:
         self.on_oom: bool = bool(on_oom)
         self.every: int = int(pick("every", 0))
         self.keep: int = int(pick("keep", DEFAULT_KEEP))
+        self.backend: str = str(pick("backend", DEFAULT_BACKEND))
+        self.device: Optional[str] = self._kwargs["device"]
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend={self.backend!r}: expected one of {', '.join(BACKENDS)}")
         if self.stacks not in STACKS_CHOICES:
             raise ValueError(f"stacks={self.stacks!r}: expected one of {', '.join(STACKS_CHOICES)}")
         if self.max_entries <= 0 or self.every < 0 or self.keep < 0:
@@ -276,10 +299,15 @@ class _Session:
         self.owner = self.settings = owner
         self.pid = os.getpid()
         self.from_env = False
-        self.cuda = torch.cuda.is_available()
+        self.kind = choose_backend(owner.backend)
+        self.cuda = self.kind == "cuda"
         self.backend: Any
-        if self.cuda:
-            self.backend = CudaRecorder(owner.max_entries, owner.stacks)
+        if self.kind in ("cuda", "xpu"):
+            self.backend = CudaRecorder(owner.max_entries, owner.stacks, self.kind)
+        elif self.kind == "dispatch":
+            from ._dispatch import DispatchRecorder
+
+            self.backend = DispatchRecorder(owner.max_entries, owner.stacks, owner.device)
         else:
             from ._profiler import ProfilerRecorder
 
@@ -344,6 +372,8 @@ class _Session:
 
     def step(self) -> int:
         with self.lock:
+            if self.kind == "dispatch":
+                self.backend.sample_counters()
             self._close_open()
             self.steps += 1
             n = self.steps
@@ -386,7 +416,9 @@ class _Session:
             if collect:
                 self._collect_cycles()
             self.tagger.tag_all()
-            if self.cuda:
+            if self.kind in ("cuda", "xpu"):
+                snap = self.backend.snapshot()
+            elif self.kind == "dispatch":
                 snap = self.backend.snapshot()
             else:
                 open_spans = [s for s in (self.step_span, self.mark_span) if s is not None]
@@ -403,10 +435,12 @@ class _Session:
             if tags is not None:
                 snap["vramscope_tags"] = tags
             snap["vramscope"] = {
-                "recorder": "cuda-allocator-history" if self.cuda else "cpu-profiler",
+                "recorder": RECORDER_NAMES[self.kind],
                 "steps": self.steps,
                 "torch": _torch_version(),
             }
+            if self.kind == "dispatch":
+                snap["vramscope"].update(self.backend.meta())
             return snap
 
     def _annotations(self, snap: Dict[str, Any]) -> List[Dict[str, Any]]:
@@ -479,6 +513,37 @@ class _Session:
                     gc.callbacks.remove(self._on_gc)
                 except ValueError:
                     pass
+
+
+# The snapshot's ``vramscope.recorder`` for each backend.
+RECORDER_NAMES = {
+    "cuda": "cuda-allocator-history",
+    "xpu": "xpu-allocator-history",
+    "dispatch": "dispatch",
+    "profiler": "cpu-profiler",
+}
+
+
+def choose_backend(backend: str) -> str:
+    """The backend ``record(backend=...)`` runs: ``auto`` is the allocator
+    history of CUDA or XPU where present, else the dispatcher."""
+    import torch
+
+    def has_history(name: str) -> bool:
+        mod = getattr(torch, name, None)
+        try:
+            return bool(mod is not None and mod.is_available() and hasattr(mod.memory, "_record_memory_history"))
+        except Exception:  # noqa: BLE001 - a broken device module is an absent one
+            return False
+
+    if backend == "auto":
+        for name in ("cuda", "xpu"):
+            if has_history(name):
+                return name
+        return "dispatch"
+    if backend in ("cuda", "xpu") and not has_history(backend):
+        raise RuntimeError(f"backend={backend!r}: this PyTorch has no {backend} device with an allocator history; use backend='dispatch'")
+    return backend
 
 
 def _on_cuda_oom(device: int, alloc: int, device_allocated: int, device_free: int) -> None:

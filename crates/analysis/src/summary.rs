@@ -65,6 +65,9 @@ pub struct SourceSummary {
     pub legacy_blocks: bool,
     pub truncated: bool,
     pub warnings: Vec<String>,
+    /// What recorded the file, when vramscope did: `dispatch`,
+    /// `cuda-allocator-history`, `xpu-allocator-history`, `cpu-profiler`.
+    pub recorder: Option<String>,
     /// Values out of range or of the wrong type, per field: what was stored
     /// instead, how many, the first one (each also has a line in `warnings`).
     pub repairs: Vec<vramscope_snapshot::Repair>,
@@ -86,6 +89,46 @@ pub struct DeviceSummary {
     /// Alive at the end, per category.
     pub end_by_category: Vec<CategoryTotal>,
     pub ooms: Vec<Oom>,
+    /// The device allocator's own counters against the recording, where
+    /// the recorder read them (dispatch recordings on MPS, ...).
+    pub device_counter: Option<CounterCheck>,
+}
+
+/// The last reading of the device allocator's counters and what the
+/// recording holds at that moment: the difference is memory the recorder
+/// did not see (allocated without a tensor, on another thread).
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct CounterCheck {
+    pub time_us: i64,
+    pub counter_allocated_bytes: u64,
+    pub counter_reserved_bytes: u64,
+    pub recorded_allocated_bytes: u64,
+}
+
+/// [`CounterCheck`] of `device` (the recorded device is device 0 of a
+/// dispatch recording).
+fn counter_check(
+    snap: &Snapshot,
+    device: u32,
+    replay: &Replay,
+    t: &DeviceTrace,
+) -> Option<CounterCheck> {
+    let rec = snap.source.recorder.as_ref()?;
+    if device != 0 {
+        return None;
+    }
+    let c = rec.counters.last()?;
+    let allocated = allocated_series(replay, t);
+    // The last event at or before the reading (times are in trace order).
+    let k = (0..t.len())
+        .take_while(|&i| time_at(t, i).is_none_or(|x| x <= c.time_us))
+        .last();
+    Some(CounterCheck {
+        time_us: c.time_us,
+        counter_allocated_bytes: c.allocated,
+        counter_reserved_bytes: c.reserved,
+        recorded_allocated_bytes: k.map_or(replay.initial_bytes, |i| allocated[i]),
+    })
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -234,6 +277,7 @@ pub fn summarize_device_with(
         .collect();
     DeviceSummary {
         device,
+        device_counter: counter_check(snap, device, &replay, t),
         end: memory_state(snap, device),
         events: event_stats(t),
         peak,
@@ -296,6 +340,7 @@ pub fn summary_of(snap: &Snapshot, devices: Vec<DeviceSummary>) -> Summary {
             legacy_blocks: src.legacy_blocks,
             truncated: src.truncated,
             warnings: src.warnings.clone(),
+            recorder: src.recorder.as_ref().map(|r| r.name.clone()),
             repairs: src.repairs.clone(),
             skipped: src.skipped.clone(),
         },

@@ -147,6 +147,21 @@ fn device(o: &mut String, d: &DeviceSummary) {
             "                  no stacks recorded (record with context=\"all\" for stacks)"
         );
     }
+    if let Some(c) = &d.device_counter {
+        let missed = c
+            .counter_allocated_bytes
+            .saturating_sub(c.recorded_allocated_bytes);
+        let share = missed as f64 / c.counter_allocated_bytes.max(1) as f64 * 100.0;
+        let _ = writeln!(
+            o,
+            "  Device counter  allocated {}, reserved {} by the device allocator's own count at its last reading; \
+             recorded {} then: {} ({share:.1}%) not in a tensor the recorder saw",
+            bytes(c.counter_allocated_bytes),
+            bytes(c.counter_reserved_bytes),
+            bytes(c.recorded_allocated_bytes),
+            bytes(missed),
+        );
+    }
     let sc = &e.segments;
     let mut kinds = vec![
         format!("{} large", count(sc.large)),

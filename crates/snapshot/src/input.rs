@@ -129,6 +129,9 @@ fn decode_inner(
             doc.skipped_count
         ));
     }
+    if let Some(line) = d.recorder.as_ref().and_then(recorder_note) {
+        warnings.push(line);
+    }
     let source = SourceInfo {
         file_bytes,
         decoded_bytes,
@@ -142,6 +145,7 @@ fn decode_inner(
         warnings,
         repairs: d.repairs,
         truncated: doc.truncated.is_some(),
+        recorder: d.recorder,
     };
     Ok(Snapshot {
         strings: d.strings,
@@ -154,6 +158,18 @@ fn decode_inner(
         tags: d.tags,
         allocator_settings: d.allocator_settings,
         source,
+    })
+}
+
+/// What a reader must know about how the file was recorded, if anything.
+fn recorder_note(r: &crate::RecorderInfo) -> Option<String> {
+    (r.name == "dispatch").then(|| {
+        format!(
+            "recorded at PyTorch's dispatcher ({} tensors): every tensor storage with its stack; memory that kernels \
+             allocate without a tensor (oneDNN and cuDNN workspaces, MPS scratch) is not in this file, nor tensors \
+             made on other Python threads",
+            r.device_type.as_deref().unwrap_or("cpu")
+        )
     })
 }
 

@@ -55,6 +55,7 @@ keys! {
     AllocatorSettings = "allocator_settings",
     ExternalAnnotations = "external_annotations",
     VramscopeTags = "vramscope_tags",
+    Vramscope = "vramscope",
 }
 
 impl Key {

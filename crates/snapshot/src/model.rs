@@ -275,6 +275,64 @@ pub enum Compression {
     Zstd,
 }
 
+/// What vramscope's recorder wrote about the recording (the `vramscope`
+/// key, which other readers ignore).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RecorderInfo {
+    /// `cuda-allocator-history`, `xpu-allocator-history`, `dispatch` or
+    /// `cpu-profiler`.
+    pub name: String,
+    /// The device type a dispatch recording followed (`cpu`, `mps`, ...).
+    pub device_type: Option<String>,
+    pub steps: Option<u64>,
+    /// The PyTorch version that ran.
+    pub torch: Option<String>,
+    /// The device allocator's own figures, read during the recording.
+    pub counters: Vec<DeviceCounter>,
+}
+
+/// One reading of a device allocator's counters
+/// (`torch.mps.current_allocated_memory()`, `driver_allocated_memory()`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceCounter {
+    pub time_us: i64,
+    pub allocated: u64,
+    pub reserved: u64,
+}
+
+impl RecorderInfo {
+    /// Read from the `vramscope` dict as JSON; `None` when it has no
+    /// `recorder` name.
+    pub fn from_json(v: &serde_json::Value) -> Option<RecorderInfo> {
+        let name = v.get("recorder")?.as_str()?.to_owned();
+        let counters = v
+            .get("device_counters")
+            .and_then(|c| c.as_array())
+            .map(|rows| {
+                rows.iter()
+                    .filter_map(|r| {
+                        Some(DeviceCounter {
+                            time_us: r.get("time_us")?.as_i64()?,
+                            allocated: r.get("allocated")?.as_u64()?,
+                            reserved: r.get("reserved")?.as_u64()?,
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Some(RecorderInfo {
+            name,
+            device_type: v
+                .get("device_type")
+                .and_then(|d| d.as_str())
+                .map(str::to_owned),
+            steps: v.get("steps").and_then(|s| s.as_u64()),
+            torch: v.get("torch").and_then(|s| s.as_str()).map(str::to_owned),
+            counters,
+        })
+    }
+}
+
 /// Where the snapshot came from and what was unusual about it.
 #[derive(Clone, Debug)]
 pub struct SourceInfo {
@@ -299,6 +357,8 @@ pub struct SourceInfo {
     /// what the reader stored instead.
     pub repairs: Vec<crate::Repair>,
     pub truncated: bool,
+    /// Written by vramscope's recorder: which backend, the device's counters.
+    pub recorder: Option<RecorderInfo>,
 }
 
 impl SourceInfo {

@@ -70,6 +70,7 @@ pub(crate) struct Decoded {
     pub legacy_blocks: bool,
     pub warnings: Vec<String>,
     pub repairs: Vec<Repair>,
+    pub recorder: Option<crate::RecorderInfo>,
 }
 
 const UNMAPPED: u32 = u32::MAX;
@@ -143,6 +144,7 @@ impl<'d> Decoder<'d> {
         let mut annotations = Vec::new();
         let mut tags = Vec::new();
         let mut settings = None;
+        let mut recorder = None;
         let layout = match doc.get(root) {
             Val::Dict(c) => {
                 let mut seen_any = false;
@@ -165,6 +167,11 @@ impl<'d> Decoder<'d> {
                         }
                         Key::VramscopeTags => {
                             tags = self.within(Seg::Key("vramscope_tags"), |d| d.tags(v));
+                        }
+                        Key::Vramscope => {
+                            recorder = crate::RecorderInfo::from_json(&crate::json::to_json(
+                                self.doc, v, 6,
+                            ));
                         }
                         _ => {}
                     }
@@ -210,6 +217,7 @@ impl<'d> Decoder<'d> {
             legacy_blocks: self.legacy_blocks,
             warnings: self.warnings,
             repairs,
+            recorder,
         })
     }
 

@@ -83,6 +83,7 @@ pub(super) fn to_snapshot(mut p: Parsed) -> Result<Decoded, SnapshotError> {
         legacy_blocks: false,
         warnings,
         repairs: p.repairs,
+        recorder: None,
     })
 }
 

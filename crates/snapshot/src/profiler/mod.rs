@@ -106,6 +106,7 @@ impl Profiled {
             warnings,
             repairs: d.repairs,
             truncated: self.truncated.is_some(),
+            recorder: None,
         };
         Snapshot {
             strings: d.strings,

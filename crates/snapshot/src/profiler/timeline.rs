@@ -103,6 +103,7 @@ pub(super) fn decode(data: &[u8]) -> Result<(Decoded, SourceFormat), SnapshotErr
         legacy_blocks: false,
         warnings,
         repairs: Vec::new(),
+        recorder: None,
     };
     Ok((decoded, format))
 }

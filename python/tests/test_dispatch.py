@@ -1,0 +1,345 @@
+"""The dispatch recorder (``record(backend="dispatch")``, the default off
+CUDA): every tensor storage with its exact Python stack, checked on real
+training runs against the CPU allocator's own counter, on a script written
+with its loop at module level, with dumps that do not stop it, with the
+cycle detector, and on mocked MPS and XPU devices."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Dict, List, Tuple
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from conftest import SCRIPTS, allocator_peak_from_chrome_trace, load_snapshot, native_module, replay_peak, run_python  # noqa: E402
+
+from models import build, train_step  # noqa: E402
+
+vr = importlib.import_module("vramscope.record")
+from vramscope import _dispatch  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("clean_recording")
+needs_native = pytest.mark.skipif(native_module() is None, reason="vramscope._native is not built")
+
+
+def marker_line(path: Path, marker: str) -> int:
+    """Line number of the ``# marker: NAME`` comment in a script."""
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if line.rstrip().endswith(f"# marker: {marker}"):
+            return n
+    raise AssertionError(f"no marker {marker!r} in {path}")
+
+
+def record_steps(kind: str, path: Path, steps: int = 3, **options: Any) -> SimpleNamespace:
+    """Train ``steps`` steps of a real model under a dispatch recording, with
+    the profiler's memory events of the same steps exported beside it."""
+    from torch.profiler import ProfilerActivity, profile
+
+    model, opt, batch = build(kind)
+    train_step(model, opt, batch)  # optimizer state exists before the window, as parameters do
+    chrome = path.with_suffix(".json")
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        with vr.record(path, backend="dispatch", device="cpu", **options):
+            for _ in range(steps):
+                train_step(model, opt, batch)
+                vr.step()
+    prof.export_chrome_trace(str(chrome))
+    before = sum(p.untyped_storage().nbytes() for p in model.parameters())
+    before += sum(p.grad.untyped_storage().nbytes() for p in model.parameters() if p.grad is not None)
+    before += sum(v.untyped_storage().nbytes() for s in opt.state.values() for v in s.values() if torch.is_tensor(v))
+    return SimpleNamespace(kind=kind, snap=load_snapshot(path), chrome=chrome, path=path, resident=before)
+
+
+@pytest.fixture(scope="module", params=["cnn", "transformer"])
+def trained(request: Any, tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
+    return record_steps(request.param, tmp_path_factory.mktemp(request.param) / f"{request.param}.pickle")
+
+
+def window_peak(trace: List[Dict[str, Any]]) -> Tuple[int, int]:
+    """Peak of the blocks allocated inside the window, less those of them
+    freed: what an allocator counter started with the window can count
+    (it cannot subtract the frees of blocks it never saw allocated). Also
+    returns the bytes freed of blocks allocated before the window."""
+    live: Dict[int, int] = {}
+    level = peak = earlier = 0
+    for e in trace:
+        if e["action"] == "alloc":
+            live[e["addr"]] = e["size"]
+            level += e["size"]
+        elif e["action"] == "free_completed":
+            if e["addr"] in live:
+                level -= live.pop(e["addr"])
+            else:
+                earlier += e["size"]
+        peak = max(peak, level)
+    return peak, earlier
+
+
+def adopted_alive(snap: Dict[str, Any]) -> int:
+    """Bytes of live blocks from before the recording (no stack)."""
+    return sum(s["total_size"] for s in snap["segments"] if not s["frames"])
+
+
+def test_recorded_peak_is_the_cpu_allocators_own(trained: SimpleNamespace) -> None:
+    """The CPU allocator's running total (``Total Allocated`` of the profiler's
+    ``[memory]`` events, the same steps) against the recorded trace: the
+    counter also sees what kernels allocate without a tensor (oneDNN's
+    buffers inside a convolution), which the dispatcher cannot; the
+    difference is that scratch space, printed."""
+    snap = trained.snap
+    assert snap["vramscope"]["recorder"] == "dispatch"
+    assert snap["vramscope"]["device_type"] == "cpu"
+    trace = snap["device_traces"][0]
+    recorded, freed_adopted = window_peak(trace)
+    counter, events = allocator_peak_from_chrome_trace(trained.chrome)
+    scratch = counter - recorded
+    adopted = adopted_alive(snap)
+    print(
+        f"\n{trained.kind}: recorded peak {recorded} B, allocator counter {counter} B over {events} [memory] events: "
+        f"{scratch} B ({scratch / counter:.2%}) allocated without a tensor; from before the recording "
+        f"{adopted + freed_adopted} B adopted ({trained.resident} B in parameters, gradients and optimizer state)"
+    )
+    assert events > 100
+    assert 0 <= scratch <= 0.05 * counter
+    if trained.kind == "transformer":  # no convolution: nothing is allocated outside a tensor
+        assert scratch <= 0.01 * counter
+    # Adopted at the start: every parameter, gradient and optimizer state tensor.
+    assert adopted + freed_adopted >= trained.resident
+
+
+def test_every_allocation_has_a_stack_in_the_program(trained: SimpleNamespace) -> None:
+    allocs = [e for e in trained.snap["device_traces"][0] if e["action"] == "alloc"]
+    assert len(allocs) > 50
+    for e in allocs:
+        assert e["frames"], e
+        assert all(f["line"] > 0 for f in e["frames"]), e["frames"]
+    # The training step's own lines are there, not one line per function.
+    lines = {(Path(f["filename"]).name, f["line"]) for e in allocs for f in e["frames"] if f["name"] == "train_step"}
+    assert len(lines) >= 3, lines
+
+
+@needs_native
+def test_native_reader_agrees_and_says_what_it_cannot_see(trained: SimpleNamespace) -> None:
+    import vramscope
+
+    snap = vramscope.load(trained.path)
+    s = snap.summary()
+    # Blocks from before the recording count from its start, freed or not.
+    peak, _ = replay_peak(trained.snap["device_traces"][0])
+    assert s["devices"][0]["peak"]["allocated_bytes"] == peak + adopted_alive(trained.snap)
+    text = snap.summary_text()
+    assert "dispatcher" in text and "without a tensor" in text, text
+
+
+@needs_native
+def test_module_level_loop_and_holdout_leak_name_their_lines(tmp_path: Path) -> None:
+    import vramscope
+
+    script = SCRIPTS / "module_loop.py"
+    out = tmp_path / "ml.pickle"
+    r = run_python([str(script), str(out)], cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert load_snapshot(out)["vramscope"]["recorder"] == "dispatch"
+    snap = vramscope.load(out)
+    forward, validate = marker_line(script, "forward"), marker_line(script, "validate")
+    sites = [s["site"] for s in snap.summary()["devices"][0]["peak"]["top_sites"]]
+    assert f"module_loop.py:{forward} in <module>" in " ".join(sites), sites
+    leaks = snap.leaks(source_roots=[SCRIPTS])
+    found = [f for f in leaks["findings"] if f["severity"] == "leak"]
+    assert found, leaks["findings"]
+    text = json.dumps(found[0])
+    assert f"module_loop.py:{validate} in validate" in text, text
+    # The same script through the profiler: one line per function.
+    out2 = tmp_path / "ml-profiler.pickle"
+    r = run_python([str(script), str(out2), "profiler"], cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    sites2 = [s["site"] for s in vramscope.load(out2).summary()["devices"][0]["peak"]["top_sites"]]
+    assert not any(f":{forward} in <module>" in s for s in sites2), sites2
+
+
+def test_dump_goes_on_recording(tmp_path: Path) -> None:
+    model, opt, batch = build("cnn")
+    path = tmp_path / "d.pickle"
+    with vr.record(path, backend="dispatch", device="cpu") as rec:
+        train_step(model, opt, batch)
+        vr.dump(path)
+        first = load_snapshot(path)
+        stamp = max(e["time_us"] for e in first["device_traces"][0])
+        train_step(model, opt, batch)
+        assert rec._session.backend.active
+    last = load_snapshot(path)
+    later = [e for e in last["device_traces"][0] if e["action"] == "alloc" and e["time_us"] > stamp]
+    assert len(later) > 10
+    # The first dump's blocks that were still alive are segments of it.
+    live = {s["address"] for s in first["segments"]}
+    assert live
+
+
+def test_views_in_place_and_out_calls(tmp_path: Path) -> None:
+    path = tmp_path / "ops.pickle"
+    with vr.record(path, backend="dispatch", device="cpu", collect_cycles=False):
+        a = torch.ones(1000)  # 4000 B
+        v = a.view(10, 100)  # a view: nothing
+        a.add_(1)  # in place: nothing
+        out = torch.empty(0)  # nothing allocated yet
+        torch.mul(a, 2, out=out)  # out= grows it to 4000 B
+        lst = torch.tensor([1.0, 2.0])  # made outside the dispatcher, lifted: 8 B
+        del v, a, out, lst
+    trace = load_snapshot(path)["device_traces"][0]
+    allocs = [e["size"] for e in trace if e["action"] == "alloc"]
+    frees = [e["size"] for e in trace if e["action"] == "free_completed"]
+    assert sorted(allocs) == [8, 4000, 4000], allocs
+    assert sorted(frees) == [8, 4000, 4000], frees
+    here = Path(__file__).name
+    assert all(e["frames"][0]["filename"].endswith(here) for e in trace if e["action"] == "alloc")
+
+
+def test_cycle_report_shows_a_cpu_tensors_allocation_stack(tmp_path: Path) -> None:
+    from vramscope import cycles
+
+    class Holder:
+        pass
+
+    with vr.record(tmp_path / "c.pickle", backend="dispatch", device="cpu", collect_cycles=False):
+        h = Holder()
+        h.t = torch.zeros(256, 256)  # marker: cycle tensor
+        h.me = h
+        rep = cycles.find([h])
+    del h
+    line = marker_line(Path(__file__), "cycle tensor")
+    where = f"{Path(__file__).name}:{line} in test_cycle_report_shows_a_cpu_tensors_allocation_stack"
+    assert rep.tensors == 1, rep.data
+    assert where in json.dumps(rep.data), json.dumps(rep.data)[:2000]
+    assert where in rep.html()
+
+
+def test_mps_counters_and_device_pick(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """MPS is mocked: its counters are read at start, every step and dump."""
+    calls: List[str] = []
+    fake = SimpleNamespace(
+        current_allocated_memory=lambda: calls.append("a") or 4096,
+        driver_allocated_memory=lambda: calls.append("d") or 1 << 20,
+    )
+    monkeypatch.setattr(torch, "mps", fake, raising=False)
+    assert _dispatch.device_counters("mps") == {"allocated": 4096, "reserved": 1 << 20}
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: False)
+    assert _dispatch.pick_device() == "mps"
+    rec = _dispatch.DispatchRecorder(100, "python", "mps")
+    rec.start()
+    try:
+        x = torch.ones(10)  # a CPU tensor: not followed on an MPS recording
+        rec.sample_counters()
+        snap = rec.snapshot()
+    finally:
+        rec.stop()
+    del x
+    assert snap["device_traces"][0] == []
+    counters = rec.meta()["device_counters"]
+    assert len(counters) >= 3 and counters[-1]["allocated"] == 4096 and counters[-1]["reserved"] == 1 << 20
+
+
+def test_followed_device_is_the_tensors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``device="mps"`` only tensors whose ``device.type`` is ``mps`` are
+    recorded: a CPU tensor relabelled as MPS (mock) is, a CPU one is not."""
+    rec = _dispatch.DispatchRecorder(100, "python", "mps")
+    real_wanted = rec._wanted
+    monkeypatch.setattr(rec, "_wanted", lambda t: getattr(t, "_pretend_mps", False) or real_wanted(t))
+    rec.start()
+    try:
+        a = torch.ones(16)
+        b = a * 2
+        b._pretend_mps = True
+        rec.fresh(b, 0)
+        c = a + 1  # noqa: F841 - not followed
+        snap = rec.snapshot()
+    finally:
+        rec.stop()
+    allocs = [e for e in snap["device_traces"][0] if e["action"] == "alloc"]
+    assert [e["size"] for e in allocs] == [64]
+    assert allocs[0]["frames"][0]["name"] == "test_followed_device_is_the_tensors"
+
+
+def test_auto_backend_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    xpu = getattr(torch, "xpu", None)
+    if xpu is not None:
+        monkeypatch.setattr(xpu, "is_available", lambda: False)
+    assert vr.choose_backend("auto") == "dispatch"
+    assert vr.choose_backend("profiler") == "profiler"
+    with pytest.raises(RuntimeError, match="no cuda device"):
+        vr.choose_backend("cuda")
+    if xpu is not None and hasattr(xpu.memory, "_record_memory_history"):
+        monkeypatch.setattr(xpu, "is_available", lambda: True)
+        assert vr.choose_backend("auto") == "xpu"
+    monkeypatch.setenv("VRAMSCOPE_BACKEND", "bogus")
+    with pytest.raises(ValueError, match="VRAMSCOPE_BACKEND"):
+        vr.record("x.pickle")
+
+
+def test_xpu_history_is_driven_like_cudas(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The XPU allocator history, mocked: the same calls as on CUDA, on
+    ``torch.xpu.memory``."""
+    from vramscope._cuda import CudaRecorder
+
+    seen: List[Any] = []
+    memory = SimpleNamespace(
+        _record_memory_history=lambda **kw: seen.append(kw),
+        _snapshot=lambda: {"segments": [], "device_traces": [[{"action": "alloc", "addr": 1, "size": 512}]]},
+    )
+    fake = SimpleNamespace(memory=memory, current_device=lambda: 0, is_initialized=lambda: True)
+    monkeypatch.setattr(torch, "xpu", fake, raising=False)
+    rec = CudaRecorder(1000, "python", "xpu")
+    rec.start()
+    snap = rec.snapshot()
+    rec.stop()
+    assert seen[0]["max_entries"] == 1000 and seen[0]["enabled"] == "all"
+    assert seen[-1] == {"enabled": None}
+    assert snap["device_traces"][0][0]["size"] == 512
+
+
+def test_frames_are_shared_and_stacks_none_is_empty(tmp_path: Path) -> None:
+    path = tmp_path / "n.pickle"
+    with vr.record(path, backend="dispatch", device="cpu", stacks="none", collect_cycles=False):
+        x = torch.ones(100) * 2
+    trace = load_snapshot(path)["device_traces"][0]
+    assert [e["frames"] for e in trace if e["action"] == "alloc"] == [[], []]  # ones, then mul
+    del x
+    rec = _dispatch.DispatchRecorder(100, "python", "cpu")
+    rec.start()
+    try:
+        ys = [torch.ones(4) + 1 for _ in range(3)]
+    finally:
+        rec.stop()
+    stacks = [e["frames"] for e in rec.trace if e["action"] == "alloc"]
+    # The loop line, three times: one interned list (pickle writes it once).
+    assert len(stacks) == 6 and stacks[1] is stacks[3] is stacks[5], [id(s) for s in stacks]
+    assert re.search(r"test_dispatch", stacks[1][0]["filename"])
+    del ys
+
+
+@needs_native
+def test_summary_compares_the_devices_own_counter(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Where the device keeps counters (MPS; mocked here on the CPU) the
+    summary sets them against the recording at the last reading."""
+    import vramscope
+
+    monkeypatch.setattr(_dispatch, "device_counters", lambda device: {"allocated": 10_000_000, "reserved": 12_000_000})
+    path = tmp_path / "c.pickle"
+    with vr.record(path, backend="dispatch", device="cpu", collect_cycles=False):
+        keep = torch.ones(250_000)  # 1 MB, alive at the dump
+    snap = load_snapshot(path)
+    assert snap["vramscope"]["device_counters"][-1]["allocated"] == 10_000_000
+    d = vramscope.load(path).summary()["devices"][0]
+    c = d["device_counter"]
+    assert c["counter_allocated_bytes"] == 10_000_000 and c["counter_reserved_bytes"] == 12_000_000
+    assert c["recorded_allocated_bytes"] == d["end"]["allocated_bytes"] >= keep.untyped_storage().nbytes()
+    text = vramscope.load(path).summary_text()
+    assert "Device counter" in text and "not in a tensor the recorder saw" in text
+    assert vramscope.load(path).summary()["source"]["recorder"] == "dispatch"

@@ -1,0 +1,394 @@
+"""Recording on any device: every new tensor storage, seen at PyTorch's
+dispatcher, with the exact Python stack that asked for it.
+
+A ``TorchDispatchMode`` sees every ATen operator call of the recording thread
+(and of the autograd engine's threads it starts). After the operator has run,
+each tensor it returned whose storage is new is one ``alloc`` of the storage's
+bytes, with the Python stack of the call: the current line of every frame,
+read from the frames themselves (``f_lasti``), so a training loop written at
+module level is ``train.py:12 in <module>``, not ``train.py:0``. A weak
+reference to the storage gives its release: ``free_requested`` and
+``free_completed`` when the last tensor using it goes, with the stack of the
+code that dropped it. Views and in-place operators make no storage and cost a
+dictionary lookup; ``out=`` and ``resize_`` calls that grow a tracked storage
+are a free and a new alloc, as the allocator does them.
+
+The file has the layout of the CPU path: one segment per live block and
+``segment_alloc``/``segment_free`` around each block (nothing is cached), so
+reserved equals allocated; where the device keeps counters of its own
+(``torch.mps.current_allocated_memory()``, ``driver_allocated_memory()``)
+they are sampled at every step and dump into the snapshot's ``vramscope``
+metadata, and the summary compares them with what was recorded.
+
+What it cannot see: memory that a kernel allocates without a tensor (oneDNN
+scratch space, cuDNN and MPS workspaces) and tensors made on other Python
+threads. The snapshot says so (``vramscope.recorder == "dispatch"``).
+"""
+
+from __future__ import annotations
+
+import collections
+import sys
+import threading
+import time
+import weakref
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+
+from ._profiler import _segment, _segment_event
+
+__all__ = ["DispatchRecorder", "device_counters", "pick_device"]
+
+# How each operator's outputs are handled, decided once per operator.
+_SKIP, _FRESH, _LIFT, _RESIZE = 0, 1, 2, 3
+_kinds: Dict[Any, int] = {}
+
+
+class _StorageRef(weakref.ref):
+    """Weak reference to a storage that remembers which block it is."""
+
+    __slots__ = ("key",)
+
+
+def _classify(func: Any) -> int:
+    """``_FRESH``: outputs are new storages (``mm``, ``empty``, ``clone``);
+    ``_SKIP``: views, in-place updates, no tensor out; ``_LIFT``: a tensor
+    made outside the dispatcher (``torch.tensor([...])``) enters it;
+    ``_RESIZE``: ``out=`` and ``resize_`` may grow a storage."""
+    try:
+        schema = func._schema
+        namespace = func.namespace
+    except AttributeError:  # higher-order operators: their inner calls are seen
+        return _SKIP
+    name = schema.name.split("::")[-1]
+    if namespace == "profiler":
+        return _SKIP
+    if name in ("lift_fresh", "lift", "lift_fresh_copy"):
+        return _LIFT
+    returns = schema.returns
+    if not any("Tensor" in str(r.type) for r in returns):
+        return _SKIP
+    aliased = [r.alias_info for r in returns if r.alias_info is not None]
+    if not aliased:
+        return _FRESH
+    if name.startswith("resize") or schema.overload_name.startswith("out") or any(
+        a.name == "out" for a in schema.arguments if a.is_out
+    ):
+        return _RESIZE
+    return _SKIP
+
+
+def pick_device() -> str:
+    """The device a dispatch recording follows when none is given: the
+    accelerator PyTorch reports (``mps``, ``xpu``, ...), else the CPU."""
+    import torch
+
+    acc = getattr(torch, "accelerator", None)
+    try:
+        if acc is not None and acc.is_available():
+            dev = acc.current_accelerator()
+            if dev is not None:
+                return str(dev.type)
+    except Exception:  # noqa: BLE001 - older builds: fall back to probing
+        pass
+    mps = getattr(getattr(torch, "backends", None), "mps", None)
+    if mps is not None and mps.is_available():
+        return "mps"
+    return "cpu"
+
+
+def device_counters(device: str) -> Optional[Dict[str, int]]:
+    """The device allocator's own figures, where PyTorch exposes them:
+    ``allocated`` (bytes in tensors) and ``reserved`` (bytes the driver holds)."""
+    import torch
+
+    try:
+        if device == "mps":
+            return {
+                "allocated": int(torch.mps.current_allocated_memory()),
+                "reserved": int(torch.mps.driver_allocated_memory()),
+            }
+        if device not in ("cpu", "meta"):
+            mod = getattr(torch, device, None)
+            alloc = getattr(mod, "memory_allocated", None)
+            reserved = getattr(mod, "memory_reserved", None)
+            if alloc is not None and reserved is not None:
+                return {"allocated": int(alloc()), "reserved": int(reserved())}
+    except Exception:  # noqa: BLE001 - counters are a check, never a failure
+        return None
+    return None
+
+
+def _now_us() -> int:
+    return time.time_ns() // 1000
+
+
+class DispatchRecorder:
+    """Records allocations and frees of one device type at the dispatcher.
+
+    Args:
+        max_entries: trace entries kept, oldest dropped first.
+        stacks: ``"python"``/``"all"`` keep Python stacks (there are no C++
+            frames at this level); ``"none"`` records none (cheaper).
+        device: device type followed (``"cpu"``, ``"mps"``, ...); default
+            :func:`pick_device`.
+    """
+
+    def __init__(self, max_entries: int, stacks: str, device: Optional[str] = None) -> None:
+        self.max_entries = max_entries
+        self.stacks = stacks
+        self.device_type = device or pick_device()
+        self.trace: Deque[Dict[str, Any]] = collections.deque(maxlen=max_entries)
+        # Live blocks: storage id -> (weak reference, alloc entry).
+        self.live: Dict[int, Tuple[_StorageRef, Dict[str, Any]]] = {}
+        self.label = ""
+        self.counters: List[Dict[str, int]] = []
+        self._stack_cache: Dict[tuple, List[Dict[str, Any]]] = {}
+        self._frame_cache: Dict[Tuple[Any, int], Dict[str, Any]] = {}
+        self._mode: Any = None
+        self._lock = threading.Lock()
+        self.active = False
+
+    # ----- life cycle -----
+
+    def start(self) -> None:
+        self.adopt_existing()
+        self._mode = _make_mode(self)
+        self._mode.__enter__()
+        self.active = True
+        self.sample_counters()
+
+    def adopt_existing(self) -> int:
+        """Tensors alive before the recording (the model's parameters, their
+        gradients, optimizer state, the batch): live blocks without a stack,
+        as a CUDA snapshot shows blocks allocated before its history; their
+        frees are recorded. Found among the objects Python's collector
+        tracks, so a tensor only C++ holds (a pending graph's saved tensors)
+        is not seen. Returns the bytes adopted."""
+        import gc
+
+        import torch
+
+        Tensor = torch.Tensor
+        total = 0
+        for o in gc.get_objects():
+            # type(), not isinstance(): no __class__ lookups on lazy module
+            # attributes and proxies, which may warn or import.
+            if not issubclass(type(o), Tensor):
+                continue
+            for t in (o, getattr(o, "_grad", None) if o.is_leaf else None):
+                if t is None:
+                    continue
+                try:
+                    if not self._wanted(t):
+                        continue
+                    st = t.untyped_storage()
+                    key, size = st._cdata, st.nbytes()
+                    if key in self.live or size == 0:
+                        continue
+                    ref = _StorageRef(st, self._on_release)
+                except Exception:  # noqa: BLE001 - subclasses, meta and sparse tensors have no plain storage
+                    continue
+                ref.key = key
+                self.live[key] = (ref, {"addr": st.data_ptr(), "size": size, "frames": []})
+                total += size
+        return total
+
+    def stop(self) -> None:
+        mode, self._mode = self._mode, None
+        self.active = False
+        if mode is None:
+            return
+        from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+        if _get_current_dispatch_mode() is mode:
+            mode.__exit__(None, None, None)
+        else:
+            # Another mode entered after ours is still on the stack: popping
+            # would remove that one. Ours stays, passing every call through.
+            print("vramscope: a dispatch mode entered after the recording is still active; the recorder stays on the stack, idle", file=sys.stderr)
+
+    # ----- what the mode calls -----
+
+    def _wanted(self, t: Any) -> bool:
+        return t.device.type == self.device_type
+
+    def fresh(self, t: Any, depth: int) -> None:
+        """``t`` came out of an operator: record its storage if it is new."""
+        if not self._wanted(t):
+            return
+        st = t.untyped_storage()
+        key = st._cdata
+        if key in self.live:
+            return
+        size = st.nbytes()
+        if size == 0:
+            # Nothing allocated yet; an ``out=`` call may grow it later.
+            ref = _StorageRef(st, self._on_release)
+            ref.key = key
+            self.live[key] = (ref, {"addr": 0, "size": 0, "frames": []})
+            return
+        self._alloc(st, key, size, depth + 1)
+
+    def resized(self, t: Any, depth: int) -> None:
+        """``t`` was written by an ``out=`` or ``resize_`` call: a tracked
+        storage that grew was freed and allocated again; an untracked one
+        that is new (an empty ``out`` made outside the dispatcher) is new."""
+        if not self._wanted(t):
+            return
+        st = t.untyped_storage()
+        key = st._cdata
+        held = self.live.get(key)
+        size = st.nbytes()
+        if held is None:
+            return
+        entry = held[1]
+        if entry["size"] == size and entry["addr"] == st.data_ptr():
+            return
+        self._release(key, depth + 1)
+        if size:
+            self._alloc(st, key, size, depth + 1)
+
+    def _alloc(self, st: Any, key: int, size: int, depth: int) -> None:
+        frames = self._stack(depth + 1)
+        entry: Dict[str, Any] = {
+            "action": "alloc",
+            "addr": st.data_ptr(),
+            "size": size,
+            "stream": 0,
+            "time_us": _now_us(),
+            "frames": frames,
+        }
+        if self.label:
+            entry["user_metadata"] = self.label
+        ref = _StorageRef(st, self._on_release)
+        ref.key = key
+        self.live[key] = (ref, entry)
+        trace = self.trace
+        trace.append(_segment_event("segment_alloc", entry))
+        trace.append(entry)
+
+    def _on_release(self, ref: _StorageRef) -> None:
+        # Runs where the last reference went: in the program's code, in a
+        # collection, on any thread.
+        if self.active:
+            self._release(ref.key, 1)
+        else:
+            self.live.pop(ref.key, None)
+
+    def _release(self, key: int, depth: int) -> None:
+        held = self.live.pop(key, None)
+        if held is None or not held[1]["size"]:
+            return
+        alloc = held[1]
+        frames = self._stack(depth + 1)
+        t = _now_us()
+        base = {"addr": alloc["addr"], "size": alloc["size"], "stream": 0, "time_us": t, "frames": frames}
+        trace = self.trace
+        for action in ("free_requested", "free_completed", "segment_free"):
+            e = dict(base)
+            e["action"] = action
+            trace.append(e)
+
+    def _stack(self, depth: int) -> List[Dict[str, Any]]:
+        """The Python stack of the caller ``depth`` frames up, innermost
+        first, as shared frame dicts (pickle writes each one once)."""
+        if self.stacks == "none":
+            return []
+        try:
+            f = sys._getframe(depth + 1)
+        except ValueError:
+            return []
+        key: List[Any] = []
+        frames: List[Any] = []
+        while f is not None:
+            key.append(f.f_code)
+            key.append(f.f_lasti)
+            frames.append(f)
+            f = f.f_back
+        k = tuple(key)
+        out = self._stack_cache.get(k)
+        if out is None:
+            out = [self._frame(fr) for fr in frames]
+            self._stack_cache[k] = out
+        return out
+
+    def _frame(self, f: Any) -> Dict[str, Any]:
+        k = (f.f_code, f.f_lasti)
+        d = self._frame_cache.get(k)
+        if d is None:
+            code = f.f_code
+            d = {"filename": code.co_filename, "line": f.f_lineno or code.co_firstlineno, "name": code.co_name}
+            self._frame_cache[k] = d
+        return d
+
+    # ----- what the session calls -----
+
+    def sample_counters(self) -> None:
+        c = device_counters(self.device_type)
+        if c is not None:
+            c["time_us"] = _now_us()
+            self.counters.append(c)
+            del self.counters[:-10_000]
+
+    def collect(self, restart: bool) -> None:
+        """Nothing to collect: the trace is always current."""
+
+    def snapshot(self, marks: Optional[List[Tuple[str, int, int]]] = None) -> Dict[str, Any]:
+        """The snapshot so far; the recording goes on."""
+        self.sample_counters()
+        trace = list(self.trace)
+        live = sorted((e for _, e in list(self.live.values()) if e["size"]), key=lambda e: e["addr"])
+        return {"segments": [_segment(e) for e in live], "device_traces": [trace]}
+
+    def meta(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {"device_type": self.device_type}
+        if self.counters:
+            out["device_counters"] = list(self.counters)
+        return out
+
+    def set_label(self, label: str) -> None:
+        self.label = label
+
+    def device(self) -> int:
+        return 0
+
+    def live_blocks(self) -> List[Tuple[int, int, List[Dict[str, Any]]]]:
+        """``(address, size, frames)`` of every live block with a stack."""
+        return [(e["addr"], e["size"], e["frames"]) for _, e in list(self.live.values()) if e["size"] and e["frames"]]
+
+
+def _make_mode(rec: DispatchRecorder) -> Any:
+    """The ``TorchDispatchMode`` that feeds ``rec``; its handler is the hot
+    path, so it looks up one dict per call and touches outputs only for
+    operators that make storages."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    Tensor = torch.Tensor
+    kinds = _kinds
+    fresh, resized = rec.fresh, rec.resized
+
+    class VramscopeDispatch(TorchDispatchMode):
+        @classmethod
+        def _should_skip_dynamo(cls) -> bool:
+            # The default wraps the handler to keep dynamo out of it: two more
+            # Python frames on every operator call. Nothing here is traced.
+            return False
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            out = func(*args, **kwargs) if kwargs else func(*args)
+            kind = kinds.get(func)
+            if kind is None:
+                kind = kinds[func] = _classify(func)
+            if kind == _SKIP or not rec.active:
+                return out
+            handle: Callable[[Any, int], None] = resized if kind == _RESIZE else fresh
+            if isinstance(out, Tensor):
+                handle(out, 1)
+            elif isinstance(out, (tuple, list)):
+                for o in out:
+                    if isinstance(o, Tensor):
+                        handle(o, 1)
+            return out
+
+    return VramscopeDispatch()
