@@ -115,7 +115,10 @@ def test_loss_summed_with_its_graph(runs: Dict[str, Path]) -> None:
     assert f["bytes_per_iteration"] >= 2 * BATCH * 1024 * 4
     assert any("in forward" in s["site"] for s in f["sites"])
     assert any("cross_entropy" in s["site"] for s in f["sites"])
-    assert {s["category"] for s in f["sites"]} == {"activation"}
+    # Inside the model: activations. (The loss's log-softmax, made by a call
+    # outside any module and never backpropagated, matches no inference rule;
+    # the profiler backend labels it from the Memory Profiler.)
+    assert {s["category"] for s in f["sites"] if "in forward" in s["site"]} == {"activation"}
 
 
 def test_reference_cycle_of_nodes(runs: Dict[str, Path]) -> None:
@@ -129,8 +132,13 @@ def test_reference_cycle_of_nodes(runs: Dict[str, Path]) -> None:
     # Two 2048 x 10 float32 tensors per iteration, freed only by the collector.
     per_iteration = 2 * BATCH * 10 * 4
     assert site["gc_freed_bytes"] >= 10 * per_iteration
-    # (plus the 8-byte scalar of `out * 2` that MulBackward keeps)
-    assert per_iteration <= site["bytes_per_iteration"] <= per_iteration + 64
+    # Between two collections (Python's own ones run during the recording
+    # too) the pile grows by exactly those two tensors per iteration (plus
+    # the 8-byte scalar of `out * 2` that MulBackward keeps).
+    live = site["live_bytes"]
+    rises = [b - a for a, b in zip(live, live[1:]) if b > a]
+    assert len(rises) >= 5 and all(per_iteration <= d <= per_iteration + 64 for d in rises), live
+    assert max(live) >= 2 * per_iteration
     assert "weakref" in f["fix"] and "vramscope.cycles" in f["fix"]
     assert "cycle collector" in f["explanation"]
 

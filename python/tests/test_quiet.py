@@ -57,7 +57,7 @@ TRAIN = textwrap.dedent(
 def run_cpu(args: list, cwd: Path, **env: str) -> subprocess.CompletedProcess:
     """``python ARGS`` on the CPU path, with PyTorch's default log levels
     unless ``env`` sets them."""
-    full = subprocess_env(CUDA_VISIBLE_DEVICES="")
+    full = subprocess_env(CUDA_VISIBLE_DEVICES="", VRAMSCOPE_BACKEND="profiler")
     for key in LOG_VARIABLES:
         full.pop(key, None)
     full.update(env)
@@ -195,6 +195,7 @@ def test_a_cpu_recording_in_this_process_prints_no_profiler_lines(tmp_path: Path
     for key in LOG_VARIABLES:
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("VRAMSCOPE_BACKEND", "profiler")
     held = torch.ones(1024)  # allocated before the recording, freed inside it
     capfd.readouterr()
     with vr.record(tmp_path / "in.pickle", every=1):
@@ -211,6 +212,7 @@ def test_c10_log_level_is_raised_while_recording_and_restored(tmp_path: Path, mo
     then the level before, unless the program changed it meanwhile."""
     monkeypatch.delenv("TORCH_CPP_LOG_LEVEL", raising=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("VRAMSCOPE_BACKEND", "profiler")
     level = _quiet._c10_log_level()
     if level is None:
         pytest.skip("libc10 exports no FLAGS_caffe2_log_level here")

@@ -46,6 +46,7 @@ MiB = 1 << 20
 def cpu_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """Record through the profiler even where a GPU is present."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("VRAMSCOPE_BACKEND", "profiler")
 
 
 @pytest.fixture(scope="module", params=["cnn", "transformer"])
@@ -60,6 +61,7 @@ def trained(request: Any, tmp_path_factory: pytest.TempPathFactory) -> SimpleNam
     try:
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(torch.cuda, "is_available", lambda: False)
+            mp.setenv("VRAMSCOPE_BACKEND", "profiler")
             with vr.record(tmp / f"{kind}.pickle"):
                 for _ in range(3):
                     train_step(model, opt, batch)
@@ -338,7 +340,7 @@ def test_sigkill_during_periodic_dumps_never_leaves_a_corrupt_file(tmp_path: Pat
 
 def test_env_activation_records_without_code_change(tmp_path: Path) -> None:
     out = tmp_path / "env.pickle"
-    env = dict(VRAMSCOPE_RECORD=str(out), VRAMSCOPE_MAX_ENTRIES="5000", VRAMSCOPE_STACKS="none", VRAMSCOPE_EVERY="2", VRAMSCOPE_KEEP="1")
+    env = dict(VRAMSCOPE_RECORD=str(out), VRAMSCOPE_MAX_ENTRIES="1000", VRAMSCOPE_STACKS="none", VRAMSCOPE_EVERY="2", VRAMSCOPE_KEEP="1")
     proc = run_python([str(SCRIPTS / "env_train.py"), "5", "--child"], cwd=tmp_path, **env)
     assert proc.returncode == 0, proc.stderr
     assert "recording True" in proc.stdout and "child recording False" in proc.stdout
@@ -346,7 +348,7 @@ def test_env_activation_records_without_code_change(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["env.pickle", "env.step000004.pickle"]
     snap = load_snapshot(out)
     trace = snap["device_traces"][0]
-    assert len(trace) == 5000  # the window is full: the oldest entries were dropped
+    assert len(trace) == 1000  # the window is full: the oldest entries were dropped
     assert all(e["frames"] == [] for e in trace)
     assert [n for n, s, _ in step_annotations(snap) if s == "START"][-1] == "ProfilerStep#5"
 
