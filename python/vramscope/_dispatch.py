@@ -29,15 +29,15 @@ from __future__ import annotations
 
 import collections
 import sys
-import threading
 import time
 import weakref
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
-from ._profiler import _segment, _segment_event
+from ._profiler import _segment
 
 __all__ = ["DispatchRecorder", "device_counters", "pick_device"]
 
+_ALLOC, _FREE = 0, 1
 # How each operator's outputs are handled, decided once per operator.
 _SKIP, _FRESH, _LIFT, _RESIZE = 0, 1, 2, 3
 _kinds: Dict[Any, int] = {}
@@ -137,20 +137,29 @@ class DispatchRecorder:
         self.max_entries = max_entries
         self.stacks = stacks
         self.device_type = device or pick_device()
-        self.trace: Deque[Dict[str, Any]] = collections.deque(maxlen=max_entries)
-        # Live blocks: storage id -> (weak reference, alloc entry).
-        self.live: Dict[int, Tuple[_StorageRef, Dict[str, Any]]] = {}
+        # Events as tuples of plain values, which Python's collector does not
+        # track (dicts would be: with 100k of them every full collection
+        # walks them all): (ALLOC or FREE, address, size, time µs, stack id,
+        # label). They become PyTorch's trace entries at a dump.
+        self.trace: Deque[Tuple[int, int, int, int, int, str]] = collections.deque(maxlen=max_entries)
+        # Live blocks: storage id -> (address, size, stack id, label), and
+        # the weak reference that reports the storage's end.
+        self.live: Dict[int, Tuple[int, int, int, str]] = {}
+        self._refs: Dict[int, _StorageRef] = {}
         self.label = ""
         self.counters: List[Dict[str, int]] = []
-        self._stack_cache: Dict[tuple, List[Dict[str, Any]]] = {}
+        # Interned stacks: id -> frame dicts (id 0: no stack).
+        self.stack_list: List[List[Dict[str, Any]]] = [[]]
+        self._stack_ids: Dict[tuple, int] = {}
         self._frame_cache: Dict[Tuple[Any, int], Dict[str, Any]] = {}
         self._mode: Any = None
-        self._lock = threading.Lock()
         self.active = False
 
     # ----- life cycle -----
 
     def start(self) -> None:
+        if "_wanted" not in self.__dict__:  # (a test may have replaced it)
+            self._wanted = self._fast_wanted()  # type: ignore[method-assign]
         self.adopt_existing()
         self._mode = _make_mode(self)
         self._mode.__enter__()
@@ -189,7 +198,8 @@ class DispatchRecorder:
                 except Exception:  # noqa: BLE001 - subclasses, meta and sparse tensors have no plain storage
                     continue
                 ref.key = key
-                self.live[key] = (ref, {"addr": st.data_ptr(), "size": size, "frames": []})
+                self._refs[key] = ref
+                self.live[key] = (st.data_ptr(), size, 0, "")
                 total += size
         return total
 
@@ -212,6 +222,14 @@ class DispatchRecorder:
     def _wanted(self, t: Any) -> bool:
         return t.device.type == self.device_type
 
+    def _fast_wanted(self) -> Callable[[Any], bool]:
+        # A property read instead of building a torch.device per tensor.
+        if self.device_type == "cpu":
+            return lambda t: t.is_cpu
+        if self.device_type == "mps":
+            return lambda t: t.is_mps
+        return self._wanted
+
     def fresh(self, t: Any, depth: int) -> None:
         """``t`` came out of an operator: record its storage if it is new."""
         if not self._wanted(t):
@@ -225,7 +243,8 @@ class DispatchRecorder:
             # Nothing allocated yet; an ``out=`` call may grow it later.
             ref = _StorageRef(st, self._on_release)
             ref.key = key
-            self.live[key] = (ref, {"addr": 0, "size": 0, "frames": []})
+            self._refs[key] = ref
+            self.live[key] = (0, 0, 0, "")
             return
         self._alloc(st, key, size, depth + 1)
 
@@ -241,63 +260,50 @@ class DispatchRecorder:
         size = st.nbytes()
         if held is None:
             return
-        entry = held[1]
-        if entry["size"] == size and entry["addr"] == st.data_ptr():
+        if held[1] == size and held[0] == st.data_ptr():
             return
-        self._release(key, depth + 1)
+        self._release(key)
         if size:
             self._alloc(st, key, size, depth + 1)
 
     def _alloc(self, st: Any, key: int, size: int, depth: int) -> None:
-        frames = self._stack(depth + 1)
-        entry: Dict[str, Any] = {
-            "action": "alloc",
-            "addr": st.data_ptr(),
-            "size": size,
-            "stream": 0,
-            "time_us": _now_us(),
-            "frames": frames,
-        }
-        if self.label:
-            entry["user_metadata"] = self.label
+        sid = self._stack(depth + 1)
+        addr, t, label = st.data_ptr(), _now_us(), self.label
         ref = _StorageRef(st, self._on_release)
         ref.key = key
-        self.live[key] = (ref, entry)
-        trace = self.trace
-        trace.append(_segment_event("segment_alloc", entry))
-        trace.append(entry)
+        self._refs[key] = ref
+        self.live[key] = (addr, size, sid, label)
+        self.trace.append((_ALLOC, addr, size, t, sid, label))
 
     def _on_release(self, ref: _StorageRef) -> None:
         # Runs where the last reference went: in the program's code, in a
         # collection, on any thread.
         if self.active:
-            self._release(ref.key, 1)
+            self._release(ref.key)
         else:
             self.live.pop(ref.key, None)
+            self._refs.pop(ref.key, None)
 
-    def _release(self, key: int, depth: int) -> None:
+    def _release(self, key: int) -> None:
+        """The block's free. It carries the allocation's stack: walking the
+        stack again at every free would double the recorder's cost for a
+        stack the analyses do not use."""
+        self._refs.pop(key, None)
         held = self.live.pop(key, None)
-        if held is None or not held[1]["size"]:
+        if held is None or not held[1]:
             return
-        alloc = held[1]
-        frames = self._stack(depth + 1)
-        t = _now_us()
-        base = {"addr": alloc["addr"], "size": alloc["size"], "stream": 0, "time_us": t, "frames": frames}
-        trace = self.trace
-        for action in ("free_requested", "free_completed", "segment_free"):
-            e = dict(base)
-            e["action"] = action
-            trace.append(e)
+        addr, size, sid, label = held
+        self.trace.append((_FREE, addr, size, _now_us(), sid, label))
 
-    def _stack(self, depth: int) -> List[Dict[str, Any]]:
-        """The Python stack of the caller ``depth`` frames up, innermost
-        first, as shared frame dicts (pickle writes each one once)."""
+    def _stack(self, depth: int) -> int:
+        """Id of the Python stack of the caller ``depth`` frames up,
+        innermost first, as shared frame dicts (pickle writes each once)."""
         if self.stacks == "none":
-            return []
+            return 0
         try:
             f = sys._getframe(depth + 1)
         except ValueError:
-            return []
+            return 0
         key: List[Any] = []
         frames: List[Any] = []
         while f is not None:
@@ -306,11 +312,11 @@ class DispatchRecorder:
             frames.append(f)
             f = f.f_back
         k = tuple(key)
-        out = self._stack_cache.get(k)
-        if out is None:
-            out = [self._frame(fr) for fr in frames]
-            self._stack_cache[k] = out
-        return out
+        sid = self._stack_ids.get(k)
+        if sid is None:
+            sid = self._stack_ids[k] = len(self.stack_list)
+            self.stack_list.append([self._frame(fr) for fr in frames])
+        return sid
 
     def _frame(self, f: Any) -> Dict[str, Any]:
         k = (f.f_code, f.f_lasti)
@@ -333,12 +339,34 @@ class DispatchRecorder:
     def collect(self, restart: bool) -> None:
         """Nothing to collect: the trace is always current."""
 
+    def entries(self) -> List[Dict[str, Any]]:
+        """The trace as PyTorch writes it, the last ``max_entries`` entries:
+        ``segment_alloc`` + ``alloc`` per allocation (nothing is cached) and
+        ``free_requested`` + ``free_completed`` + ``segment_free`` per free."""
+        stacks = self.stack_list
+        out: List[Dict[str, Any]] = []
+        append = out.append
+        for kind, addr, size, t, sid, label in list(self.trace):
+            frames = stacks[sid]
+            if kind == _ALLOC:
+                append({"action": "segment_alloc", "addr": addr, "size": size, "stream": 0, "time_us": t, "frames": frames})
+                e = {"action": "alloc", "addr": addr, "size": size, "stream": 0, "time_us": t, "frames": frames}
+                if label:
+                    e["user_metadata"] = label
+                append(e)
+            else:
+                for action in ("free_requested", "free_completed", "segment_free"):
+                    append({"action": action, "addr": addr, "size": size, "stream": 0, "time_us": t, "frames": frames})
+        return out[-self.max_entries :]
+
     def snapshot(self, marks: Optional[List[Tuple[str, int, int]]] = None) -> Dict[str, Any]:
         """The snapshot so far; the recording goes on."""
         self.sample_counters()
-        trace = list(self.trace)
-        live = sorted((e for _, e in list(self.live.values()) if e["size"]), key=lambda e: e["addr"])
-        return {"segments": [_segment(e) for e in live], "device_traces": [trace]}
+        trace = self.entries()
+        live = sorted(v for v in list(self.live.values()) if v[1])
+        stacks = self.stack_list
+        segments = [_segment({"addr": a, "size": n, "frames": stacks[sid]}) for a, n, sid, _ in live]
+        return {"segments": segments, "device_traces": [trace]}
 
     def meta(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {"device_type": self.device_type}
@@ -354,7 +382,8 @@ class DispatchRecorder:
 
     def live_blocks(self) -> List[Tuple[int, int, List[Dict[str, Any]]]]:
         """``(address, size, frames)`` of every live block with a stack."""
-        return [(e["addr"], e["size"], e["frames"]) for _, e in list(self.live.values()) if e["size"] and e["frames"]]
+        stacks = self.stack_list
+        return [(a, n, stacks[sid]) for a, n, sid, _ in list(self.live.values()) if n and sid]
 
 
 def _make_mode(rec: DispatchRecorder) -> Any:
