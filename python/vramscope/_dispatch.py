@@ -40,7 +40,8 @@ __all__ = ["DispatchRecorder", "device_counters", "pick_device"]
 _ALLOC, _FREE = 0, 1
 # How each operator's outputs are handled, decided once per operator.
 _SKIP, _FRESH, _LIFT, _RESIZE = 0, 1, 2, 3
-_kinds: Dict[Any, int] = {}
+# id(operator) -> (kind, the callable to run, the operator, kept alive).
+_kinds: Dict[int, Tuple[int, Any, Any]] = {}
 
 
 class _StorageRef(weakref.ref):
@@ -405,10 +406,14 @@ def _make_mode(rec: DispatchRecorder) -> Any:
             return False
 
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-            out = func(*args, **kwargs) if kwargs else func(*args)
-            kind = kinds.get(func)
-            if kind is None:
-                kind = kinds[func] = _classify(func)
+            # Keyed by id: OpOverload hashes in Python. Operators live as long
+            # as the process, so ids are not reused. The call goes straight to
+            # the C++ binding (``OpOverload.__call__`` is one more frame).
+            known = kinds.get(id(func))
+            if known is None:
+                known = kinds[id(func)] = (_classify(func), getattr(func, "_op", func), func)
+            kind, op = known[0], known[1]
+            out = op(*args, **kwargs) if kwargs else op(*args)
             if kind == _SKIP or not rec.active:
                 return out
             handle: Callable[[Any, int], None] = resized if kind == _RESIZE else fresh
