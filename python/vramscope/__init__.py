@@ -7,8 +7,9 @@ Read a snapshot::
     print(snap.summary()["devices"][0]["peak"]["allocated_bytes"])
     snap.report("snapshot.html")
 
-Record one (on a GPU through PyTorch's allocator history, on a CPU through
-the profiler; the same file format either way)::
+Record one (on CUDA and XPU through PyTorch's allocator history, on the CPU,
+Apple MPS and elsewhere at the dispatcher, every tensor with its exact stack;
+the same file format either way)::
 
     with vramscope.record("run.pickle"):
         for batch in loader:

@@ -13,8 +13,8 @@ On failure :class:`MemoryLimitExceeded` (an ``AssertionError``) says which
 limit was exceeded, by how much, and, for leaks, the finding with its stack
 and fix; the snapshot is kept for ``vramscope report``. With pytest, the
 ``@pytest.mark.vramscope(...)`` marker does the same for a whole test (see
-``vramscope.pytest_plugin``). Without a GPU the CPU path records through the
-profiler, so the same test runs in CI.
+``vramscope.pytest_plugin``). Without a GPU the CPU's tensors are recorded
+at the dispatcher, so the same test runs in CI.
 """
 
 from __future__ import annotations
