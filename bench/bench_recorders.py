@@ -1,8 +1,9 @@
-"""Cost of recording on CPU, dispatcher against profiler: training step time
-of the small CNN and Transformer (python/tests/scripts/models.py) without
-recording, recording with ``backend="dispatch"`` and with
-``backend="profiler"``, in alternating rounds so drift cancels; then the cost
-of a dump of a 100k-entry dispatch recording, which goes on recording.
+"""Cost of recording on CPU, per backend: training step time of the small
+CNN and Transformer (python/tests/scripts/models.py) without recording and
+recording with ``backend="allocator"`` (the CPU default on Linux),
+``"dispatch"`` and ``"profiler"``, in alternating rounds so drift cancels;
+then the cost of a dump of a 100k-entry recording of each of the first two,
+which goes on recording.
 
     .venv/bin/python bench/bench_recorders.py [--steps 100] [--rounds 4] [--threads 1] [--batch 8]
 
@@ -57,7 +58,7 @@ def main() -> None:
     for kind in ("cnn", "transformer"):
         model, opt, batch = build(kind)
         median_step(model, opt, batch, 20)  # warm-up
-        results = {"none": [], "dispatch": [], "profiler": []}
+        results = {"none": [], "allocator": [], "dispatch": [], "profiler": []}
         names = list(results)
         for r in range(a.rounds):
             order = names if r % 2 == 0 else names[::-1]
@@ -72,15 +73,25 @@ def main() -> None:
                     rec._end(pending=False, write=False)
         base = statistics.median(results["none"])
         line = f"{kind:12s} none {base * 1e3:7.3f} ms/step"
-        for backend in ("dispatch", "profiler"):
+        for backend in ("allocator", "dispatch", "profiler"):
             m = statistics.median(results[backend])
             line += f"   {backend} {m * 1e3:7.3f} ms ({m / base:.2f}x)"
         print(line)
 
-    # A dump of 100k entries in the middle of a recording.
+    for backend in ("allocator", "dispatch"):
+        dump_cost(tmp, backend)
+
+
+def entries_of(rec) -> list:
+    """The trace entries a dump would write now."""
+    return rec._session.backend.snapshot()["device_traces"][0]
+
+
+def dump_cost(tmp: Path, backend_name: str) -> None:
+    """A dump of 100k entries in the middle of a recording."""
     model, opt, batch = build("transformer")
-    path = tmp / "dump.pickle"
-    rec = vr.start(path, backend="dispatch", max_entries=100_000)
+    path = tmp / f"dump-{backend_name}.pickle"
+    rec = vr.start(path, backend=backend_name, max_entries=100_000)
     try:
         backend = rec._session.backend
         steps = 0
@@ -88,20 +99,20 @@ def main() -> None:
             train_step(model, opt, batch)
             vr.step()
             steps += 1
-            if steps % 10 == 0 and len(backend.entries()) >= 100_000:
+            if steps % 10 == 0 and len(entries_of(rec)) >= 100_000:
                 break
         t = time.perf_counter()
         vr.dump(path)
         dump_s = time.perf_counter() - t
-        entries = backend.entries()
-        n_allocs_before = sum(1 for e in entries if e["action"] == "alloc")
         stamp = time.time_ns() // 1000
         train_step(model, opt, batch)
-        after = sum(1 for e in backend.entries() if e["action"] == "alloc" and e["time_us"] >= stamp)
+        after = sum(1 for e in entries_of(rec) if e["action"] == "alloc" and e["time_us"] >= stamp)
+        entries = len(entries_of(rec))
     finally:
         rec._end(pending=False, write=False)
+    del backend
     size = os.path.getsize(path)
-    print(f"dump of {len(entries):,} entries ({steps} steps, {n_allocs_before:,} allocs in the ring): {dump_s:.3f} s, {size / 2**20:.1f} MiB; "
+    print(f"{backend_name:10s} dump of {entries:,} entries ({steps} steps): {dump_s:.3f} s, {size / 2**20:.1f} MiB; "
           f"the step after it recorded {after} allocations (still recording: {after > 0})")
 
 

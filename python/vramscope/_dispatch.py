@@ -298,25 +298,30 @@ class DispatchRecorder:
 
     def _stack(self, depth: int) -> int:
         """Id of the Python stack of the caller ``depth`` frames up,
-        innermost first, as shared frame dicts (pickle writes each once)."""
+        innermost first, as shared frame dicts (pickle writes each once).
+        The hot path builds only the key: (code, instruction) per frame."""
         if self.stacks == "none":
             return 0
         try:
-            f = sys._getframe(depth + 1)
+            top = f = sys._getframe(depth + 1)
         except ValueError:
             return 0
         key: List[Any] = []
-        frames: List[Any] = []
+        add = key.append
         while f is not None:
-            key.append(f.f_code)
-            key.append(f.f_lasti)
-            frames.append(f)
+            add(f.f_code)
+            add(f.f_lasti)
             f = f.f_back
         k = tuple(key)
         sid = self._stack_ids.get(k)
         if sid is None:
+            frames = []
+            f = top
+            while f is not None:
+                frames.append(self._frame(f))
+                f = f.f_back
             sid = self._stack_ids[k] = len(self.stack_list)
-            self.stack_list.append([self._frame(fr) for fr in frames])
+            self.stack_list.append(frames)
         return sid
 
     def _frame(self, f: Any) -> Dict[str, Any]:

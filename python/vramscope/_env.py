@@ -13,7 +13,8 @@ variable                    meaning                              default
 ``VRAMSCOPE_MAX_ENTRIES``   trace entries kept                   100000
 ``VRAMSCOPE_STACKS``        ``python``, ``all`` or ``none``      python
 ``VRAMSCOPE_BACKEND``       ``auto``, ``cuda``, ``xpu``,          auto
-                            ``dispatch`` or ``profiler``
+                            ``allocator``, ``dispatch`` or
+                            ``profiler``
 ``VRAMSCOPE_EVERY``         periodic dump every N steps (0: off)  0
 ``VRAMSCOPE_KEEP``          periodic files kept (0: all)         3
 ==========================  ===================================  ==========
@@ -43,7 +44,7 @@ _INT_VARS = {
 _STACKS_VAR = "VRAMSCOPE_STACKS"
 STACKS_CHOICES = ("python", "all", "none")
 _BACKEND_VAR = "VRAMSCOPE_BACKEND"
-BACKEND_CHOICES = ("auto", "cuda", "xpu", "dispatch", "profiler")
+BACKEND_CHOICES = ("auto", "cuda", "xpu", "allocator", "dispatch", "profiler")
 
 # The recorder started here, if any (for the exit handler and for tests).
 _activated: Optional[Any] = None

@@ -208,7 +208,7 @@ def allocation_stacks() -> Optional[Callable[[int], Optional[List[str]]]]:
 
     session = _current()
     blocks = []
-    if session is not None and session.kind == "dispatch":
+    if session is not None and session.kind in ("dispatch", "allocator"):
         blocks = session.backend.live_blocks()
     elif torch.cuda.is_available():
         try:

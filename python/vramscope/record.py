@@ -59,7 +59,7 @@ DEFAULT_MAX_ENTRIES = 100_000
 DEFAULT_STACKS = "python"
 DEFAULT_KEEP = 3
 DEFAULT_BACKEND = "auto"
-BACKENDS = ("auto", "cuda", "xpu", "dispatch", "profiler")
+BACKENDS = ("auto", "cuda", "xpu", "allocator", "dispatch", "profiler")
 # Name of the annotation around a cycle collection that freed objects.
 GC_ANNOTATION = "gc.collect"
 GC_SPANS_KEPT = 10_000
@@ -81,8 +81,11 @@ class record:
             or ``"none"`` (``$VRAMSCOPE_STACKS``).
         backend: what observes the allocations (``$VRAMSCOPE_BACKEND``):
             ``"auto"`` (default) is the allocator history where the device
-            has one (``"cuda"``, ``"xpu"``), else ``"dispatch"``: every tensor
-            storage at the dispatcher, on any device, with exact stacks.
+            has one (``"cuda"``, ``"xpu"``); on the CPU (Linux)
+            ``"allocator"``: c10's CPU allocator hooked natively, every
+            allocation (kernels' scratch included) with the exact stack of
+            the torch call that made it; elsewhere ``"dispatch"``: every
+            tensor storage at the dispatcher, on any device, exact stacks.
             ``"profiler"``: the PyTorch profiler's memory profile, with its
             Memory Profiler categories (CPU only, slower, stacks one line per
             function).
@@ -299,11 +302,15 @@ class _Session:
         self.owner = self.settings = owner
         self.pid = os.getpid()
         self.from_env = False
-        self.kind = choose_backend(owner.backend)
+        self.kind = choose_backend(owner.backend, owner.device)
         self.cuda = self.kind == "cuda"
         self.backend: Any
         if self.kind in ("cuda", "xpu"):
             self.backend = CudaRecorder(owner.max_entries, owner.stacks, self.kind)
+        elif self.kind == "allocator":
+            from ._allocator import AllocatorRecorder
+
+            self.backend = AllocatorRecorder(owner.max_entries, owner.stacks)
         elif self.kind == "dispatch":
             from ._dispatch import DispatchRecorder
 
@@ -418,8 +425,9 @@ class _Session:
             self.tagger.tag_all()
             if self.kind in ("cuda", "xpu"):
                 snap = self.backend.snapshot()
-            elif self.kind == "dispatch":
-                snap = self.backend.snapshot()
+            elif self.kind in ("dispatch", "allocator"):
+                marks = [(s.name, s.start_us, s.end_us or _now_us()) for s in self.spans if s.kind == "mark"]
+                snap = self.backend.snapshot(marks)
             else:
                 open_spans = [s for s in (self.step_span, self.mark_span) if s is not None]
                 # Ranges must not straddle a profiler restart: leave and re-enter them.
@@ -439,7 +447,7 @@ class _Session:
                 "steps": self.steps,
                 "torch": _torch_version(),
             }
-            if self.kind == "dispatch":
+            if self.kind in ("dispatch", "allocator"):
                 snap["vramscope"].update(self.backend.meta())
             return snap
 
@@ -519,14 +527,16 @@ class _Session:
 RECORDER_NAMES = {
     "cuda": "cuda-allocator-history",
     "xpu": "xpu-allocator-history",
+    "allocator": "cpu-allocator",
     "dispatch": "dispatch",
     "profiler": "cpu-profiler",
 }
 
 
-def choose_backend(backend: str) -> str:
+def choose_backend(backend: str, device: Optional[str] = None) -> str:
     """The backend ``record(backend=...)`` runs: ``auto`` is the allocator
-    history of CUDA or XPU where present, else the dispatcher."""
+    history of CUDA or XPU where present, else on the CPU the allocator
+    hooks where they install, else the dispatcher."""
     import torch
 
     def has_history(name: str) -> bool:
@@ -540,7 +550,20 @@ def choose_backend(backend: str) -> str:
         for name in ("cuda", "xpu"):
             if has_history(name):
                 return name
+        from ._dispatch import pick_device
+
+        if device in (None, "cpu") and pick_device() == "cpu":
+            from ._allocator import available
+
+            if available() is None:
+                return "allocator"
         return "dispatch"
+    if backend == "allocator":
+        from ._allocator import available
+
+        why = available()
+        if why is not None:
+            raise RuntimeError(f"backend='allocator': {why}; use backend='dispatch'")
     if backend in ("cuda", "xpu") and not has_history(backend):
         raise RuntimeError(f"backend={backend!r}: this PyTorch has no {backend} device with an allocator history; use backend='dispatch'")
     return backend

@@ -336,8 +336,75 @@ fn cli(py: Python<'_>, args: Vec<String>) -> u8 {
     py.detach(|| vramscope_cli::run(argv))
 }
 
+// ----- the CPU allocator hooks (vramscope_cpuhook) -----
+
+/// Hook libc10's CPU allocator (once); the number of GOT slots patched.
+#[pyfunction]
+fn cpuhook_install() -> PyResult<usize> {
+    vramscope_cpuhook::install().map_err(|e| pyo3::exceptions::PyOSError::new_err(e.to_string()))
+}
+
+/// Begin recording the CPU allocator's events (the last `max_events`).
+#[pyfunction]
+fn cpuhook_start(max_events: usize) {
+    vramscope_cpuhook::start(max_events)
+}
+
+#[pyfunction]
+fn cpuhook_stop() {
+    vramscope_cpuhook::stop()
+}
+
+#[pyfunction]
+fn cpuhook_mark() -> u64 {
+    vramscope_cpuhook::mark()
+}
+
+#[pyfunction]
+fn cpuhook_stamp(since: u64, stack: u32) -> usize {
+    vramscope_cpuhook::stamp(since, stack)
+}
+
+#[pyfunction]
+fn cpuhook_adopt(addr: u64, size: u64) {
+    vramscope_cpuhook::adopt(addr, size)
+}
+
+/// `(kind, addr, size, time_us, stack)` per event, kind 0 alloc, 1 free.
+#[pyfunction]
+fn cpuhook_events(py: Python<'_>) -> Vec<(u8, u64, u64, i64, u32)> {
+    let ev = py.detach(vramscope_cpuhook::events);
+    ev.into_iter()
+        .map(|e| {
+            let kind = match e.kind {
+                vramscope_cpuhook::EventKind::Alloc => 0,
+                vramscope_cpuhook::EventKind::Free => 1,
+            };
+            (kind, e.addr, e.size, e.time_us, e.stack)
+        })
+        .collect()
+}
+
+/// `(addr, size, stack)` of the blocks alive, by address.
+#[pyfunction]
+fn cpuhook_live() -> Vec<(u64, u64, u32)> {
+    vramscope_cpuhook::live()
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    for f in [
+        wrap_pyfunction!(cpuhook_install, m)?,
+        wrap_pyfunction!(cpuhook_start, m)?,
+        wrap_pyfunction!(cpuhook_stop, m)?,
+        wrap_pyfunction!(cpuhook_mark, m)?,
+        wrap_pyfunction!(cpuhook_stamp, m)?,
+        wrap_pyfunction!(cpuhook_adopt, m)?,
+        wrap_pyfunction!(cpuhook_events, m)?,
+        wrap_pyfunction!(cpuhook_live, m)?,
+    ] {
+        m.add_function(f)?;
+    }
     m.add_class::<Snapshot>()?;
     m.add_function(wrap_pyfunction!(load, m)?)?;
     m.add_function(wrap_pyfunction!(loads, m)?)?;

@@ -1,0 +1,209 @@
+//! What the hooks record: a ring of events and the blocks alive, behind one
+//! lock (allocations also come from the allocator's worker threads).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+/// Stack id of an event nobody stamped.
+pub const NO_STACK: u32 = 0;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    Alloc,
+    Free,
+}
+
+/// One allocation or free of the CPU allocator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Event {
+    pub kind: EventKind,
+    pub addr: u64,
+    pub size: u64,
+    /// Wall clock, µs since the epoch (the clock of PyTorch's `time_us`).
+    pub time_us: i64,
+    /// The allocating thread (`pthread_self`).
+    pub thread: u64,
+    /// The allocation's stack id ([`stamp`]); a free carries its block's.
+    pub stack: u32,
+}
+
+pub(crate) static RECORDING: AtomicBool = AtomicBool::new(false);
+
+struct State {
+    ring: VecDeque<Event>,
+    max: usize,
+    /// Events ever pushed: the sequence number of the next one.
+    pushed: u64,
+    /// Live blocks: address -> (size, stack id).
+    live: HashMap<u64, (u64, u32)>,
+}
+
+static STATE: Mutex<Option<State>> = Mutex::new(None);
+
+fn with_state<R>(f: impl FnOnce(&mut State) -> R) -> Option<R> {
+    // A panic while holding the lock must not turn every later allocation
+    // of the process into a panic: take the data as it is.
+    let mut guard = STATE.lock().unwrap_or_else(|e| e.into_inner());
+    guard.as_mut().map(f)
+}
+
+fn push(s: &mut State, e: Event) {
+    if s.ring.len() == s.max {
+        s.ring.pop_front();
+    }
+    s.ring.push_back(e);
+    s.pushed += 1;
+}
+
+/// Begin recording, keeping the last `max_events` events. Forgets any
+/// earlier recording.
+pub fn start(max_events: usize) {
+    let max = max_events.max(1);
+    *STATE.lock().unwrap_or_else(|e| e.into_inner()) = Some(State {
+        ring: VecDeque::with_capacity(max.min(1 << 20)),
+        max,
+        pushed: 0,
+        live: HashMap::new(),
+    });
+    RECORDING.store(true, Ordering::SeqCst);
+}
+
+/// Stop recording and drop what was recorded.
+pub fn stop() {
+    RECORDING.store(false, Ordering::SeqCst);
+    *STATE.lock().unwrap_or_else(|e| e.into_inner()) = None;
+}
+
+/// A block allocated before the recording: its free will be recorded.
+pub fn adopt(addr: u64, size: u64) {
+    with_state(|s| {
+        s.live.entry(addr).or_insert((size, NO_STACK));
+    });
+}
+
+/// Sequence number of the next event (for [`stamp`]).
+pub fn mark() -> u64 {
+    with_state(|s| s.pushed).unwrap_or(0)
+}
+
+/// Give the allocations this thread made since `since` (a [`mark`]) and
+/// that have no stack yet the stack `stack`. Returns how many.
+pub fn stamp(since: u64, stack: u32) -> usize {
+    let me = crate::events::thread_id();
+    with_state(|s| {
+        let newer = s.pushed.saturating_sub(since) as usize;
+        let n = s.ring.len();
+        let mut stamped = 0;
+        for i in n.saturating_sub(newer)..n {
+            let e = &mut s.ring[i];
+            if e.kind == EventKind::Alloc && e.stack == NO_STACK && e.thread == me {
+                e.stack = stack;
+                if let Some(b) = s.live.get_mut(&e.addr) {
+                    if b.1 == NO_STACK {
+                        b.1 = stack;
+                    }
+                }
+                stamped += 1;
+            }
+        }
+        stamped
+    })
+    .unwrap_or(0)
+}
+
+/// The events kept, oldest first.
+pub fn events() -> Vec<Event> {
+    with_state(|s| s.ring.iter().copied().collect()).unwrap_or_default()
+}
+
+/// `(address, size, stack)` of every block alive now, by address.
+pub fn live() -> Vec<(u64, u64, u32)> {
+    let mut v: Vec<(u64, u64, u32)> =
+        with_state(|s| s.live.iter().map(|(&a, &(n, st))| (a, n, st)).collect())
+            .unwrap_or_default();
+    v.sort_unstable();
+    v
+}
+
+pub(crate) fn on_alloc(addr: u64, size: u64) {
+    let e = Event {
+        kind: EventKind::Alloc,
+        addr,
+        size,
+        time_us: now_us(),
+        thread: thread_id(),
+        stack: NO_STACK,
+    };
+    with_state(|s| {
+        s.live.insert(addr, (size, NO_STACK));
+        push(s, e);
+    });
+}
+
+pub(crate) fn on_free(addr: u64) {
+    let (time_us, thread) = (now_us(), thread_id());
+    with_state(|s| {
+        if let Some((size, stack)) = s.live.remove(&addr) {
+            push(
+                s,
+                Event {
+                    kind: EventKind::Free,
+                    addr,
+                    size,
+                    time_us,
+                    thread,
+                    stack,
+                },
+            );
+        }
+    });
+}
+
+#[cfg(target_os = "linux")]
+pub(crate) fn thread_id() -> u64 {
+    // SAFETY: pthread_self has no preconditions and allocates nothing.
+    unsafe { libc::pthread_self() as u64 }
+}
+
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn thread_id() -> u64 {
+    0
+}
+
+fn now_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // One test: the state is process-wide.
+    #[test]
+    fn ring_stamps_frees_and_adoption() {
+        start(4);
+        adopt(0x100, 64);
+        let m = mark();
+        on_alloc(0x200, 10);
+        on_alloc(0x300, 20);
+        assert_eq!(stamp(m, 5), 2);
+        assert_eq!(stamp(m, 6), 0, "stamped once");
+        on_free(0x200);
+        on_free(0x999); // never seen: not an event
+        on_free(0x100); // adopted: its free is
+        let ev = events();
+        assert_eq!(ev.len(), 4, "{ev:?}");
+        assert_eq!(ev[2].kind, EventKind::Free);
+        assert_eq!((ev[2].addr, ev[2].size, ev[2].stack), (0x200, 10, 5));
+        assert_eq!((ev[3].addr, ev[3].size, ev[3].stack), (0x100, 64, NO_STACK));
+        assert_eq!(live(), vec![(0x300, 20, 5)]);
+        on_alloc(0x400, 1); // the ring keeps 4: the oldest goes
+        assert_eq!(events()[0].addr, 0x300);
+        assert_eq!(mark(), 5);
+        stop();
+        assert!(events().is_empty());
+    }
+}

@@ -1,0 +1,146 @@
+"""Recording on the CPU from PyTorch's allocator itself.
+
+``vramscope._native`` points ``libc10.so``'s calls to ``posix_memalign`` and
+``free`` at hooks (``crates/cpuhook``): every allocation of c10's CPU
+allocator is seen where it happens, with its exact size and address, in
+whatever thread, kernels' scratch space included (oneDNN's buffers inside a
+convolution, which no tensor holds). Nothing runs per operator on the Python
+side but a ``TorchFunctionMode`` around each call of the torch API: when the
+call allocated, the Python stack of its caller is taken (the current line of
+every frame) and given to the allocations that call made on this thread. So
+``loss.backward()`` is the stack of everything backward allocates, the
+optimizer's lines in ``adam.py`` of its state and temporaries, and a training
+loop at module level is ``train.py:12 in <module>``.
+
+The file is written as the dispatch recorder writes it (one segment per live
+block; ``vramscope.recorder == "cpu-allocator"``); marks become
+``user_metadata`` from their time ranges. Tensors alive before the recording
+are adopted (their frees are recorded). Linux only: elsewhere, and where the
+hooks cannot be installed, the CPU is recorded at the dispatcher.
+"""
+
+from __future__ import annotations
+
+import collections
+import sys
+from typing import Any, Dict, List, Optional, Tuple
+
+from ._dispatch import _ALLOC, DispatchRecorder
+from ._profiler import _label, _segment
+
+__all__ = ["AllocatorRecorder", "available"]
+
+
+def available() -> Optional[str]:
+    """``None`` when the hooks can be installed, else why not."""
+    if not sys.platform.startswith("linux"):
+        return f"the CPU allocator hooks need Linux, not {sys.platform}"
+    try:
+        from . import _native
+
+        _native.cpuhook_install()
+    except (ImportError, AttributeError) as err:
+        return f"vramscope._native is not built ({err})"
+    except OSError as err:
+        return str(err)
+    return None
+
+
+class AllocatorRecorder(DispatchRecorder):
+    """Records c10's CPU allocator through native hooks; stacks come from a
+    ``TorchFunctionMode`` around torch API calls."""
+
+    def __init__(self, max_entries: int, stacks: str) -> None:
+        super().__init__(max_entries, stacks, "cpu")
+
+    def start(self) -> None:
+        from . import _native
+
+        _native.cpuhook_install()
+        # Events in the native ring: a free is 3 trace entries, an alloc 2.
+        _native.cpuhook_start(max(1, self.max_entries // 2))
+        self._wanted = self._fast_wanted()  # type: ignore[method-assign]
+        self._adopt_native()
+        self._mode = _make_function_mode(self, _native)
+        self._mode.__enter__()
+        self.active = True
+
+    def _adopt_native(self) -> None:
+        from . import _native
+
+        self.adopt_existing()
+        for addr, size, _sid, _label_ in list(self.live.values()):
+            if size:
+                _native.cpuhook_adopt(addr, size)
+        # The native side tracks them from here.
+        self.live.clear()
+        self._refs.clear()
+
+    def stop(self) -> None:
+        from . import _native
+
+        mode, self._mode = self._mode, None
+        self.active = False
+        try:
+            if mode is not None:
+                from torch.overrides import _get_current_function_mode
+
+                if _get_current_function_mode() is mode:
+                    mode.__exit__(None, None, None)
+                else:
+                    print("vramscope: a torch function mode entered after the recording is still active; the recorder's stays, idle", file=sys.stderr)
+        finally:
+            _native.cpuhook_stop()
+
+    def _records(self) -> List[Tuple[int, int, int, int, int, str]]:
+        from . import _native
+
+        stack_of: Dict[int, int] = {}
+        out = []
+        for kind, addr, size, t, sid in _native.cpuhook_events():
+            if kind == _ALLOC:
+                stack_of[addr] = sid
+            else:
+                # Temporaries freed inside the call that made them were freed
+                # before the call's stack was known: take the allocation's.
+                sid = sid or stack_of.pop(addr, 0)
+            out.append((kind, addr, size, t, sid, ""))
+        return out
+
+    def snapshot(self, marks: Optional[List[Tuple[str, int, int]]] = None) -> Dict[str, Any]:
+        from . import _native
+
+        self.trace = collections.deque(self._records())
+        trace = self.entries()
+        if marks:
+            _label(trace, sorted(marks, key=lambda m: m[1]))
+        stacks = self.stack_list
+        segments = [_segment({"addr": a, "size": n, "frames": stacks[sid]}) for a, n, sid in _native.cpuhook_live() if n]
+        return {"segments": segments, "device_traces": [trace]}
+
+    def meta(self) -> Dict[str, Any]:
+        return {"device_type": "cpu"}
+
+    def live_blocks(self) -> List[Tuple[int, int, List[Dict[str, Any]]]]:
+        from . import _native
+
+        stacks = self.stack_list
+        return [(a, n, stacks[sid]) for a, n, sid in _native.cpuhook_live() if n and sid]
+
+
+def _make_function_mode(rec: AllocatorRecorder, native: Any) -> Any:
+    """The ``TorchFunctionMode`` that gives allocations their stacks: two
+    native calls per torch API call, a stack walk only when it allocated."""
+    from torch.overrides import TorchFunctionMode
+
+    mark, stamp, stack = native.cpuhook_mark, native.cpuhook_stamp, rec._stack
+
+    class VramscopeStacks(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            m = mark()
+            out = func(*args, **kwargs) if kwargs else func(*args)
+            if mark() != m:
+                stamp(m, stack(1))
+            return out
+
+    return VramscopeStacks()
