@@ -19,7 +19,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from conftest import SCRIPTS, allocator_peak_from_chrome_trace, load_snapshot, native_module, replay_peak, run_python  # noqa: E402
+from conftest import SCRIPTS, load_snapshot, native_module, replay_peak, run_python  # noqa: E402
 
 from models import build, train_step  # noqa: E402
 
@@ -95,6 +95,32 @@ def window_peak(trace: List[Dict[str, Any]]) -> Tuple[int, int]:
     return peak, earlier
 
 
+def counter_window_peak(chrome: Path) -> Tuple[int, int]:
+    """The CPU allocator's own events (the profiler's ``[memory]`` events,
+    ``Device Type`` 0) replayed like :func:`window_peak`: blocks allocated
+    in the window, less those of them freed. (Its running ``Total
+    Allocated`` also drops when a block from an earlier profiling session of
+    the same process is freed, which no recording of this window can know.)
+    Returns ``(peak, events)``."""
+    with open(chrome) as f:
+        events = json.load(f)["traceEvents"]
+    mem = sorted(
+        (e for e in events if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0),
+        key=lambda e: e["ts"],
+    )
+    live: Dict[int, int] = {}
+    level = peak = 0
+    for e in mem:
+        addr, size = int(e["args"]["Addr"]), int(e["args"]["Bytes"])
+        if size > 0:
+            live[addr] = size
+            level += size
+        elif addr in live:
+            level -= live.pop(addr)
+        peak = max(peak, level)
+    return peak, len(mem)
+
+
 def adopted_alive(snap: Dict[str, Any]) -> int:
     """Bytes of live blocks from before the recording (no stack)."""
     return sum(s["total_size"] for s in snap["segments"] if not s["frames"])
@@ -111,7 +137,7 @@ def test_recorded_peak_is_the_cpu_allocators_own(trained: SimpleNamespace) -> No
     assert snap["vramscope"]["device_type"] == "cpu"
     trace = snap["device_traces"][0]
     recorded, freed_adopted = window_peak(trace)
-    counter, events = allocator_peak_from_chrome_trace(trained.chrome)
+    counter, events = counter_window_peak(trained.chrome)
     scratch = counter - recorded
     adopted = adopted_alive(snap)
     print(
@@ -369,3 +395,26 @@ def test_summary_compares_the_devices_own_counter(monkeypatch: pytest.MonkeyPatc
     text = vramscope.load(path).summary_text()
     assert "Device counter" in text and "not in a tensor the recorder saw" in text
     assert vramscope.load(path).summary()["source"]["recorder"] == "dispatch"
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_torch_compile_runs_unchanged_under_recording(tmp_path: Path, backend: Dict[str, str]) -> None:
+    """torch.compile traces function modes into its graphs and guards
+    dispatch modes; either way the compiled function computes what it
+    computes without the recording."""
+    import torch._dynamo
+
+    def f(x: Any) -> Any:
+        return (x.sin() + 1).cos().sum()
+
+    x = torch.randn(1000, generator=torch.Generator().manual_seed(0))
+    expected = f(x)
+    torch._dynamo.reset()
+    compiled = torch.compile(f, backend="eager")
+    with vr.record(tmp_path / "c.pickle", collect_cycles=False, **backend):
+        got = [compiled(x) for _ in range(3)]
+    torch._dynamo.reset()
+    for g in got:
+        assert g.shape == () and torch.allclose(g, expected)
+    trace = load_snapshot(tmp_path / "c.pickle")["device_traces"][0]
+    assert any(e["action"] == "alloc" for e in trace)

@@ -131,12 +131,19 @@ class AllocatorRecorder(DispatchRecorder):
 def _make_function_mode(rec: AllocatorRecorder, native: Any) -> Any:
     """The ``TorchFunctionMode`` that gives allocations their stacks: two
     native calls per torch API call, a stack walk only when it allocated."""
+    import torch
     from torch.overrides import TorchFunctionMode
 
     mark, stamp, stack = native.cpuhook_mark, native.cpuhook_stamp, rec._stack
+    compiling = torch.compiler.is_compiling
 
     class VramscopeStacks(TorchFunctionMode):
         def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            # torch.compile traces function modes into its graphs: there the
+            # mode must be nothing but the call (it is True only while
+            # tracing; compiled graphs run without modes).
+            if compiling():
+                return func(*args, **(kwargs or {}))
             m = mark()
             out = func(*args, **kwargs) if kwargs else func(*args)
             if mark() != m:

@@ -195,12 +195,13 @@ class DispatchRecorder:
                     key, size = st._cdata, st.nbytes()
                     if key in self.live or size == 0:
                         continue
+                    addr = st.data_ptr()
                     ref = _StorageRef(st, self._on_release)
-                except Exception:  # noqa: BLE001 - subclasses, meta and sparse tensors have no plain storage
+                except Exception:  # noqa: BLE001 - fake, functional, meta and sparse tensors have no plain storage
                     continue
                 ref.key = key
                 self._refs[key] = ref
-                self.live[key] = (st.data_ptr(), size, 0, "")
+                self.live[key] = (addr, size, 0, "")
                 total += size
         return total
 
@@ -306,6 +307,10 @@ class DispatchRecorder:
             top = f = sys._getframe(depth + 1)
         except ValueError:
             return 0
+        # The guard that keeps torch.compile out of a dispatch mode's handler
+        # adds its own frames above the handler.
+        while f is not None and _is_guard(f.f_code):
+            top = f = f.f_back
         key: List[Any] = []
         add = key.append
         while f is not None:
@@ -392,6 +397,26 @@ class DispatchRecorder:
         return [(a, n, stacks[sid]) for a, n, sid, _ in list(self.live.values()) if n and sid]
 
 
+# Files of torch's dynamo guard around a mode's handler (torch._disable_dynamo):
+# its frames sit between the caller and the handler.
+_GUARD_FILES = (
+    "torch/_compile.py",
+    "torch/_dynamo/eval_frame.py",
+    "torch\\_compile.py",
+    "torch\\_dynamo\\eval_frame.py",
+)
+_WRAPPER_CODES: set = set()
+
+
+def _is_guard(code: Any) -> bool:
+    if code in _WRAPPER_CODES:
+        return True
+    if code.co_filename.endswith(_GUARD_FILES):
+        _WRAPPER_CODES.add(code)
+        return True
+    return False
+
+
 def _make_mode(rec: DispatchRecorder) -> Any:
     """The ``TorchDispatchMode`` that feeds ``rec``; its handler is the hot
     path, so it looks up one dict per call and touches outputs only for
@@ -404,11 +429,8 @@ def _make_mode(rec: DispatchRecorder) -> Any:
     fresh, resized = rec.fresh, rec.resized
 
     class VramscopeDispatch(TorchDispatchMode):
-        @classmethod
-        def _should_skip_dynamo(cls) -> bool:
-            # The default wraps the handler to keep dynamo out of it: two more
-            # Python frames on every operator call. Nothing here is traced.
-            return False
+        # (The handler keeps TorchDispatchMode's dynamo guard, two Python
+        # frames per call: without it torch.compile traces into it.)
 
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             # Keyed by id: OpOverload hashes in Python. Operators live as long
@@ -421,12 +443,14 @@ def _make_mode(rec: DispatchRecorder) -> Any:
             out = op(*args, **kwargs) if kwargs else op(*args)
             if kind == _SKIP or not rec.active:
                 return out
+            # Plain tensors only: subclasses (FakeTensor while torch.compile
+            # traces, DTensor, ...) have no storage of their own here.
             handle: Callable[[Any, int], None] = resized if kind == _RESIZE else fresh
-            if isinstance(out, Tensor):
+            if type(out) is Tensor:
                 handle(out, 1)
             elif isinstance(out, (tuple, list)):
                 for o in out:
-                    if isinstance(o, Tensor):
+                    if type(o) is Tensor:
                         handle(o, 1)
             return out
 
