@@ -152,7 +152,8 @@ class DispatchRecorder:
         # Interned stacks: id -> frame dicts (id 0: no stack).
         self.stack_list: List[List[Dict[str, Any]]] = [[]]
         self._stack_ids: Dict[tuple, int] = {}
-        self._frame_cache: Dict[Tuple[Any, int], Dict[str, Any]] = {}
+        self._frame_cache: Dict[Tuple[int, int], Dict[str, Any]] = {}
+        self._pinned: set = set()
         self._mode: Any = None
         self.active = False
 
@@ -311,10 +312,13 @@ class DispatchRecorder:
         # adds its own frames above the handler.
         while f is not None and _is_guard(f.f_code):
             top = f = f.f_back
-        key: List[Any] = []
+        # Code objects by id: hashing a code object hashes its bytecode and
+        # constants, every time. The codes of every interned stack are kept
+        # (self._pinned), so an id in a key cannot be reused by another code.
+        key: List[int] = []
         add = key.append
         while f is not None:
-            add(f.f_code)
+            add(id(f.f_code))
             add(f.f_lasti)
             f = f.f_back
         k = tuple(key)
@@ -323,6 +327,7 @@ class DispatchRecorder:
             frames = []
             f = top
             while f is not None:
+                self._pinned.add(f.f_code)
                 frames.append(self._frame(f))
                 f = f.f_back
             sid = self._stack_ids[k] = len(self.stack_list)
@@ -330,7 +335,7 @@ class DispatchRecorder:
         return sid
 
     def _frame(self, f: Any) -> Dict[str, Any]:
-        k = (f.f_code, f.f_lasti)
+        k = (id(f.f_code), f.f_lasti)  # the code is pinned by the caller
         d = self._frame_cache.get(k)
         if d is None:
             code = f.f_code
