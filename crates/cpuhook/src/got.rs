@@ -50,7 +50,20 @@ unsafe extern "C" fn hook_free(p: *mut c_void) {
 }
 
 pub(crate) fn install_once(library: &str) -> Result<usize, HookError> {
-    INSTALLED.get_or_init(|| install(library)).clone()
+    INSTALLED
+        .get_or_init(|| {
+            // A child forked while another thread held the events' lock
+            // would wait on it at its first allocation forever: children
+            // (DataLoader workers, ...) do not record.
+            // SAFETY: registering a handler that only stores to an atomic.
+            unsafe { libc::pthread_atfork(None, None, Some(stop_in_child)) };
+            install(library)
+        })
+        .clone()
+}
+
+extern "C" fn stop_in_child() {
+    RECORDING.store(false, Ordering::SeqCst);
 }
 
 fn real_symbol(name: &'static CStr) -> Option<*mut c_void> {
