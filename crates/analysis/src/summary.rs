@@ -65,7 +65,7 @@ pub struct SourceSummary {
     pub legacy_blocks: bool,
     pub truncated: bool,
     pub warnings: Vec<String>,
-    /// What recorded the file, when vramscope did: `dispatch`,
+    /// What recorded the file, when vramscope did: `cpu-allocator`, `dispatch`,
     /// `cuda-allocator-history`, `xpu-allocator-history`, `cpu-profiler`.
     pub recorder: Option<String>,
     /// Values out of range or of the wrong type, per field: what was stored

@@ -279,7 +279,7 @@ pub enum Compression {
 /// key, which other readers ignore).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RecorderInfo {
-    /// `cuda-allocator-history`, `xpu-allocator-history`, `dispatch` or
+    /// `cuda-allocator-history`, `xpu-allocator-history`, `cpu-allocator`, `dispatch` or
     /// `cpu-profiler`.
     pub name: String,
     /// The device type a dispatch recording followed (`cpu`, `mps`, ...).
