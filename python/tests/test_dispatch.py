@@ -178,6 +178,9 @@ def test_native_reader_agrees_and_says_what_it_cannot_see(trained: SimpleNamespa
     # Blocks from before the recording count from its start, freed or not.
     peak, _ = replay_peak(trained.snap["device_traces"][0])
     assert s["devices"][0]["peak"]["allocated_bytes"] == peak + adopted_alive(trained.snap)
+    # Per-site totals add up to the peak, blocks from before as a site of their own.
+    sites = snap.summary(top=100_000)["devices"][0]["peak"]["top_sites"]
+    assert sum(x["bytes"] for x in sites) == s["devices"][0]["peak"]["allocated_bytes"]
     text = snap.summary_text()
     if trained.backend == "dispatch":
         assert "dispatcher" in text and "without a tensor" in text, text
@@ -418,3 +421,31 @@ def test_torch_compile_runs_unchanged_under_recording(tmp_path: Path, backend: D
         assert g.shape == () and torch.allclose(g, expected)
     trace = load_snapshot(tmp_path / "c.pickle")["device_traces"][0]
     assert any(e["action"] == "alloc" for e in trace)
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_record_function_ranges_are_annotations(tmp_path: Path, backend: Dict[str, str]) -> None:
+    """The program's own ``record_function`` ranges go into the snapshot
+    beside the iterations, around the allocations made inside them."""
+    path = tmp_path / "rf.pickle"
+    with vr.record(path, collect_cycles=False, **backend):
+        for _ in range(2):
+            with torch.autograd.profiler.record_function("my_forward"):
+                x = torch.ones(1000) * 2
+            vr.step()
+    del x
+    snap = load_snapshot(path)
+    rows = [(a["name"], a["stage"]) for a in snap["external_annotations"]]
+    assert rows == [
+        ("ProfilerStep#1", "START"),
+        ("my_forward", "START"),
+        ("my_forward", "END"),
+        ("ProfilerStep#1", "END"),
+        ("ProfilerStep#2", "START"),
+        ("my_forward", "START"),
+        ("my_forward", "END"),
+        ("ProfilerStep#2", "END"),
+    ], rows
+    times = {(a["name"], a["stage"]): a["time_us"] for a in snap["external_annotations"][:4]}
+    first = [e for e in snap["device_traces"][0] if e["action"] == "alloc" and e["size"] == 4000][0]
+    assert times[("my_forward", "START")] <= first["time_us"] <= times[("my_forward", "END")]

@@ -116,7 +116,7 @@ class AllocatorRecorder(DispatchRecorder):
             _label(trace, sorted(marks, key=lambda m: m[1]))
         stacks = self.stack_list
         segments = [_segment({"addr": a, "size": n, "frames": stacks[sid]}) for a, n, sid in _native.cpuhook_live() if n]
-        return {"segments": segments, "device_traces": [trace]}
+        return {"segments": segments, "device_traces": [trace], "external_annotations": self.annotations()}
 
     def meta(self) -> Dict[str, Any]:
         return {"device_type": "cpu"}
@@ -136,6 +136,9 @@ def _make_function_mode(rec: AllocatorRecorder, native: Any) -> Any:
 
     mark, stamp, stack = native.cpuhook_mark, native.cpuhook_stamp, rec._stack
     compiling = torch.compiler.is_compiling
+    enter_range, exit_range = rec.ranges.enter, rec.ranges.exit
+    ENTER = torch.ops.profiler._record_function_enter_new
+    EXIT = torch.ops.profiler._record_function_exit._RecordFunction
 
     class VramscopeStacks(TorchFunctionMode):
         def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
@@ -148,6 +151,11 @@ def _make_function_mode(rec: AllocatorRecorder, native: Any) -> Any:
             out = func(*args, **kwargs) if kwargs else func(*args)
             if mark() != m:
                 stamp(m, stack(1))
+            if func is ENTER or func is EXIT:  # record_function ranges
+                if func is ENTER and args:
+                    enter_range(args[0], out)
+                elif args:
+                    exit_range(args[0])
             return out
 
     return VramscopeStacks()

@@ -39,7 +39,7 @@ __all__ = ["DispatchRecorder", "device_counters", "pick_device"]
 
 _ALLOC, _FREE = 0, 1
 # How each operator's outputs are handled, decided once per operator.
-_SKIP, _FRESH, _LIFT, _RESIZE = 0, 1, 2, 3
+_SKIP, _FRESH, _LIFT, _RESIZE, _ENTER, _EXIT = 0, 1, 2, 3, 4, 5
 # id(operator) -> (kind, the callable to run, the operator, kept alive).
 _kinds: Dict[int, Tuple[int, Any, Any]] = {}
 
@@ -62,7 +62,8 @@ def _classify(func: Any) -> int:
         return _SKIP
     name = schema.name.split("::")[-1]
     if namespace == "profiler":
-        return _SKIP
+        # record_function ranges: the program's annotations.
+        return {"_record_function_enter_new": _ENTER, "_record_function_exit": _EXIT}.get(name, _SKIP)
     if name in ("lift_fresh", "lift", "lift_fresh_copy"):
         return _LIFT
     returns = schema.returns
@@ -123,6 +124,38 @@ def _now_us() -> int:
     return time.time_ns() // 1000
 
 
+class Ranges:
+    """``record_function`` ranges seen entering and leaving, kept as
+    START/END rows. The exit gets the handle the enter returned; at the
+    dispatcher that handle arrives in a new Python wrapper, so an exit whose
+    handle is not known closes the innermost open range (ranges nest)."""
+
+    def __init__(self, maxlen: int = 100_000) -> None:
+        self.items: Deque[Tuple[str, str, int]] = collections.deque(maxlen=maxlen)
+        self._open: List[Tuple[int, str]] = []
+
+    def enter(self, name: Any, handle: Any) -> None:
+        if isinstance(name, str):
+            self._open.append((id(handle), name))
+            self.items.append((name, "START", _now_us()))
+            del self._open[:-1000]  # ranges never closed do not pile up
+
+    def exit(self, handle: Any) -> None:
+        if not self._open:
+            return
+        key = id(handle)
+        for i in range(len(self._open) - 1, -1, -1):
+            if self._open[i][0] == key:
+                name = self._open.pop(i)[1]
+                break
+        else:
+            name = self._open.pop()[1]
+        self.items.append((name, "END", _now_us()))
+
+    def rows(self) -> List[Dict[str, Any]]:
+        return [{"name": n, "stage": st, "device": 0, "time_us": t} for n, st, t in list(self.items)]
+
+
 class DispatchRecorder:
     """Records allocations and frees of one device type at the dispatcher.
 
@@ -156,6 +189,7 @@ class DispatchRecorder:
         self._pinned: set = set()
         self._mode: Any = None
         self.active = False
+        self.ranges = Ranges()
 
     # ----- life cycle -----
 
@@ -382,7 +416,12 @@ class DispatchRecorder:
         live = sorted(v for v in list(self.live.values()) if v[1])
         stacks = self.stack_list
         segments = [_segment({"addr": a, "size": n, "frames": stacks[sid]}) for a, n, sid, _ in live]
-        return {"segments": segments, "device_traces": [trace]}
+        return {"segments": segments, "device_traces": [trace], "external_annotations": self.annotations()}
+
+    def annotations(self) -> List[Dict[str, Any]]:
+        """The program's ``record_function`` ranges, as PyTorch's
+        ``external_annotations`` rows."""
+        return self.ranges.rows()
 
     def meta(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {"device_type": self.device_type}
@@ -447,6 +486,12 @@ def _make_mode(rec: DispatchRecorder) -> Any:
             kind, op = known[0], known[1]
             out = op(*args, **kwargs) if kwargs else op(*args)
             if kind == _SKIP or not rec.active:
+                return out
+            if kind >= _ENTER:
+                if kind == _ENTER and args:
+                    rec.ranges.enter(args[0], out)
+                elif args:
+                    rec.ranges.exit(args[0])
                 return out
             # Plain tensors only: subclasses (FakeTensor while torch.compile
             # traces, DTensor, ...) have no storage of their own here.
