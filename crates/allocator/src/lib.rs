@@ -1,0 +1,21 @@
+//! A model of PyTorch's CUDA caching allocator, to replay a recorded trace
+//! under other settings ("would it fit with `expandable_segments`?").
+//!
+//! ```
+//! use vramscope_allocator::{Allocator, Settings};
+//! let mut a = Allocator::new(Settings::default(), None);
+//! let p = a.malloc(1000, 0).unwrap();
+//! a.free(p);
+//! assert_eq!(a.reserved, 2 << 20); // one small segment, cached
+//! ```
+//!
+//! [`replay`] runs a snapshot's trace through the model and compares the
+//! segment events and the reserved curve with the recorded ones.
+
+mod model;
+mod replay;
+mod settings;
+
+pub use model::{Allocator, OutOfMemory, SegmentEvent};
+pub use replay::{replay, Replayed};
+pub use settings::{SettingError, Settings};

@@ -1,0 +1,156 @@
+//! Replaying a recorded trace through the model: every `alloc` is a
+//! `malloc` of its requested size on its stream, every `free_completed` a
+//! `free` (frees are applied when completed, as the allocator does). The
+//! recorded segment events and reserved curve are set beside the model's.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+use vramscope_snapshot::{Action, Snapshot};
+
+use crate::model::{Allocator, OutOfMemory, SegmentEvent};
+use crate::settings::Settings;
+
+/// The outcome of a replay.
+#[derive(Clone, Debug, Serialize)]
+pub struct Replayed {
+    /// Trace entries replayed.
+    pub entries: usize,
+    /// Segment events the trace recorded, and how many the model made.
+    pub recorded_segment_events: usize,
+    pub simulated_segment_events: usize,
+    /// Recorded segment events the model made too, same kind and size, in
+    /// the same order (longest common subsequence).
+    pub matched_segment_events: usize,
+    /// Reserved bytes when the trace starts (from the dumped segments, with
+    /// the trace undone); the model starts empty plus this much, cached.
+    pub initial_reserved: u64,
+    pub recorded_peak_reserved: u64,
+    pub simulated_peak_reserved: u64,
+    pub simulated_peak_allocated: u64,
+    /// Largest |simulated − recorded| reserved after any `alloc` or
+    /// `free_completed`, as a share of the recorded value then.
+    pub max_reserved_error: f64,
+    /// The first request the model could not serve: entry index and sizes.
+    pub oom: Option<(usize, u64)>,
+    /// cudaMalloc and cudaFree calls the model made.
+    pub cuda_mallocs: usize,
+    pub cuda_frees: usize,
+}
+
+/// Replay device `device` of `snap` under `settings` on a device of
+/// `capacity` bytes (`None`: unlimited).
+pub fn replay(snap: &Snapshot, device: u32, settings: Settings, capacity: Option<u64>) -> Replayed {
+    let empty = Default::default();
+    let t = snap.trace(device).unwrap_or(&empty);
+    let mut recorded = Vec::new();
+    let mut rec_delta: i128 = 0;
+    for i in 0..t.len() {
+        match t.action[i] {
+            Action::SegmentAlloc | Action::SegmentMap => {
+                recorded.push(SegmentEvent::Alloc(t.size[i]));
+                rec_delta += t.size[i] as i128;
+            }
+            Action::SegmentFree | Action::SegmentUnmap => {
+                recorded.push(SegmentEvent::Free(t.size[i]));
+                rec_delta -= t.size[i] as i128;
+            }
+            _ => {}
+        }
+    }
+    let end_reserved: u64 = snap.segments_of(device).map(|s| s.total_size).sum();
+    let initial_reserved = (end_reserved as i128 - rec_delta).max(0) as u64;
+
+    let mut a = Allocator::new(settings, capacity);
+    let mut addr_of: HashMap<u64, u64> = HashMap::new();
+    let mut rec_reserved = initial_reserved;
+    let mut rec_peak = initial_reserved;
+    let mut max_err: f64 = 0.0;
+    let mut oom = None;
+    for i in 0..t.len() {
+        match t.action[i] {
+            Action::Alloc => match a.malloc(t.size[i], t.stream[i]) {
+                Ok(p) => {
+                    addr_of.insert(t.addr[i], p);
+                }
+                Err(OutOfMemory { size, .. }) => {
+                    oom.get_or_insert((i, size));
+                }
+            },
+            Action::FreeCompleted => {
+                if let Some(p) = addr_of.remove(&t.addr[i]) {
+                    a.free(p);
+                }
+            }
+            Action::SegmentAlloc | Action::SegmentMap => rec_reserved += t.size[i],
+            Action::SegmentFree | Action::SegmentUnmap => {
+                rec_reserved = rec_reserved.saturating_sub(t.size[i])
+            }
+            _ => {}
+        }
+        rec_peak = rec_peak.max(rec_reserved);
+        // Compared after each request and free: a recorded segment_alloc
+        // comes just before the alloc that caused it. The model's cache
+        // starts empty: what was reserved at the start counts throughout.
+        let sim = a.reserved.max(initial_reserved);
+        if rec_reserved > 0 && matches!(t.action[i], Action::Alloc | Action::FreeCompleted) {
+            let err = (sim as f64 - rec_reserved as f64).abs() / rec_reserved as f64;
+            max_err = max_err.max(err);
+        }
+    }
+    let simulated = a.events.clone();
+    Replayed {
+        entries: t.len(),
+        recorded_segment_events: recorded.len(),
+        simulated_segment_events: simulated.len(),
+        matched_segment_events: common_subsequence(&recorded, &simulated),
+        initial_reserved,
+        recorded_peak_reserved: rec_peak,
+        simulated_peak_reserved: a.peak_reserved.max(initial_reserved),
+        simulated_peak_allocated: a.peak_allocated,
+        max_reserved_error: max_err,
+        oom,
+        cuda_mallocs: simulated
+            .iter()
+            .filter(|e| matches!(e, SegmentEvent::Alloc(_)))
+            .count(),
+        cuda_frees: simulated
+            .iter()
+            .filter(|e| matches!(e, SegmentEvent::Free(_)))
+            .count(),
+    }
+}
+
+/// Length of the longest common subsequence (two rows of the table).
+fn common_subsequence(a: &[SegmentEvent], b: &[SegmentEvent]) -> usize {
+    if a.is_empty() || b.is_empty() {
+        return 0;
+    }
+    let mut prev = vec![0usize; b.len() + 1];
+    let mut cur = vec![0usize; b.len() + 1];
+    for x in a {
+        for (j, y) in b.iter().enumerate() {
+            cur[j + 1] = if x == y {
+                prev[j] + 1
+            } else {
+                prev[j + 1].max(cur[j])
+            };
+        }
+        std::mem::swap(&mut prev, &mut cur);
+    }
+    prev[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn common_subsequence_counts_in_order() {
+        use SegmentEvent::*;
+        let a = [Alloc(1), Alloc(2), Free(1), Alloc(3)];
+        let b = [Alloc(1), Free(1), Alloc(2), Alloc(3)];
+        assert_eq!(common_subsequence(&a, &b), 3);
+        assert_eq!(common_subsequence(&a, &[]), 0);
+    }
+}

@@ -1,0 +1,52 @@
+//! Replays of the real snapshots in tests/fixtures/real with the settings
+//! they were recorded with, against what the allocator did.
+
+use vramscope_allocator::{replay, Settings};
+use vramscope_snapshot::{load, LoadOptions};
+use vramscope_testdata::real;
+
+fn replayed(name: &str) -> vramscope_allocator::Replayed {
+    let snap = load(&real(name), &LoadOptions::default()).expect("fixture loads");
+    let settings = snap
+        .allocator_settings
+        .as_ref()
+        .map(Settings::from_recorded)
+        .unwrap_or_default();
+    let device = snap.devices().first().copied().unwrap_or(0);
+    let r = replay(&snap, device, settings, None);
+    eprintln!("{name}: {r:?}");
+    r
+}
+
+#[test]
+fn segment_events_of_a_real_training_run_are_reproduced() {
+    // 61 cudaMallocs recorded from the start of the program.
+    let r = replayed("decomfl_opt_zo_fl_memory.pickle.gz");
+    assert_eq!(r.recorded_segment_events, 61);
+    assert_eq!(r.initial_reserved, 0);
+    let agreement = r.matched_segment_events as f64 / r.recorded_segment_events as f64;
+    assert!(agreement >= 0.99, "{agreement}");
+    assert!(r.max_reserved_error <= 0.01, "{}", r.max_reserved_error);
+    assert_eq!(r.simulated_peak_reserved, r.recorded_peak_reserved);
+}
+
+#[test]
+fn traces_without_segment_events_stay_within_what_was_reserved() {
+    // Their window starts with every segment already reserved, and the
+    // allocator made none during it: the model, starting from that much
+    // cached memory, must not need more.
+    for name in [
+        "wedsonlin_medium_1024_training_memory_snapshot.pickle.gz",
+        "wedsonlin_medium_512_inference_memory_snapshot.pickle.gz",
+        "nothanmin_cs336_999segments.pickle.gz",
+        "magma27_cs336_windows.pickle.gz",
+    ] {
+        let r = replayed(name);
+        assert_eq!(r.recorded_segment_events, 0, "{name}");
+        assert!(r.initial_reserved > 0, "{name}");
+        assert!(
+            r.simulated_peak_allocated <= r.recorded_peak_reserved,
+            "{name}: {r:?}"
+        );
+    }
+}
