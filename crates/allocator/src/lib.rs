@@ -15,7 +15,9 @@
 mod model;
 mod replay;
 mod settings;
+mod simulate;
 
 pub use model::{Allocator, OutOfMemory, SegmentEvent};
 pub use replay::{replay, Replayed};
 pub use settings::{SettingError, Settings};
+pub use simulate::{simulate, RecordedOom, Run, SimulateOptions, Simulation, SWEEP};

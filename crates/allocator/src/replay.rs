@@ -31,8 +31,11 @@ pub struct Replayed {
     /// Largest |simulated − recorded| reserved after any `alloc` or
     /// `free_completed`, as a share of the recorded value then.
     pub max_reserved_error: f64,
-    /// The first request the model could not serve: entry index and sizes.
+    /// The first request the model could not serve: entry index and its
+    /// rounded size.
     pub oom: Option<(usize, u64)>,
+    /// Allocated when that request failed.
+    pub allocated_at_oom: u64,
     /// cudaMalloc and cudaFree calls the model made.
     pub cuda_mallocs: usize,
     pub cuda_frees: usize,
@@ -67,14 +70,20 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, capacity: Option
     let mut rec_peak = initial_reserved;
     let mut max_err: f64 = 0.0;
     let mut oom = None;
+    let mut allocated_at_oom = 0;
     for i in 0..t.len() {
         match t.action[i] {
             Action::Alloc => match a.malloc(t.size[i], t.stream[i]) {
                 Ok(p) => {
                     addr_of.insert(t.addr[i], p);
                 }
-                Err(OutOfMemory { size, .. }) => {
-                    oom.get_or_insert((i, size));
+                Err(OutOfMemory {
+                    size, allocated, ..
+                }) => {
+                    if oom.is_none() {
+                        oom = Some((i, size));
+                        allocated_at_oom = allocated;
+                    }
                 }
             },
             Action::FreeCompleted => {
@@ -82,6 +91,20 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, capacity: Option
                     a.free(p);
                 }
             }
+            // The request that failed when the trace was recorded: tried
+            // again here. If it fits, its lifetime is unknown: it is freed
+            // at once, so what follows is replayed as recorded.
+            Action::Oom => match a.malloc(t.size[i], t.stream[i]) {
+                Ok(p) => a.free(p),
+                Err(OutOfMemory {
+                    size, allocated, ..
+                }) => {
+                    if oom.is_none() {
+                        oom = Some((i, size));
+                        allocated_at_oom = allocated;
+                    }
+                }
+            },
             Action::SegmentAlloc | Action::SegmentMap => rec_reserved += t.size[i],
             Action::SegmentFree | Action::SegmentUnmap => {
                 rec_reserved = rec_reserved.saturating_sub(t.size[i])
@@ -93,7 +116,12 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, capacity: Option
         // comes just before the alloc that caused it. The model's cache
         // starts empty: what was reserved at the start counts throughout.
         let sim = a.reserved.max(initial_reserved);
-        if rec_reserved > 0 && matches!(t.action[i], Action::Alloc | Action::FreeCompleted) {
+        if rec_reserved > 0
+            && matches!(
+                t.action[i],
+                Action::Alloc | Action::FreeCompleted | Action::Oom
+            )
+        {
             let err = (sim as f64 - rec_reserved as f64).abs() / rec_reserved as f64;
             max_err = max_err.max(err);
         }
@@ -110,6 +138,7 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, capacity: Option
         simulated_peak_allocated: a.peak_allocated,
         max_reserved_error: max_err,
         oom,
+        allocated_at_oom,
         cuda_mallocs: simulated
             .iter()
             .filter(|e| matches!(e, SegmentEvent::Alloc(_)))

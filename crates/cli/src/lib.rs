@@ -19,6 +19,7 @@ mod output;
 mod progress;
 mod report;
 mod segments;
+mod simulate;
 mod summary;
 mod synth;
 
@@ -59,6 +60,8 @@ enum Command {
     Synth(synth::Args),
     /// How much memory training (or inference) will need, before running it.
     Estimate(estimate::Args),
+    /// Replay a recorded run through a model of the CUDA caching allocator under other settings.
+    Simulate(simulate::Args),
 }
 
 /// Errors the CLI maps to exit codes.
@@ -105,6 +108,7 @@ where
         Command::Synth(a) => synth::run(a),
         Command::Leaks(a) => leaks::run(a),
         Command::Categories(a) => categories::run(a),
+        Command::Simulate(a) => simulate::run(a),
         Command::Estimate(a) => estimate::run(a),
         Command::Check(a) => match check::run(a) {
             Ok(code) => return code,

@@ -1,0 +1,56 @@
+//! `vramscope simulate FILE [--set CONF]... [--sweep] [--capacity SIZE] [--json]`.
+
+use std::path::PathBuf;
+
+use vramscope_allocator::{simulate, SimulateOptions};
+
+use crate::{input, output, CliError};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Snapshot recorded on CUDA.
+    pub file: PathBuf,
+    /// Settings to try over the recorded ones, in PYTORCH_CUDA_ALLOC_CONF
+    /// syntax (e.g. max_split_size_mb:128,roundup_power2_divisions:4); repeatable.
+    #[arg(long = "set", value_name = "CONF")]
+    pub set: Vec<String>,
+    /// Also try the settings users commonly turn to, ranked.
+    #[arg(long)]
+    pub sweep: bool,
+    /// Device memory PyTorch may use (e.g. 80GiB). Default: from the file's
+    /// OOM (reserved + free on the device), else unlimited.
+    #[arg(long, value_parser = vramscope_analysis::units::parse_bytes)]
+    pub capacity: Option<u64>,
+    /// Only this device (default: the first).
+    #[arg(long)]
+    pub device: Option<u32>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// No progress bar.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+pub fn run(a: Args) -> Result<(), CliError> {
+    let snap = input::load(&a.file, a.quiet)?;
+    let device = match a.device {
+        Some(d) => Some(input::pick_device(&snap, &a.file, Some(d))?),
+        None => None,
+    };
+    let opts = SimulateOptions {
+        device,
+        set: a.set,
+        capacity: a.capacity,
+        sweep: a.sweep,
+    };
+    let sim = simulate(&snap, &opts).map_err(|e| CliError::Invalid(e.into()))?;
+    let text = if a.json {
+        let mut j = serde_json::to_string_pretty(&sim).map_err(|e| CliError::Invalid(e.into()))?;
+        j.push('\n');
+        j
+    } else {
+        vramscope_report::simulate_text(&sim, &input::display_name(&a.file))
+    };
+    output::print(&text)
+}
