@@ -32,8 +32,8 @@ pub fn simulate_text(s: &Simulation, name: &str) -> String {
     let _ = writeln!(o, "\n{}\n", s.answer);
     let _ = writeln!(
         o,
-        "{:>14} {:>14} {:>8} {:>8}  {}",
-        "peak reserved", "peak allocated", "mallocs", "frees", "settings"
+        "{:>14} {:>14} {:>8} {:>8}  settings",
+        "peak reserved", "peak allocated", "mallocs", "frees"
     );
     for r in &s.runs {
         let x = &r.replayed;
