@@ -207,6 +207,9 @@ def test_module_level_loop_and_holdout_leak_name_their_lines(tmp_path: Path, bac
     assert found, leaks["findings"]
     text = json.dumps(found[0])
     assert f"module_loop.py:{validate} in validate" in text, text
+    # A running total kept with its graph: the graph's kind and fix.
+    assert found[0]["kind"] == "retained_graph", found[0]
+    assert "inference_mode" in found[0]["fix"] and ".item()" in found[0]["fix"]
     # The same script through the profiler: one line per function.
     out2 = tmp_path / "ml-profiler.pickle"
     r = run_python([str(script), str(out2), "profiler"], cwd=tmp_path)

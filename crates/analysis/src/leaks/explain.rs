@@ -132,6 +132,25 @@ pub(super) fn growth_finding(
             iterations: (1, n),
             sites: ev,
         }
+    } else if graph_of_a_module_call(first) {
+        Finding {
+            kind: FindingKind::RetainedGraph,
+            severity: Severity::Leak,
+            title: format!("{} grows by {} per iteration", first.site, bytes(per as u64)),
+            explanation: format!(
+                "The activations of the module call at {} are kept from one iteration to the next: {} more at the end of each iteration, {} by the end of iteration {n}; {} of them outlived the iteration after theirs. \
+                 The call is not in a `forward`, and nothing stores its outputs directly: a result computed from them that requires grad is kept across iterations (`self.total = self.total + ...`), and its autograd graph holds every iteration's activations.",
+                first.site,
+                bytes(per as u64),
+                bytes(total),
+                first.outliving_blocks,
+            ),
+            fix: "Accumulate `.item()` (or `.detach()`) of the result instead of the tensor, and run evaluation under `torch.inference_mode()` (or `torch.no_grad()`), so that no graph is built.".into(),
+            bytes_per_iteration: per,
+            bytes: total,
+            iterations: (1, n),
+            sites: ev,
+        }
     } else {
         let keeper = first
             .kept_by
@@ -178,6 +197,17 @@ pub(super) fn growth_finding(
             sites: ev,
         }
     }
+}
+
+/// Activations made by a module called from outside any `forward` (an
+/// evaluation loop, a validator), growing with no line of the program
+/// storing them: an autograd graph kept across iterations holds them.
+fn graph_of_a_module_call(e: &SiteEvidence) -> bool {
+    let user = e.site.split(" → ").next().unwrap_or("");
+    e.category == Some(crate::categories::Category::Activation)
+        && e.kept_by.is_none()
+        && !user.ends_with(" in forward")
+        && e.stack.iter().any(|f| f.contains("torch/nn/modules/"))
 }
 
 pub(super) fn cycle_finding(
