@@ -253,6 +253,117 @@ impl Allocator {
         self.pool(b.small).insert((b.stream, size, start));
     }
 
+    /// A segment that existed before the replay, at its recorded address:
+    /// one free block (`seed_allocated` then carves out what was in use).
+    pub fn seed_segment(&mut self, addr: u64, size: u64, stream: u64, small: bool) {
+        if size == 0 || self.blocks.contains_key(&addr) {
+            return;
+        }
+        self.blocks.insert(
+            addr,
+            Block {
+                size,
+                stream,
+                small,
+                allocated: false,
+                prev: None,
+                next: None,
+            },
+        );
+        self.pool(small).insert((stream, size, addr));
+        self.reserved += size;
+        self.peak_reserved = self.peak_reserved.max(self.reserved);
+        // New segments of the replay go above every recorded one.
+        let end = (addr + size).div_ceil(2 << 20) * (2 << 20);
+        self.next_address = self.next_address.max(end);
+    }
+
+    /// A block in use before the replay: `size` bytes at `addr`, taken out
+    /// of the free seeded block that holds them. Returns false when no free
+    /// block holds them.
+    pub fn seed_allocated(&mut self, addr: u64, size: u64) -> bool {
+        let holder = self
+            .small_free
+            .iter()
+            .chain(self.large_free.iter())
+            .find(|&&(_, bsize, start)| start <= addr && addr + size <= start + bsize)
+            .copied();
+        let Some((stream, bsize, start)) = holder else {
+            return false;
+        };
+        let Some(b) = self.blocks.get(&start).cloned() else {
+            return false;
+        };
+        self.pool(b.small).remove(&(stream, bsize, start));
+        let end = start + bsize;
+        // Up to three pieces: free before, the allocated block, free after.
+        let mut prev = b.prev;
+        if addr > start {
+            self.blocks.insert(
+                start,
+                Block {
+                    size: addr - start,
+                    stream,
+                    small: b.small,
+                    allocated: false,
+                    prev,
+                    next: Some(addr),
+                },
+            );
+            self.pool(b.small).insert((stream, addr - start, start));
+            prev = Some(start);
+        } else {
+            self.blocks.remove(&start);
+        }
+        let after = addr + size;
+        let next = if after < end {
+            self.blocks.insert(
+                after,
+                Block {
+                    size: end - after,
+                    stream,
+                    small: b.small,
+                    allocated: false,
+                    prev: Some(addr),
+                    next: b.next,
+                },
+            );
+            self.pool(b.small).insert((stream, end - after, after));
+            if let Some(n) = b.next {
+                if let Some(nb) = self.blocks.get_mut(&n) {
+                    nb.prev = Some(after);
+                }
+            }
+            Some(after)
+        } else {
+            if let Some(n) = b.next {
+                if let Some(nb) = self.blocks.get_mut(&n) {
+                    nb.prev = Some(addr);
+                }
+            }
+            b.next
+        };
+        if let Some(p) = prev {
+            if let Some(pb) = self.blocks.get_mut(&p) {
+                pb.next = Some(addr);
+            }
+        }
+        self.blocks.insert(
+            addr,
+            Block {
+                size,
+                stream,
+                small: b.small,
+                allocated: true,
+                prev,
+                next,
+            },
+        );
+        self.allocated += size;
+        self.peak_allocated = self.peak_allocated.max(self.allocated);
+        true
+    }
+
     /// `release_cached_blocks` (or, with `oversize_only`,
     /// `release_available_cached_blocks`): cudaFree every free block that is
     /// a whole segment, large pool then small.

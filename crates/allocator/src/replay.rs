@@ -23,8 +23,11 @@ pub struct Replayed {
     /// the same order (longest common subsequence).
     pub matched_segment_events: usize,
     /// Reserved bytes when the trace starts (from the dumped segments, with
-    /// the trace undone); the model starts empty plus this much, cached.
+    /// the trace undone): the model starts with those segments, and in them
+    /// the blocks in use then ([`seed`]).
     pub initial_reserved: u64,
+    /// Blocks in use at the start that no seeded segment could hold.
+    pub seed_misses: usize,
     pub recorded_peak_reserved: u64,
     pub simulated_peak_reserved: u64,
     pub simulated_peak_allocated: u64,
@@ -66,6 +69,7 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, capacity: Option
 
     let mut a = Allocator::new(settings, capacity);
     let mut addr_of: HashMap<u64, u64> = HashMap::new();
+    let seed_misses = seed(&mut a, snap, device, &mut addr_of);
     let mut rec_reserved = initial_reserved;
     let mut rec_peak = initial_reserved;
     let mut max_err: f64 = 0.0;
@@ -113,9 +117,8 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, capacity: Option
         }
         rec_peak = rec_peak.max(rec_reserved);
         // Compared after each request and free: a recorded segment_alloc
-        // comes just before the alloc that caused it. The model's cache
-        // starts empty: what was reserved at the start counts throughout.
-        let sim = a.reserved.max(initial_reserved);
+        // comes just before the alloc that caused it.
+        let sim = a.reserved;
         if rec_reserved > 0
             && matches!(
                 t.action[i],
@@ -134,7 +137,8 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, capacity: Option
         matched_segment_events: common_subsequence(&recorded, &simulated),
         initial_reserved,
         recorded_peak_reserved: rec_peak,
-        simulated_peak_reserved: a.peak_reserved.max(initial_reserved),
+        simulated_peak_reserved: a.peak_reserved,
+        seed_misses,
         simulated_peak_allocated: a.peak_allocated,
         max_reserved_error: max_err,
         oom,
@@ -148,6 +152,79 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, capacity: Option
             .filter(|e| matches!(e, SegmentEvent::Free(_)))
             .count(),
     }
+}
+
+/// The allocator's state when the trace starts, rebuilt from the file: the
+/// dumped segments that the trace did not allocate, plus those it freed;
+/// in them, the blocks in use then: those the trace frees before any
+/// allocation at their address (size: their request, rounded) and those
+/// alive at the dump that the trace never allocated. Free space around them
+/// stays merged, as the allocator keeps it. Returns the blocks that found
+/// no segment.
+fn seed(a: &mut Allocator, snap: &Snapshot, device: u32, addr_of: &mut HashMap<u64, u64>) -> usize {
+    let empty = Default::default();
+    let t = snap.trace(device).unwrap_or(&empty);
+    let small_segment = crate::settings::SMALL_BUFFER;
+    let mut made_in_trace = std::collections::HashSet::new();
+    let mut freed_first: Vec<(u64, u64, u64)> = Vec::new();
+    for i in 0..t.len() {
+        match t.action[i] {
+            Action::SegmentAlloc | Action::SegmentMap => {
+                made_in_trace.insert(t.addr[i]);
+            }
+            Action::SegmentFree | Action::SegmentUnmap if !made_in_trace.contains(&t.addr[i]) => {
+                freed_first.push((t.addr[i], t.size[i], t.stream[i]));
+            }
+            _ => {}
+        }
+    }
+    for s in snap.segments_of(device) {
+        if !made_in_trace.contains(&s.address) && !s.is_expandable {
+            let small = match s.segment_type {
+                vramscope_snapshot::SegmentType::Small => true,
+                vramscope_snapshot::SegmentType::Large => false,
+                vramscope_snapshot::SegmentType::Unknown => s.total_size == small_segment,
+            };
+            a.seed_segment(s.address, s.total_size, s.stream, small);
+        }
+    }
+    for (addr, size, stream) in freed_first {
+        a.seed_segment(addr, size, stream, size == small_segment);
+    }
+    // Blocks in use at the start.
+    let mut seen = std::collections::HashSet::new();
+    let mut in_use: Vec<(u64, u64)> = Vec::new();
+    for i in 0..t.len() {
+        match t.action[i] {
+            Action::Alloc => {
+                seen.insert(t.addr[i]);
+            }
+            Action::FreeRequested | Action::FreeCompleted if seen.insert(t.addr[i]) => {
+                in_use.push((t.addr[i], a.settings.round_size(t.size[i])));
+            }
+            _ => {}
+        }
+    }
+    for s in snap.segments_of(device) {
+        for b in snap.blocks_of(s) {
+            if b.state == vramscope_snapshot::BlockState::ActiveAllocated
+                && !seen.contains(&b.address)
+            {
+                in_use.push((b.address, b.size));
+            }
+        }
+    }
+    let mut misses = 0;
+    for (addr, size) in in_use {
+        if a.seed_allocated(addr, size) {
+            addr_of.insert(addr, addr);
+        } else {
+            misses += 1;
+        }
+    }
+    // The replay's peaks start from here.
+    a.events.clear();
+    misses
 }
 
 /// Length of the longest common subsequence (two rows of the table).

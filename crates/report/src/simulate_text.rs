@@ -64,8 +64,11 @@ pub fn simulate_text(s: &Simulation, name: &str) -> String {
         } else {
             let _ = writeln!(
                 o,
-                "\nthe file records no segment events (its window began with {} reserved): the model starts from an empty cache",
-                bytes(x.initial_reserved)
+                "\nthe file records no segment events: its window began with {} reserved, and the model starts from those segments \
+                 and the blocks in use then; it needed {} cudaMalloc(s) and stayed within {:.2}% of the recorded reserved",
+                bytes(x.initial_reserved),
+                x.cuda_mallocs,
+                x.max_reserved_error * 100.0
             );
         }
     }
