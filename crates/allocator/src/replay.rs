@@ -49,23 +49,14 @@ pub struct Replayed {
 pub fn replay(snap: &Snapshot, device: u32, settings: Settings, capacity: Option<u64>) -> Replayed {
     let empty = Default::default();
     let t = snap.trace(device).unwrap_or(&empty);
-    let mut recorded = Vec::new();
-    let mut rec_delta: i128 = 0;
-    for i in 0..t.len() {
-        match t.action[i] {
-            Action::SegmentAlloc | Action::SegmentMap => {
-                recorded.push(SegmentEvent::Alloc(t.size[i]));
-                rec_delta += t.size[i] as i128;
-            }
-            Action::SegmentFree | Action::SegmentUnmap => {
-                recorded.push(SegmentEvent::Free(t.size[i]));
-                rec_delta -= t.size[i] as i128;
-            }
-            _ => {}
-        }
-    }
-    let end_reserved: u64 = snap.segments_of(device).map(|s| s.total_size).sum();
-    let initial_reserved = (end_reserved as i128 - rec_delta).max(0) as u64;
+    let recorded: Vec<SegmentEvent> = (0..t.len())
+        .filter_map(|i| match t.action[i] {
+            Action::SegmentAlloc | Action::SegmentMap => Some(SegmentEvent::Alloc(t.size[i])),
+            Action::SegmentFree | Action::SegmentUnmap => Some(SegmentEvent::Free(t.size[i])),
+            _ => None,
+        })
+        .collect();
+    let initial_reserved = reserved_before(snap, device, 0);
 
     let mut a = Allocator::new(settings, capacity);
     let mut addr_of: HashMap<u64, u64> = HashMap::new();
@@ -77,7 +68,11 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, capacity: Option
     let mut allocated_at_oom = 0;
     for i in 0..t.len() {
         match t.action[i] {
-            Action::Alloc => match a.malloc(t.size[i], t.stream[i]) {
+            // An `oom` entry is the request that failed when the trace was
+            // recorded: tried again here. If it fits, its lifetime is
+            // unknown: it is freed at once, so what follows replays as recorded.
+            Action::Alloc | Action::Oom => match a.malloc(t.size[i], t.stream[i]) {
+                Ok(p) if t.action[i] == Action::Oom => a.free(p),
                 Ok(p) => {
                     addr_of.insert(t.addr[i], p);
                 }
@@ -95,20 +90,6 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, capacity: Option
                     a.free(p);
                 }
             }
-            // The request that failed when the trace was recorded: tried
-            // again here. If it fits, its lifetime is unknown: it is freed
-            // at once, so what follows is replayed as recorded.
-            Action::Oom => match a.malloc(t.size[i], t.stream[i]) {
-                Ok(p) => a.free(p),
-                Err(OutOfMemory {
-                    size, allocated, ..
-                }) => {
-                    if oom.is_none() {
-                        oom = Some((i, size));
-                        allocated_at_oom = allocated;
-                    }
-                }
-            },
             Action::SegmentAlloc | Action::SegmentMap => rec_reserved += t.size[i],
             Action::SegmentFree | Action::SegmentUnmap => {
                 rec_reserved = rec_reserved.saturating_sub(t.size[i])
@@ -152,6 +133,23 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, capacity: Option
             .filter(|e| matches!(e, SegmentEvent::Free(_)))
             .count(),
     }
+}
+
+/// Reserved bytes just before trace entry `from`: the dumped segments with
+/// the segment events from `from` on undone.
+pub(crate) fn reserved_before(snap: &Snapshot, device: u32, from: usize) -> u64 {
+    let end: u64 = snap.segments_of(device).map(|s| s.total_size).sum();
+    let mut reserved = end as i128;
+    if let Some(t) = snap.trace(device) {
+        for j in from..t.len() {
+            match t.action[j] {
+                Action::SegmentAlloc | Action::SegmentMap => reserved -= t.size[j] as i128,
+                Action::SegmentFree | Action::SegmentUnmap => reserved += t.size[j] as i128,
+                _ => {}
+            }
+        }
+    }
+    reserved.max(0) as u64
 }
 
 /// The allocator's state when the trace starts, rebuilt from the file: the

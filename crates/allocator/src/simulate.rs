@@ -130,18 +130,8 @@ fn recorded_oom(snap: &Snapshot, device: u32) -> Option<RecordedOom> {
     let t = snap.trace(device)?;
     let i = (0..t.len()).find(|&i| t.action[i] == Action::Oom)?;
     // Reserved at the OOM: the dumped segments with the trace after it undone.
-    let end: u64 = snap.segments_of(device).map(|s| s.total_size).sum();
-    let mut reserved = end as i128;
-    for j in (i + 1)..t.len() {
-        match t.action[j] {
-            Action::SegmentAlloc | Action::SegmentMap => reserved -= t.size[j] as i128,
-            Action::SegmentFree | Action::SegmentUnmap => reserved += t.size[j] as i128,
-            _ => {}
-        }
-    }
-    let capacity = t
-        .device_free_at(i)
-        .map(|free| reserved.max(0) as u64 + free);
+    let reserved = crate::replay::reserved_before(snap, device, i + 1);
+    let capacity = t.device_free_at(i).map(|free| reserved + free);
     Some(RecordedOom {
         entry: i,
         request: t.size[i],
