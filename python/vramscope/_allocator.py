@@ -66,15 +66,12 @@ class AllocatorRecorder(DispatchRecorder):
         self.active = True
 
     def _adopt_native(self) -> None:
+        """Tensors alive before the recording: the native side records
+        their frees (no weak references needed here)."""
         from . import _native
 
-        self.adopt_existing()
-        for addr, size, _sid, _label_ in list(self.live.values()):
-            if size:
-                _native.cpuhook_adopt(addr, size)
-        # The native side tracks them from here.
-        self.live.clear()
-        self._refs.clear()
+        for _st, _key, size, addr in self.existing_storages():
+            _native.cpuhook_adopt(addr, size)
 
     def stop(self) -> None:
         from . import _native

@@ -31,7 +31,7 @@ import collections
 import sys
 import time
 import weakref
-from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Tuple
 
 from ._profiler import _segment
 
@@ -202,19 +202,17 @@ class DispatchRecorder:
         self.active = True
         self.sample_counters()
 
-    def adopt_existing(self) -> int:
-        """Tensors alive before the recording (the model's parameters, their
-        gradients, optimizer state, the batch): live blocks without a stack,
-        as a CUDA snapshot shows blocks allocated before its history; their
-        frees are recorded. Found among the objects Python's collector
-        tracks, so a tensor only C++ holds (a pending graph's saved tensors)
-        is not seen. Returns the bytes adopted."""
+    def existing_storages(self) -> Iterator[Tuple[Any, int, int, int]]:
+        """``(storage, id, size, address)`` of each followed storage alive
+        now (once each, empty ones left out): the tensors Python's collector
+        tracks and their gradients, so a tensor only C++ holds (a pending
+        graph's saved tensors) is not seen."""
         import gc
 
         import torch
 
         Tensor = torch.Tensor
-        total = 0
+        seen = set()
         for o in gc.get_objects():
             # type(), not isinstance(): no __class__ lookups on lazy module
             # attributes and proxies, which may warn or import.
@@ -228,16 +226,28 @@ class DispatchRecorder:
                         continue
                     st = t.untyped_storage()
                     key, size = st._cdata, st.nbytes()
-                    if key in self.live or size == 0:
+                    if key in seen or size == 0:
                         continue
                     addr = st.data_ptr()
-                    ref = _StorageRef(st, self._on_release)
                 except Exception:  # noqa: BLE001 - fake, functional, meta and sparse tensors have no plain storage
                     continue
-                ref.key = key
-                self._refs[key] = ref
-                self.live[key] = (addr, size, 0, "")
-                total += size
+                seen.add(key)
+                yield st, key, size, addr
+
+    def adopt_existing(self) -> int:
+        """Tensors alive before the recording (the model's parameters, their
+        gradients, optimizer state, the batch): live blocks without a stack,
+        as a CUDA snapshot shows blocks allocated before its history; their
+        frees are recorded. Returns the bytes adopted."""
+        total = 0
+        for st, key, size, addr in self.existing_storages():
+            if key in self.live:
+                continue
+            ref = _StorageRef(st, self._on_release)
+            ref.key = key
+            self._refs[key] = ref
+            self.live[key] = (addr, size, 0, "")
+            total += size
         return total
 
     def stop(self) -> None:
