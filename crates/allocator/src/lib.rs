@@ -12,12 +12,19 @@
 //! [`replay`] runs a snapshot's trace through the model and compares the
 //! segment events and the reserved curve with the recorded ones.
 
+mod answer;
+mod error;
+mod expandable;
 mod model;
+mod release;
 mod replay;
+mod seed;
 mod settings;
 mod simulate;
+mod start;
 
+pub use error::SimulateError;
 pub use model::{Allocator, OutOfMemory, SegmentEvent};
-pub use replay::{replay, Replayed};
+pub use replay::{replay, ReplaySetup, Replayed};
 pub use settings::{SettingError, Settings};
 pub use simulate::{simulate, RecordedOom, Run, SimulateOptions, Simulation, SWEEP};

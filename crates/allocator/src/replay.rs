@@ -6,10 +6,12 @@
 use std::collections::HashMap;
 
 use serde::Serialize;
+use vramscope_analysis::whatif::Edits;
 use vramscope_snapshot::{Action, Snapshot};
 
 use crate::model::{Allocator, OutOfMemory, SegmentEvent};
 use crate::settings::Settings;
+use crate::start::{reserved_before, seed};
 
 /// The outcome of a replay.
 #[derive(Clone, Debug, Serialize)]
@@ -39,39 +41,83 @@ pub struct Replayed {
     pub oom: Option<(usize, u64)>,
     /// Allocated when that request failed.
     pub allocated_at_oom: u64,
-    /// cudaMalloc and cudaFree calls the model made.
+    /// Allocated just before the entry where the file recorded its OOM
+    /// (whether or not the replay fails there).
+    pub allocated_before_recorded_oom: Option<u64>,
+    /// Reserved bytes after entries of the trace, (entry, bytes), at most
+    /// [`ReplaySetup::curve_points`] of them, the largest value of each
+    /// stretch of entries: the simulated curve, to draw over the recorded.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub curve: Vec<(u32, u64)>,
+    /// cudaMalloc and cudaFree calls the model made (page maps and unmaps
+    /// with expandable segments); each one synchronises the device.
     pub cuda_mallocs: usize,
     pub cuda_frees: usize,
 }
 
-/// Replay device `device` of `snap` under `settings` on a device of
-/// `capacity` bytes (`None`: unlimited).
-pub fn replay(snap: &Snapshot, device: u32, settings: Settings, capacity: Option<u64>) -> Replayed {
+/// What a replay runs on besides the settings. `Default`: an unlimited
+/// device, the program as recorded, no curve.
+#[derive(Clone, Debug, Default)]
+pub struct ReplaySetup<'a> {
+    /// Device memory PyTorch may reserve (`None`: unlimited).
+    pub capacity: Option<u64>,
+    /// Program changes ([`vramscope_analysis::whatif`]).
+    pub edits: Option<&'a Edits>,
+    /// Points of the reserved curve to keep (0: none).
+    pub curve_points: usize,
+}
+
+/// Replay device `device` of `snap` under `settings`.
+pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySetup) -> Replayed {
+    let capacity = setup.capacity;
+    let no_edits = Edits::default();
+    let edits = setup.edits.unwrap_or(&no_edits);
     let empty = Default::default();
     let t = snap.trace(device).unwrap_or(&empty);
     let recorded: Vec<SegmentEvent> = (0..t.len())
         .filter_map(|i| match t.action[i] {
-            Action::SegmentAlloc | Action::SegmentMap => Some(SegmentEvent::Alloc(t.size[i])),
-            Action::SegmentFree | Action::SegmentUnmap => Some(SegmentEvent::Free(t.size[i])),
+            Action::SegmentAlloc => Some(SegmentEvent::Alloc(t.size[i])),
+            Action::SegmentFree => Some(SegmentEvent::Free(t.size[i])),
+            Action::SegmentMap => Some(SegmentEvent::Map(t.size[i])),
+            Action::SegmentUnmap => Some(SegmentEvent::Unmap(t.size[i])),
             _ => None,
         })
         .collect();
     let initial_reserved = reserved_before(snap, device, 0);
 
     let mut a = Allocator::new(settings, capacity);
+    if let (Some(f), Some(c)) = (a.settings.memory_fraction, capacity) {
+        a.fraction_limit = Some((f * c as f64) as u64);
+    }
     let mut addr_of: HashMap<u64, u64> = HashMap::new();
-    let seed_misses = seed(&mut a, snap, device, &mut addr_of);
+    let seed_misses = seed(&mut a, snap, device, &mut addr_of, edits);
+    let recorded_oom = (0..t.len()).find(|&i| t.action[i] == Action::Oom);
+    let mut allocated_before_recorded_oom = None;
+    let stride = match setup.curve_points {
+        0 => usize::MAX,
+        n => t.len().div_ceil(n).max(1),
+    };
+    let mut curve = Vec::new();
+    let mut stretch_max = 0u64;
     let mut rec_reserved = initial_reserved;
     let mut rec_peak = initial_reserved;
     let mut max_err: f64 = 0.0;
     let mut oom = None;
     let mut allocated_at_oom = 0;
     for i in 0..t.len() {
+        if Some(i) == recorded_oom {
+            allocated_before_recorded_oom = Some(a.allocated);
+        }
+        let size = match edits.scale_alloc.get(&i) {
+            Some(f) => ((t.size[i] as f64 * f) as u64).max(1),
+            None => t.size[i],
+        };
         match t.action[i] {
+            Action::Alloc if edits.drop_alloc.contains(&i) => {}
             // An `oom` entry is the request that failed when the trace was
             // recorded: tried again here. If it fits, its lifetime is
             // unknown: it is freed at once, so what follows replays as recorded.
-            Action::Alloc | Action::Oom => match a.malloc(t.size[i], t.stream[i]) {
+            Action::Alloc | Action::Oom => match a.malloc(size, t.stream[i]) {
                 Ok(p) if t.action[i] == Action::Oom => a.free(p),
                 Ok(p) => {
                     addr_of.insert(t.addr[i], p);
@@ -95,6 +141,19 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, capacity: Option
                 rec_reserved = rec_reserved.saturating_sub(t.size[i])
             }
             _ => {}
+        }
+        // Blocks a change frees at the end of their phase.
+        if let Some(early) = edits.free_after.get(&i) {
+            for &k in early {
+                if let Some(p) = addr_of.remove(&t.addr[k]) {
+                    a.free(p);
+                }
+            }
+        }
+        stretch_max = stretch_max.max(a.reserved);
+        if (i + 1) % stride == 0 || (stride != usize::MAX && i + 1 == t.len()) {
+            curve.push((i as u32, stretch_max));
+            stretch_max = 0;
         }
         rec_peak = rec_peak.max(rec_reserved);
         // Compared after each request and free: a recorded segment_alloc
@@ -124,105 +183,11 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, capacity: Option
         max_reserved_error: max_err,
         oom,
         allocated_at_oom,
-        cuda_mallocs: simulated
-            .iter()
-            .filter(|e| matches!(e, SegmentEvent::Alloc(_)))
-            .count(),
-        cuda_frees: simulated
-            .iter()
-            .filter(|e| matches!(e, SegmentEvent::Free(_)))
-            .count(),
+        allocated_before_recorded_oom,
+        curve,
+        cuda_mallocs: simulated.iter().filter(|e| e.grows()).count(),
+        cuda_frees: simulated.iter().filter(|e| !e.grows()).count(),
     }
-}
-
-/// Reserved bytes just before trace entry `from`: the dumped segments with
-/// the segment events from `from` on undone.
-pub(crate) fn reserved_before(snap: &Snapshot, device: u32, from: usize) -> u64 {
-    let end: u64 = snap.segments_of(device).map(|s| s.total_size).sum();
-    let mut reserved = end as i128;
-    if let Some(t) = snap.trace(device) {
-        for j in from..t.len() {
-            match t.action[j] {
-                Action::SegmentAlloc | Action::SegmentMap => reserved -= t.size[j] as i128,
-                Action::SegmentFree | Action::SegmentUnmap => reserved += t.size[j] as i128,
-                _ => {}
-            }
-        }
-    }
-    reserved.max(0) as u64
-}
-
-/// The allocator's state when the trace starts, rebuilt from the file: the
-/// dumped segments that the trace did not allocate, plus those it freed;
-/// in them, the blocks in use then: those the trace frees before any
-/// allocation at their address (size: their request, rounded) and those
-/// alive at the dump that the trace never allocated. Free space around them
-/// stays merged, as the allocator keeps it. Returns the blocks that found
-/// no segment.
-fn seed(a: &mut Allocator, snap: &Snapshot, device: u32, addr_of: &mut HashMap<u64, u64>) -> usize {
-    let empty = Default::default();
-    let t = snap.trace(device).unwrap_or(&empty);
-    let small_segment = crate::settings::SMALL_BUFFER;
-    let mut made_in_trace = std::collections::HashSet::new();
-    let mut freed_first: Vec<(u64, u64, u64)> = Vec::new();
-    for i in 0..t.len() {
-        match t.action[i] {
-            Action::SegmentAlloc | Action::SegmentMap => {
-                made_in_trace.insert(t.addr[i]);
-            }
-            Action::SegmentFree | Action::SegmentUnmap if !made_in_trace.contains(&t.addr[i]) => {
-                freed_first.push((t.addr[i], t.size[i], t.stream[i]));
-            }
-            _ => {}
-        }
-    }
-    for s in snap.segments_of(device) {
-        if !made_in_trace.contains(&s.address) && !s.is_expandable {
-            let small = match s.segment_type {
-                vramscope_snapshot::SegmentType::Small => true,
-                vramscope_snapshot::SegmentType::Large => false,
-                vramscope_snapshot::SegmentType::Unknown => s.total_size == small_segment,
-            };
-            a.seed_segment(s.address, s.total_size, s.stream, small);
-        }
-    }
-    for (addr, size, stream) in freed_first {
-        a.seed_segment(addr, size, stream, size == small_segment);
-    }
-    // Blocks in use at the start.
-    let mut seen = std::collections::HashSet::new();
-    let mut in_use: Vec<(u64, u64)> = Vec::new();
-    for i in 0..t.len() {
-        match t.action[i] {
-            Action::Alloc => {
-                seen.insert(t.addr[i]);
-            }
-            Action::FreeRequested | Action::FreeCompleted if seen.insert(t.addr[i]) => {
-                in_use.push((t.addr[i], a.settings.round_size(t.size[i])));
-            }
-            _ => {}
-        }
-    }
-    for s in snap.segments_of(device) {
-        for b in snap.blocks_of(s) {
-            if b.state == vramscope_snapshot::BlockState::ActiveAllocated
-                && !seen.contains(&b.address)
-            {
-                in_use.push((b.address, b.size));
-            }
-        }
-    }
-    let mut misses = 0;
-    for (addr, size) in in_use {
-        if a.seed_allocated(addr, size) {
-            addr_of.insert(addr, addr);
-        } else {
-            misses += 1;
-        }
-    }
-    // The replay's peaks start from here.
-    a.events.clear();
-    misses
 }
 
 /// Length of the longest common subsequence (two rows of the table).

@@ -31,6 +31,10 @@ pub struct Settings {
     pub garbage_collection_threshold: f64,
     /// `expandable_segments`.
     pub expandable_segments: bool,
+    /// `torch.cuda.set_per_process_memory_fraction(f)`, which is not an
+    /// allocator setting but decides whether `garbage_collection_threshold`
+    /// does anything: written `per_process_memory_fraction:f` here.
+    pub memory_fraction: Option<f64>,
     /// `kLargeBuffer` / `large_segment_size_mb`: segment size for requests
     /// between 1 and 10 MiB (default 20 MiB).
     pub large_segment_size: u64,
@@ -44,6 +48,7 @@ impl Default for Settings {
             roundup_divisions: [0; 16],
             garbage_collection_threshold: 0.0,
             expandable_segments: false,
+            memory_fraction: None,
             large_segment_size: 20 * MIB,
         }
     }
@@ -129,6 +134,16 @@ impl Settings {
                         return Err(err("expected a fraction between 0 and 1"));
                     }
                     self.garbage_collection_threshold = v;
+                }
+                "per_process_memory_fraction" => {
+                    let v: f64 = value
+                        .trim()
+                        .parse()
+                        .map_err(|_| err("expected a fraction"))?;
+                    if !(v > 0.0 && v <= 1.0) {
+                        return Err(err("expected a fraction above 0, at most 1"));
+                    }
+                    self.memory_fraction = Some(v);
                 }
                 "expandable_segments" => {
                     self.expandable_segments = match value.trim() {

@@ -1,51 +1,68 @@
 //! `vramscope simulate`: a recorded trace replayed under the recorded
-//! settings and under others, ranked, and for a file that ends in an
-//! out-of-memory error the answer to "which setting makes it fit".
+//! settings and under others, with program changes if asked, ranked; for a
+//! file that ends in an out-of-memory error, the answer to "which setting
+//! or change makes it fit".
 
 use serde::Serialize;
+use vramscope_analysis::whatif::{resolve, Change, ChangeKind, ChangeMatch, Edits};
+use vramscope_analysis::Site;
 use vramscope_snapshot::{Action, Snapshot};
 
-use crate::replay::{replay, Replayed};
-use crate::settings::{SettingError, Settings};
+use crate::error::SimulateError;
+use crate::replay::{replay, ReplaySetup, Replayed};
+use crate::settings::Settings;
 
 /// Options of a simulation. `Default`: the first device, the recorded
-/// settings only, the device's capacity from the file's OOM (else unlimited).
+/// settings only, the program as recorded, the device's capacity from the
+/// file's OOM (else unlimited), no curves.
 #[derive(Clone, Debug, Default)]
 pub struct SimulateOptions {
     pub device: Option<u32>,
     /// Settings to try, each in `PYTORCH_CUDA_ALLOC_CONF` syntax, applied
-    /// over the recorded ones.
+    /// over the recorded ones (`per_process_memory_fraction:F` stands for
+    /// `torch.cuda.set_per_process_memory_fraction(F)`).
     pub set: Vec<String>,
     /// Device memory PyTorch may use, bytes.
     pub capacity: Option<u64>,
     /// Also try the settings users commonly turn to ([`SWEEP`]).
     pub sweep: bool,
+    /// Program changes: sites whose allocations are never made, are freed
+    /// at the end of their phase, or scaled (`SITE=FACTOR`).
+    pub drop: Vec<String>,
+    pub free_early: Vec<String>,
+    pub scale: Vec<String>,
+    /// Points of each run's reserved curve to keep (0: none).
+    pub curve_points: usize,
 }
 
-/// The settings `--sweep` tries, over the recorded ones. Expandable
-/// segments and the garbage collection threshold are not modelled yet.
-pub const SWEEP: [&str; 7] = [
+/// The settings `--sweep` tries, over the recorded ones.
+/// `garbage_collection_threshold` acts only with a memory fraction set
+/// (CUDACachingAllocator.cpp, `malloc`), hence its companion.
+pub const SWEEP: [&str; 8] = [
+    "expandable_segments:True",
     "max_split_size_mb:128",
-    "max_split_size_mb:256",
     "max_split_size_mb:512",
     "roundup_power2_divisions:4",
-    "roundup_power2_divisions:8",
+    "garbage_collection_threshold:0.8,per_process_memory_fraction:1.0",
     "max_split_size_mb:128,roundup_power2_divisions:4",
-    "max_split_size_mb:512,roundup_power2_divisions:8",
+    "max_split_size_mb:512,garbage_collection_threshold:0.8,per_process_memory_fraction:1.0",
+    "expandable_segments:True,roundup_power2_divisions:4",
 ];
 
 /// One replay.
 #[derive(Clone, Debug, Serialize)]
 pub struct Run {
-    /// `recorded`, or the settings applied over them.
+    /// `recorded`, or the settings applied over them, then the changes.
     pub label: String,
     pub settings: Settings,
+    /// Whether the program changes apply to this run.
+    pub changed: bool,
     #[serde(flatten)]
     pub replayed: Replayed,
 }
 
 /// The out-of-memory error a file records.
-#[derive(Clone, Copy, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 pub struct RecordedOom {
     pub entry: usize,
     /// The request that failed, bytes.
@@ -53,6 +70,8 @@ pub struct RecordedOom {
     /// Reserved when it failed, plus the device's free memory then: the
     /// memory PyTorch could have had.
     pub capacity: Option<u64>,
+    /// The sites holding the most memory when it failed.
+    pub holders: Vec<Site>,
 }
 
 /// What `simulate` found.
@@ -61,14 +80,37 @@ pub struct Simulation {
     pub device: u32,
     pub capacity: Option<u64>,
     pub recorded_oom: Option<RecordedOom>,
-    /// Recorded settings first, the others by simulated peak reserved.
+    /// The program changes and what each matched.
+    pub changes: Vec<ChangeMatch>,
+    /// Recorded settings first (the program as recorded), the others by
+    /// whether they run out of memory, then by simulated peak reserved.
     pub runs: Vec<Run>,
     /// One sentence: which settings fit, or what must shrink.
     pub answer: String,
 }
 
-/// Replay `snap` under the settings `opts` asks for, in parallel.
-pub fn simulate(snap: &Snapshot, opts: &SimulateOptions) -> Result<Simulation, SettingError> {
+/// The changes `opts` asks for, in order: drops, frees, scales.
+fn changes(opts: &SimulateOptions) -> Result<Vec<Change>, SimulateError> {
+    let mut v: Vec<Change> = opts
+        .drop
+        .iter()
+        .map(|s| Change {
+            site: s.clone(),
+            kind: ChangeKind::Drop,
+        })
+        .chain(opts.free_early.iter().map(|s| Change {
+            site: s.clone(),
+            kind: ChangeKind::FreeEarly,
+        }))
+        .collect();
+    for s in &opts.scale {
+        v.push(Change::parse_scale(s).map_err(SimulateError::Change)?);
+    }
+    Ok(v)
+}
+
+/// Replay `snap` under the settings and changes `opts` asks for, in parallel.
+pub fn simulate(snap: &Snapshot, opts: &SimulateOptions) -> Result<Simulation, SimulateError> {
     let device = opts
         .device
         .or_else(|| snap.devices().first().copied())
@@ -79,8 +121,21 @@ pub fn simulate(snap: &Snapshot, opts: &SimulateOptions) -> Result<Simulation, S
         .map(Settings::from_recorded)
         .unwrap_or_default();
     let recorded_oom = recorded_oom(snap, device);
-    let capacity = opts.capacity.or(recorded_oom.and_then(|o| o.capacity));
-    let mut variants = vec![("recorded".to_string(), recorded.clone())];
+    let capacity = opts
+        .capacity
+        .or(recorded_oom.as_ref().and_then(|o| o.capacity));
+    let edits: Edits = resolve(snap, device, &changes(opts)?)?;
+    let changed = !edits.matched.is_empty();
+    let change_label = edits
+        .matched
+        .iter()
+        .map(|m| m.change.label())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut variants = vec![("recorded".to_string(), recorded.clone(), false)];
+    if changed {
+        variants.push((change_label.clone(), recorded.clone(), true));
+    }
     let extra: Vec<&str> = opts
         .set
         .iter()
@@ -94,20 +149,32 @@ pub fn simulate(snap: &Snapshot, opts: &SimulateOptions) -> Result<Simulation, S
     for conf in extra {
         let mut s = recorded.clone();
         s.apply(conf)?;
-        if !variants.iter().any(|(l, _)| l == conf) {
-            variants.push((conf.to_string(), s));
+        let label = if changed {
+            format!("{conf}; {change_label}")
+        } else {
+            conf.to_string()
+        };
+        if !variants.iter().any(|(l, ..)| *l == label) {
+            variants.push((label, s, changed));
         }
     }
     // Each replay is independent: one thread each, all cores busy.
+    let edits = &edits;
     let mut runs: Vec<Run> = std::thread::scope(|scope| {
         let handles: Vec<_> = variants
             .into_iter()
-            .map(|(label, settings)| {
+            .map(|(label, settings, changed)| {
                 scope.spawn(move || {
-                    let replayed = replay(snap, device, settings.clone(), capacity);
+                    let setup = ReplaySetup {
+                        capacity,
+                        edits: changed.then_some(edits),
+                        curve_points: opts.curve_points,
+                    };
+                    let replayed = replay(snap, device, settings.clone(), &setup);
                     Run {
                         label,
                         settings,
+                        changed,
                         replayed,
                     }
                 })
@@ -116,11 +183,12 @@ pub fn simulate(snap: &Snapshot, opts: &SimulateOptions) -> Result<Simulation, S
         handles.into_iter().filter_map(|h| h.join().ok()).collect()
     });
     runs[1..].sort_by_key(|r| (r.replayed.oom.is_some(), r.replayed.simulated_peak_reserved));
-    let answer = answer(&runs, recorded_oom, capacity);
+    let answer = crate::answer::answer(&runs, recorded_oom.as_ref(), capacity, changed);
     Ok(Simulation {
         device,
         capacity,
         recorded_oom,
+        changes: edits.matched.clone(),
         runs,
         answer,
     })
@@ -130,70 +198,13 @@ fn recorded_oom(snap: &Snapshot, device: u32) -> Option<RecordedOom> {
     let t = snap.trace(device)?;
     let i = (0..t.len()).find(|&i| t.action[i] == Action::Oom)?;
     // Reserved at the OOM: the dumped segments with the trace after it undone.
-    let reserved = crate::replay::reserved_before(snap, device, i + 1);
+    let reserved = crate::start::reserved_before(snap, device, i + 1);
     let capacity = t.device_free_at(i).map(|free| reserved + free);
+    let live = vramscope_analysis::Replay::new(snap, device).live_after(t, i.checked_sub(1));
     Some(RecordedOom {
         entry: i,
         request: t.size[i],
         capacity,
+        holders: vramscope_analysis::sites::group_by_site(snap, &live, 3),
     })
-}
-
-fn gib(b: u64) -> String {
-    format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64)
-}
-
-fn answer(runs: &[Run], oom: Option<RecordedOom>, capacity: Option<u64>) -> String {
-    let fit: Vec<&Run> = runs.iter().filter(|r| r.replayed.oom.is_none()).collect();
-    match (oom, capacity) {
-        (Some(o), Some(cap)) => {
-            if let Some(best) = fit.iter().find(|r| r.label != "recorded") {
-                format!(
-                    "the failing request of {} fits on the same {} device with {}: peak reserved {}",
-                    gib(o.request),
-                    gib(cap),
-                    best.label,
-                    gib(best.replayed.simulated_peak_reserved)
-                )
-            } else if o.request > cap {
-                format!(
-                    "no setting helps: the request alone ({}) is larger than the {} PyTorch can have on this device; \
-                     that tensor must shrink (smaller batch, sequence or dtype) or be split",
-                    gib(o.request),
-                    gib(cap)
-                )
-            } else {
-                let r = &runs[0].replayed;
-                let need =
-                    (r.allocated_at_oom + r.oom.map_or(o.request, |x| x.1)).saturating_sub(cap);
-                format!(
-                    "no setting tried makes the request of {} fit on a {} device: {} allocated plus the request \
-                     exceed it by {}; that much of what is allocated must go (see the OOM's holders)",
-                    gib(o.request),
-                    gib(cap),
-                    gib(r.allocated_at_oom),
-                    gib(need)
-                )
-            }
-        }
-        _ => match runs.get(1) {
-            Some(best)
-                if best.replayed.simulated_peak_reserved
-                    < runs[0].replayed.simulated_peak_reserved =>
-            {
-                format!(
-                    "peak reserved {} with the recorded settings; {} with {}",
-                    gib(runs[0].replayed.simulated_peak_reserved),
-                    gib(best.replayed.simulated_peak_reserved),
-                    best.label
-                )
-            }
-            _ => format!(
-                "peak reserved {} with the recorded settings; no setting tried lowers it",
-                gib(runs
-                    .first()
-                    .map_or(0, |r| r.replayed.simulated_peak_reserved))
-            ),
-        },
-    }
 }

@@ -13,7 +13,7 @@ fn replayed(name: &str) -> vramscope_allocator::Replayed {
         .map(Settings::from_recorded)
         .unwrap_or_default();
     let device = snap.devices().first().copied().unwrap_or(0);
-    let r = replay(&snap, device, settings, None);
+    let r = replay(&snap, device, settings, &Default::default());
     eprintln!("{name}: {r:?}");
     r
 }

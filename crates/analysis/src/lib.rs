@@ -32,6 +32,7 @@ pub mod segments;
 pub mod sites;
 pub mod summary;
 pub mod units;
+pub mod whatif;
 
 pub use categories::{Category, CategoryTotal};
 pub use diff::{diff, Diff, DiffGroup, DiffOptions, DiffTotals, SiteDelta, SizeCount};

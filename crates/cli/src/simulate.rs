@@ -1,4 +1,5 @@
-//! `vramscope simulate FILE [--set CONF]... [--sweep] [--capacity SIZE] [--json]`.
+//! `vramscope simulate FILE [--set CONF]... [--sweep] [--capacity SIZE]
+//! [--drop SITE]... [--free-early SITE]... [--scale SITE=F]... [--json]`.
 
 use std::path::PathBuf;
 
@@ -17,6 +18,19 @@ pub struct Args {
     /// Also try the settings users commonly turn to, ranked.
     #[arg(long)]
     pub sweep: bool,
+    /// Program change: the allocations of SITE (`file.py:42 in f`, or part
+    /// of it) are never made; repeatable.
+    #[arg(long, value_name = "SITE")]
+    pub drop: Vec<String>,
+    /// Program change: the allocations of SITE are freed at the end of the
+    /// phase they were made in (forward, backward, optimizer step; else
+    /// their iteration); repeatable.
+    #[arg(long = "free-early", value_name = "SITE")]
+    pub free_early: Vec<String>,
+    /// Program change: the allocations of SITE ask for FACTOR times their
+    /// size (0.5: half the batch); repeatable.
+    #[arg(long, value_name = "SITE=FACTOR")]
+    pub scale: Vec<String>,
     /// Device memory PyTorch may use (e.g. 80GiB). Default: from the file's
     /// OOM (reserved + free on the device), else unlimited.
     #[arg(long, value_parser = vramscope_analysis::units::parse_bytes)]
@@ -43,6 +57,10 @@ pub fn run(a: Args) -> Result<(), CliError> {
         set: a.set,
         capacity: a.capacity,
         sweep: a.sweep,
+        drop: a.drop,
+        free_early: a.free_early,
+        scale: a.scale,
+        curve_points: 0,
     };
     let sim = simulate(&snap, &opts).map_err(|e| CliError::Invalid(e.into()))?;
     let text = if a.json {

@@ -3,8 +3,9 @@
 //! 2 MiB segments) and a large pool (20 MiB segments, or the request
 //! rounded up to 2 MiB from 10 MiB on), best-fit reuse of cached blocks,
 //! splitting when the remainder is useful, coalescing with free neighbours,
-//! and optionally expandable segments grown page by page.
+//! and optionally expandable segments ([`crate::expandable`]).
 
+use crate::expandable::{Space, SPAN};
 use crate::stacks::StackId;
 use crate::trace::Action;
 use std::collections::{BTreeSet, HashMap};
@@ -15,8 +16,6 @@ const LARGE_BUFFER: u64 = 20 << 20;
 const MIN_LARGE_ALLOC: u64 = 10 << 20;
 const ROUND_LARGE: u64 = 2 << 20;
 const MIN_BLOCK: u64 = 512;
-/// Address space reserved for each expandable segment.
-const EXPANDABLE_SPAN: u64 = 128 << 30;
 
 #[derive(Clone, Debug)]
 pub(crate) struct Block {
@@ -25,12 +24,14 @@ pub(crate) struct Block {
     /// Size asked for by the last allocation of this block.
     pub requested: u64,
     pub allocated: bool,
+    /// False for the unmapped address space of an expandable segment.
+    pub mapped: bool,
     /// The allocation call: its frames list in the trace.
     pub ctx: u64,
     pub stack: StackId,
-    seg: usize,
-    prev: Option<u64>,
-    next: Option<u64>,
+    pub(crate) seg: usize,
+    pub(crate) prev: Option<u64>,
+    pub(crate) next: Option<u64>,
 }
 
 #[derive(Clone, Debug)]
@@ -41,8 +42,6 @@ pub(crate) struct Segment {
     pub small: bool,
     pub expandable: bool,
     live: bool,
-    /// Last block (expandable segments grow at the end).
-    tail: u64,
 }
 
 /// Allocator state; the caller records the events it reports.
@@ -50,7 +49,8 @@ pub(crate) struct Allocator {
     blocks: HashMap<u64, Block>,
     segments: Vec<Segment>,
     free: [BTreeSet<(u64, u64)>; 2],
-    expandable: Option<[Option<usize>; 2]>,
+    /// With expandable segments: one per pool (index 1: large).
+    spaces: Option<[Option<Space>; 2]>,
     next_va: u64,
     /// Non-expandable segments that are entirely free (releasable).
     idle_segments: u64,
@@ -72,39 +72,47 @@ impl Allocator {
             blocks: HashMap::new(),
             segments: Vec::new(),
             free: [BTreeSet::new(), BTreeSet::new()],
-            expandable: expandable.then_some([None, None]),
+            spaces: expandable.then_some([None, None]),
             next_va: base,
             idle_segments: 0,
             reserved: 0,
         }
     }
 
-    /// Whether allocating `requested` bytes needs new device memory (a
-    /// `segment_alloc` or `segment_map` entry).
-    pub(crate) fn needs_growth(&self, requested: u64) -> bool {
+    /// How many `segment_alloc`/`segment_map` entries allocating
+    /// `requested` bytes makes.
+    pub(crate) fn growth_events(&self, requested: u64) -> u64 {
         let size = round_size(requested);
-        self.free[pool(size)].range((size, 0)..).next().is_none()
+        let p = pool(size);
+        match &self.spaces {
+            Some(spaces) => match &spaces[p] {
+                Some(sp) if sp.fit(size).is_some() => 0,
+                Some(sp) => sp.growth_events(size).unwrap_or(1) as u64,
+                None => 1,
+            },
+            None => self.free[p].range((size, 0)..).next().is_none() as u64,
+        }
     }
 
-    /// Allocates; returns the block address and the segment event, if one
-    /// was needed, as `(action, address, size)`.
+    /// Allocates; returns the block address and the segment events it
+    /// needed, as `(action, address, size)`.
     pub(crate) fn malloc(
         &mut self,
         requested: u64,
         ctx: u64,
         stack: StackId,
-    ) -> (u64, Option<(Action, u64, u64)>) {
+    ) -> (u64, Vec<(Action, u64, u64)>) {
         let size = round_size(requested);
         let p = pool(size);
-        let mut grow = None;
+        if self.spaces.is_some() {
+            return self.malloc_expandable(size, requested, ctx, stack);
+        }
+        let mut grow = Vec::new();
         let addr = match self.free[p].range((size, 0)..).next() {
             Some(&(_, addr)) => addr,
             None => {
-                let (addr, event) = match self.expandable {
-                    Some(_) => self.map_more(p, size),
-                    None => self.new_segment(p, size),
-                };
-                grow = Some(event);
+                let (addr, event) = self.new_segment(p, size);
+                grow.push(event);
                 addr
             }
         };
@@ -125,14 +133,13 @@ impl Allocator {
             let next = self.blocks[&addr].next;
             if let Some(n) = next {
                 self.blocks.get_mut(&n).expect("next").prev = Some(rest);
-            } else {
-                self.segments[seg].tail = rest;
             }
             let block = Block {
                 addr: rest,
                 size: remaining,
                 requested: 0,
                 allocated: false,
+                mapped: true,
                 ctx: 0,
                 stack,
                 seg,
@@ -154,8 +161,49 @@ impl Allocator {
         (addr, grow)
     }
 
+    fn malloc_expandable(
+        &mut self,
+        size: u64,
+        requested: u64,
+        ctx: u64,
+        stack: StackId,
+    ) -> (u64, Vec<(Action, u64, u64)>) {
+        let p = pool(size);
+        let next_va = &mut self.next_va;
+        let spaces = self.spaces.as_mut().expect("expandable");
+        let space = spaces[p].get_or_insert_with(|| {
+            // A new segment, aligned to its pages.
+            let base = next_va.div_ceil(LARGE_BUFFER) * LARGE_BUFFER;
+            *next_va = base + SPAN;
+            Space::new(base, p == 0)
+        });
+        let before = space.mapped;
+        let (i, events) = match space.fit(size) {
+            Some(i) => (i, Vec::new()),
+            None => space
+                .grow(size)
+                .expect("the segment spans more than the device"),
+        };
+        let addr = space.take(i, size);
+        let b = &mut space.pieces[i];
+        (b.requested, b.ctx, b.stack) = (requested, ctx, stack);
+        self.reserved += space.mapped - before;
+        (addr, events)
+    }
+
     /// Frees the block at `addr`; returns its requested size.
     pub(crate) fn free(&mut self, addr: u64) -> u64 {
+        if let Some(spaces) = self.spaces.as_mut() {
+            for sp in spaces.iter_mut().flatten() {
+                if let Some(i) = sp.find(addr).filter(|&i| sp.pieces[i].allocated) {
+                    let requested = sp.pieces[i].requested;
+                    sp.free(i);
+                    return requested;
+                }
+            }
+            debug_assert!(false, "free of an unknown block");
+            return 0;
+        }
         let b = self.blocks.get_mut(&addr).expect("allocated block");
         debug_assert!(b.allocated, "double free");
         b.allocated = false;
@@ -186,9 +234,8 @@ impl Allocator {
         let gone = self.blocks.remove(&b).expect("block");
         self.free[p].remove(&(gone.size, b));
         self.free[p].remove(&(self.blocks[&a].size, a));
-        match gone.next {
-            Some(n) => self.blocks.get_mut(&n).expect("next").prev = Some(a),
-            None => self.segments[gone.seg].tail = a,
+        if let Some(n) = gone.next {
+            self.blocks.get_mut(&n).expect("next").prev = Some(a);
         }
         let a_block = self.blocks.get_mut(&a).expect("block");
         a_block.size += gone.size;
@@ -214,66 +261,11 @@ impl Allocator {
             small: p == 0,
             expandable: false,
             live: true,
-            tail: addr,
         });
         self.add_free(addr, seg_size, seg, None, p);
         self.reserved += seg_size;
         self.idle_segments += 1;
         (addr, (Action::SegmentAlloc, addr, seg_size))
-    }
-
-    /// Grows the pool's expandable segment by whole pages so that its free
-    /// tail holds `size` bytes.
-    fn map_more(&mut self, p: usize, size: u64) -> (u64, (Action, u64, u64)) {
-        let page = if p == 0 { SMALL_BUFFER } else { LARGE_BUFFER };
-        let seg = match self.expandable.as_ref().and_then(|e| e[p]) {
-            Some(seg) => seg,
-            None => {
-                let addr = self.next_va.div_ceil(LARGE_BUFFER) * LARGE_BUFFER;
-                self.next_va = addr + EXPANDABLE_SPAN;
-                let seg = self.segments.len();
-                self.segments.push(Segment {
-                    addr,
-                    size: 0,
-                    small: p == 0,
-                    expandable: true,
-                    live: true,
-                    tail: addr,
-                });
-                if let Some(e) = self.expandable.as_mut() {
-                    e[p] = Some(seg);
-                }
-                seg
-            }
-        };
-        let (base, mapped, tail) = (
-            self.segments[seg].addr,
-            self.segments[seg].size,
-            self.segments[seg].tail,
-        );
-        let tail_free = self
-            .blocks
-            .get(&tail)
-            .filter(|b| !b.allocated)
-            .map_or(0, |b| b.size);
-        let grow = (size - tail_free).div_ceil(page) * page;
-        let end = base + mapped;
-        self.segments[seg].size += grow;
-        self.reserved += grow;
-        if tail_free > 0 {
-            self.free[p].remove(&(tail_free, tail));
-            self.blocks.get_mut(&tail).expect("tail").size += grow;
-            self.free[p].insert((tail_free + grow, tail));
-            (tail, (Action::SegmentMap, end, grow))
-        } else {
-            let prev = self.blocks.contains_key(&tail).then_some(tail);
-            if let Some(t) = prev {
-                self.blocks.get_mut(&t).expect("tail").next = Some(end);
-            }
-            self.add_free(end, grow, seg, prev, p);
-            self.segments[seg].tail = end;
-            (end, (Action::SegmentMap, end, grow))
-        }
     }
 
     fn add_free(&mut self, addr: u64, size: u64, seg: usize, prev: Option<u64>, p: usize) {
@@ -285,6 +277,7 @@ impl Allocator {
                 size,
                 requested: 0,
                 allocated: false,
+                mapped: true,
                 ctx: 0,
                 stack,
                 seg,
@@ -298,54 +291,29 @@ impl Allocator {
     /// How many release events [`release_cached`](Self::release_cached)
     /// would report.
     pub(crate) fn releasable(&self) -> u64 {
-        match self.expandable {
+        match &self.spaces {
             None => self.idle_segments,
-            Some(e) => e
-                .iter()
-                .flatten()
-                .filter(|&&s| self.unmappable(s).is_some())
-                .count() as u64,
+            Some(spaces) => spaces.iter().flatten().map(Space::releasable).sum(),
         }
     }
 
-    /// The page-aligned free tail of an expandable segment: `(start, bytes)`.
-    fn unmappable(&self, seg: usize) -> Option<(u64, u64)> {
-        let s = &self.segments[seg];
-        let page = if s.small { SMALL_BUFFER } else { LARGE_BUFFER };
-        let t = self.blocks.get(&s.tail).filter(|b| !b.allocated)?;
-        let start = s.addr + (t.addr - s.addr).div_ceil(page) * page;
-        let end = s.addr + s.size;
-        (start < end).then_some((start, end - start))
-    }
-
-    /// Releases up to `max` cached segments (or unmaps free expandable
-    /// tails), as PyTorch does before reporting out-of-memory: large pool
-    /// first, smallest blocks first. Returns the events.
+    /// Releases up to `max` cached segments (or the whole free pages of
+    /// expandable segments), as PyTorch does before reporting
+    /// out-of-memory: large pool first, smallest blocks first. Returns the
+    /// events.
     pub(crate) fn release_cached(&mut self, max: u64) -> Vec<(Action, u64, u64)> {
         let mut out = Vec::new();
-        if let Some(e) = self.expandable {
-            for seg in [e[1], e[0]].into_iter().flatten() {
-                if let Some((start, bytes)) =
-                    self.unmappable(seg).filter(|_| (out.len() as u64) < max)
-                {
-                    let tail = self.segments[seg].tail;
-                    let p = self.seg_pool(seg);
-                    let t = self.blocks.get_mut(&tail).expect("tail");
-                    self.free[p].remove(&(t.size, tail));
-                    t.size -= bytes;
-                    let (size, prev) = (t.size, t.prev);
-                    if size == 0 {
-                        self.blocks.remove(&tail);
-                        if let Some(pv) = prev {
-                            self.blocks.get_mut(&pv).expect("prev").next = None;
-                        }
-                        self.segments[seg].tail = prev.unwrap_or(self.segments[seg].addr);
-                    } else {
-                        self.free[p].insert((size, tail));
-                    }
-                    self.segments[seg].size -= bytes;
-                    self.reserved -= bytes;
-                    out.push((Action::SegmentUnmap, start, bytes));
+        if let Some(spaces) = self.spaces.as_mut() {
+            for p in [1, 0] {
+                let before = out.len();
+                let emptied = spaces[p]
+                    .as_mut()
+                    .is_some_and(|sp| sp.release(max, &mut out));
+                for e in &out[before..] {
+                    self.reserved -= e.2;
+                }
+                if emptied {
+                    spaces[p] = None;
                 }
             }
             return out;
@@ -376,19 +344,23 @@ impl Allocator {
 
     /// Blocks currently allocated.
     pub(crate) fn live_blocks(&self) -> impl Iterator<Item = &Block> {
-        self.blocks.values().filter(|b| b.allocated)
+        let pieces = self
+            .spaces
+            .iter()
+            .flatten()
+            .flatten()
+            .flat_map(|sp| sp.pieces.iter());
+        self.blocks.values().chain(pieces).filter(|b| b.allocated)
     }
 
     /// Live segments in address order, each with its blocks in address
-    /// order (an expandable segment that maps nothing is left out).
-    pub(crate) fn segments(&self) -> Vec<(&Segment, Vec<&Block>)> {
-        let mut segs: Vec<&Segment> = self
+    /// order; an expandable segment is one segment per contiguous mapped
+    /// range, as PyTorch's `snapshot()` reports it.
+    pub(crate) fn segments(&self) -> Vec<(Segment, Vec<&Block>)> {
+        let mut out: Vec<(Segment, Vec<&Block>)> = self
             .segments
             .iter()
             .filter(|s| s.live && s.size > 0)
-            .collect();
-        segs.sort_by_key(|s| s.addr);
-        segs.into_iter()
             .map(|s| {
                 let mut blocks = Vec::new();
                 let mut at = self.blocks.get(&s.addr);
@@ -396,8 +368,22 @@ impl Allocator {
                     blocks.push(b);
                     at = b.next.and_then(|n| self.blocks.get(&n));
                 }
-                (s, blocks)
+                (s.clone(), blocks)
             })
-            .collect()
+            .collect();
+        for sp in self.spaces.iter().flatten().flatten() {
+            for (addr, size, blocks) in sp.mapped_runs() {
+                let seg = Segment {
+                    addr,
+                    size,
+                    small: sp.small,
+                    expandable: true,
+                    live: true,
+                };
+                out.push((seg, blocks));
+            }
+        }
+        out.sort_by_key(|s| s.0.addr);
+        out
     }
 }

@@ -40,6 +40,7 @@
 mod allocator;
 mod cpp_frames;
 mod emit;
+mod expandable;
 mod model;
 mod options;
 mod sites;

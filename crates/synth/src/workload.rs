@@ -314,19 +314,20 @@ impl<'a, S: Sink> Run<'a, S> {
     }
 
     fn malloc(&mut self, requested: u64, site: Site) -> Tensor {
-        let cost = 1 + self.alloc.needs_growth(requested) as u64;
+        let cost = 1 + self.alloc.growth_events(requested);
         if !self.admit(cost) {
             return None;
         }
         self.ctx += 1;
         let stack = self.stacks.alloc(site);
         let (addr, grow) = self.alloc.malloc(requested, self.ctx, stack);
-        if let Some((action, a, size)) = grow {
+        if grow.is_empty() {
+            self.tick(2, 60);
+        }
+        for (action, a, size) in grow {
             self.tick(20, 400);
             self.emit(action, a, size, stack);
             self.tick(2, 20);
-        } else {
-            self.tick(2, 60);
         }
         self.emit(Action::Alloc, addr, requested, stack);
         Some(addr)

@@ -1,0 +1,16 @@
+//! The errors of a simulation: a setting or a program change that cannot
+//! be applied.
+
+use crate::settings::SettingError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SimulateError {
+    #[error(transparent)]
+    Setting(#[from] SettingError),
+    /// A `--drop`/`--free-early`/`--scale` site that matches nothing.
+    #[error(transparent)]
+    Site(#[from] vramscope_analysis::whatif::UnknownSite),
+    /// A change written wrongly (`--scale SITE` without `=FACTOR`).
+    #[error("program change: {0}")]
+    Change(String),
+}

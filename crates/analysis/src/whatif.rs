@@ -1,0 +1,263 @@
+//! Program changes for an allocator replay: "what if the allocations of
+//! this site were never made, were freed earlier, or were half the size".
+//!
+//! A change names a site the way the rest of vramscope prints it
+//! (`train.py:42 in step`) or any part of that (`train.py:42`); it applies
+//! to every block whose site matches. [`resolve`] turns the changes into
+//! [`Edits`] of the trace's entries, which the replay applies:
+//!
+//! * `drop`: the blocks are never allocated (nor freed);
+//! * `free-early`: each block is freed at the end of the phase it was
+//!   allocated in (forward, backward, optimizer step; else at the end of
+//!   its iteration) when it lived longer than that. A memory trace records
+//!   no reads of a tensor, so its last use is not known: the end of its
+//!   phase is what a `del` at the end of that code would give;
+//! * `scale=F`: each block asks for F times its size (F = 0.5: half the
+//!   batch, for activations).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use serde::Serialize;
+use vramscope_snapshot::{DeviceTrace, Snapshot, StackId};
+
+use crate::categories::Phases;
+use crate::iterations::find_iterations;
+use crate::lifetimes::{Lifetimes, BEFORE_WINDOW, STILL_ALIVE};
+use crate::sites::{frame_label, site_frame};
+
+/// What to do with the blocks of a site.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind", content = "factor")]
+pub enum ChangeKind {
+    Drop,
+    FreeEarly,
+    Scale(f64),
+}
+
+/// One program change: a site and what happens to its blocks.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Change {
+    pub site: String,
+    #[serde(flatten)]
+    pub kind: ChangeKind,
+}
+
+impl Change {
+    /// `--scale SITE=F`: the site and the factor.
+    pub fn parse_scale(spec: &str) -> Result<Change, String> {
+        let (site, f) = spec
+            .rsplit_once('=')
+            .ok_or_else(|| format!("expected SITE=FACTOR, found {spec:?}"))?;
+        let f: f64 = f
+            .trim()
+            .parse()
+            .map_err(|_| format!("expected a number after '=' in {spec:?}"))?;
+        if !(f > 0.0 && f.is_finite()) {
+            return Err(format!("the factor must be above 0, found {f} in {spec:?}"));
+        }
+        Ok(Change {
+            site: site.trim().to_owned(),
+            kind: ChangeKind::Scale(f),
+        })
+    }
+
+    /// How the change reads in a label: `drop model.py:12`.
+    pub fn label(&self) -> String {
+        match self.kind {
+            ChangeKind::Drop => format!("drop {}", self.site),
+            ChangeKind::FreeEarly => format!("free-early {}", self.site),
+            ChangeKind::Scale(f) => format!("scale {}={f}", self.site),
+        }
+    }
+}
+
+/// What one change matched.
+#[derive(Clone, Debug, Serialize)]
+pub struct ChangeMatch {
+    pub change: Change,
+    /// The sites it matched (full labels).
+    pub sites: Vec<String>,
+    /// Blocks it applies to, and their bytes as recorded.
+    pub blocks: u64,
+    pub bytes: u64,
+}
+
+/// The changes, as edits of one device's trace entries.
+#[derive(Clone, Debug, Default)]
+pub struct Edits {
+    /// `alloc` entries not made.
+    pub drop_alloc: HashSet<usize>,
+    /// Blocks from before the window (by address) not there.
+    pub drop_seed: HashSet<u64>,
+    /// Size factor per `alloc` entry, and per block from before the window.
+    pub scale_alloc: HashMap<usize, f64>,
+    pub scale_seed: HashMap<u64, f64>,
+    /// After entry `k`, free the blocks of these `alloc` entries (their
+    /// recorded free is then ignored).
+    pub free_after: BTreeMap<usize, Vec<usize>>,
+    pub matched: Vec<ChangeMatch>,
+}
+
+impl Edits {
+    pub fn is_empty(&self) -> bool {
+        self.drop_alloc.is_empty()
+            && self.drop_seed.is_empty()
+            && self.scale_alloc.is_empty()
+            && self.scale_seed.is_empty()
+            && self.free_after.is_empty()
+    }
+}
+
+/// A change whose site matched no block.
+#[derive(Clone, Debug, PartialEq)]
+pub struct UnknownSite {
+    pub change: String,
+    pub site: String,
+    pub device: u32,
+    pub known: String,
+}
+
+impl std::fmt::Display for UnknownSite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: no allocation on device {} has a site matching {:?}; the largest sites: {}",
+            self.change, self.device, self.site, self.known
+        )
+    }
+}
+
+impl std::error::Error for UnknownSite {}
+
+/// Resolve `changes` against `device`'s trace.
+pub fn resolve(snap: &Snapshot, device: u32, changes: &[Change]) -> Result<Edits, UnknownSite> {
+    let mut edits = Edits::default();
+    if changes.is_empty() {
+        return Ok(edits);
+    }
+    let empty = DeviceTrace::default();
+    let t = snap.trace(device).unwrap_or(&empty);
+    let l = Lifetimes::new(snap, device);
+    let mut label_of: HashMap<StackId, String> = HashMap::new();
+    let labels: Vec<String> = l
+        .stack
+        .iter()
+        .map(|&s| {
+            label_of
+                .entry(s)
+                .or_insert_with(|| match site_frame(snap, s) {
+                    Some(f) => frame_label(snap, f),
+                    None => "<no stack recorded>".into(),
+                })
+                .clone()
+        })
+        .collect();
+    let ends = PhaseEnds::new(snap, device, t);
+    for c in changes {
+        let mut m = ChangeMatch {
+            change: c.clone(),
+            sites: Vec::new(),
+            blocks: 0,
+            bytes: 0,
+        };
+        for (b, label) in labels.iter().enumerate() {
+            if !(label == &c.site || label.contains(c.site.as_str())) {
+                continue;
+            }
+            let (birth, death) = (l.birth[b], l.death[b]);
+            let before = birth == BEFORE_WINDOW;
+            let applied = match c.kind {
+                ChangeKind::Drop if before => edits.drop_seed.insert(l.addr[b]),
+                ChangeKind::Drop => edits.drop_alloc.insert(birth as usize),
+                ChangeKind::Scale(f) if before => edits.scale_seed.insert(l.addr[b], f).is_none(),
+                ChangeKind::Scale(f) => edits.scale_alloc.insert(birth as usize, f).is_none(),
+                ChangeKind::FreeEarly if before => false,
+                ChangeKind::FreeEarly => match ends.end_of(birth as usize) {
+                    Some(end) if death == STILL_ALIVE || (death as usize) > end => {
+                        edits
+                            .free_after
+                            .entry(end)
+                            .or_default()
+                            .push(birth as usize);
+                        true
+                    }
+                    _ => false,
+                },
+            };
+            if applied {
+                m.blocks += 1;
+                m.bytes += l.size[b];
+                if !m.sites.contains(label) {
+                    m.sites.push(label.clone());
+                }
+            }
+        }
+        let matched_any = labels
+            .iter()
+            .any(|x| x == &c.site || x.contains(c.site.as_str()));
+        if !matched_any {
+            return Err(UnknownSite {
+                change: c.label(),
+                site: c.site.clone(),
+                device,
+                known: largest_sites(&l, &labels),
+            });
+        }
+        edits.matched.push(m);
+    }
+    Ok(edits)
+}
+
+/// The five sites with the most bytes allocated, for an error message.
+fn largest_sites(l: &Lifetimes, labels: &[String]) -> String {
+    let mut bytes: HashMap<&str, u64> = HashMap::new();
+    for (b, label) in labels.iter().enumerate() {
+        *bytes.entry(label).or_default() += l.size[b];
+    }
+    let mut v: Vec<(&str, u64)> = bytes.into_iter().collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    v.iter()
+        .take(5)
+        .map(|(s, _)| format!("{s:?}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Where the phase (or, without phases, the iteration) of each event ends.
+struct PhaseEnds {
+    /// Per event: the index of the last event of its run.
+    last: Vec<Option<usize>>,
+}
+
+impl PhaseEnds {
+    fn new(snap: &Snapshot, device: u32, t: &DeviceTrace) -> PhaseEnds {
+        let n = t.len();
+        let mut last = vec![None; n];
+        let phases = Phases::new(snap, t);
+        if phases.any_marked && phases.run.len() == n {
+            let mut j = n;
+            while j > 0 {
+                let run = phases.run[j - 1];
+                let mut i = j;
+                while i > 0 && phases.run[i - 1] == run {
+                    i -= 1;
+                }
+                for x in &mut last[i..j] {
+                    *x = Some(j - 1);
+                }
+                j = i;
+            }
+            return PhaseEnds { last };
+        }
+        for it in find_iterations(snap, device).list {
+            for x in last.iter_mut().take(it.end.min(n)).skip(it.start) {
+                *x = Some(it.end.min(n) - 1);
+            }
+        }
+        PhaseEnds { last }
+    }
+
+    fn end_of(&self, i: usize) -> Option<usize> {
+        self.last.get(i).copied().flatten()
+    }
+}
