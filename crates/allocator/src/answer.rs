@@ -62,10 +62,10 @@ pub(crate) fn answer(
             } else if o.request > cap {
                 format!(
                     "no setting helps: the request alone ({}) is larger than the {} PyTorch can have on this device; \
-                     that tensor must shrink (smaller batch, sequence or dtype) or be split{}",
+                     that tensor must shrink by at least {} (smaller batch, sequence or dtype) or be split",
                     gib(o.request),
                     gib(cap),
-                    holders(o)
+                    gib(o.request - cap)
                 )
             } else {
                 let r = &base.replayed;

@@ -44,6 +44,8 @@ pub struct Replayed {
     /// Allocated just before the entry where the file recorded its OOM
     /// (whether or not the replay fails there).
     pub allocated_before_recorded_oom: Option<u64>,
+    /// The same in bytes requested (before the allocator's rounding).
+    pub requested_before_recorded_oom: Option<u64>,
     /// Reserved bytes after entries of the trace, (entry, bytes), at most
     /// [`ReplaySetup::curve_points`] of them, the largest value of each
     /// stretch of entries: the simulated curve, to draw over the recorded.
@@ -89,10 +91,13 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
     if let (Some(f), Some(c)) = (a.settings.memory_fraction, capacity) {
         a.fraction_limit = Some((f * c as f64) as u64);
     }
-    let mut addr_of: HashMap<u64, u64> = HashMap::new();
+    // Recorded address → the model's address and the bytes requested.
+    let mut addr_of: HashMap<u64, (u64, u64)> = HashMap::new();
     let seed_misses = seed(&mut a, snap, device, &mut addr_of, edits);
+    let mut requested: u64 = addr_of.values().map(|v| v.1).sum();
     let recorded_oom = (0..t.len()).find(|&i| t.action[i] == Action::Oom);
     let mut allocated_before_recorded_oom = None;
+    let mut requested_before_recorded_oom = None;
     let stride = match setup.curve_points {
         0 => usize::MAX,
         n => t.len().div_ceil(n).max(1),
@@ -107,6 +112,7 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
     for i in 0..t.len() {
         if Some(i) == recorded_oom {
             allocated_before_recorded_oom = Some(a.allocated);
+            requested_before_recorded_oom = Some(requested);
         }
         let size = match edits.scale_alloc.get(&i) {
             Some(f) => ((t.size[i] as f64 * f) as u64).max(1),
@@ -120,7 +126,8 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
             Action::Alloc | Action::Oom => match a.malloc(size, t.stream[i]) {
                 Ok(p) if t.action[i] == Action::Oom => a.free(p),
                 Ok(p) => {
-                    addr_of.insert(t.addr[i], p);
+                    requested += size;
+                    addr_of.insert(t.addr[i], (p, size));
                 }
                 Err(OutOfMemory {
                     size, allocated, ..
@@ -132,8 +139,9 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
                 }
             },
             Action::FreeCompleted => {
-                if let Some(p) = addr_of.remove(&t.addr[i]) {
+                if let Some((p, n)) = addr_of.remove(&t.addr[i]) {
                     a.free(p);
+                    requested -= n;
                 }
             }
             Action::SegmentAlloc | Action::SegmentMap => rec_reserved += t.size[i],
@@ -145,8 +153,9 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
         // Blocks a change frees at the end of their phase.
         if let Some(early) = edits.free_after.get(&i) {
             for &k in early {
-                if let Some(p) = addr_of.remove(&t.addr[k]) {
+                if let Some((p, n)) = addr_of.remove(&t.addr[k]) {
                     a.free(p);
+                    requested -= n;
                 }
             }
         }
@@ -184,6 +193,7 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
         oom,
         allocated_at_oom,
         allocated_before_recorded_oom,
+        requested_before_recorded_oom,
         curve,
         cuda_mallocs: simulated.iter().filter(|e| e.grows()).count(),
         cuda_frees: simulated.iter().filter(|e| !e.grows()).count(),

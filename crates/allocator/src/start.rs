@@ -38,7 +38,7 @@ pub(crate) fn seed(
     a: &mut Allocator,
     snap: &Snapshot,
     device: u32,
-    addr_of: &mut HashMap<u64, u64>,
+    addr_of: &mut HashMap<u64, (u64, u64)>,
     edits: &Edits,
 ) -> usize {
     let empty = Default::default();
@@ -114,7 +114,7 @@ pub(crate) fn seed(
             None => size,
         };
         if a.seed_allocated(addr, size) {
-            addr_of.insert(addr, addr);
+            addr_of.insert(addr, (addr, size));
         } else {
             misses += 1;
         }
