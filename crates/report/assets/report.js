@@ -863,7 +863,89 @@
         ['largest cached free block', fmtBytes(seg.largestFree)],
       ]));
       p.appendChild(sitesTable('Biggest holders', o.top_holders, o.allocated_bytes));
+      const w = model.info.whatif;
+      if (w && w.recorded_oom && w.recorded_oom.entry === e) {
+        const a = el('div', 'explain'); a.className = 'explain whatif-oom';
+        a.textContent = 'Allocator what-if (the trace replayed under the settings users turn to; see the What-if tab): ' + w.answer;
+        p.appendChild(a);
+      }
     });
+  }
+
+  // ---------- What-if panel ----------
+  // The trace replayed through the allocator model under the recorded
+  // settings and the sweep, computed in Rust when the report was written:
+  // the answer, one row per setting (click one), and its reserved curve
+  // drawn over the recorded one.
+  let whatifRun = 0;
+  function showWhatif() {
+    const p = $('panel-whatif'); p.textContent = '';
+    const w = model.info.whatif; if (!w) return;
+    p.appendChild(el('h3', null, 'Allocator what-if'));
+    const ans = el('div', 'explain'); ans.id = 'whatif-answer'; ans.textContent = w.answer; p.appendChild(ans);
+    const ag = w.agreement;
+    p.appendChild(el('p', 'muted', ag.recorded_segment_events > 0
+      ? 'The model against this file, recorded settings: ' + fmtCount(ag.matched_segment_events) + ' of ' + fmtCount(ag.recorded_segment_events) +
+        ' segment events reproduced in order, reserved within ' + (ag.max_reserved_error * 100).toFixed(2) + '% after every request.'
+      : 'The trace records no segment events: it starts with ' + fmtBytes(ag.initial_reserved) + ' reserved, and every run starts from those segments, so a setting changes only what happens after.'));
+    if (w.capacity !== null) p.appendChild(el('p', 'muted', 'Device memory for PyTorch: ' + fmtBytes(w.capacity) + ' (reserved plus free when the OOM happened, or as given).'));
+    const legend = el('div', 'legend');
+    for (const [name, col] of [['recorded reserved', '#9ca3af'], ['simulated: ' + w.runs[whatifRun].label.replace(/,/g, ', '), '#2563eb'], ['device memory', '#dc2626']]) {
+      const sp = el('span'); const sw = el('span', 'sw'); sw.style.background = col; sp.appendChild(sw); sp.appendChild(document.createTextNode(name)); legend.appendChild(sp);
+    }
+    p.appendChild(legend);
+    const cv = el('canvas'); cv.id = 'whatif-plot'; p.appendChild(cv);
+    drawWhatif(cv);
+    const tb = el('table', 'whatif-table'); tb.id = 'whatif-table';
+    const hr = el('tr'); for (const h of ['settings', 'peak reserved', 'peak allocated', 'mallocs', 'frees', 'result']) hr.appendChild(el('th', null, h));
+    tb.appendChild(hr);
+    w.runs.forEach((r, i) => {
+      const tr = el('tr', 'whatif-row' + (i === whatifRun ? ' sel' : '')); tr.dataset.run = String(i);
+      const res = r.oom ? 'OOM at ' + fmtCount(r.oom[0]) : (w.capacity !== null ? 'fits' : 'no OOM');
+      // One setting per line: the labels are PYTORCH_CUDA_ALLOC_CONF strings.
+      const lab = el('td'); for (const part of r.label.split(',')) lab.appendChild(el('div', null, part));
+      tr.appendChild(lab);
+      for (const c of [fmtBytes(r.peak_reserved), fmtBytes(r.peak_allocated), fmtCount(r.mallocs), fmtCount(r.frees), res]) tr.appendChild(el('td', null, c));
+      tr.addEventListener('click', () => { whatifRun = i; showWhatif(); });
+      tb.appendChild(tr);
+    });
+    p.appendChild(tb);
+  }
+  // The recorded reserved bytes over the same stretches as a run's curve
+  // (each point is the largest value of the entries since the previous).
+  function whatifSeries(run) {
+    const m = model, pts = run.curve, rec = new Float64Array(pts.length);
+    let from = 0;
+    pts.forEach(([i], k) => {
+      let mx = 0; for (let e = from; e <= i && e < m.nE; e++) if (m.reserved[e + 1] > mx) mx = m.reserved[e + 1];
+      rec[k] = mx; from = i + 1;
+    });
+    return rec;
+  }
+  function drawWhatif(cv) {
+    const w = model.info.whatif, run = w.runs[whatifRun], pts = run.curve;
+    const dpr = window.devicePixelRatio || 1;
+    cv.width = Math.max(100, Math.round(cssWidth(cv) * dpr)); cv.height = Math.round(180 * dpr); cv.style.height = '180px';
+    const c = cv.getContext('2d'), rec = whatifSeries(run);
+    // The device's memory is drawn when it is near the curves; a limit far
+    // above them would flatten them.
+    let top = 0; for (let k = 0; k < pts.length; k++) top = Math.max(top, pts[k][1], rec[k]);
+    const capShown = w.capacity !== null && w.capacity <= top * 2;
+    if (capShown) top = Math.max(top, w.capacity);
+    top = top * 1.05 || 1;
+    const L = 68 * dpr, W = cv.width - L - 4 * dpr, Hh = cv.height - 16 * dpr;
+    const X = (i) => L + i / Math.max(1, model.nE - 1) * W, Y = (b) => 4 * dpr + Hh - b / top * Hh;
+    c.font = (10 * dpr) + 'px system-ui, sans-serif'; c.fillStyle = '#4b5563'; c.textAlign = 'right'; c.textBaseline = 'middle';
+    for (const b of byteTicks(0, top, 4)) { c.fillText(fmtBytes(b), L - 4 * dpr, Y(b)); c.fillStyle = '#f3f4f6'; c.fillRect(L, Y(b), W, 1); c.fillStyle = '#4b5563'; }
+    const line = (ys, col, width) => {
+      c.strokeStyle = col; c.lineWidth = width * dpr; c.beginPath();
+      pts.forEach(([i], k) => { const x = X(i), y = Y(ys(k)); if (k) c.lineTo(x, y); else c.moveTo(x, y); });
+      c.stroke();
+    };
+    line((k) => rec[k], '#9ca3af', 4); // wider: it shows where the two agree
+    line((k) => pts[k][1], '#2563eb', 1.5);
+    if (capShown) { c.strokeStyle = '#dc2626'; c.setLineDash([4 * dpr, 3 * dpr]); c.beginPath(); c.moveTo(L, Y(w.capacity)); c.lineTo(L + W, Y(w.capacity)); c.stroke(); c.setLineDash([]); }
+    if (run.oom) { c.fillStyle = '#dc2626'; c.fillRect(X(run.oom[0]) - dpr, 4 * dpr, 2 * dpr, Hh); }
   }
   function showSegmentsQuiet(e) { // figures only, without touching the panel
     const m = model; let largestFree = 0;
@@ -1191,6 +1273,7 @@
     $('btn-oom').hidden = !model.info.ooms.length; $('tab-oom').hidden = !model.info.ooms.length;
     resetView(); showFacts(); showLegend(); showAbout(); showDetail(-1);
     $('panel-alive').textContent = ''; $('panel-segments').textContent = '';
+    $('tab-whatif').hidden = !model.info.whatif; whatifRun = 0; showWhatif();
     if (model.info.ooms.length) showOoms();
     showLeaks(); showCategories();
     $('tab-diff').hidden = !model.info.diff; showDiff();
@@ -1269,6 +1352,15 @@
     zoomBy(k) { const c = (view.x0 + view.x1) / 2, w = (view.x1 - view.x0) * k / 2; view.x0 = c - w; view.x1 = c + w; render(); return metrics.lastRenderMs; },
     panBy(f) { const w = (view.x1 - view.x0) * f; view.x0 += w; view.x1 += w; render(); return metrics.lastRenderMs; },
     reset() { resetView(); render(); },
+    // The What-if panel: the run shown, its label, points, and pixels painted.
+    whatif(i) {
+      const w = model.info.whatif; if (!w) return null;
+      if (i !== undefined) { whatifRun = i; showWhatif(); }
+      const cv = $('whatif-plot'), img = cv.getContext('2d').getImageData(0, 0, cv.width, cv.height).data;
+      let painted = 0; for (let k = 3; k < img.length; k += 4) if (img[k]) painted++;
+      return { run: whatifRun, label: w.runs[whatifRun].label, points: w.runs[whatifRun].curve.length, runs: w.runs.length, answer: w.answer, painted,
+        rows: document.querySelectorAll('#whatif-table .whatif-row').length, selected: document.querySelector('#whatif-table .sel').dataset.run };
+    },
   };
   window.vramscope = api;
 

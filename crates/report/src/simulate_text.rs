@@ -29,6 +29,16 @@ pub fn simulate_text(s: &Simulation, name: &str) -> String {
             bytes(oom.request)
         );
     }
+    for m in &s.changes {
+        let _ = writeln!(
+            o,
+            "program change: {} ({} block(s), {} as recorded, at {})",
+            m.change.label(),
+            m.blocks,
+            bytes(m.bytes),
+            m.sites.join(", ")
+        );
+    }
     let _ = writeln!(o, "\n{}\n", s.answer);
     let _ = writeln!(
         o,
@@ -51,8 +61,25 @@ pub fn simulate_text(s: &Simulation, name: &str) -> String {
             r.label
         );
     }
+    if s.runs.iter().any(|r| {
+        r.settings.garbage_collection_threshold > 0.0 && r.settings.memory_fraction.is_none()
+    }) {
+        let _ = writeln!(
+            o,
+            "\nnote: garbage_collection_threshold does nothing unless torch.cuda.set_per_process_memory_fraction \
+             was called (written per_process_memory_fraction:F here)"
+        );
+    }
     if let Some(rec) = s.runs.first() {
         let x = &rec.replayed;
+        if x.initial_reserved > 0 && s.runs.len() > 1 {
+            let _ = writeln!(
+                o,
+                "\nnote: the trace starts with {} already reserved in the segments the program had then; every run \
+                 starts from those segments, so a setting changes only what happens after the trace starts",
+                bytes(x.initial_reserved)
+            );
+        }
         if x.recorded_segment_events > 0 {
             let _ = writeln!(
                 o,

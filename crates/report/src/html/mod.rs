@@ -10,6 +10,7 @@
 
 mod blob;
 mod data;
+mod whatif;
 
 use serde_json::json;
 use vramscope_analysis::categories::Labelled;
@@ -137,7 +138,14 @@ pub fn report_html_against(
     let mut tables = data::Tables::new(snap);
     // The leak analysis (the Leaks tab) runs beside the page data.
     let leak_opts = LeakOptions::default();
-    let (devices, leaks) = std::thread::scope(|scope| {
+    let (devices, leaks, whatifs) = std::thread::scope(|scope| {
+        // The allocator what-if replays in parallel threads of its own.
+        let whatifs = scope.spawn(|| {
+            device_ids
+                .iter()
+                .map(|&d| whatif::whatif(snap, d))
+                .collect::<Vec<_>>()
+        });
         let leaks = scope.spawn(|| {
             device_ids
                 .iter()
@@ -154,15 +162,23 @@ pub fn report_html_against(
             .zip(&labelled)
             .map(|(d, l)| data::device(snap, d.device, d, l, &mut tables, &mut b))
             .collect();
-        (devices, leaks.join().unwrap_or_default())
+        (
+            devices,
+            leaks.join().unwrap_or_default(),
+            whatifs.join().unwrap_or_default(),
+        )
     });
     let name = opts.title.clone().unwrap_or_default();
     let devices: Vec<serde_json::Value> = devices
         .into_iter()
         .zip(leaks.into_iter().map(Some).chain(std::iter::repeat(None)))
         .zip(&device_ids)
-        .map(|((mut v, l), &d)| {
+        .zip(whatifs.into_iter().chain(std::iter::repeat(None)))
+        .map(|(((mut v, l), &d), w)| {
             if let Some(o) = v.as_object_mut() {
+                if let Some(w) = w {
+                    o.insert("whatif".into(), w);
+                }
                 if let Some(l) = l {
                     o.insert("leaks".into(), l);
                 }
