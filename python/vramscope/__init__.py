@@ -130,6 +130,36 @@ class Snapshot:
             self._n.check_json(device, _size(max_peak), _size(max_reserved), bool(no_leaks), _size(max_growth), roots)
         )
 
+    def simulate(
+        self,
+        settings: Sequence[str] = (),
+        *,
+        sweep: bool = False,
+        capacity: Union[int, str, None] = None,
+        drop: Sequence[str] = (),
+        free_early: Sequence[str] = (),
+        scale: Union[Sequence[str], dict] = (),
+        device: Optional[int] = None,
+        text: bool = False,
+    ):
+        """Replay the trace through a model of the CUDA caching allocator
+        (`vramscope simulate --json`): under the recorded settings, each of
+        `settings` (``"expandable_segments:True"``,
+        ``"max_split_size_mb:128,roundup_power2_divisions:4"``), the common
+        ones with ``sweep=True``, on a device of `capacity` bytes (default:
+        from the file's OOM), with program changes: sites whose allocations
+        are never made (`drop`), freed at the end of their phase
+        (`free_early`) or scaled (`scale`, ``{"model.py:42": 0.5}``). Returns
+        a dict whose ``answer`` says which setting or change makes it fit;
+        ``text=True`` returns the terminal table instead. A setting or site
+        that cannot be applied raises ValueError."""
+        if isinstance(scale, dict):
+            scale = [f"{site}={factor}" for site, factor in scale.items()]
+        out = self._n.simulate(
+            device, list(settings), bool(sweep), _size(capacity), list(drop), list(free_early), list(scale), bool(text)
+        )
+        return out if text else json.loads(out)
+
     def report_html(self, device: Optional[int] = None, title: Optional[str] = None) -> str:
         """The self-contained interactive HTML report."""
         return self._n.report_html(device, title)

@@ -189,6 +189,45 @@ impl Snapshot {
         }))
     }
 
+    /// `vramscope simulate` as JSON text (or terminal text): the trace
+    /// replayed through the allocator model under other settings and
+    /// program changes.
+    #[pyo3(signature = (device=None, set=Vec::new(), sweep=false, capacity=None, drop=Vec::new(), free_early=Vec::new(), scale=Vec::new(), text=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn simulate(
+        &self,
+        py: Python<'_>,
+        device: Option<u32>,
+        set: Vec<String>,
+        sweep: bool,
+        capacity: Option<u64>,
+        drop: Vec<String>,
+        free_early: Vec<String>,
+        scale: Vec<String>,
+        text: bool,
+    ) -> PyResult<String> {
+        let device = self.device_or_first(device)?;
+        let opts = vramscope_allocator::SimulateOptions {
+            device: Some(device),
+            set,
+            sweep,
+            capacity,
+            drop,
+            free_early,
+            scale,
+            curve_points: 0,
+        };
+        let name = self.display_name();
+        let sim = py
+            .detach(|| vramscope_allocator::simulate(&self.inner, &opts))
+            .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?;
+        Ok(if text {
+            vramscope_report::simulate_text(&sim, &name)
+        } else {
+            serde_json::to_string_pretty(&sim).unwrap_or_default()
+        })
+    }
+
     /// The interactive HTML report as a string.
     #[pyo3(signature = (device=None, title=None))]
     fn report_html(&self, py: Python<'_>, device: Option<u32>, title: Option<String>) -> String {
