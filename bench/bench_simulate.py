@@ -1,7 +1,9 @@
 """Speed of the allocator model: ``vramscope simulate`` on a 1M-entry
 synthetic trace (made with ``vramscope synth`` if missing), the recorded
-settings alone and the 8-setting sweep, against ``vramscope summary`` of the
-same file (what loading alone costs). Wall time, CPU time over wall time
+settings alone, the sweep (the recorded settings and 8 others, one thread
+each) and a program change, against ``vramscope summary`` of the same file
+(what loading alone costs); then the same on a trace recorded with
+expandable segments. Wall time, CPU time over wall time
 (how many cores the sweep kept busy) and peak memory, best of N runs.
 
     python bench/bench_simulate.py [--entries 1000000] [--runs 3] [--binary target/release/vramscope]
@@ -37,21 +39,26 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--binary", default=str(REPO / "target" / "release" / "vramscope"))
     a = ap.parse_args()
-    path = Path(tempfile.gettempdir()) / f"vramscope-bench-simulate-{a.entries}.pickle"
-    if not path.exists():
-        subprocess.run([a.binary, "synth", "-o", str(path), "--entries", str(a.entries)], check=True, stdout=subprocess.DEVNULL)
-    print(f"{path.name}: {path.stat().st_size / 2**20:.1f} MiB, {a.entries:,} entries, {os.cpu_count()} cores")
-    rows = {
-        "summary (load only)": [a.binary, "summary", str(path), "-q", "--json"],
-        "simulate (recorded)": [a.binary, "simulate", str(path), "-q", "--json"],
-        "simulate --sweep (8)": [a.binary, "simulate", str(path), "-q", "--json", "--sweep"],
-    }
-    base = None
-    for name, cmd in rows.items():
-        best = min((measure(cmd) for _ in range(a.runs)), key=lambda r: r[0])
-        wall, cpu, rss = best
-        base = base or wall
-        print(f"{name:22s} {wall:6.3f} s wall  {cpu / wall:4.2f} cores busy  {rss:7.1f} MiB peak RSS  ({wall / base:.2f}x load)")
+    for extra in ([], ["--expandable-segments"]):
+        tag = "-expandable" if extra else ""
+        path = Path(tempfile.gettempdir()) / f"vramscope-bench-simulate-{a.entries}{tag}.pickle"
+        if not path.exists():
+            subprocess.run([a.binary, "synth", "-o", str(path), "--entries", str(a.entries), *extra],
+                           check=True, stdout=subprocess.DEVNULL)
+        print(f"{path.name}: {path.stat().st_size / 2**20:.1f} MiB, {a.entries:,} entries, {os.cpu_count()} cores")
+        rows = {
+            "summary (load only)": [a.binary, "summary", str(path), "-q", "--json"],
+            "simulate (recorded)": [a.binary, "simulate", str(path), "-q", "--json"],
+            "simulate --sweep (1+8)": [a.binary, "simulate", str(path), "-q", "--json", "--sweep"],
+            "simulate --scale": [a.binary, "simulate", str(path), "-q", "--json", "--scale", "model.py=0.5"],
+        }
+        base = None
+        for name, cmd in rows.items():
+            best = min((measure(cmd) for _ in range(a.runs)), key=lambda r: r[0])
+            wall, cpu, rss = best
+            base = base or wall
+            print(f"  {name:24s} {wall:6.3f} s wall  {cpu / wall:4.2f} cores busy  {rss:7.1f} MiB peak RSS"
+                  f"  ({wall / base:.2f}x load, +{wall - base:.3f} s)")
 
 
 if __name__ == "__main__":
