@@ -51,6 +51,9 @@ pub struct Replayed {
     /// stretch of entries: the simulated curve, to draw over the recorded.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub curve: Vec<(u32, u64)>,
+    /// `torch.cuda.empty_cache()` calls seen in the trace (segment frees
+    /// that no request caused), made in the replay too.
+    pub empty_cache_calls: usize,
     /// cudaMalloc and cudaFree calls the model made (page maps and unmaps
     /// with expandable segments); each one synchronises the device.
     pub cuda_mallocs: usize,
@@ -96,6 +99,7 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
     let seed_misses = seed(&mut a, snap, device, &mut addr_of, edits);
     let mut requested: u64 = addr_of.values().map(|v| v.1).sum();
     let recorded_oom = (0..t.len()).find(|&i| t.action[i] == Action::Oom);
+    let empty_cache = empty_cache_calls(snap, t);
     let mut allocated_before_recorded_oom = None;
     let mut requested_before_recorded_oom = None;
     let stride = match setup.curve_points {
@@ -110,6 +114,11 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
     let mut oom = None;
     let mut allocated_at_oom = 0;
     for i in 0..t.len() {
+        if empty_cache.binary_search(&i).is_ok() {
+            // The program called torch.cuda.empty_cache() here: so does
+            // the model, whatever its settings.
+            a.release_cached();
+        }
         if Some(i) == recorded_oom {
             allocated_before_recorded_oom = Some(a.allocated);
             requested_before_recorded_oom = Some(requested);
@@ -194,10 +203,64 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
         allocated_at_oom,
         allocated_before_recorded_oom,
         requested_before_recorded_oom,
+        empty_cache_calls: empty_cache.len(),
         curve,
         cuda_mallocs: simulated.iter().filter(|e| e.grows()).count(),
         cuda_frees: simulated.iter().filter(|e| !e.grows()).count(),
     }
+}
+
+/// Entries where the program released the cache itself
+/// (`torch.cuda.empty_cache()`): the first of a run of
+/// `segment_free`/`segment_unmap` entries that is not followed by what a
+/// request's own release leads to (a `segment_alloc`/`segment_map` or an
+/// `oom`: inside `malloc`, PyTorch frees cached segments only to make room
+/// for the request it serves), or whose stack passes through `empty_cache`.
+fn empty_cache_calls(snap: &Snapshot, t: &vramscope_snapshot::DeviceTrace) -> Vec<usize> {
+    let through_empty_cache = |i: usize| {
+        snap.stacks.get(t.stack[i]).iter().any(|&f| {
+            let (_, _, name) = vramscope_analysis::sites::frame_location(snap, snap.frames.get(f));
+            name == "empty_cache" || name.ends_with("::emptyCache") || name.contains("emptyCache(")
+        })
+    };
+    let releases = |a: Action| matches!(a, Action::SegmentFree | Action::SegmentUnmap);
+    let mut calls = Vec::new();
+    let mut i = 0;
+    while i < t.len() {
+        if !releases(t.action[i]) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        let mut named = false;
+        while i < t.len() && releases(t.action[i]) {
+            named |= through_empty_cache(i);
+            i += 1;
+        }
+        // What comes next, past entries that do not touch the allocator's
+        // state (snapshots, user annotations).
+        let next = (i..t.len()).find(|&j| {
+            matches!(
+                t.action[j],
+                Action::Alloc
+                    | Action::Oom
+                    | Action::SegmentAlloc
+                    | Action::SegmentMap
+                    | Action::FreeRequested
+                    | Action::FreeCompleted
+            )
+        });
+        let for_a_request = next.is_some_and(|j| {
+            matches!(
+                t.action[j],
+                Action::SegmentAlloc | Action::SegmentMap | Action::Oom
+            )
+        });
+        if named || !for_a_request {
+            calls.push(start);
+        }
+    }
+    calls
 }
 
 /// Length of the longest common subsequence (two rows of the table).

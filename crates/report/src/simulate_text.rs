@@ -88,6 +88,24 @@ pub fn simulate_text(s: &Simulation, name: &str) -> String {
                 x.recorded_segment_events,
                 x.max_reserved_error * 100.0
             );
+            if x.empty_cache_calls > 0 {
+                let _ = writeln!(
+                    o,
+                    "the program released the cache itself {} time(s) (torch.cuda.empty_cache); every run does the same there",
+                    x.empty_cache_calls
+                );
+            }
+            if x.matched_segment_events < x.recorded_segment_events {
+                let _ = writeln!(
+                    o,
+                    "not reproduced: {} recorded and {} simulated segment events; what the model does not see: CUDA graph \
+                     private pools, frees delayed by record_stream events, settings changed while the program ran, and \
+                     blocks in use when the trace started that no segment held ({})",
+                    x.recorded_segment_events - x.matched_segment_events,
+                    x.simulated_segment_events - x.matched_segment_events,
+                    x.seed_misses
+                );
+            }
         } else {
             let _ = writeln!(
                 o,

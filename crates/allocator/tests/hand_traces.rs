@@ -1,0 +1,84 @@
+//! Small traces written by hand for what a generator does not make: the
+//! program's own `torch.cuda.empty_cache()` calls.
+
+use vramscope_allocator::{replay, Settings};
+use vramscope_snapshot::decode_bytes;
+
+const MIB: u64 = 1 << 20;
+
+const EMPTY_CACHE: &str = r#"[{"filename":"/usr/lib/python3/site-packages/torch/cuda/memory.py","line":222,"name":"empty_cache"},{"filename":"train.py","line":9,"name":"main"}]"#;
+const TRAIN: &str = r#"[{"filename":"train.py","line":8,"name":"main"}]"#;
+
+/// Entries (action, address, size, frames).
+fn trace(entries: &[(&str, u64, u64, &str)]) -> vramscope_snapshot::Snapshot {
+    let ev: Vec<String> = entries
+        .iter()
+        .enumerate()
+        .map(|(t, (action, addr, size, frames))| {
+            format!(
+                r#"{{"action":"{action}","addr":{addr},"size":{size},"stream":0,"time_us":{t},"frames":{frames}}}"#
+            )
+        })
+        .collect();
+    let json = format!(r#"{{"segments":[],"device_traces":[[{}]]}}"#, ev.join(","));
+    decode_bytes(json.as_bytes(), &Default::default()).expect("decodes")
+}
+
+#[test]
+fn an_empty_cache_call_is_replayed_where_the_program_made_it() {
+    let a = 1 << 32;
+    let snap = trace(&[
+        ("segment_alloc", a, 30 * MIB, TRAIN),
+        ("alloc", a, 30 * MIB, TRAIN),
+        ("free_requested", a, 30 * MIB, TRAIN),
+        ("free_completed", a, 30 * MIB, TRAIN),
+        // torch.cuda.empty_cache(): the cached segment goes back, and the
+        // next request needs a new one (the same entries as a release for
+        // a request: only the stack tells them apart).
+        ("segment_free", a, 30 * MIB, EMPTY_CACHE),
+        ("segment_alloc", a, 10 * MIB, TRAIN),
+        ("alloc", a, 10 * MIB, TRAIN),
+    ]);
+    let r = replay(&snap, 0, Settings::default(), &Default::default());
+    assert_eq!(r.empty_cache_calls, 1);
+    assert_eq!(r.recorded_segment_events, 3);
+    assert_eq!(r.matched_segment_events, 3, "{r:?}");
+    assert_eq!(r.max_reserved_error, 0.0);
+}
+
+#[test]
+fn a_release_that_makes_room_for_a_request_is_the_allocators_own() {
+    // The cache released inside malloc to fit the next segment: the
+    // segment_free is followed by the segment_alloc it made room for.
+    let (a, b) = (1u64 << 32, 1u64 << 33);
+    let snap = trace(&[
+        ("segment_alloc", a, 30 * MIB, TRAIN),
+        ("alloc", a, 30 * MIB, TRAIN),
+        ("free_requested", a, 30 * MIB, TRAIN),
+        ("free_completed", a, 30 * MIB, TRAIN),
+        ("segment_free", a, 30 * MIB, TRAIN),
+        ("segment_alloc", b, 36 * MIB, TRAIN),
+        ("alloc", b, 36 * MIB, TRAIN),
+    ]);
+    let r = replay(&snap, 0, Settings::default(), &Default::default());
+    assert_eq!(r.empty_cache_calls, 0);
+    // Without the segment_alloc after it, the same release is a call.
+    let alone = trace(&[
+        ("segment_alloc", a, 30 * MIB, TRAIN),
+        ("alloc", a, 30 * MIB, TRAIN),
+        ("free_requested", a, 30 * MIB, TRAIN),
+        ("free_completed", a, 30 * MIB, TRAIN),
+        ("segment_free", a, 30 * MIB, TRAIN),
+        ("alloc", a, 512, TRAIN),
+    ]);
+    let r = replay(&alone, 0, Settings::default(), &Default::default());
+    assert_eq!(r.empty_cache_calls, 1);
+    // On a 40 MiB device the model releases the cache by itself.
+    let setup = vramscope_allocator::ReplaySetup {
+        capacity: Some(40 * MIB),
+        ..Default::default()
+    };
+    let r = replay(&snap, 0, Settings::default(), &setup);
+    assert_eq!(r.matched_segment_events, 3, "{r:?}");
+    assert!(r.oom.is_none());
+}
