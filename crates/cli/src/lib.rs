@@ -5,7 +5,7 @@
 //!
 //! Exit codes: 0 success; 1 a file could not be read or written; 2 the input
 //! is not a valid snapshot, or the command line is wrong; 3 a limit given to
-//! `vramscope check` was exceeded.
+//! `vramscope check` or `vramscope ranks` was exceeded.
 
 mod categories;
 mod check;
@@ -17,6 +17,7 @@ mod input;
 mod leaks;
 mod output;
 mod progress;
+mod ranks;
 mod report;
 mod segments;
 mod simulate;
@@ -29,7 +30,7 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(name = "vramscope", version, about, long_about = None)]
 #[command(
-    after_help = "Exit codes: 0 success, 1 file not readable/writable, 2 invalid snapshot or usage, 3 `check` found a limit exceeded"
+    after_help = "Exit codes: 0 success, 1 file not readable/writable, 2 invalid snapshot or usage, 3 `check` or `ranks` found a limit exceeded"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -62,6 +63,8 @@ enum Command {
     Estimate(estimate::Args),
     /// Replay a recorded run through a model of the CUDA caching allocator under other settings.
     Simulate(simulate::Args),
+    /// The rank files of one job side by side: imbalance, outliers, the worst rank against the median.
+    Ranks(ranks::Args),
 }
 
 /// Errors the CLI maps to exit codes.
@@ -111,6 +114,10 @@ where
         Command::Simulate(a) => simulate::run(a),
         Command::Estimate(a) => estimate::run(a),
         Command::Check(a) => match check::run(a) {
+            Ok(code) => return code,
+            Err(e) => Err(e),
+        },
+        Command::Ranks(a) => match ranks::run(a) {
             Ok(code) => return code,
             Err(e) => Err(e),
         },
