@@ -41,6 +41,7 @@ __all__ = [
     "step",
     "mark",
     "cli",
+    "ranks",
     "limits",
     "MemoryLimitExceeded",
     "cycles",
@@ -219,6 +220,28 @@ def load(path: Union[str, os.PathLike], threads: Optional[int] = None) -> Snapsh
 def loads(data: bytes) -> Snapshot:
     """Read a snapshot from bytes."""
     return Snapshot(_native.loads(bytes(data)))
+
+
+def ranks(
+    paths: Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]],
+    *,
+    rank_from: Optional[str] = None,
+    jobs: int = 0,
+    max_peak: Union[int, str, None] = None,
+    max_imbalance: Optional[float] = None,
+    text: bool = False,
+):
+    """The rank files of one job side by side (`vramscope ranks --json`):
+    files and directories, ranks and steps from the names frameworks give
+    (or `rank_from`, a pattern whose first group is the rank), read on all
+    cores a few at a time. Returns a dict: ranks (most urgent first),
+    imbalance, outliers, the worst rank's sites against the median rank's,
+    drift, and the limits' verdict in ``passed``; ``text=True`` returns the
+    terminal table."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    out = _native.ranks([os.fspath(p) for p in paths], rank_from, int(jobs), _size(max_peak), max_imbalance, bool(text))
+    return out if text else json.loads(out)
 
 
 def cli(args: list) -> int:

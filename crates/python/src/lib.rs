@@ -430,6 +430,39 @@ fn cpuhook_live() -> Vec<(u64, u64, u32)> {
     vramscope_cpuhook::live()
 }
 
+/// `vramscope ranks` as JSON text.
+#[pyfunction]
+#[pyo3(signature = (paths, rank_from=None, jobs=0, max_peak=None, max_imbalance=None, text=false))]
+fn ranks(
+    py: Python<'_>,
+    paths: Vec<PathBuf>,
+    rank_from: Option<String>,
+    jobs: usize,
+    max_peak: Option<u64>,
+    max_imbalance: Option<f64>,
+    text: bool,
+) -> PyResult<String> {
+    let opts = vramscope_ranks::RanksOptions {
+        rank_from,
+        jobs,
+        max_peak,
+        max_imbalance,
+    };
+    let r = py
+        .detach(|| vramscope_ranks::ranks(&paths, &opts))
+        .map_err(|e| match e {
+            vramscope_ranks::RanksError::Io { .. } => {
+                pyo3::exceptions::PyOSError::new_err(e.to_string())
+            }
+            other => pyo3::exceptions::PyValueError::new_err(other.to_string()),
+        })?;
+    Ok(if text {
+        vramscope_report::ranks_text(&r)
+    } else {
+        serde_json::to_string_pretty(&r).unwrap_or_default()
+    })
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     for f in [
@@ -446,6 +479,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     }
     m.add_class::<Snapshot>()?;
     m.add_function(wrap_pyfunction!(load, m)?)?;
+    m.add_function(wrap_pyfunction!(ranks, m)?)?;
     m.add_function(wrap_pyfunction!(loads, m)?)?;
     m.add_function(wrap_pyfunction!(cli, m)?)?;
     m.add_function(wrap_pyfunction!(parse_bytes, m)?)?;

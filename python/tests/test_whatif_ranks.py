@@ -1,5 +1,6 @@
-"""The allocator what-if from Python: Snapshot.simulate, the same options
-and answers as `vramscope simulate`."""
+"""The allocator what-if and the ranks comparison from Python:
+Snapshot.simulate and vramscope.ranks, the same options and answers as
+`vramscope simulate` and `vramscope ranks`."""
 
 from __future__ import annotations
 
@@ -60,3 +61,24 @@ def test_a_site_that_matches_nothing_raises(demo: Path):
         vramscope.load(demo).simulate(drop=["nowhere.py:1"])
     with pytest.raises(ValueError, match="garbage_collection_threshold"):
         vramscope.load(demo).simulate(["garbage_collection_threshold:2"])
+
+
+def test_ranks_from_python_match_the_cli(tmp_path: Path):
+    # Three ranks in torchtune's layout; rank 1 keeps an extra tensor each
+    # iteration.
+    for rank in range(3):
+        out = tmp_path / "iteration_6" / f"rank{rank}_memory_snapshot.pickle"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        args = ["synth", "-o", str(out), "--entries", "12000", "--seed", "4", "--iterations", "6"]
+        if rank == 1:
+            args += ["--leak", "256MiB"]
+        assert vramscope.cli(args) == 0
+    r = vramscope.ranks(tmp_path)
+    assert [x["rank"] for x in r["ranks"]][0] == 1
+    assert all(x["step"] == 6 for x in r["ranks"])
+    assert r["worst"]["sites"][0]["site"].endswith("train.py:74 in accumulate_history")
+    cli = subprocess.run(["vramscope", "ranks", str(tmp_path), "--json", "-q"], capture_output=True, text=True, check=True)
+    assert r == json.loads(cli.stdout)
+    assert vramscope.ranks([tmp_path], max_imbalance=1.01)["passed"] is False
+    with pytest.raises(ValueError, match="rank-from"):
+        vramscope.ranks(tmp_path, rank_from="(")
