@@ -27,7 +27,8 @@ pub struct Args {
     /// Fail (exit 3) if the max / median peak exceeds this (e.g. 1.2).
     #[arg(long)]
     pub max_imbalance: Option<f64>,
-    /// Files read at once (default: one per core).
+    /// Files read at once (default 3, at most one per core; each file's
+    /// decoding uses the cores left). Memory grows with it.
     #[arg(long, short, default_value_t = 0)]
     pub jobs: usize,
     /// Print JSON instead of text.

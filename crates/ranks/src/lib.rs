@@ -24,14 +24,14 @@ pub use compare::{compare, Drift, Gate, RankOom, RankRow, Ranks, SiteDelta, Wors
 pub use names::{infer, RankFile};
 pub use scan::{scan, FileError, FileFigures, SiteBytes};
 
-/// Options of [`ranks`]. `Default`: ranks from the path names, one worker
-/// per core, no limits.
+/// Options of [`ranks`]. `Default`: ranks from the path names, three files
+/// read at a time (each decoded on the cores left), no limits.
 #[derive(Clone, Debug, Default)]
 pub struct RanksOptions {
     /// A pattern whose first group is the rank, matched against each path
     /// (over the built-in names).
     pub rank_from: Option<String>,
-    /// Workers (0: one per core).
+    /// Files read at a time (0: [`scan::DEFAULT_JOBS`], at most one per core).
     pub jobs: usize,
     /// Fail when any rank's peak allocated is above this many bytes.
     pub max_peak: Option<u64>,

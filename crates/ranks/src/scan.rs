@@ -129,15 +129,25 @@ fn strip(snap: &vramscope_snapshot::Snapshot, device: u32) -> Vec<u64> {
         .collect()
 }
 
-/// Read every file with `jobs` workers (0: one per core); results in the
-/// order of `files`.
+/// Files held in memory at once by default: enough to keep the cores busy
+/// (each file's decoding is itself parallel), few enough that memory stays
+/// a few files' worth on a machine with many cores.
+pub const DEFAULT_JOBS: usize = 3;
+
+/// Read every file with `jobs` workers (0: [`DEFAULT_JOBS`], at most one
+/// per core); results in the order of `files`.
 pub fn scan(
     files: &[RankFile],
     jobs: usize,
     progress: Option<&(dyn Fn(usize) + Sync)>,
 ) -> Vec<Result<FileFigures, FileError>> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let jobs = if jobs == 0 { cores } else { jobs }.clamp(1, files.len().max(1));
+    let jobs = if jobs == 0 {
+        DEFAULT_JOBS.min(cores)
+    } else {
+        jobs
+    }
+    .clamp(1, files.len().max(1));
     // Cores left over when there are fewer files than cores go to each
     // file's own decoding.
     let threads = (cores / jobs).max(1);
