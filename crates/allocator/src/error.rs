@@ -10,6 +10,9 @@ pub enum SimulateError {
     /// A `--drop`/`--free-early`/`--scale` site that matches nothing.
     #[error(transparent)]
     Site(#[from] vramscope_analysis::whatif::UnknownSite),
+    /// A file the model does not describe (a CPU recording, a profiler trace).
+    #[error("{0}")]
+    NotCudaTrace(String),
     /// A change written wrongly (`--scale SITE` without `=FACTOR`).
     #[error("program change: {0}")]
     Change(String),

@@ -27,4 +27,4 @@ pub use error::SimulateError;
 pub use model::{Allocator, OutOfMemory, SegmentEvent};
 pub use replay::{replay, ReplaySetup, Replayed};
 pub use settings::{SettingError, Settings};
-pub use simulate::{simulate, RecordedOom, Run, SimulateOptions, Simulation, SWEEP};
+pub use simulate::{modelled, simulate, RecordedOom, Run, SimulateOptions, Simulation, SWEEP};

@@ -109,8 +109,32 @@ fn changes(opts: &SimulateOptions) -> Result<Vec<Change>, SimulateError> {
     Ok(v)
 }
 
+/// Whether the model describes `snap`: a memory snapshot written from
+/// PyTorch's CUDA caching allocator (its allocator history), not a CPU
+/// recording or a profiler trace, whose "segments" are not the CUDA
+/// allocator's. Why not, if it does not.
+pub fn modelled(snap: &Snapshot) -> Result<(), SimulateError> {
+    use vramscope_snapshot::SourceFormat;
+    if snap.source.format != SourceFormat::Snapshot {
+        return Err(SimulateError::NotCudaTrace(format!(
+            "this is a {} file: the allocator model replays memory snapshots of PyTorch's CUDA caching allocator \
+             (torch.cuda.memory._record_memory_history, or vramscope.record on CUDA)",
+            snap.source.format.as_str()
+        )));
+    }
+    match &snap.source.recorder {
+        Some(r) if r.name != "cuda-allocator-history" => Err(SimulateError::NotCudaTrace(format!(
+            "this snapshot was recorded by vramscope's {} backend, not by the CUDA caching allocator: the model \
+             replays CUDA allocator traces only",
+            r.name
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Replay `snap` under the settings and changes `opts` asks for, in parallel.
 pub fn simulate(snap: &Snapshot, opts: &SimulateOptions) -> Result<Simulation, SimulateError> {
+    modelled(snap)?;
     let device = opts
         .device
         .or_else(|| snap.devices().first().copied())

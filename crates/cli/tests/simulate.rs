@@ -226,3 +226,15 @@ fn a_site_that_matches_nothing_is_a_usage_error_naming_the_sites() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("SITE=FACTOR"), "{}", stderr(&o));
 }
+
+#[test]
+fn files_the_model_does_not_describe_are_refused() {
+    for p in [
+        real("kineto_resnet50_v100_profile_memory.pt.trace.json.gz"),
+        vramscope_testdata::recorded("cnn_sgd_cpu.pickle.gz"),
+    ] {
+        let o = vramscope(&["simulate", p.to_str().expect("utf-8"), "-q"]);
+        assert_eq!(o.status.code(), Some(2), "{p:?}");
+        assert!(stderr(&o).contains("CUDA"), "{}", stderr(&o));
+    }
+}

@@ -6,23 +6,18 @@
 
 use serde_json::{json, Value};
 use vramscope_allocator::{simulate, SimulateOptions};
-use vramscope_snapshot::{Action, Snapshot, SourceFormat};
+use vramscope_snapshot::{Action, Snapshot};
 
 /// Points per simulated curve: enough for a panel-wide plot.
 pub const CURVE_POINTS: usize = 400;
 
-/// Whether the model applies: a CUDA caching-allocator trace (a snapshot
-/// recorded with PyTorch's allocator history) with requests in it.
+/// Whether the model applies: a CUDA caching-allocator trace
+/// ([`vramscope_allocator::modelled`]) with requests in it.
 fn applies(snap: &Snapshot, device: u32) -> bool {
-    let cuda = snap.source.format == SourceFormat::Snapshot
+    vramscope_allocator::modelled(snap).is_ok()
         && snap
-            .source
-            .recorder
-            .as_ref()
-            .is_none_or(|r| r.name == "cuda-allocator-history");
-    cuda && snap
-        .trace(device)
-        .is_some_and(|t| t.action.contains(&Action::Alloc))
+            .trace(device)
+            .is_some_and(|t| t.action.contains(&Action::Alloc))
 }
 
 /// The tab's data for `device`, or `None` when the model does not apply.
