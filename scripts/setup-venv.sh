@@ -21,7 +21,7 @@ base_python="${PYTHON:-python3}"
 vpy="$venv/bin/python"
 
 # Each of these distributions is importable under the same name.
-packages=(maturin pytest hypothesis numpy torch)
+packages=(maturin pytest hypothesis numpy torch duckdb pyarrow pandas)
 
 venv_ok() {
     [[ -x "$vpy" ]] && "$vpy" -m pip --version >/dev/null 2>&1

@@ -12,6 +12,7 @@ mod check;
 mod demo;
 mod diff;
 mod estimate;
+mod export;
 mod flamegraph;
 mod input;
 mod leaks;
@@ -63,6 +64,8 @@ enum Command {
     Estimate(estimate::Args),
     /// Replay a recorded run through a model of the CUDA caching allocator under other settings.
     Simulate(simulate::Args),
+    /// Snapshots as Parquet tables (hive-partitioned by rank) for DuckDB, pandas, Spark, Ray.
+    Export(export::Args),
     /// The rank files of one job side by side: imbalance, outliers, the worst rank against the median.
     Ranks(ranks::Args),
 }
@@ -113,6 +116,7 @@ where
         Command::Categories(a) => categories::run(a),
         Command::Simulate(a) => simulate::run(a),
         Command::Estimate(a) => estimate::run(a),
+        Command::Export(a) => export::run(a),
         Command::Check(a) => match check::run(a) {
             Ok(code) => return code,
             Err(e) => Err(e),

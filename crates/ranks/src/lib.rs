@@ -96,6 +96,22 @@ pub fn collect(inputs: &[PathBuf]) -> Result<Vec<PathBuf>, RanksError> {
     Ok(out)
 }
 
+/// The snapshot files under `inputs` with their ranks and steps;
+/// `rank_from` as [`RanksOptions::rank_from`].
+pub fn rank_files(
+    inputs: &[PathBuf],
+    rank_from: Option<&str>,
+) -> Result<Vec<RankFile>, RanksError> {
+    let re = match rank_from {
+        Some(p) => Some(regex::Regex::new(p).map_err(|e| RanksError::Pattern {
+            pattern: p.to_owned(),
+            message: e.to_string(),
+        })?),
+        None => None,
+    };
+    Ok(infer(&collect(inputs)?, re.as_ref()))
+}
+
 /// Read and compare the rank files under `inputs`.
 pub fn ranks(inputs: &[PathBuf], opts: &RanksOptions) -> Result<Ranks, RanksError> {
     ranks_with_progress(inputs, opts, None)
@@ -107,15 +123,7 @@ pub fn ranks_with_progress(
     opts: &RanksOptions,
     progress: Option<&(dyn Fn(usize, usize) + Sync)>,
 ) -> Result<Ranks, RanksError> {
-    let rank_from = match &opts.rank_from {
-        Some(p) => Some(regex::Regex::new(p).map_err(|e| RanksError::Pattern {
-            pattern: p.clone(),
-            message: e.to_string(),
-        })?),
-        None => None,
-    };
-    let paths = collect(inputs)?;
-    let files = infer(&paths, rank_from.as_ref());
+    let files = rank_files(inputs, opts.rank_from.as_deref())?;
     let n = files.len();
     let cb = progress.map(|p| move |k: usize| p(k, n));
     let results = scan(
