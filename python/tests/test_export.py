@@ -86,3 +86,16 @@ def test_pyarrow_and_pandas_read_the_dataset(job):
     assert stacks["frames"].map(len).max() > 1
     blocks = pd.read_parquet(out / "blocks")
     assert set(blocks["state"]) <= {"active_allocated", "active_pending_free", "inactive", "unknown"}
+
+
+def test_query_names_the_tables(job):
+    _, out = job
+    rel = vramscope.query(
+        "SELECT files.rank, count(*) AS n FROM events JOIN files USING (file_id, device) "
+        "WHERE action = 'alloc' GROUP BY files.rank ORDER BY files.rank", out)
+    rows = rel.fetchall()
+    assert [r[0] for r in rows] == [0, 1, 2, 3] and all(r[1] > 0 for r in rows)
+    df = vramscope.query("SELECT * FROM stacks WHERE site LIKE '%accumulate_history%'", out).df()
+    assert set(df["rank"]) == {2}
+    with pytest.raises(FileNotFoundError):
+        vramscope.query("SELECT 1", out / "events")

@@ -42,6 +42,7 @@ __all__ = [
     "mark",
     "cli",
     "ranks",
+    "query",
     "limits",
     "MemoryLimitExceeded",
     "cycles",
@@ -242,6 +243,28 @@ def ranks(
         paths = [paths]
     out = _native.ranks([os.fspath(p) for p in paths], rank_from, int(jobs), _size(max_peak), max_imbalance, bool(text))
     return out if text else json.loads(out)
+
+
+def query(sql: str, export_dir: Union[str, os.PathLike], con=None):
+    """Run SQL over a Parquet export (`vramscope export --format parquet`)
+    with DuckDB (the `duckdb` wheel, embedded: no server). The tables are
+    views named ``files``, ``events``, ``blocks``, ``segments`` and
+    ``stacks`` (schema: docs/parquet-schema.md), with the ``rank`` column
+    from the partitions. Returns DuckDB's relation: ``.df()`` for pandas,
+    ``.arrow()`` for pyarrow, ``.fetchall()`` for tuples. Pass `con` to
+    reuse a connection."""
+    import duckdb
+
+    root = Path(export_dir)
+    if not (root / "files" / "files.parquet").exists():
+        raise FileNotFoundError(f"{root} is not a vramscope Parquet export (no files/files.parquet)")
+    con = con or duckdb.connect()
+    for table in ("events", "blocks", "segments", "stacks"):
+        glob = (root / table / "*" / "*.parquet").as_posix().replace("'", "''")
+        con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM read_parquet('{glob}', hive_partitioning = true)")
+    files = (root / "files" / "files.parquet").as_posix().replace("'", "''")
+    con.execute(f"CREATE OR REPLACE VIEW files AS SELECT * FROM read_parquet('{files}')")
+    return con.sql(sql)
 
 
 def cli(args: list) -> int:
