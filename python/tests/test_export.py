@@ -99,3 +99,18 @@ def test_query_names_the_tables(job):
     assert set(df["rank"]) == {2}
     with pytest.raises(FileNotFoundError):
         vramscope.query("SELECT 1", out / "events")
+
+
+def test_to_arrow_has_the_exports_rows(job):
+    root, out = job
+    path = root / "iteration_6" / "rank2_memory_snapshot.pickle"
+    snap = vramscope.load(path)
+    tables = snap.to_arrow()
+    assert set(tables) == {"events", "blocks", "segments", "stacks"}
+    ev = tables["events"]
+    assert ev.num_rows == snap.event_count(0)
+    exported = pa_ds.dataset(out / "events" / "rank=2", format="parquet").to_table()
+    # The same rows as the export's file for this rank (file_id aside).
+    assert ev.drop_columns(["file_id"]).equals(exported.drop_columns(["file_id"]))
+    with pytest.raises(ValueError, match="expected events"):
+        snap.to_arrow("nope")

@@ -162,6 +162,19 @@ class Snapshot:
         )
         return out if text else json.loads(out)
 
+    def to_arrow(self, table: Optional[str] = None):
+        """The snapshot as pyarrow tables, the columns of `vramscope export
+        --format parquet` (docs/parquet-schema.md): ``table`` is "events",
+        "blocks", "segments" or "stacks"; without it, a dict of all four.
+        Written as Parquet in Rust and read by pyarrow (one copy)."""
+        import io
+
+        import pyarrow.parquet as pq
+
+        if table is None:
+            return {t: self.to_arrow(t) for t in ("events", "blocks", "segments", "stacks")}
+        return pq.read_table(io.BytesIO(self._n.parquet(table)))
+
     def report_html(self, device: Optional[int] = None, title: Optional[str] = None) -> str:
         """The self-contained interactive HTML report."""
         return self._n.report_html(device, title)

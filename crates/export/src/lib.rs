@@ -82,6 +82,20 @@ fn write_table(path: &Path, schema: &str, groups: &[Vec<Col>]) -> Result<(), Exp
             message: e.to_string(),
         })?;
     }
+    let f = std::fs::File::create(path).map_err(|e| ExportError::Write {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    write_to(std::io::BufWriter::new(f), path, schema, groups)
+}
+
+/// Write `groups` as one Parquet file into `out` (`path` names it in errors).
+fn write_to<W: std::io::Write + Send>(
+    out: W,
+    path: &Path,
+    schema: &str,
+    groups: &[Vec<Col>],
+) -> Result<(), ExportError> {
     let err = write_err(path);
     let schema = Arc::new(parse_message_type(schema).map_err(&err)?);
     let props = WriterProperties::builder()
@@ -91,12 +105,7 @@ fn write_table(path: &Path, schema: &str, groups: &[Vec<Col>]) -> Result<(), Exp
             schema::SCHEMA_VERSION.to_string(),
         )]))
         .build();
-    let f = std::fs::File::create(path).map_err(|e| ExportError::Write {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    })?;
-    let mut w = SerializedFileWriter::new(std::io::BufWriter::new(f), schema, Arc::new(props))
-        .map_err(&err)?;
+    let mut w = SerializedFileWriter::new(out, schema, Arc::new(props)).map_err(&err)?;
     for g in groups {
         if g.first().is_some_and(|c| c.is_empty()) && groups.len() > 1 {
             continue;
@@ -214,6 +223,53 @@ pub fn export_parquet(
         events,
         schema_version: schema::SCHEMA_VERSION,
     })
+}
+
+/// The tables of one snapshot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Table {
+    Events,
+    Blocks,
+    Segments,
+    Stacks,
+}
+
+impl Table {
+    pub fn parse(s: &str) -> Option<Table> {
+        Some(match s {
+            "events" => Table::Events,
+            "blocks" => Table::Blocks,
+            "segments" => Table::Segments,
+            "stacks" => Table::Stacks,
+            _ => return None,
+        })
+    }
+}
+
+/// One table of one loaded snapshot as Parquet bytes in memory (every
+/// device's events; `file_id` 0), for readers such as pyarrow.
+pub fn table_bytes(
+    snap: &vramscope_snapshot::Snapshot,
+    table: Table,
+) -> Result<Vec<u8>, ExportError> {
+    let (schema, groups) = match table {
+        Table::Events => {
+            let mut groups = Vec::new();
+            for d in snap.devices() {
+                groups.extend(tables::events(snap, 0, d, ROW_GROUP).0);
+            }
+            if groups.is_empty() {
+                groups.push(empty_events());
+            }
+            (schema::EVENTS, groups)
+        }
+        Table::Blocks => (schema::BLOCKS, vec![tables::blocks(snap, 0)]),
+        Table::Segments => (schema::SEGMENTS, vec![tables::segments(snap, 0)]),
+        Table::Stacks => (schema::STACKS, vec![tables::stacks(snap, 0)]),
+    };
+    let mut out = Vec::new();
+    write_to(&mut out, Path::new("<memory>"), schema, &groups)?;
+    Ok(out)
 }
 
 fn empty_events() -> Vec<Col> {

@@ -228,6 +228,24 @@ impl Snapshot {
         })
     }
 
+    /// One table (`events`, `blocks`, `segments`, `stacks`) as Parquet
+    /// bytes, the schema of docs/parquet-schema.md.
+    fn parquet<'py>(
+        &self,
+        py: Python<'py>,
+        table: &str,
+    ) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
+        let t = vramscope_export::Table::parse(table).ok_or_else(|| {
+            pyo3::exceptions::PyValueError::new_err(format!(
+                "table {table:?}: expected events, blocks, segments or stacks"
+            ))
+        })?;
+        let bytes = py
+            .detach(|| vramscope_export::table_bytes(&self.inner, t))
+            .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?;
+        Ok(pyo3::types::PyBytes::new(py, &bytes))
+    }
+
     /// The interactive HTML report as a string.
     #[pyo3(signature = (device=None, title=None))]
     fn report_html(&self, py: Python<'_>, device: Option<u32>, title: Option<String>) -> String {
