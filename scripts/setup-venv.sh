@@ -20,8 +20,17 @@ venv="${VRAMSCOPE_VENV:-$repo_root/.venv}"
 base_python="${PYTHON:-python3}"
 vpy="$venv/bin/python"
 
-# Each of these distributions is importable under the same name.
-packages=(maturin pytest hypothesis numpy torch duckdb pyarrow pandas)
+# Each of these distributions is importable under the same name (ray's
+# Data library is installed as the ray[data] extra: see requirement()).
+packages=(maturin pytest hypothesis numpy torch duckdb pyarrow pandas ray)
+
+# The pip requirement for a module name.
+requirement() {
+    case "$1" in
+        ray) echo "ray[data]" ;;
+        *) echo "$1" ;;
+    esac
+}
 
 venv_ok() {
     [[ -x "$vpy" ]] && "$vpy" -m pip --version >/dev/null 2>&1
@@ -57,12 +66,14 @@ fi
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 log "upgrading pip"
 "$vpy" -m pip install --quiet --upgrade pip >&2
+requirements=()
+for m in "${missing[@]}"; do requirements+=("$(requirement "$m")"); done
 if [[ " ${missing[*]} " == *" torch "* ]]; then
-    log "installing ${missing[*]} (torch is a large download; this can take several minutes)"
+    log "installing ${requirements[*]} (torch is a large download; this can take several minutes)"
 else
-    log "installing ${missing[*]}"
+    log "installing ${requirements[*]}"
 fi
-"$vpy" -m pip install --progress-bar off "${missing[@]}" >&2
+"$vpy" -m pip install --progress-bar off "${requirements[@]}" >&2
 
 # Verify: fail loudly if anything is still not importable.
 still_missing="$(missing_modules)"

@@ -448,6 +448,26 @@ fn cpuhook_live() -> Vec<(u64, u64, u32)> {
     vramscope_cpuhook::live()
 }
 
+/// The snapshot files under `paths` with rank, step and exit, in the order
+/// (and so with the file ids) `vramscope export` uses.
+#[pyfunction]
+#[pyo3(signature = (paths, rank_from=None))]
+fn rank_files(
+    paths: Vec<PathBuf>,
+    rank_from: Option<String>,
+) -> PyResult<Vec<(String, u32, Option<u64>, bool)>> {
+    let files = vramscope_ranks::rank_files(&paths, rank_from.as_deref()).map_err(|e| match e {
+        vramscope_ranks::RanksError::Io { .. } => {
+            pyo3::exceptions::PyOSError::new_err(e.to_string())
+        }
+        other => pyo3::exceptions::PyValueError::new_err(other.to_string()),
+    })?;
+    Ok(files
+        .into_iter()
+        .map(|f| (f.path.display().to_string(), f.rank, f.step, f.exit))
+        .collect())
+}
+
 /// `vramscope ranks` as JSON text.
 #[pyfunction]
 #[pyo3(signature = (paths, rank_from=None, jobs=0, max_peak=None, max_imbalance=None, text=false))]
@@ -498,6 +518,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Snapshot>()?;
     m.add_function(wrap_pyfunction!(load, m)?)?;
     m.add_function(wrap_pyfunction!(ranks, m)?)?;
+    m.add_function(wrap_pyfunction!(rank_files, m)?)?;
     m.add_function(wrap_pyfunction!(loads, m)?)?;
     m.add_function(wrap_pyfunction!(cli, m)?)?;
     m.add_function(wrap_pyfunction!(parse_bytes, m)?)?;
