@@ -448,14 +448,14 @@ fn cpuhook_live() -> Vec<(u64, u64, u32)> {
     vramscope_cpuhook::live()
 }
 
+/// A rank file for Python: (path, rank, step, dumped at exit).
+type RankFileRow = (String, u32, Option<u64>, bool);
+
 /// The snapshot files under `paths` with rank, step and exit, in the order
 /// (and so with the file ids) `vramscope export` uses.
 #[pyfunction]
 #[pyo3(signature = (paths, rank_from=None))]
-fn rank_files(
-    paths: Vec<PathBuf>,
-    rank_from: Option<String>,
-) -> PyResult<Vec<(String, u32, Option<u64>, bool)>> {
+fn rank_files(paths: Vec<PathBuf>, rank_from: Option<String>) -> PyResult<Vec<RankFileRow>> {
     let files = vramscope_ranks::rank_files(&paths, rank_from.as_deref()).map_err(|e| match e {
         vramscope_ranks::RanksError::Io { .. } => {
             pyo3::exceptions::PyOSError::new_err(e.to_string())
