@@ -1,5 +1,6 @@
-//! `vramscope export PATH… --format parquet -o DIR [--rank-from REGEX]`:
-//! snapshots as Parquet tables, hive-partitioned by rank.
+//! `vramscope export PATH… --format parquet|perfetto -o OUT [--rank-from REGEX]`:
+//! snapshots as Parquet tables, hive-partitioned by rank, or as one
+//! Perfetto trace.
 
 use std::path::PathBuf;
 
@@ -11,6 +12,9 @@ use crate::{output, CliError};
 pub enum Format {
     /// Parquet tables: files, events, blocks, segments, stacks (docs/parquet-schema.md).
     Parquet,
+    /// One Perfetto trace (protobuf TrackEvents): a process per rank, byte
+    /// counters, allocations as slices, OOMs and annotations as instants.
+    Perfetto,
 }
 
 #[derive(clap::Args)]
@@ -20,7 +24,7 @@ pub struct Args {
     pub paths: Vec<PathBuf>,
     #[arg(long, value_enum, default_value = "parquet")]
     pub format: Format,
-    /// Output directory.
+    /// Output directory (parquet) or file (perfetto, e.g. memory.pftrace).
     #[arg(long, short)]
     pub out: PathBuf,
     /// A regular expression whose first group is the rank (default: from
@@ -39,8 +43,11 @@ pub fn run(a: Args) -> Result<(), CliError> {
     let opts = ExportOptions {
         rank_from: a.rank_from,
     };
-    let Format::Parquet = a.format;
-    let r = export_parquet(&a.paths, &a.out, &opts).map_err(|e| match e {
+    let r = match a.format {
+        Format::Parquet => export_parquet(&a.paths, &a.out, &opts),
+        Format::Perfetto => vramscope_export::export_perfetto(&a.paths, &a.out, &opts),
+    };
+    let r = r.map_err(|e| match e {
         ExportError::Write { .. } => CliError::Io(e.into()),
         ExportError::Input(vramscope_ranks::RanksError::Io { .. }) => CliError::Io(e.into()),
         other => CliError::Invalid(other.into()),

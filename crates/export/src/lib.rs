@@ -22,6 +22,7 @@
 //! ```
 
 mod columns;
+pub mod perfetto;
 pub mod schema;
 mod tables;
 
@@ -116,6 +117,70 @@ fn write_to<W: std::io::Write + Send>(
     }
     w.close().map_err(&err)?;
     Ok(())
+}
+
+/// Export the snapshot files under `inputs` as one Perfetto trace at
+/// `out`: a process per rank ([`perfetto`]).
+pub fn export_perfetto(
+    inputs: &[PathBuf],
+    out: &Path,
+    opts: &ExportOptions,
+) -> Result<Exported, ExportError> {
+    let files = vramscope_ranks::rank_files(inputs, opts.rank_from.as_deref())?;
+    let werr = |e: std::io::Error| ExportError::Write {
+        path: out.to_path_buf(),
+        message: e.to_string(),
+    };
+    let f = std::fs::File::create(out).map_err(werr)?;
+    let mut w = perfetto::PerfettoWriter::new(std::io::BufWriter::new(f));
+    let mut processes: std::collections::BTreeMap<u32, u64> = std::collections::BTreeMap::new();
+    let mut events = 0u64;
+    for f in &files {
+        let snap = load(&f.path, &LoadOptions::default()).map_err(|e| ExportError::Read {
+            path: f.path.clone(),
+            message: e.to_string(),
+        })?;
+        let process = match processes.get(&f.rank) {
+            Some(&p) => p,
+            None => {
+                let p = w
+                    .process(f.rank, &format!("rank {}", f.rank))
+                    .map_err(werr)?;
+                processes.insert(f.rank, p);
+                p
+            }
+        };
+        let name = f.path.file_name().map_or_else(
+            || f.path.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        let name = match f.step {
+            Some(s) => format!("step {s} {name}"),
+            None => name,
+        };
+        w.snapshot(
+            &perfetto::Source {
+                snap: &snap,
+                rank: f.rank,
+                name,
+            },
+            process,
+        )
+        .map_err(werr)?;
+        events += snap
+            .devices()
+            .iter()
+            .filter_map(|&d| snap.trace(d))
+            .map(|t| t.len() as u64)
+            .sum::<u64>();
+    }
+    w.finish().map_err(werr)?;
+    Ok(Exported {
+        dir: out.to_path_buf(),
+        files: files.len(),
+        events,
+        schema_version: schema::SCHEMA_VERSION,
+    })
 }
 
 /// One row of the files table.
