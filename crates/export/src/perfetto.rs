@@ -193,7 +193,14 @@ impl<W: Write> PerfettoWriter<W> {
         };
         self.sequence += 1;
         let seq = self.sequence;
-        let prefix = format!("{} cuda:{device}", src.name);
+        // CUDA unless vramscope's recorder says it followed another device.
+        let kind = match &snap.source.recorder {
+            Some(r) if r.name != "cuda-allocator-history" => {
+                r.device_type.as_deref().unwrap_or("cpu")
+            }
+            _ => "cuda",
+        };
+        let prefix = format!("{} {kind}:{device}", src.name);
         let allocated_track = self.track(&format!("{prefix} allocated"), process, true)?;
         let reserved_track = self.track(&format!("{prefix} reserved"), process, true)?;
         let events_track = self.track(&format!("{prefix} events"), process, false)?;
