@@ -607,6 +607,57 @@ async function testReport(browser, snap) {
   }
 }
 
+// ---------- the ranks report ----------
+// Four ranks in Megatron's naming, rank 2 with a leak and an OOM: the page
+// lists it first, draws every strip, and opens its full report in a frame
+// whose viewer starts without errors; nothing is fetched.
+async function testRanks(browser) {
+  const dir = path.join(outDir, 'ranks_job');
+  const html = path.join(outDir, 'ranks.html');
+  const made = await check('ranks: rank files and the ranks report written', () => {
+    fs.mkdirSync(dir, { recursive: true });
+    for (let r = 0; r < 4; r++) {
+      const f = path.join(dir, r === 2 ? `mem_oom_rank_${r}.pickle` : `mem_${r}.pickle`);
+      vramscope(['synth', '-o', f, '--entries', '15000', '--seed', '4', '--iterations', '6', ...(r === 2 ? ['--leak', '256MiB', '--oom'] : [])]);
+    }
+    vramscope(['ranks', dir, '-q', '--html', html]);
+    return `${(fs.statSync(html).size / 1e6).toFixed(2)} MB`;
+  });
+  if (!made) return;
+  const { context, page, st } = await openReport(browser, html);
+  try {
+    await page.goto(st.url);
+    await check('ranks: the rank that ran out of memory first, every strip drawn', async () => {
+      await page.waitForFunction(() => window.vramscopeRanks && window.vramscopeRanks.ready, null, { timeout: 30000 });
+      const order = await page.evaluate(() => window.vramscopeRanks.order());
+      assert(order[0] === 2, `order ${order}`);
+      const strips = await page.evaluate(() => window.vramscopeRanks.strips());
+      assert(strips.length === 4 && strips.every((x) => x.painted > 100), JSON.stringify(strips));
+      return `order ${order.join(', ')}`;
+    });
+    await check('ranks: a click opens the rank\'s own report in the page', async () => {
+      await page.click('tr.rank[data-rank="2"]');
+      await page.waitForFunction(() => window.vramscopeRanks.opened && window.vramscopeRanks.opened.rank === 2, null, { timeout: 30000 });
+      const frame = page.frames().find((f) => f !== page.mainFrame());
+      assert(frame, 'no frame');
+      await frame.waitForFunction(() => window.vramscope && (window.vramscope.ready || window.vramscope.error), null, { timeout: 60000 });
+      const r = await frame.evaluate(() => ({ ready: window.vramscope.ready, title: document.title, events: window.vramscope.view().events }));
+      assert(r.ready && /rank 2/.test(r.title) && r.events > 0, JSON.stringify(r));
+      return `${r.title}, ${r.events} events`;
+    });
+    const shot = path.join(outDir, 'ranks.png');
+    await page.screenshot({ path: shot, fullPage: false });
+    console.log(`     screenshot: ${shot}`);
+    await check('ranks: no network, no console or page errors', () => {
+      assert(!st.blocked.length, `blocked: ${st.blocked.join(', ')}`);
+      const errs = [...st.pageErrors, ...st.console];
+      assert(!errs.length, short(errs.join(' | '), 400));
+    });
+  } finally {
+    await context.close().catch(() => {});
+  }
+}
+
 // ---------- main ----------
 async function main() {
   if (!fs.existsSync(opt.bin)) {
@@ -662,6 +713,7 @@ async function main() {
       }
       await testReport(browser, s);
     }
+    if (!opt.only || 'ranks'.includes(opt.only)) await testRanks(browser);
   } finally {
     await browser.close().catch(() => {});
   }

@@ -31,6 +31,10 @@ pub struct Args {
     /// decoding uses the cores left). Memory grows with it.
     #[arg(long, short, default_value_t = 0)]
     pub jobs: usize,
+    /// Also write the ranks report: one HTML page with a strip per rank
+    /// and each rank's full report, opened in the page on a click.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -67,6 +71,16 @@ pub fn run(a: Args) -> Result<u8, CliError> {
     })?;
     if let Some(b) = bar {
         b.finish_and_clear();
+    }
+    if let Some(out) = &a.html {
+        let title = format!("vramscope ranks: {} rank(s)", r.ranks.len());
+        let page = vramscope_report::html::ranks_report(&r, &title)?;
+        std::fs::write(out, page).map_err(|e| {
+            CliError::Io(anyhow::Error::new(e).context(format!("writing {}", out.display())))
+        })?;
+        if !a.quiet {
+            eprintln!("wrote {}", out.display());
+        }
     }
     let text = if a.json {
         let mut j = serde_json::to_string_pretty(&r).map_err(|e| CliError::Invalid(e.into()))?;

@@ -10,6 +10,8 @@
 
 mod blob;
 mod data;
+mod ranks;
+pub use ranks::{ranks_html, ranks_report};
 mod whatif;
 
 use serde_json::json;
@@ -217,7 +219,7 @@ pub fn report_html_against(
 /// A per-report nonce for the CSP, derived from the data (reports are
 /// reproducible); it only has to be something injected markup cannot know
 /// in advance, and nothing from the snapshot is ever parsed as markup.
-fn nonce_for(bytes: &[u8]) -> String {
+pub(crate) fn nonce_for(bytes: &[u8]) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for &x in bytes.iter().step_by(7) {
         h = (h ^ x as u64).wrapping_mul(0x0100_0000_01b3);
