@@ -57,6 +57,9 @@ def main() -> None:
     limit = a.files * s_wall / cores * 1.3
     print(f"  time: {r_wall:.2f} s vs target {limit:.2f} s (N x summary / cores x 1.3): {'ok' if r_wall <= limit else 'OVER'}")
     print(f"  memory: {r_rss / s_rss:.2f}x one summary's (target <= 3x): {'ok' if r_rss <= 3 * s_rss else 'OVER'}")
+    html = root / "ranks.html"
+    h_wall, _, h_rss = measure([a.binary, "ranks", str(root), "-q", "--html", str(html)])
+    print(f"  ranks --html            {h_wall:6.2f} s wall  {h_rss:7.1f} MiB peak RSS  page {html.stat().st_size / 1e6:.1f} MB")
 
 
 if __name__ == "__main__":
