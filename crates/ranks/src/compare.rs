@@ -29,8 +29,13 @@ pub struct RankRow {
     /// Peak over the median rank's peak.
     pub vs_median: f64,
     pub outlier: bool,
-    /// Allocated over time in the file with the highest peak (≤ 256 points).
+    /// Allocated over time in the file with the highest peak (≤ 256 points,
+    /// `strip_stride` events each), and where its iterations start.
     pub strip: Vec<u64>,
+    pub strip_stride: u64,
+    pub iteration_starts: Vec<u64>,
+    /// Events in that file's trace.
+    pub events: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -145,6 +150,9 @@ pub fn compare(results: Vec<Result<FileFigures, FileError>>) -> Ranks {
                 vs_median: 0.0,
                 outlier: false,
                 strip: best.strip.clone(),
+                strip_stride: best.strip_stride,
+                iteration_starts: best.iteration_starts.clone(),
+                events: best.events,
             })
         })
         .collect();

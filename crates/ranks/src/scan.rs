@@ -43,6 +43,11 @@ pub struct FileFigures {
     /// Allocated bytes after each event, at most 256 points (the largest
     /// of each stretch), for a strip of memory over time.
     pub strip: Vec<u64>,
+    /// Events per strip point.
+    pub strip_stride: u64,
+    /// The first event of each training iteration (empty when none were
+    /// found), to align the strips of different ranks on iterations.
+    pub iteration_starts: Vec<u64>,
     /// Sites alive at the peak, largest first (up to 50).
     pub peak_sites: Vec<SiteBytes>,
     pub events: u64,
@@ -83,7 +88,12 @@ fn figures(f: &RankFile, threads: usize) -> Result<FileFigures, String> {
             .copied()
             .find(|&x| x != vramscope_snapshot::NO_TIME)
     });
-    let strip = strip(&snap, d.device);
+    let (strip, strip_stride) = strip(&snap, d.device);
+    let iteration_starts = vramscope_analysis::iterations::find_iterations(&snap, d.device)
+        .list
+        .iter()
+        .map(|it| it.start as u64)
+        .collect();
     Ok(FileFigures {
         path: f.path.clone(),
         rank: f.rank,
@@ -99,6 +109,8 @@ fn figures(f: &RankFile, threads: usize) -> Result<FileFigures, String> {
         reserved_at_end: d.end.reserved_bytes,
         allocated_at_end: d.end.allocated_bytes,
         strip,
+        strip_stride,
+        iteration_starts,
         peak_sites: d
             .peak
             .top_sites
@@ -112,21 +124,23 @@ fn figures(f: &RankFile, threads: usize) -> Result<FileFigures, String> {
     })
 }
 
-/// Allocated bytes over the trace in [`STRIP`] stretches (the largest of each).
-fn strip(snap: &vramscope_snapshot::Snapshot, device: u32) -> Vec<u64> {
+/// Allocated bytes over the trace in [`STRIP`] stretches (the largest of
+/// each), and the events per stretch.
+fn strip(snap: &vramscope_snapshot::Snapshot, device: u32) -> (Vec<u64>, u64) {
     let Some(t) = snap.trace(device) else {
-        return Vec::new();
+        return (Vec::new(), 1);
     };
     let replay = vramscope_analysis::Replay::new(snap, device);
     let series = vramscope_analysis::replay::allocated_series(&replay, t);
     if series.is_empty() {
-        return Vec::new();
+        return (Vec::new(), 1);
     }
     let per = series.len().div_ceil(STRIP);
-    series
+    let points = series
         .chunks(per)
         .map(|c| c.iter().copied().max().unwrap_or(0))
-        .collect()
+        .collect();
+    (points, per as u64)
 }
 
 /// Files held in memory at once by default: enough to keep the cores busy

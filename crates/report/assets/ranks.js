@@ -20,9 +20,22 @@
 
   // One scale for every strip: the highest point of any rank.
   let top = 1; for (const r of R.ranks) for (const v of r.strip) if (v > top) top = v;
+  // Strips are aligned on iterations when every rank has them: event e of
+  // iteration k sits at k + its fraction of that iteration, on a scale of
+  // the most iterations any rank ran; otherwise each strip spans its trace.
+  const aligned = R.ranks.length > 0 && R.ranks.every((r) => r.iteration_starts.length >= 2);
+  const maxIter = aligned ? Math.max(...R.ranks.map((r) => r.iteration_starts.length)) : 1;
+  function position(r, e) {
+    if (!aligned) return e / Math.max(1, r.events);
+    const s = r.iteration_starts; let k = 0;
+    while (k + 1 < s.length && s[k + 1] <= e) k++;
+    if (e < s[0]) return 0;
+    const end = k + 1 < s.length ? s[k + 1] : r.events;
+    return (k + Math.min(1, (e - s[k]) / Math.max(1, end - s[k]))) / maxIter;
+  }
   const t = $('ranks');
   const head = el('tr');
-  for (const h of ['rank', 'allocated over time (shared scale)', 'peak allocated', 'peak reserved', 'step', '÷ median', 'OOM', 'top site at the peak']) head.appendChild(el('th', null, h));
+  for (const h of ['rank', 'allocated over time (shared scale' + (aligned ? ', aligned on iterations)' : ')'), 'peak allocated', 'peak reserved', 'step', '÷ median', 'OOM', 'top site at the peak']) head.appendChild(el('th', null, h));
   t.appendChild(head);
   const strips = [];
   R.ranks.forEach((r, i) => {
@@ -45,8 +58,13 @@
       const c = cv.getContext('2d'), n = r.strip.length;
       c.fillStyle = r.oom ? '#fca5a5' : r.outlier ? '#fdba74' : '#93c5fd';
       for (let k = 0; k < n; k++) {
-        const h = r.strip[k] / top * cv.height, x = k / n * cv.width;
-        c.fillRect(x, cv.height - h, Math.max(1, cv.width / n), h);
+        const x0 = position(r, k * r.strip_stride) * cv.width, x1 = position(r, (k + 1) * r.strip_stride) * cv.width;
+        const h = r.strip[k] / top * cv.height;
+        c.fillRect(x0, cv.height - h, Math.max(1, x1 - x0), h);
+      }
+      if (aligned) {
+        c.fillStyle = 'rgba(17,24,39,.25)';
+        for (let k = 1; k < maxIter; k++) c.fillRect(Math.round(k / maxIter * cv.width), 0, 1, cv.height);
       }
     }
   }
