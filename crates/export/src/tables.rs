@@ -10,25 +10,6 @@ use vramscope_snapshot::{Snapshot, StackId, NO_TIME};
 
 use crate::columns::Col;
 
-fn state(s: vramscope_snapshot::BlockState) -> &'static str {
-    use vramscope_snapshot::BlockState::*;
-    match s {
-        ActiveAllocated => "active_allocated",
-        ActivePendingFree => "active_pending_free",
-        Inactive => "inactive",
-        Unknown => "unknown",
-    }
-}
-
-fn segment_type(s: vramscope_snapshot::SegmentType) -> &'static str {
-    use vramscope_snapshot::SegmentType::*;
-    match s {
-        Large => "large",
-        Small => "small",
-        Unknown => "unknown",
-    }
-}
-
 fn stack_id(s: StackId) -> Option<i32> {
     (s != StackId::NONE).then_some(s.0 as i32)
 }
@@ -119,7 +100,7 @@ pub fn blocks(snap: &Snapshot, file_id: i32) -> Vec<Col> {
             c.address.push(b.address as i64);
             c.size.push(b.size as i64);
             c.requested.push(b.requested_size as i64);
-            c.state.push(state(b.state).to_owned());
+            c.state.push(b.state.as_str().to_owned());
             c.stack.push(stack_id(b.stack));
         }
     }
@@ -152,7 +133,7 @@ pub fn segments(snap: &Snapshot, file_id: i32) -> Vec<Col> {
         u(&|x| x.stream),
         Col::Str(
             s.iter()
-                .map(|x| segment_type(x.segment_type).to_owned())
+                .map(|x| x.segment_type.as_str().to_owned())
                 .collect(),
         ),
         Col::Bool(s.iter().map(|x| x.is_expandable).collect()),

@@ -17,7 +17,7 @@ mod reconstruct;
 mod text;
 
 use serde::Serialize;
-use vramscope_snapshot::{BlockState, SegmentType, Snapshot};
+use vramscope_snapshot::Snapshot;
 
 pub use reconstruct::reconstruct;
 pub use text::{segments_text, MapOptions};
@@ -106,23 +106,6 @@ pub struct BlockView {
     pub state: &'static str,
 }
 
-pub(crate) fn state_name(s: BlockState) -> &'static str {
-    match s {
-        BlockState::ActiveAllocated => "active_allocated",
-        BlockState::ActivePendingFree => "active_pending_free",
-        BlockState::Inactive => "inactive",
-        BlockState::Unknown => "unknown",
-    }
-}
-
-pub(crate) fn type_name(t: SegmentType) -> &'static str {
-    match t {
-        SegmentType::Large => "large",
-        SegmentType::Small => "small",
-        SegmentType::Unknown => "unknown",
-    }
-}
-
 impl SegmentView {
     /// A segment with its per-segment figures filled in from `blocks`.
     pub(crate) fn new(
@@ -200,14 +183,14 @@ pub fn at_end(snap: &Snapshot, device: u32) -> SegmentsMap {
                     address: b.address,
                     size: b.size,
                     requested_size: b.requested_size,
-                    state: state_name(b.state),
+                    state: b.state.as_str(),
                 })
                 .collect();
             blocks.sort_by_key(|b| b.address);
             SegmentView::new(
                 s.address,
                 s.total_size,
-                type_name(s.segment_type),
+                s.segment_type.as_str(),
                 s.is_expandable,
                 [s.pool_id.0, s.pool_id.1],
                 s.stream,

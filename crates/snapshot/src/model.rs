@@ -128,6 +128,17 @@ pub enum SegmentType {
     Unknown,
 }
 
+impl SegmentType {
+    /// PyTorch's name: `large`, `small` (`unknown` when the file has none).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SegmentType::Large => "large",
+            SegmentType::Small => "small",
+            SegmentType::Unknown => "unknown",
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BlockState {
     ActiveAllocated,
@@ -139,6 +150,17 @@ pub enum BlockState {
 }
 
 impl BlockState {
+    /// PyTorch's name: `active_allocated`, `active_pending_free`,
+    /// `inactive` (and `unknown` for a state no version writes).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BlockState::ActiveAllocated => "active_allocated",
+            BlockState::ActivePendingFree => "active_pending_free",
+            BlockState::Inactive => "inactive",
+            BlockState::Unknown => "unknown",
+        }
+    }
+
     pub fn parse(s: &str) -> BlockState {
         match s {
             "active_allocated" => BlockState::ActiveAllocated,

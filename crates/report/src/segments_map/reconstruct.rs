@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, HashSet};
 use vramscope_analysis::Replay;
 use vramscope_snapshot::{Action, DeviceTrace, Snapshot};
 
-use super::{totals, type_name, BlockView, SegmentView, SegmentsMap, SEGMENTS_SCHEMA_VERSION};
+use super::{totals, BlockView, SegmentView, SegmentsMap, SEGMENTS_SCHEMA_VERSION};
 
 const SMALL_SEGMENT: u64 = 2 << 20;
 /// The allocator's granularity: every block is a multiple of it.
@@ -131,7 +131,7 @@ pub fn reconstruct(
     let mut ranges = Ranges::default();
     for s in snap.segments_of(device) {
         let attrs = Attrs {
-            segment_type: type_name(s.segment_type),
+            segment_type: s.segment_type.as_str(),
             expandable: s.is_expandable,
             pool_id: [s.pool_id.0, s.pool_id.1],
             stream: s.stream,
