@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create (or repair) the project's Python virtual environment at <repo>/.venv
 # and make sure the packages the test suite and benchmarks need are present:
-#   maturin pytest hypothesis numpy torch
+#   maturin pytest hypothesis numpy torch duckdb pyarrow pandas ray perfetto
+#   lightning transformers accelerate (the integrations' tests)
 #
 # Idempotent: on a machine where everything is already installed it only runs
 # one quick `find_spec` check with the venv's python (about a second).
@@ -22,7 +23,7 @@ vpy="$venv/bin/python"
 
 # Each of these distributions is importable under the same name (ray's
 # Data library is installed as the ray[data] extra: see requirement()).
-packages=(maturin pytest hypothesis numpy torch duckdb pyarrow pandas ray perfetto)
+packages=(maturin pytest hypothesis numpy torch duckdb pyarrow pandas ray perfetto lightning transformers accelerate)
 
 # The pip requirement for a module name.
 requirement() {

@@ -364,7 +364,8 @@ def test_env_activation_reports_bad_values_and_runs_unrecorded(tmp_path: Path) -
 def test_read_env_and_keyword_precedence(monkeypatch: pytest.MonkeyPatch) -> None:
     assert _env.read_env({}) == {}
     got = _env.read_env({"VRAMSCOPE_RECORD": "r{pid}.pickle", "VRAMSCOPE_MAX_ENTRIES": "1_000", "VRAMSCOPE_STACKS": "ALL"})
-    assert got == {"path": f"r{os.getpid()}.pickle", "max_entries": 1000, "stacks": "all"}
+    assert got == {"path": "r{pid}.pickle", "max_entries": 1000, "stacks": "all"}
+    assert vr.record("r{pid}.pickle").path == os.path.abspath(f"r{os.getpid()}.pickle")
     for bad in ({"VRAMSCOPE_MAX_ENTRIES": "0"}, {"VRAMSCOPE_KEEP": "-1"}, {"VRAMSCOPE_STACKS": "cpp"}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             _env.read_env(bad)

@@ -40,6 +40,8 @@ __all__ = [
     "dump",
     "step",
     "mark",
+    "live_state",
+    "is_recording",
     "cli",
     "ranks",
     "query",
@@ -54,7 +56,7 @@ __all__ = [
 # The recorder imports torch only when recording starts, so importing it
 # here keeps `import vramscope` light. Importing the names (not just the
 # submodule) binds `vramscope.record` to the class, not the module.
-from .record import dump, mark, record, start, step, stop  # noqa: E402
+from .record import dump, is_recording, live_state, mark, record, start, step, stop  # noqa: E402
 from .testing import MemoryLimitExceeded, limits  # noqa: E402
 from . import cycles  # noqa: E402
 from .cycles import warn_tensor_cycles  # noqa: E402

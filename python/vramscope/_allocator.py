@@ -118,6 +118,13 @@ class AllocatorRecorder(DispatchRecorder):
     def meta(self) -> Dict[str, Any]:
         return {"device_type": "cpu"}
 
+    def totals(self, reset_window: bool = False) -> Tuple[int, int, int]:
+        """``(allocated, peak, window peak)``, counted by the hooks."""
+        from . import _native
+
+        a, p, w = _native.cpuhook_totals(reset_window)
+        return int(a), int(p), int(w)
+
     def live_blocks(self) -> List[Tuple[int, int, List[Dict[str, Any]]]]:
         from . import _native
 

@@ -6,7 +6,7 @@ drives them. ``torch.xpu.memory`` has the same history functions as
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 __all__ = ["CudaRecorder", "attach_oom_observer"]
 
@@ -53,6 +53,46 @@ class CudaRecorder:
     def device(self) -> int:
         mod = self._module()
         return mod.current_device() if mod.is_initialized() else 0
+
+    def totals(self, reset_window: bool = False) -> Tuple[int, int, int]:
+        """``(allocated, peak, window peak)`` from the allocator's counters
+        (``memory_stats``, a few µs). Its own peak may predate the recording
+        or be reset by the program, so peaks are the highest current values
+        read here (at every step, live publication and ``dump_at`` poll)."""
+        now = self.counters()[0]
+        self.peak = max(getattr(self, "peak", 0), now)
+        out = (now, self.peak, max(getattr(self, "window_peak", 0), now))
+        self.window_peak = now if reset_window else out[2]
+        return out
+
+    def counters(self) -> Tuple[int, int]:
+        """``(allocated, reserved)`` bytes now on the current device."""
+        mod = self._module()
+        if not mod.is_initialized():
+            return 0, 0
+        stats = mod.memory_stats()
+        return int(stats.get("allocated_bytes.all.current", 0)), int(stats.get("reserved_bytes.all.current", 0))
+
+    def capacity(self) -> Optional[int]:
+        mod = self._module()
+        try:
+            return int(mod.get_device_properties(mod.current_device()).total_memory) if mod.is_initialized() else None
+        except Exception:  # noqa: BLE001 - unknown is a fine answer
+            return None
+
+    def live_blocks(self) -> List[Tuple[int, int, List[Dict[str, Any]]]]:
+        """``(address, size, frames)`` of the allocated blocks, from the
+        allocator's segments without the trace (``memory_snapshot()``: it
+        walks the blocks, not the history)."""
+        mod = self._module()
+        if not mod.is_initialized():
+            return []
+        out = []
+        for seg in mod.memory.memory_snapshot():
+            for b in seg.get("blocks", ()):
+                if b.get("state") == "active_allocated":
+                    out.append((int(b.get("address", 0)), int(b.get("requested_size") or b.get("size", 0)), b.get("frames") or []))
+        return out
 
     def stop(self) -> None:
         self.set_label("")

@@ -179,6 +179,9 @@ class DispatchRecorder:
         # Live blocks: storage id -> (address, size, stack id, label), and
         # the weak reference that reports the storage's end.
         self.live: Dict[int, Tuple[int, int, int, str]] = {}
+        # Bytes in live blocks; the most since the start and since the last
+        # totals(reset_window=True) (for the live view and dump_at).
+        self.allocated = self.peak = self.window_peak = 0
         self._refs: Dict[int, _StorageRef] = {}
         self.label = ""
         self.counters: List[Dict[str, int]] = []
@@ -248,7 +251,23 @@ class DispatchRecorder:
             self._refs[key] = ref
             self.live[key] = (addr, size, 0, "")
             total += size
+        self._grow(total)
         return total
+
+    def _grow(self, size: int) -> None:
+        a = self.allocated = self.allocated + size
+        if a > self.peak:
+            self.peak = a
+        if a > self.window_peak:
+            self.window_peak = a
+
+    def totals(self, reset_window: bool = False) -> Tuple[int, int, int]:
+        """``(allocated, peak, window peak)`` bytes, as recorded;
+        ``reset_window`` starts a new window (an iteration's peak)."""
+        out = (self.allocated, self.peak, self.window_peak)
+        if reset_window:
+            self.window_peak = self.allocated
+        return out
 
     def stop(self) -> None:
         mode, self._mode = self._mode, None
@@ -321,6 +340,7 @@ class DispatchRecorder:
         self._refs[key] = ref
         self.live[key] = (addr, size, sid, label)
         self.trace.append((_ALLOC, addr, size, t, sid, label))
+        self._grow(size)
 
     def _on_release(self, ref: _StorageRef) -> None:
         # Runs where the last reference went: in the program's code, in a
@@ -340,6 +360,7 @@ class DispatchRecorder:
         if held is None or not held[1]:
             return
         addr, size, sid, label = held
+        self.allocated -= size
         self.trace.append((_FREE, addr, size, _now_us(), sid, label))
 
     def _stack(self, depth: int) -> int:

@@ -17,11 +17,19 @@ variable                    meaning                              default
                             ``profiler``
 ``VRAMSCOPE_EVERY``         periodic dump every N steps (0: off)  0
 ``VRAMSCOPE_KEEP``          periodic files kept (0: all)         3
+``VRAMSCOPE_RANKS``         ranks recorded (``0,3`` or ``0-7``)   all
+``VRAMSCOPE_DUMP_AT``       early dump at ``90%`` or ``12GiB``    (off)
+``VRAMSCOPE_LIVE``          ``1``: publish for ``vramscope live``  (off)
+                            (or ``127.0.0.1:PORT``,
+                            ``file:PATH``)
 ==========================  ===================================  ==========
 
 Child processes inherit the environment. Only the first process records
 (the others would overwrite its file at their exit) unless the path contains
-``{pid}``, which gives each process a file of its own.
+``{pid}``, which gives each process a file of its own, or the children are
+the ranks of a distributed job (``RANK`` is set: ``torchrun``, Accelerate,
+SLURM scripts): each rank records, into a file of its own (see
+``vramscope._rank``). The launcher itself (``torchrun``) never records.
 """
 
 from __future__ import annotations
@@ -61,7 +69,7 @@ def read_env(environ: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
     out: Dict[str, Any] = {}
     path = env.get(PATH_VAR, "").strip()
     if path:
-        out["path"] = path.replace("{pid}", str(os.getpid()))
+        out["path"] = path  # placeholders ({pid}, {rank}, ...) are filled in at each dump
     for key, var in _INT_VARS.items():
         raw = env.get(var, "").strip()
         if not raw:
@@ -83,6 +91,18 @@ def read_env(environ: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
         if backend not in BACKEND_CHOICES:
             raise ValueError(f"{_BACKEND_VAR}={backend!r}: expected one of {', '.join(BACKEND_CHOICES)}")
         out["backend"] = backend
+    ranks = env.get("VRAMSCOPE_RANKS", "").strip()
+    if ranks:
+        from ._rank import parse_ranks
+
+        out["ranks"] = parse_ranks(ranks)
+    dump_at = env.get("VRAMSCOPE_DUMP_AT", "").strip()
+    if dump_at:
+        out["dump_at"] = int(dump_at) if dump_at.isdigit() else dump_at
+    live = env.get("VRAMSCOPE_LIVE", "").strip()
+    if live:
+        low = live.lower()
+        out["live"] = True if low in ("1", "true", "yes", "on") else False if low in ("0", "false", "no", "off") else live
     return out
 
 
@@ -101,8 +121,13 @@ def activate_from_env(environ: Optional[Mapping[str, str]] = None) -> Optional[A
     raw_path = env.get(PATH_VAR, "").strip()
     if not raw_path or _activated is not None:
         return None
+    from ._rank import is_launcher
+
+    if is_launcher():
+        return None  # torchrun: its workers record, each its own rank
     owner = env.get(OWNER_VAR)
-    if owner and owner != str(os.getpid()) and "{pid}" not in raw_path:
+    distributed = bool(env.get("RANK", "").strip())
+    if owner and owner != str(os.getpid()) and "{pid}" not in raw_path and not distributed:
         return None
     try:
         _record = _recorder()
@@ -112,7 +137,7 @@ def activate_from_env(environ: Optional[Mapping[str, str]] = None) -> Optional[A
         print(f"vramscope: {PATH_VAR} ignored: {exc}", file=sys.stderr)
         return None
     rec._session.from_env = True
-    if "{pid}" not in raw_path:
+    if "{pid}" not in raw_path and not distributed:
         os.environ[OWNER_VAR] = str(os.getpid())
     _activated = rec
     atexit.register(_dump_at_exit, rec)

@@ -51,8 +51,9 @@ from typing import Any, Callable, Deque, Dict, List, Optional, TypeVar
 
 from ._cuda import CudaRecorder, attach_oom_observer
 from ._env import STACKS_CHOICES, read_env
+from ._rank import expand_path, parse_ranks, rank_info
 
-__all__ = ["record", "start", "stop", "dump", "step", "mark", "is_recording"]
+__all__ = ["record", "start", "stop", "dump", "step", "mark", "is_recording", "live_state"]
 
 DEFAULT_PATH = "vramscope.pickle"
 DEFAULT_MAX_ENTRIES = 100_000
@@ -63,6 +64,10 @@ BACKENDS = ("auto", "cuda", "xpu", "allocator", "dispatch", "profiler")
 # Name of the annotation around a cycle collection that freed objects.
 GC_ANNOTATION = "gc.collect"
 GC_SPANS_KEPT = 10_000
+DEFAULT_LIVE_INTERVAL = 0.5
+# Events kept for the live state.
+OOMS_KEPT = 100
+DUMPS_KEPT = 1000
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 _lock = threading.RLock()
@@ -74,7 +79,13 @@ class record:
 
     Args:
         path: snapshot written when recording ends, made absolute at once.
-            Default ``$VRAMSCOPE_RECORD``, else ``vramscope.pickle``.
+            Default ``$VRAMSCOPE_RECORD``, else ``vramscope.pickle``. It may
+            name ``{rank}``, ``{local_rank}``, ``{world_size}``,
+            ``{iteration}``, ``{pid}`` and ``{host}``, filled in at each
+            dump. In a job of more than one rank (``torch.distributed`` or
+            ``RANK``/``WORLD_SIZE``) a path that names no rank is written
+            under ``rank{rank}/`` beside the file name, so ranks never
+            overwrite each other and ``vramscope ranks <dir>`` reads them.
         max_entries: allocator events kept (the oldest are dropped). Default
             100000 (``$VRAMSCOPE_MAX_ENTRIES``).
         stacks: ``"python"`` (default), ``"all"`` (adds C++ frames on CUDA)
@@ -106,6 +117,24 @@ class record:
             alive are freed by it, so ``vramscope leaks`` can name them even
             when Python's collector never ran during the recording. Never at
             an out-of-memory dump. Default True.
+        ranks: record only these ranks (``[0, 3]``, ``"0-3,8"``); the
+            others run unrecorded. Default: every rank
+            (``$VRAMSCOPE_RANKS``).
+        dump_at: also dump, once, the first time allocated or reserved
+            memory reaches this: ``"90%"`` of the device's memory (the
+            CPU's: physical memory), ``"12GiB"`` or bytes; to
+            ``<path stem>.dump_at<suffix>``. Then an out-of-memory error
+            that comes later still has the trace that led to it on disk,
+            even when the trace buffer has wrapped by then. Checked every
+            50 ms and at each :func:`step` (``$VRAMSCOPE_DUMP_AT``).
+        live: publish the live state (``docs/live-protocol.md``) for
+            ``vramscope live``: ``True`` on a loopback socket listed in the
+            live registry, ``"127.0.0.1:PORT"``, or ``"file:PATH"``.
+            Default False (``$VRAMSCOPE_LIVE``).
+        live_interval: seconds between publications. Default 0.5.
+
+    Dumps never wait for other ranks (no collective runs), so a rank that
+    runs out of memory writes its file while the others are blocked.
 
     Leaving the block dumps and stops recording, whatever the reason; an
     exception passes through unchanged (the very same object). Inside another
@@ -125,15 +154,30 @@ class record:
         collect_cycles: bool = True,
         backend: Optional[str] = None,
         device: Optional[str] = None,
+        ranks: Optional[Any] = None,
+        dump_at: Optional[Any] = None,
+        live: Optional[Any] = None,
+        live_interval: float = DEFAULT_LIVE_INTERVAL,
     ) -> None:
         self._kwargs = dict(
-            path=path, max_entries=max_entries, stacks=stacks, on_oom=on_oom, every=every, keep=keep, backend=backend, device=device
+            path=path,
+            max_entries=max_entries,
+            stacks=stacks,
+            on_oom=on_oom,
+            every=every,
+            keep=keep,
+            backend=backend,
+            device=device,
+            ranks=ranks,
+            dump_at=dump_at,
+            live=live,
+            live_interval=live_interval,
         )
         self.collect_cycles: bool = bool(collect_cycles)
         env = read_env()
         pick = lambda key, default: self._kwargs[key] if self._kwargs[key] is not None else env.get(key, default)  # noqa: E731
         # Absolute now: the program may change directory before the dump.
-        self.path: str = os.path.abspath(os.fspath(pick("path", DEFAULT_PATH)))
+        self.path_template: str = os.path.abspath(os.fspath(pick("path", DEFAULT_PATH)))
         self.max_entries: int = int(pick("max_entries", DEFAULT_MAX_ENTRIES))
         self.stacks: str = str(pick("stacks", DEFAULT_STACKS))
         self.on_oom: bool = bool(on_oom)
@@ -141,6 +185,12 @@ class record:
         self.keep: int = int(pick("keep", DEFAULT_KEEP))
         self.backend: str = str(pick("backend", DEFAULT_BACKEND))
         self.device: Optional[str] = self._kwargs["device"]
+        self.ranks = parse_ranks(pick("ranks", None))
+        self.dump_at = pick("dump_at", None)
+        self.live = pick("live", False)
+        self.live_interval = float(live_interval)
+        if self.live_interval <= 0:
+            raise ValueError(f"live_interval={live_interval!r}: must be positive")
         if self.backend not in BACKENDS:
             raise ValueError(f"backend={self.backend!r}: expected one of {', '.join(BACKENDS)}")
         if self.stacks not in STACKS_CHOICES:
@@ -148,6 +198,12 @@ class record:
         if self.max_entries <= 0 or self.every < 0 or self.keep < 0:
             raise ValueError("max_entries must be positive, every and keep 0 or more")
         self._session: Optional[_Session] = None
+
+    @property
+    def path(self) -> str:
+        """The snapshot's path now (placeholders filled in)."""
+        session = self._session
+        return session.path() if session is not None else expand_path(self.path_template, 0)
 
     def __enter__(self) -> "record":
         global _active
@@ -157,17 +213,24 @@ class record:
                 if not current.from_env:
                     # Nested (a recorded script run by `vramscope run`, say): the
                     # outer recording already covers this block.
-                    print(f"vramscope: already recording to {current.settings.path}; not recording {self.path} separately", file=sys.stderr)
+                    print(f"vramscope: already recording to {current.path()}; not recording {self.path} separately", file=sys.stderr)
                     return self
                 # An explicit recording takes over one started by VRAMSCOPE_RECORD.
                 print(f"vramscope: recording to {self.path} replaces $VRAMSCOPE_RECORD", file=sys.stderr)
                 current.finish(write=False)
+            if self.ranks is not None and rank_info()["rank"] not in self.ranks:
+                return self  # not one of the ranks asked for: runs unrecorded
             session = _Session(self)
             session.begin()
             self._session = _active = session
         return self
 
     def __exit__(self, exc_type: Any, exc: Optional[BaseException], tb: Any) -> bool:
+        session = self._session
+        if session is not None and exc is not None and _is_oom(exc):
+            if not (session.ooms and session.cuda):  # CUDA's observer noted it
+                session.note_oom(None, None)
+            session.end_reason = "oom"
         self._end(pending=exc is not None)
         return False  # never swallow: the original exception propagates as it was
 
@@ -200,7 +263,7 @@ class record:
 
     def __repr__(self) -> str:
         state = "recording" if self._session else "idle"
-        return f"<vramscope.record {self.path!r} {state}>"
+        return f"<vramscope.record {self.path_template!r} {state}>"
 
 
 def start(path: Optional[str | os.PathLike] = None, **options: Any) -> record:
@@ -221,7 +284,8 @@ def dump(path: Optional[str | os.PathLike] = None) -> str:
     session = _current()
     if session is None:
         raise RuntimeError("vramscope is not recording")
-    return session.dump(os.fspath(path) if path is not None else session.settings.path, collect=True)
+    target = expand_path(os.path.abspath(os.fspath(path)), session.steps) if path is not None else session.path()
+    return session.dump(target, collect=True, reason="manual")
 
 
 def step() -> int:
@@ -243,6 +307,19 @@ def mark(name: str) -> "_Mark":
 def is_recording() -> bool:
     """Whether a recording is active in this process."""
     return _current() is not None
+
+
+def live_state() -> Optional[Dict[str, Any]]:
+    """The recording's state now, as ``vramscope live`` receives it
+    (``docs/live-protocol.md``): allocated, reserved, peaks, bytes per
+    category, the top holders, the iterations so far. ``None`` when not
+    recording or when the backend keeps no running totals (``profiler``)."""
+    session = _current()
+    if session is None or not session.has_totals():
+        return None
+    from ._live import state
+
+    return state(session)
 
 
 def _current() -> Optional["_Session"]:
@@ -333,6 +410,76 @@ class _Session:
         from ._tags import Tagger
 
         self.tagger = Tagger(self.cuda)
+        # For the live state: finished iterations, OOMs, files written.
+        self.iterations: Deque[Dict[str, int]] = collections.deque(maxlen=200)
+        self.ooms: Deque[Dict[str, Any]] = collections.deque(maxlen=OOMS_KEPT)
+        self.dumps: Deque[Dict[str, Any]] = collections.deque(maxlen=DUMPS_KEPT)
+        self._peaks = [0, 0]  # allocated, reserved: highest read
+        self.watcher: Any = None
+        self.end_reason = "exit"
+        self.dump_at: Optional[int] = None
+        if (owner.live or owner.dump_at is not None) and not self.has_totals():
+            raise ValueError(f"live= and dump_at= need running totals, which backend={self.kind!r} does not keep")
+
+    def path(self) -> str:
+        """The snapshot's path now: placeholders filled in with this rank
+        and iteration."""
+        return expand_path(self.settings.path_template, self.steps)
+
+    # ----- figures, for the live state and dump_at -----
+
+    def has_totals(self) -> bool:
+        return hasattr(self.backend, "totals")
+
+    def counters(self) -> tuple:
+        """``(allocated, reserved)`` bytes now; equal where nothing caches."""
+        if self.kind in ("cuda", "xpu"):
+            return self.backend.counters()
+        a = self.backend.totals()[0]
+        return a, a
+
+    def figures(self) -> tuple:
+        """``(allocated, reserved, peak allocated, peak reserved)``."""
+        allocated, reserved = self.counters()
+        peak = self.backend.totals()[1] if self.kind not in ("cuda", "xpu") else max(self._peaks[0], allocated)
+        self._peaks = [max(self._peaks[0], peak, allocated), max(self._peaks[1], reserved)]
+        return allocated, reserved, self._peaks[0], self._peaks[1]
+
+    def capacity(self) -> Optional[int]:
+        """The device's memory in bytes, where known (the CPU's: physical)."""
+        if self.kind in ("cuda", "xpu"):
+            return self.backend.capacity()
+        if self.device_name() == "cpu":
+            try:
+                return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+            except (ValueError, OSError, AttributeError):
+                return None
+        return None
+
+    def device_name(self) -> str:
+        if self.kind in ("cuda", "xpu"):
+            return f"{self.kind}:{self.backend.device()}"
+        return str(getattr(self.backend, "device_type", "cpu"))
+
+    def recorder_name(self) -> str:
+        return RECORDER_NAMES[self.kind]
+
+    def _end_iteration(self, n: int) -> None:
+        allocated, reserved = self.counters()
+        peak = self.backend.totals(reset_window=True)[2]
+        self.iterations.append({"n": n, "end_us": _now_us(), "allocated": allocated, "reserved": reserved, "peak": max(peak, allocated)})
+
+    def dump_threshold(self, allocated: int, reserved: int) -> None:
+        """``dump_at`` was reached: the early snapshot (from the watcher's
+        thread or a step)."""
+        self.dump_at = None
+        root, ext = os.path.splitext(self.path())
+        path = f"{root}.dump_at{ext}"
+        self.dump(path, reason="dump_at")
+        print(
+            f"vramscope: {max(allocated, reserved):,} bytes in use reached dump_at ({self.settings.dump_at}); snapshot written to {path}",
+            file=sys.stderr,
+        )
 
     def _on_gc(self, phase: str, info: Dict[str, Any]) -> None:
         # Runs inside every collection: two clock reads and, rarely, an append.
@@ -364,6 +511,16 @@ class _Session:
         if self.cuda and self.settings.on_oom:
             attach_oom_observer(_on_cuda_oom)
         self._open_step()
+        live, dump_at = self.settings.live, self.settings.dump_at
+        if live or dump_at is not None:
+            from ._live import Watcher, parse_threshold
+
+            try:
+                self.dump_at = parse_threshold(dump_at, self.capacity())
+                self.watcher = Watcher(self, live, self.settings.live_interval, self.dump_at)
+            except BaseException:
+                self.finish(write=False)
+                raise
 
     def _open_step(self) -> None:
         self.step_span = _Span(f"ProfilerStep#{self.steps + 1}", "step")
@@ -384,6 +541,12 @@ class _Session:
             self._close_open()
             self.steps += 1
             n = self.steps
+            if self.has_totals():
+                self._end_iteration(n)
+                if self.dump_at is not None:
+                    allocated, reserved = self.counters()
+                    if max(allocated, reserved) >= self.dump_at:
+                        self.dump_threshold(allocated, reserved)
             if self.settings.every and n % self.settings.every == 0:
                 self._write_periodic(n)
             self._open_step()
@@ -408,8 +571,10 @@ class _Session:
                 self.backend.set_label("")
 
     def _write_periodic(self, n: int) -> None:
-        path = periodic_path(self.settings.path, n)
-        self.dump(path, collect=True)
+        template = self.settings.path_template
+        # A path that names the iteration is its own periodic name.
+        path = expand_path(template, n) if "{iteration}" in template else periodic_path(self.path(), n)
+        self.dump(path, collect=True, reason="periodic")
         self.periodic.append(path)
         while self.settings.keep and len(self.periodic) > self.settings.keep:
             try:
@@ -491,12 +656,16 @@ class _Session:
                 ours.append({"name": name, "stage": "END", "device": device, "time_us": end})
         return sorted(native + ours, key=lambda a: a.get("time_us", 0))
 
-    def dump(self, path: str, collect: bool = False) -> str:
+    def dump(self, path: str, collect: bool = False, reason: str = "manual") -> str:
         """Write the snapshot; ``collect``: run the marked cycle collection
         first (only at safe points in the user's code, never from inside the
         allocator's OOM observer)."""
         write_atomic(path, self.snapshot(collect=collect))
+        self.dumps.append({"time_us": _now_us(), "path": path, "reason": reason})
         return path
+
+    def note_oom(self, requested: Optional[int], device_free: Optional[int]) -> None:
+        self.ooms.append({"time_us": _now_us(), "requested": requested, "device_free": device_free})
 
     def finish(self, write: bool = True, collect: bool = False) -> Optional[str]:
         """End the recording, writing the snapshot first if ``write``;
@@ -509,12 +678,19 @@ class _Session:
             if self.step_span is not None:
                 self.unfinished = self.step_span.name
             self._close_open()
+            watcher, self.watcher = self.watcher, None
+            if watcher is not None:
+                watcher.halt()
             try:
                 if write:
-                    write_atomic(self.settings.path, self.snapshot(final=True, collect=collect))
-                    return self.settings.path
+                    path = self.path()
+                    write_atomic(path, self.snapshot(final=True, collect=collect))
+                    self.dumps.append({"time_us": _now_us(), "path": path, "reason": self.end_reason})
+                    return path
                 return None
             finally:
+                if watcher is not None:
+                    watcher.close()
                 self.backend.stop()
                 self.tagger.uninstall()
                 try:
@@ -569,14 +745,24 @@ def choose_backend(backend: str, device: Optional[str] = None) -> str:
     return backend
 
 
+def _is_oom(exc: BaseException) -> bool:
+    """An out-of-memory error of any device: ``torch.OutOfMemoryError``,
+    Python's ``MemoryError``, or the CPU allocator's ``RuntimeError``."""
+    if isinstance(exc, MemoryError) or "OutOfMemory" in type(exc).__name__:
+        return True
+    text = str(exc)[:500].lower()
+    return isinstance(exc, RuntimeError) and ("out of memory" in text or "not enough memory" in text)
+
+
 def _on_cuda_oom(device: int, alloc: int, device_allocated: int, device_free: int) -> None:
     """Allocator OOM observer: dump while the failed request is in the trace."""
     session = _current()
     if session is None or not session.settings.on_oom:
         return
     try:
-        session.dump(session.settings.path)
-        print(f"vramscope: out of memory on cuda:{device}; snapshot written to {session.settings.path}", file=sys.stderr)
+        session.note_oom(alloc, device_free)
+        path = session.dump(session.path(), reason="oom")
+        print(f"vramscope: out of memory on cuda:{device}; snapshot written to {path}", file=sys.stderr)
     except Exception as err:  # noqa: BLE001 - an observer must not raise into the allocator
         print(f"vramscope: could not write the snapshot at the OOM: {err!r}", file=sys.stderr)
 

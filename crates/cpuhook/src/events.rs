@@ -37,6 +37,26 @@ struct State {
     pushed: u64,
     /// Live blocks: address -> (size, stack id).
     live: HashMap<u64, (u64, u32)>,
+    /// Bytes in live blocks, and the most there have been: since the
+    /// start, and since the last [`totals`] that reset the window (an
+    /// iteration's peak, which a poll every few ms would miss).
+    allocated: u64,
+    peak: u64,
+    window_peak: u64,
+}
+
+/// Live bytes now, the most since the start and since the window began.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Totals {
+    pub allocated: u64,
+    pub peak: u64,
+    pub window_peak: u64,
+}
+
+fn grow(s: &mut State, size: u64) {
+    s.allocated += size;
+    s.peak = s.peak.max(s.allocated);
+    s.window_peak = s.window_peak.max(s.allocated);
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
@@ -65,6 +85,9 @@ pub fn start(max_events: usize) {
         max,
         pushed: 0,
         live: HashMap::new(),
+        allocated: 0,
+        peak: 0,
+        window_peak: 0,
     });
     RECORDING.store(true, Ordering::SeqCst);
 }
@@ -78,8 +101,27 @@ pub fn stop() {
 /// A block allocated before the recording: its free will be recorded.
 pub fn adopt(addr: u64, size: u64) {
     with_state(|s| {
-        s.live.entry(addr).or_insert((size, NO_STACK));
+        if let std::collections::hash_map::Entry::Vacant(v) = s.live.entry(addr) {
+            v.insert((size, NO_STACK));
+            grow(s, size);
+        }
     });
+}
+
+/// The running totals; `reset_window` starts a new window after reading.
+pub fn totals(reset_window: bool) -> Totals {
+    with_state(|s| {
+        let t = Totals {
+            allocated: s.allocated,
+            peak: s.peak,
+            window_peak: s.window_peak,
+        };
+        if reset_window {
+            s.window_peak = s.allocated;
+        }
+        t
+    })
+    .unwrap_or_default()
 }
 
 /// Sequence number of the next event (for [`stamp`]).
@@ -136,7 +178,11 @@ pub(crate) fn on_alloc(addr: u64, size: u64) {
         stack: NO_STACK,
     };
     with_state(|s| {
-        s.live.insert(addr, (size, NO_STACK));
+        if let Some((old, _)) = s.live.insert(addr, (size, NO_STACK)) {
+            // An address the allocator gave out twice without a free we saw.
+            s.allocated = s.allocated.saturating_sub(old);
+        }
+        grow(s, size);
         push(s, e);
     });
 }
@@ -145,6 +191,7 @@ pub(crate) fn on_free(addr: u64) {
     let (time_us, thread) = (now_us(), thread_id());
     with_state(|s| {
         if let Some((size, stack)) = s.live.remove(&addr) {
+            s.allocated = s.allocated.saturating_sub(size);
             push(
                 s,
                 Event {
@@ -200,9 +247,16 @@ mod tests {
         assert_eq!((ev[2].addr, ev[2].size, ev[2].stack), (0x200, 10, 5));
         assert_eq!((ev[3].addr, ev[3].size, ev[3].stack), (0x100, 64, NO_STACK));
         assert_eq!(live(), vec![(0x300, 20, 5)]);
+        // 64 adopted + 10 + 20 at most; 20 left.
+        let t = totals(true);
+        assert_eq!((t.allocated, t.peak, t.window_peak), (20, 94, 94));
+        on_alloc(0x500, 30);
+        on_free(0x500);
+        let t = totals(false);
+        assert_eq!((t.allocated, t.peak, t.window_peak), (20, 94, 50));
         on_alloc(0x400, 1); // the ring keeps 4: the oldest goes
-        assert_eq!(events()[0].addr, 0x300);
-        assert_eq!(mark(), 5);
+        assert_eq!(events()[0].addr, 0x100, "the ring keeps the last 4");
+        assert_eq!(mark(), 7);
         stop();
         assert!(events().is_empty());
     }

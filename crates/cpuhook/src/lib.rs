@@ -32,7 +32,9 @@ mod events;
 #[cfg(target_os = "linux")]
 mod got;
 
-pub use events::{adopt, events, live, mark, stamp, start, stop, Event, EventKind, NO_STACK};
+pub use events::{
+    adopt, events, live, mark, stamp, start, stop, totals, Event, EventKind, Totals, NO_STACK,
+};
 
 /// Why the hooks could not be installed.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]

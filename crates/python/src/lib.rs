@@ -448,6 +448,14 @@ fn cpuhook_live() -> Vec<(u64, u64, u32)> {
     vramscope_cpuhook::live()
 }
 
+/// `(allocated, peak, window peak)` bytes; `reset_window` starts a new window.
+#[pyfunction]
+#[pyo3(signature = (reset_window=false))]
+fn cpuhook_totals(reset_window: bool) -> (u64, u64, u64) {
+    let t = vramscope_cpuhook::totals(reset_window);
+    (t.allocated, t.peak, t.window_peak)
+}
+
 /// A rank file for Python: (path, rank, step, dumped at exit).
 type RankFileRow = (String, u32, Option<u64>, bool);
 
@@ -505,6 +513,7 @@ fn ranks(
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     for f in [
         wrap_pyfunction!(cpuhook_install, m)?,
+        wrap_pyfunction!(cpuhook_totals, m)?,
         wrap_pyfunction!(cpuhook_start, m)?,
         wrap_pyfunction!(cpuhook_stop, m)?,
         wrap_pyfunction!(cpuhook_mark, m)?,

@@ -1,0 +1,225 @@
+"""Rank-aware recording, dump_at and the live state (record(live=...)).
+
+The distributed test runs a real two-process job on the gloo backend; the
+live tests read the state from a recording running in another process,
+through the socket and registry that `vramscope live` uses."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import vramscope
+from vramscope import _rank
+from vramscope._live import parse_threshold, top_holders
+
+torch = pytest.importorskip("torch")
+
+
+def test_paths_name_the_rank_and_a_job_writes_under_rank_dirs(monkeypatch: pytest.MonkeyPatch) -> None:
+    lone = {"rank": 0, "local_rank": 0, "world_size": 1}
+    job = {"rank": 3, "local_rank": 1, "world_size": 8}
+    assert _rank.expand_path("/o/mem.pickle", 5, lone) == "/o/mem.pickle"
+    assert _rank.expand_path("/o/mem.pickle", 5, job) == "/o/rank3/mem.pickle"
+    assert _rank.expand_path("/o/{host}-{local_rank}/it{iteration}.pickle", 5, job).endswith("-1/it5.pickle")
+    # A path that names the rank is taken as it is; other braces stay.
+    assert _rank.expand_path("/o/r{rank}_{x}.pickle", 0, job) == "/o/r3_{x}.pickle"
+    assert _rank.expand_path("/o/{pid}.pickle", 0, lone) == f"/o/{os.getpid()}.pickle"
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    assert _rank.rank_info() == {"rank": 2, "local_rank": 2, "world_size": 4}
+    assert _rank.parse_ranks("0-2, 7") == [0, 1, 2, 7]
+    with pytest.raises(ValueError, match="rank numbers"):
+        _rank.parse_ranks("first")
+    assert _rank.is_launcher(["/usr/bin/python", "-m", "torch.distributed.run", "--nproc-per-node=2", "t.py"])
+    assert _rank.is_launcher(["/venv/bin/torchrun", "t.py"])
+    assert not _rank.is_launcher(["/usr/bin/python", "train.py"])
+
+
+def test_ranks_not_asked_for_run_unrecorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with vramscope.record(tmp_path / "m.pickle", ranks=[0]):
+        assert not vramscope.is_recording()
+        torch.ones(1000)
+    assert list(tmp_path.iterdir()) == []
+    with vramscope.record(tmp_path / "m{iteration}.pickle", ranks="1", every=2, keep=0):
+        assert vramscope.is_recording()
+        for _ in range(4):
+            torch.ones(1000)
+            vramscope.step()
+    files = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.pickle"))
+    # {iteration} names the periodic files; the last file is the 4th iteration's.
+    assert files == ["rank1/m2.pickle", "rank1/m4.pickle"]
+
+
+_JOB = textwrap.dedent(
+    """
+    import datetime, os, sys, torch, torch.distributed as dist, vramscope
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=20))
+    rank = dist.get_rank()
+    out = sys.argv[1]
+    held = []
+    try:
+        with vramscope.record(os.path.join(out, "mem.pickle"), every=2, keep=0):
+            model = torch.nn.Linear(64, 64)
+            for step in range(4):
+                x = torch.randn(32, 64)
+                loss = model(x).sum()
+                loss.backward()
+                for p in model.parameters():
+                    dist.all_reduce(p.grad)
+                held.append(torch.zeros(256 * (rank + 1), 256))  # rank 1 holds twice as much
+                if rank == 1 and step == 2:
+                    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (simulated)")
+                vramscope.step()
+    except Exception as err:
+        print(f"rank {rank}: {type(err).__name__}", flush=True)
+    """
+)
+
+
+def test_a_two_rank_gloo_job_writes_per_rank_and_ranks_reads_it(tmp_path: Path) -> None:
+    """Rank 1 fails with an out-of-memory error at its third step while
+    rank 0 waits for it in an all-reduce: rank 1's file is written at once
+    (no collective), rank 0 finds its peer gone, and `vramscope ranks` reads
+    the job's directory as it is."""
+    script = tmp_path / "job.py"
+    script.write_text(_JOB)
+    out = tmp_path / "out"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for rank in (0, 1):
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank))
+        procs.append(subprocess.Popen([sys.executable, str(script), str(out)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert "rank 1: OutOfMemoryError" in outs[1][0], outs[1]
+    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.pickle"))
+    assert "rank0/mem.pickle" in files and "rank1/mem.pickle" in files, files
+    assert "rank0/mem.step000002.pickle" in files and "rank1/mem.step000002.pickle" in files, files
+    r1 = vramscope.load(out / "rank1" / "mem.pickle")
+    assert r1.summary()["devices"][0]["peak"]["allocated_bytes"] > 0
+    result = vramscope.ranks(out)
+    by_rank = {r["rank"]: r for r in result["ranks"]}
+    assert set(by_rank) == {0, 1}, result["ranks"]
+    # Rank 1 held twice the bytes per step: it is the worst rank.
+    assert result["ranks"][0]["rank"] == 1
+
+
+def test_threshold_spellings() -> None:
+    assert parse_threshold("50%", 1000) == 500
+    assert parse_threshold("1KiB", None) == 1024
+    assert parse_threshold(4096, None) == 4096
+    assert parse_threshold(None, 10) is None
+    with pytest.raises(ValueError, match="capacity is unknown"):
+        parse_threshold("90%", None)
+    with pytest.raises(ValueError, match="between 0 and 100"):
+        parse_threshold("120%", 10)
+
+
+def _mib_allocs(path: Path) -> list:
+    with open(path, "rb") as f:
+        snap = pickle.load(f)  # our own file
+    trace = snap["device_traces"][0]
+    return [e["time_us"] for e in trace if e["action"] == "alloc" and e["size"] == 2**20], trace[0]["time_us"]
+
+
+def test_dump_at_keeps_the_growth_that_the_final_snapshot_lost(tmp_path: Path) -> None:
+    """A run that grows 1 MiB per step past a 6 MiB threshold, recorded
+    with a buffer too small to keep the whole run: the early snapshot
+    (written the moment the threshold was crossed) still holds the first
+    iterations' growth, which the final snapshot's trace lost."""
+    path = tmp_path / "grow.pickle"
+    held = []
+    with vramscope.record(path, dump_at="6MiB", max_entries=200, backend="dispatch"):
+        for _ in range(30):
+            held.append(torch.zeros(256 * 1024))  # 1 MiB
+            for _ in range(5):
+                torch.ones(16).add_(1)  # churn that fills the trace
+            vramscope.step()
+        state = vramscope.live_state()
+    early = tmp_path / "grow.dump_at.pickle"
+    assert early.exists()
+    assert [d["reason"] for d in state["dumps"]] == ["dump_at"]
+    es, fs = vramscope.load(early).summary()["devices"][0], vramscope.load(path).summary()["devices"][0]
+    # The early file ends just past the threshold; the final one 30 MiB in.
+    assert 6 * 2**20 <= es["end"]["allocated_bytes"] < 8 * 2**20, es["end"]
+    assert fs["end"]["allocated_bytes"] >= 30 * 2**20
+    early_allocs, _ = _mib_allocs(early)
+    final_allocs, final_start = _mib_allocs(path)
+    # The growth from the first MiB on is in the early file, and gone from
+    # the final file's trace, which begins later.
+    assert len(early_allocs) >= 6
+    assert all(t < final_start for t in early_allocs[:6])
+    assert len(final_allocs) < 30
+
+
+def test_top_holders_merge_equal_stacks() -> None:
+    a = [{"filename": "/x/train.py", "line": 3, "name": "f"}]
+    b = [{"filename": "/x/train.py", "line": 3, "name": "f"}]  # equal, another list
+    lib = [{"filename": "/v/site-packages/torch/nn/linear.py", "line": 9, "name": "forward"}, {"filename": "/x/m.py", "line": 7, "name": "g"}]
+    top = top_holders([(1, 100, a), (2, 50, b), (3, 500, lib)])
+    assert [(t["site"], t["bytes"], t["blocks"]) for t in top] == [("m.py:7 in g", 500, 1), ("train.py:3 in f", 150, 2)]
+
+
+_LIVE = textwrap.dedent(
+    """
+    import json, sys, time, torch, vramscope
+    held = []
+    with vramscope.record(sys.argv[1], live=True, live_interval=0.1, backend="dispatch"):
+        for i in range(3):
+            held.append(torch.zeros(256 * 1024))  # 1 MiB
+            vramscope.step()
+        time.sleep(0.3)  # a publication after the last step
+        st = vramscope.live_state()
+        print(json.dumps({k: st[k] for k in ("allocated", "iteration", "top")}), flush=True)
+        sys.stdin.readline()  # until the test has read the state
+    """
+)
+
+
+def test_live_state_on_the_loopback_socket_matches_the_recording(tmp_path: Path) -> None:
+    script = tmp_path / "live.py"
+    script.write_text(_LIVE)
+    registry = tmp_path / "registry"
+    env = dict(os.environ, VRAMSCOPE_LIVE_DIR=str(registry))
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path / "live.pickle")], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        expected = json.loads(proc.stdout.readline())
+        entry = json.loads((registry / f"{proc.pid}.json").read_text())
+        assert oct((registry / f"{proc.pid}.json").stat().st_mode & 0o777) == "0o600"
+        host, port = entry["address"].rsplit(":", 1)
+        # A wrong token gets nothing but the refusal.
+        with socket.create_connection((host, int(port)), timeout=5) as s:
+            s.sendall(b'{"token": "guess"}\n')
+            assert b"bad token" in s.recv(1000)
+        with socket.create_connection((host, int(port)), timeout=5) as s:
+            s.sendall(json.dumps({"token": entry["token"]}).encode() + b"\n")
+            state = json.loads(s.makefile().readline())
+        assert state["version"] == 1 and state["pid"] == proc.pid
+        assert (state["allocated"], state["iteration"]) == (expected["allocated"], expected["iteration"]) == (state["allocated"], 3)
+        assert state["allocated"] >= 3 * 2**20
+        assert state["top"][0] == expected["top"][0] and state["top"][0]["bytes"] == 3 * 2**20
+        line = _LIVE.splitlines().index(next(x for x in _LIVE.splitlines() if "held.append" in x)) + 1
+        assert state["top"][0]["site"] == f"live.py:{line} in <module>"
+        assert [it["n"] for it in state["iterations"]] == [1, 2, 3]
+        assert state["iterations"][1]["allocated"] - state["iterations"][0]["allocated"] == 2**20
+    finally:
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        proc.wait(timeout=60)
+    assert not (registry / f"{proc.pid}.json").exists(), "the registry entry goes with the recording"
