@@ -24,7 +24,7 @@ import shutil
 import tempfile
 from typing import Any, Optional, Union
 
-__all__ = ["limits", "MemoryLimitExceeded"]
+__all__ = ["limits", "MemoryLimitExceeded", "failure_message"]
 
 Size = Union[int, str, None]
 
@@ -40,6 +40,24 @@ class MemoryLimitExceeded(AssertionError):
         super().__init__(message)
         self.result = result
         self.path = path
+
+
+def failure_message(result: dict, path: str) -> str:
+    """What :class:`MemoryLimitExceeded` says for a failed check ``result``
+    (the ``vramscope check --json`` dict) of the snapshot at ``path``: every
+    limit with its verdict, then each leak with its explanation, fix, sites
+    and stacks."""
+    lines = [f"memory limits exceeded (snapshot: {path})"]
+    lines += [f"  {'ok  ' if c['passed'] else 'FAIL'} {c['name']}: {c['message']}" for c in result["checks"]]
+    leaks = result.get("leaks") or {}
+    for f in leaks.get("findings", []):
+        if f["severity"] != "leak":
+            continue
+        lines.append(f"\n  {f['title']}\n  {f['explanation']}\n  fix: {f['fix']}")
+        for s in f["sites"][:3]:
+            lines.append(f"    at {s['site']}")
+            lines += [f"       {frame}" for frame in s["stack"][:6]]
+    return "\n".join(lines)
 
 
 class limits:
@@ -121,17 +139,7 @@ class limits:
             if self.keep == "on-failure":
                 self._discard()
             return self.result
-        lines = [f"memory limits exceeded (snapshot: {self.path})"]
-        lines += [f"  {'ok  ' if c['passed'] else 'FAIL'} {c['name']}: {c['message']}" for c in self.result["checks"]]
-        leaks = self.result.get("leaks") or {}
-        for f in leaks.get("findings", []):
-            if f["severity"] != "leak":
-                continue
-            lines.append(f"\n  {f['title']}\n  {f['explanation']}\n  fix: {f['fix']}")
-            for s in f["sites"][:3]:
-                lines.append(f"    at {s['site']}")
-                lines += [f"       {frame}" for frame in s["stack"][:6]]
-        raise MemoryLimitExceeded("\n".join(lines), self.result, self.path)
+        raise MemoryLimitExceeded(failure_message(self.result, self.path), self.result, self.path)
 
     def _discard(self) -> None:
         try:

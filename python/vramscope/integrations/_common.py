@@ -1,0 +1,201 @@
+"""What the training-framework integrations share: one recording per
+training run in each process, the checks run on its file, and the figures
+they hand to the framework's loggers.
+
+Each process records its own file: the path is given to
+:class:`vramscope.record` as it is, so its placeholders (``{rank}``,
+``{local_rank}``, ``{iteration}``, ...) are filled in by the recorder from
+``torch.distributed``, which every framework here sets up before training
+starts.
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import importlib
+import os
+import sys
+import warnings
+from typing import Any, Dict, Optional, Set
+
+__all__ = ["DEFAULT_PATH", "CHECK_KEYS", "TrainingRecording"]
+
+# One directory per rank: `vramscope ranks vramscope/` reads the job as it is.
+DEFAULT_PATH = os.path.join("vramscope", "rank{rank}", "train.pickle")
+# Keyword arguments of Snapshot.check.
+CHECK_KEYS = ("max_peak", "max_reserved", "no_leaks", "max_growth", "device", "source_roots")
+# Live-state figures logged, as `vramscope/<key>_bytes`.
+TOTALS = ("allocated", "reserved", "peak_allocated", "peak_reserved")
+
+# Recordings not stopped yet, for the exit handler (strong references: a
+# callback dropped by its trainer must still get its file written).
+_running: Set["TrainingRecording"] = set()
+_exit_handler_installed = False
+
+
+def _recorder() -> Any:
+    # The module; the package attribute of the same name may be the class.
+    return importlib.import_module("vramscope.record")
+
+
+class TrainingRecording:
+    """The recording behind a framework callback.
+
+    Args:
+        path: the snapshot written when training ends (placeholders as in
+            :class:`vramscope.record`). Default
+            ``vramscope/rank{rank}/train.pickle``.
+        every_n_steps: also dump every N iterations (``record(every=N)``).
+        max_entries: allocator events kept (``record(max_entries=...)``).
+        checks: keyword arguments of :meth:`vramscope.Snapshot.check`
+            (``max_peak``, ``max_reserved``, ``no_leaks``, ``max_growth``,
+            ``device``, ``source_roots``), run on the file when training ends.
+        **record_options: passed to :class:`vramscope.record` (``keep``,
+            ``stacks``, ``backend``, ``ranks``, ``dump_at``, ``live``, ...).
+
+    Options are checked here, when the callback is made, not when training
+    starts.
+    """
+
+    def __init__(
+        self,
+        path: Optional[str | os.PathLike] = None,
+        *,
+        every_n_steps: int = 0,
+        max_entries: Optional[int] = None,
+        checks: Optional[Dict[str, Any]] = None,
+        **record_options: Any,
+    ) -> None:
+        if "every" in record_options:
+            raise TypeError("give every_n_steps=, not every=")
+        unknown = sorted(set(checks or {}) - set(CHECK_KEYS))
+        if unknown:
+            raise TypeError(f"checks: unknown {', '.join(unknown)}; expected some of {', '.join(CHECK_KEYS)}")
+        self.checks: Dict[str, Any] = dict(checks or {})
+        template = os.fspath(path) if path is not None else DEFAULT_PATH
+        # Made once: record() validates its options now, and can be entered again for a second fit.
+        self._record = _recorder().record(template, every=int(every_n_steps), max_entries=max_entries, **record_options)
+        self._recording = False  # this process records, through self._record
+        self._joined = False  # someone else's recording is active: iterations are marked in it
+        self.path: Optional[str] = None  # the last file this recording wrote
+        self.result: Optional[dict] = None  # the checks' result, once run
+
+    @property
+    def active(self) -> bool:
+        """Whether iterations are being marked in a recording (ours or one
+        already running when training started)."""
+        return self._recording or self._joined
+
+    def start(self, framework_rank: Optional[int] = None) -> bool:
+        """Start recording; returns whether this process records its own
+        file. Inside a recording started by other code, that recording
+        goes on and gets the iteration marks; a rank left out by
+        ``ranks=`` trains unrecorded."""
+        if self._recording:
+            return True
+        rec = _recorder()
+        self.path, self.result = None, None
+        # Garbage left before training (a previous Trainer in the same
+        # notebook) would be freed by the recorder's collection at the end
+        # and reported as tensors that reference cycles held in this run.
+        gc.collect()
+        self._record.__enter__()
+        # record() enters without starting a session when nested in another
+        # recording or when this rank is not in `ranks`.
+        self._recording = getattr(self._record, "_session", None) is not None
+        self._joined = not self._recording and rec.is_recording()
+        if self._recording:
+            _running.add(self)
+            _install_exit_handler()
+            self._check_rank(framework_rank)
+        return self._recording
+
+    def _check_rank(self, framework_rank: Optional[int]) -> None:
+        from .._rank import rank_info
+
+        seen = rank_info()["rank"]
+        if framework_rank is not None and seen != framework_rank:
+            warnings.warn(
+                f"vramscope: the framework says this is rank {framework_rank}, torch.distributed and the "
+                f"environment say rank {seen}; the file is named for rank {seen}: {self._record.path}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+
+    def step(self) -> int:
+        """End an iteration (``ProfilerStep#N``); returns N, 0 when not recording."""
+        return _recorder().step() if self.active else 0
+
+    def stop(self, exc: Optional[BaseException] = None) -> Optional[str]:
+        """Write the snapshot and stop; returns its path (None when this
+        process did not record). With ``exc``, the training's exception, the
+        file shows what the failure left alive: no garbage collection runs
+        before it is written, and a failed write is reported on stderr
+        instead of replacing ``exc``."""
+        self._joined = False
+        if not self._recording:
+            return None
+        self._recording = False
+        _running.discard(self)
+        # The path now: the recorder fills {iteration} in from the running session.
+        path = self._record.path
+        if exc is None:
+            self._record.__exit__(None, None, None)
+        else:
+            self._record.__exit__(type(exc), exc, exc.__traceback__)
+            if not os.path.exists(path):
+                return None
+        self.path = path
+        return path
+
+    def check(self) -> Optional[dict]:
+        """Run ``checks`` on the written file; raise
+        :class:`vramscope.MemoryLimitExceeded` with the findings when one fails."""
+        if not self.checks or self.path is None:
+            return None
+        from .. import load
+        from ..testing import MemoryLimitExceeded, failure_message
+
+        self.result = load(self.path).check(**self.checks)
+        if not self.result["passed"]:
+            raise MemoryLimitExceeded(failure_message(self.result, self.path), self.result, self.path)
+        return self.result
+
+    def figures(self) -> Dict[str, int]:
+        """``vramscope/allocated_bytes``, ``reserved``, the peaks and one
+        ``vramscope/<category>_bytes`` per category, from the live state;
+        empty when nothing is recorded here or the backend keeps no totals
+        (``backend="profiler"``)."""
+        if not self.active:
+            return {}
+        state = _recorder().live_state()
+        if not state:
+            return {}
+        out = {f"vramscope/{key}_bytes": int(state[key]) for key in TOTALS if state.get(key) is not None}
+        for name, size in sorted((state.get("categories") or {}).items()):
+            out[f"vramscope/{name}_bytes"] = int(size)
+        return out
+
+
+def _install_exit_handler() -> None:
+    global _exit_handler_installed
+    if not _exit_handler_installed:
+        atexit.register(_write_unfinished)
+        _exit_handler_installed = True
+
+
+def _write_unfinished() -> None:
+    """Exit handler: training that raised never reached the callback's end,
+    so its recording is still running. Write it now, with the exception
+    that ended the program (which keeps the failing frames, and their
+    tensors, alive until here)."""
+    exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    for run in list(_running):
+        try:
+            path = run.stop(exc)
+        except Exception as err:  # noqa: BLE001 - an exit handler has no one to raise to
+            print(f"vramscope: could not write the snapshot of the unfinished training: {err!r}", file=sys.stderr)
+            continue
+        if path is not None:
+            print(f"vramscope: training did not finish; snapshot written to {path}", file=sys.stderr)
