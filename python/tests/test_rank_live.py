@@ -15,6 +15,8 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Dict, List
 
 import pytest
 
@@ -223,3 +225,76 @@ def test_live_state_on_the_loopback_socket_matches_the_recording(tmp_path: Path)
         proc.stdin.flush()
         proc.wait(timeout=60)
     assert not (registry / f"{proc.pid}.json").exists(), "the registry entry goes with the recording"
+
+
+_TORCHRUN_SCRIPT = textwrap.dedent(
+    """
+    import torch, torch.distributed as dist
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    model = torch.nn.Linear(32, 32)
+    held = []
+    for _ in range(3):
+        held.append(torch.zeros(1024 * (rank + 1)))
+        model(torch.randn(4, 32)).sum().backward()
+        dist.all_reduce(model.weight.grad)
+    """
+)
+
+
+def test_vramscope_record_under_torchrun_records_each_rank_not_the_launcher(tmp_path: Path) -> None:
+    """``VRAMSCOPE_RECORD=... torchrun`` with no change to the script: the
+    launcher starts the ranks as its children and records nothing; each
+    rank writes its own file under rank{rank}/."""
+    script = tmp_path / "train.py"
+    script.write_text(_TORCHRUN_SCRIPT)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, VRAMSCOPE_RECORD=str(tmp_path / "out" / "mem.pickle"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", f"--master-port={port}", str(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    files = sorted(p.relative_to(tmp_path / "out").as_posix() for p in (tmp_path / "out").rglob("*.pickle"))
+    assert files == ["rank0/mem.pickle", "rank1/mem.pickle"]
+    ends = {r["rank"]: r for r in vramscope.ranks(tmp_path / "out")["ranks"]}
+    assert set(ends) == {0, 1}
+
+
+def test_cuda_live_state_dump_at_and_oom_from_the_allocators_counters(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On CUDA the state comes from memory_stats() and memory_snapshot()
+    (the blocks, without the history), dump_at="90%" is of the device's
+    total memory, and the OOM observer's request is in the state."""
+    from test_record import FakeCuda
+
+    cuda = FakeCuda(monkeypatch)
+    cuda.initialized = True
+    stats = {"allocated_bytes.all.current": 0, "reserved_bytes.all.current": 0}
+    frames = [{"filename": "/x/train.py", "line": 12, "name": "step"}, {"filename": "/x/train.py", "line": 40, "name": "<module>"}]
+    blocks: List[Dict[str, Any]] = []
+    monkeypatch.setattr(torch.cuda, "memory_stats", lambda *a, **k: dict(stats))
+    monkeypatch.setattr(torch.cuda.memory, "memory_snapshot", lambda *a, **k: [{"blocks": list(blocks)}])
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(total_memory=10 * 2**30))
+    out = tmp_path / "gpu.pickle"
+    with vramscope.record(out, dump_at="90%", backend="cuda"):
+        for i in range(3):
+            stats["allocated_bytes.all.current"] += 2 * 2**30
+            stats["reserved_bytes.all.current"] += 3 * 2**30  # 3, 6, 9 GiB reserved: 90% at the third
+            blocks.append({"state": "active_allocated", "address": i, "size": 2 * 2**30, "requested_size": 2 * 2**30, "frames": frames})
+            blocks.append({"state": "inactive", "address": 100 + i, "size": 2**30, "frames": []})
+            cuda.allocate(2 * 2**30)
+            vramscope.step()
+        cuda.observers[0](0, 5 * 2**30, 0, 10**9)  # the allocator reports an OOM
+        state = vramscope.live_state()
+    assert state["device"] == "cuda:0" and state["capacity"] == 10 * 2**30
+    assert (state["allocated"], state["reserved"]) == (6 * 2**30, 9 * 2**30)
+    assert state["top"] == [{"site": "train.py:12 in step", "bytes": 6 * 2**30, "blocks": 3, "stack": ["/x/train.py:12 in step", "/x/train.py:40 in <module>"]}]
+    assert [it["reserved"] for it in state["iterations"]] == [3 * 2**30, 6 * 2**30, 9 * 2**30]
+    assert [(o["requested"], o["device_free"]) for o in state["ooms"]] == [(5 * 2**30, 10**9)]
+    assert [d["reason"] for d in state["dumps"]] == ["dump_at", "oom"]
+    assert (tmp_path / "gpu.dump_at.pickle").exists()
