@@ -3,9 +3,11 @@
 //! implementation. It only translates arguments and errors; all logic lives
 //! in the library crates.
 //!
-//! Exit codes: 0 success; 1 a file could not be read or written; 2 the input
-//! is not a valid snapshot, or the command line is wrong; 3 a limit given to
-//! `vramscope check` or `vramscope ranks` was exceeded.
+//! Exit codes: 0 success; 1 a file could not be read or written (for
+//! `vramscope live`: no live process, or it could not be reached); 2 the
+//! input is not a valid snapshot (or live state), or the command line is
+//! wrong; 3 a limit given to `vramscope check` or `vramscope ranks` was
+//! exceeded.
 
 mod categories;
 mod check;
@@ -16,6 +18,7 @@ mod export;
 mod flamegraph;
 mod input;
 mod leaks;
+mod live;
 mod output;
 mod progress;
 mod ranks;
@@ -31,7 +34,7 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(name = "vramscope", version, about, long_about = None)]
 #[command(
-    after_help = "Exit codes: 0 success, 1 file not readable/writable, 2 invalid snapshot or usage, 3 `check` or `ranks` found a limit exceeded"
+    after_help = "Exit codes: 0 success, 1 file not readable/writable (live: process not reachable), 2 invalid snapshot or usage, 3 `check` or `ranks` found a limit exceeded"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -68,6 +71,8 @@ enum Command {
     Export(export::Args),
     /// The rank files of one job side by side: imbalance, outliers, the worst rank against the median.
     Ranks(ranks::Args),
+    /// Watch a running process's memory (recorded with record(live=True) or VRAMSCOPE_LIVE=1).
+    Live(live::Args),
 }
 
 /// Errors the CLI maps to exit codes.
@@ -117,6 +122,7 @@ where
         Command::Simulate(a) => simulate::run(a),
         Command::Estimate(a) => estimate::run(a),
         Command::Export(a) => export::run(a),
+        Command::Live(a) => live::run(a),
         Command::Check(a) => match check::run(a) {
             Ok(code) => return code,
             Err(e) => Err(e),

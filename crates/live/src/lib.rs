@@ -78,11 +78,10 @@ pub enum LiveError {
         expected: String,
         found: String,
     },
-    #[error("cannot connect to {addr}: {source} (has the process ended?)")]
-    Connect {
-        addr: String,
-        source: std::io::Error,
-    },
+    // `cause`, not `source`: the message already quotes it, and a
+    // `source` would be printed a second time by error chains.
+    #[error("cannot connect to {addr}: {cause} (has the process ended?)")]
+    Connect { addr: String, cause: std::io::Error },
     #[error("{addr} did not accept the token: {reason}; expected the token of its registry entry (or --token)")]
     Rejected { addr: String, reason: String },
     #[error("{origin}: expected a state, the publisher answered {message}")]
@@ -93,11 +92,11 @@ pub enum LiveError {
     Closed { origin: String, pid_note: String },
     #[error("{origin}: expected a state at least every {secs} s, none came")]
     Timeout { origin: String, secs: u64 },
-    #[error("{what} {origin}: {source}")]
+    #[error("{what} {origin}: {cause}")]
     Io {
         what: &'static str,
         origin: String,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
 }
 

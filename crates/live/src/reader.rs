@@ -87,7 +87,7 @@ impl Reader {
             Source::Socket { addr, token, pid } => {
                 let connect_err = |e| LiveError::Connect {
                     addr: origin.clone(),
-                    source: e,
+                    cause: e,
                 };
                 let mut stream =
                     TcpStream::connect_timeout(addr, opts.connect_timeout).map_err(connect_err)?;
@@ -109,7 +109,7 @@ impl Reader {
                 std::fs::metadata(path).map_err(|e| LiveError::Io {
                     what: "reading state file",
                     origin: origin.clone(),
-                    source: e,
+                    cause: e,
                 })?;
                 let inner = Inner::File {
                     path: path.clone(),
@@ -192,7 +192,7 @@ impl Reader {
                     return Err(LiveError::Io {
                         what: "reading from",
                         origin: self.origin.clone(),
-                        source: e,
+                        cause: e,
                     })
                 }
             }
@@ -278,7 +278,7 @@ impl Reader {
             let io = |e| LiveError::Io {
                 what: "reading state file",
                 origin: path.display().to_string(),
-                source: e,
+                cause: e,
             };
             let meta = match std::fs::metadata(&*path) {
                 Ok(m) => m,

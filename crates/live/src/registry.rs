@@ -77,7 +77,7 @@ impl RegistryEntry {
         let text = std::fs::read_to_string(path).map_err(|e| LiveError::Io {
             what: "reading registry entry",
             origin: path.display().to_string(),
-            source: e,
+            cause: e,
         })?;
         serde_json::from_str(&text).map_err(|e| LiveError::Registry {
             path: path.to_path_buf(),

@@ -12,7 +12,7 @@
 use vramscope_analysis::units::{bytes, signed_bytes};
 
 use crate::curve::{draw, History};
-use crate::state::{State, GROWTH_WINDOW};
+use crate::state::State;
 
 /// How a line is shown in a terminal; plain output ignores it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +43,8 @@ pub struct UiState {
     pub paused: bool,
     /// A message above everything, e.g. that the process ended.
     pub status: Option<String>,
+    /// Show the keys at the bottom (a terminal, not plain output).
+    pub keys: bool,
 }
 
 impl UiState {
@@ -111,7 +113,7 @@ pub fn render(s: &State, history: &History, size: (usize, usize), ui: &UiState) 
     let shown_events = events.len().min(4);
     // Fixed lines: the curve's title, marks and labels, the category bar
     // and legend, the table's header, the events and the keys.
-    let fixed = out.len() + 3 + 2 + 1 + shown_events + 1;
+    let fixed = out.len() + 3 + 2 + 1 + shown_events + usize::from(ui.keys);
     let room = h.saturating_sub(fixed);
     let curve_rows = (room * 2 / 5).clamp(2, 16);
     let table_rows = room.saturating_sub(curve_rows).max(1);
@@ -145,7 +147,9 @@ pub fn render(s: &State, history: &History, size: (usize, usize), ui: &UiState) 
     for e in events.into_iter().take(shown_events) {
         push(&mut out, e, Style::Alert);
     }
-    push(&mut out, KEYS.to_string(), Style::Dim);
+    if ui.keys {
+        push(&mut out, KEYS.to_string(), Style::Dim);
+    }
     out.truncate(h);
     Frame { lines: out, scroll }
 }
@@ -171,11 +175,9 @@ fn header(s: &State, ui: &UiState) -> Vec<(String, Style)> {
     }
 
     let mut sizes = format!(
-        "allocated {} · reserved {} · peak {} (reserved {})",
+        "allocated {} · reserved {}",
         bytes(s.allocated),
-        bytes(s.reserved),
-        bytes(s.peak_allocated),
-        bytes(s.peak_reserved)
+        bytes(s.reserved)
     );
     match (s.capacity, s.used_fraction()) {
         (Some(c), Some(f)) => sizes.push_str(&format!(
@@ -186,19 +188,19 @@ fn header(s: &State, ui: &UiState) -> Vec<(String, Style)> {
         _ => sizes.push_str(" · capacity unknown"),
     }
 
+    // The slope over the last `GROWTH_WINDOW` iterations; the window is in
+    // the docs, not on a line that must fit 100 columns.
     let growth = match s.growth_per_iteration() {
-        Some(g) => format!(
-            "growth {}/iteration (last {GROWTH_WINDOW})",
-            signed_bytes(g)
-        ),
+        Some(g) => format!("growth {}/iteration", signed_bytes(g)),
         None => "growth – (needs 2 finished iterations)".to_string(),
     };
+    // Counts of OOMs and dumps are left to their list at the bottom.
     let rate = format!(
-        "{growth} · publish cost {} · seq {} · {} OOM(s) · {} dump(s)",
+        "peak {} ({} reserved) · {growth} · publish cost {} · seq {}",
+        bytes(s.peak_allocated),
+        bytes(s.peak_reserved),
         duration(s.publish_us),
-        s.seq,
-        s.ooms.len(),
-        s.dumps.len()
+        s.seq
     );
     vec![
         (title, Style::Title),

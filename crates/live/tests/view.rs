@@ -76,9 +76,10 @@ fn header_has_the_process_and_human_sizes() {
     );
     assert!(first.contains("iteration 31 (30 done)"), "{first}");
     assert!(t.contains("allocated 1.53 GiB · reserved 2.00 GiB"), "{t}");
+    assert!(t.contains("peak 1.53 GiB (2.00 GiB reserved)"), "{t}");
     assert!(t.contains("capacity 80.00 GiB (2.5% reserved)"), "{t}");
     // 1 MiB more per iteration.
-    assert!(t.contains("growth +1.00 MiB/iteration (last 20)"), "{t}");
+    assert!(t.contains("peak 1.53 GiB (2.00 GiB reserved) · growth +1.00 MiB/iteration · publish cost 850 µs · seq 600"), "{t}");
     assert!(t.contains("publish cost 850 µs"), "{t}");
     // From the end of iteration 1 (the oldest sample) to now.
     assert!(t.contains("over 4m 55s"), "{t}");
@@ -195,6 +196,17 @@ fn status_pause_and_follow() {
     assert_eq!(f.lines[0].text, "process 4242 ended");
     assert_eq!(f.lines[0].style, Style::Alert);
     assert!(f.lines[1].text.ends_with("[paused]"));
+    assert!(!f.to_plain().contains("q quit"), "keys only when asked");
+    let keys = UiState {
+        keys: true,
+        ..UiState::default()
+    };
+    let f = render(&s, &h, (100, 30), &keys);
+    assert_eq!(
+        f.lines.last().map(|l| l.text.as_str()),
+        Some(vramscope_live::view::KEYS)
+    );
+    assert!(f.lines.len() <= 30);
     // The selected site moves to the top: the selection follows it.
     let mut next = s.clone();
     next.top.reverse();
