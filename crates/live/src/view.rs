@@ -192,7 +192,7 @@ fn header(s: &State, ui: &UiState) -> Vec<(String, Style)> {
     // the docs, not on a line that must fit 100 columns.
     let growth = match s.growth_per_iteration() {
         Some(g) => format!("growth {}/iteration", signed_bytes(g)),
-        None => "growth – (needs 2 finished iterations)".to_string(),
+        None => "growth – (after 2 iterations)".to_string(),
     };
     // Counts of OOMs and dumps are left to their list at the bottom.
     let rate = format!(
