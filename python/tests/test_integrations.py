@@ -1,7 +1,8 @@
-"""The training-framework integrations on the real frameworks, on the CPU:
-Lightning, the Hugging Face Trainer and Accelerate train tiny models with
-the recording on; the files, their iterations, the logged figures, the
-checks and the snapshot left by an exception are read back.
+"""The training-framework integrations on the real frameworks, on the CPU
+(Lightning here, the Hugging Face Trainer and Accelerate in
+``test_integrations_hf.py``, which shares the helpers below): tiny models
+train with the recording on; the files, their iterations, the logged
+figures, the checks and the snapshot left by an exception are read back.
 
 The README's snippet for each framework is run as it is written there: the
 test only supplies the names it leaves to the reader (``model``, the data),
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import importlib
 import re
-import sys
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -23,10 +23,27 @@ torch = pytest.importorskip("torch")
 from conftest import load_snapshot, run_python, step_annotations  # noqa: E402
 from vramscope.testing import MemoryLimitExceeded  # noqa: E402
 
-pytestmark = pytest.mark.usefixtures("clean_recording")
+pytestmark = pytest.mark.usefixtures("clean_recording", "one_thread")
 README = Path(__file__).resolve().parents[2] / "README.md"
 HERE = Path(__file__).resolve()
 FRAMEWORKS = ("lightning", "pytorch_lightning", "transformers", "accelerate")
+
+
+@pytest.fixture
+def one_thread() -> Any:
+    """Tiny models on one intra-op thread: on a busy 2-core machine two
+    OpenMP threads spin against each other and a step takes 50 times longer."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def run_script(source: str, cwd: Path, timeout: float = 120) -> Any:
+    """``python train.py`` in ``cwd``, the script being ``source``, on one
+    intra-op thread per process."""
+    (cwd / "train.py").write_text(source, encoding="utf-8")
+    return run_python(["train.py"], cwd=cwd, timeout=timeout, OMP_NUM_THREADS="1")
 
 
 def readme_snippet(heading: str) -> str:
@@ -199,6 +216,112 @@ def test_lightning_exception_writes_what_the_failure_left_alive(tmp_path: Path) 
     assert alive_at_end(callback.path, 300_007 * 4) == 1
 
 
+# Two ranks on the CPU (gloo), started by Lightning's own launcher, which
+# runs this script again for rank 1; only rank 1 leaks.
+LIGHTNING_DDP_RUN = """
+import torch
+import lightning.pytorch as L
+from lightning.pytorch.loggers import CSVLogger
+from vramscope.integrations.lightning import VramscopeCallback
+
+
+class Tiny(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net, self.kept = torch.nn.Linear(64, 64), []
+
+    def training_step(self, batch, batch_idx):
+        if self.global_rank == 1:
+            self.kept.append(torch.zeros(256 * 1024))  # rank 1 leaks
+        return self.net(batch[0]).pow(2).mean()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+if __name__ == "__main__":
+    memory = VramscopeCallback(every_n_steps=2, checks=dict(no_leaks=True), log_every_n_steps=2)
+    trainer = L.Trainer(max_steps=4, accelerator="cpu", devices=2, strategy="ddp", logger=CSVLogger("logs"), callbacks=[memory],
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(Tiny(), torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(64, 64)), batch_size=8))
+"""
+
+
+def test_lightning_ddp_each_rank_records_and_one_ranks_leak_fails_the_job(tmp_path: Path) -> None:
+    pytest.importorskip("lightning.pytorch")
+    if not torch.distributed.is_available():
+        pytest.skip("this torch has no torch.distributed")
+    done = run_script(LIGHTNING_DDP_RUN, tmp_path, timeout=180)
+    line = next(i for i, text in enumerate(LIGHTNING_DDP_RUN.splitlines(), 1) if text.endswith("# rank 1 leaks"))
+    rank1 = tmp_path / "vramscope" / "rank1" / "train.pickle"
+    finding = f"memory limits exceeded (snapshot: {rank1})\n  FAIL no_leaks: 1 leak(s): {tmp_path / 'train.py'}:{line} in training_step"
+    # torch.distributed prefixes each line of a rank's traceback with "[rankN]: ".
+    said = {r: "\n".join(m.group(1) for m in re.finditer(rf"^\[rank{r}\]: (.*)$", done.stderr, re.M)) for r in (0, 1)}
+    # Rank 1 raises its finding; rank 0, whose exit status is the job's, raises it too.
+    assert done.returncode == 1, done.stderr
+    assert f"MemoryLimitExceeded: {finding}" in said[1]
+    assert f"MemoryLimitExceeded: on rank 1: {finding}" in said[0]
+    for rank in (0, 1):
+        out = tmp_path / "vramscope" / f"rank{rank}"
+        assert sorted(p.name for p in out.iterdir()) == ["train.pickle", "train.step000002.pickle", "train.step000004.pickle"]
+        assert ended(out / "train.pickle") == steps(1, 4)
+    import csv
+
+    (metrics,) = (tmp_path / "logs").rglob("metrics.csv")  # rank 0's logger alone writes
+    with open(metrics, newline="") as f:
+        assert [int(r["step"]) for r in csv.DictReader(f)] == [2, 4, 4]
+
+
+LEGACY_PACKAGE_RUN = """
+import sys
+import torch
+import pytorch_lightning as pl
+from vramscope.integrations.lightning import VramscopeCallback
+
+
+class Tiny(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Linear(8, 8)
+
+    def training_step(self, batch, batch_idx):
+        return self.net(batch[0]).sum()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+memory = VramscopeCallback("run.pickle", checks=dict(no_leaks=True))
+# A single callback, not a list: the Trainer checks its class.
+trainer = pl.Trainer(max_steps=3, accelerator="cpu", logger=False, callbacks=memory, enable_checkpointing=False,
+                     enable_progress_bar=False, enable_model_summary=False)
+trainer.fit(Tiny(), torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(24, 8)), batch_size=8))
+print(isinstance(memory, pl.Callback), "lightning.pytorch" in sys.modules, memory.result["passed"])
+"""
+
+
+def test_lightning_callback_follows_the_older_pytorch_lightning_package(tmp_path: Path) -> None:
+    pytest.importorskip("pytorch_lightning")
+    done = run_script(LEGACY_PACKAGE_RUN, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "False", "True"]
+    assert ended(tmp_path / "run.pickle") == steps(1, 3)
+
+
+def test_lightning_warns_when_the_environment_names_another_rank(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    L = pytest.importorskip("lightning.pytorch")
+    from vramscope.integrations.lightning import VramscopeCallback
+
+    monkeypatch.setenv("RANK", "3")  # left over in a shell, say; the Trainer runs one process
+    callback = VramscopeCallback(str(tmp_path / "rank{rank}.pickle"))
+    trainer = quiet_trainer(L, callback, max_steps=2)
+    with pytest.warns(RuntimeWarning, match="the framework says this is rank 0, torch.distributed and the environment say rank 3"):
+        trainer.fit(lightning_module(L), batches(2))
+    # The recorder's rank names the file, as it decides `ranks=` and the live registry.
+    assert trainer.global_rank == 0 and callback.path == str(tmp_path / "rank3.pickle")
+    assert ended(callback.path) == steps(1, 2)
+
+
 def test_callbacks_check_their_options_when_made() -> None:
     pytest.importorskip("lightning.pytorch")
     from vramscope.integrations.lightning import VramscopeCallback
@@ -216,202 +339,3 @@ def test_importing_vramscope_imports_no_framework(tmp_path: Path) -> None:
     done = run_python(["-c", code], cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
-
-
-# ----------------------------------------------------- Hugging Face Trainer
-
-# A GPT-2 of a few thousand parameters, built from its config (no download),
-# and random token ids; shared with the script of the exit-handler test.
-TINY_GPT2 = '''
-import torch
-from transformers import GPT2Config, GPT2LMHeadModel
-
-
-class Tokens(torch.utils.data.Dataset):
-    def __init__(self, n, fail_at=0):
-        self.ids, self.fail_at, self.calls = torch.randint(0, 64, (n, 16)), fail_at, 0
-
-    def __len__(self):
-        return len(self.ids)
-
-    def __getitem__(self, i):
-        self.calls += 1
-        if self.calls == self.fail_at:
-            doomed = torch.full((300_007,), 1.0)  # alive when the exception is raised
-            raise RuntimeError(f"bad item {i}, {doomed.numel()} values")
-        return {"input_ids": self.ids[i], "labels": self.ids[i]}
-
-
-def tiny_gpt2():
-    torch.manual_seed(0)
-    return GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=64, n_positions=32, bos_token_id=0, eos_token_id=0))
-'''
-
-HF_FAILING_RUN = TINY_GPT2 + '''
-from transformers import Trainer, TrainingArguments
-from vramscope.integrations.transformers import VramscopeCallback
-
-args = TrainingArguments(output_dir="out", max_steps=6, per_device_train_batch_size=2, report_to=[], use_cpu=True,
-                         save_strategy="no", logging_steps=1, disable_tqdm=True)
-trainer = Trainer(model=tiny_gpt2(), args=args, train_dataset=Tokens(12, fail_at=7), callbacks=[VramscopeCallback()])
-trainer.train()
-'''
-
-
-def tiny_gpt2() -> Dict[str, Any]:
-    pytest.importorskip("transformers")
-    namespace: Dict[str, Any] = {}
-    exec(compile(TINY_GPT2, "tiny_gpt2", "exec"), namespace)
-    return namespace
-
-
-@pytest.fixture
-def fresh_accelerate() -> Any:
-    """Accelerate keeps its state in process-wide singletons (the Trainer
-    makes an Accelerator too): each test starts and ends without one."""
-    state = pytest.importorskip("accelerate.state")
-
-    def reset() -> None:
-        state.AcceleratorState._reset_state(reset_partial_state=True)
-        state.GradientState._reset_state()
-
-    reset()
-    yield
-    reset()
-
-
-def test_transformers_readme_snippet_records_iterations_and_logs_figures(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_accelerate: None
-) -> None:
-    gpt2 = tiny_gpt2()
-    monkeypatch.chdir(tmp_path)
-    model = gpt2["tiny_gpt2"]()
-    ns = run_snippet("Hugging Face Trainer", model=model, train_dataset=gpt2["Tokens"](8 * 60))
-    memory, trainer = ns["memory"], ns["trainer"]
-
-    out = tmp_path / "vramscope" / "rank0"
-    assert memory.path == str(out / "train.pickle")
-    assert sorted(p.name for p in out.iterdir()) == ["train.pickle", "train.step000050.pickle"]
-    assert iterations(out / "train.step000050.pickle") == steps(1, 50)
-    assert ended(out / "train.pickle") == steps(1, 60)  # one per optimizer step
-    assert memory.result["passed"] is True
-
-    logged = [e for e in trainer.state.log_history if "vramscope/allocated_bytes" in e]
-    # Each logging step, and the summary of the run at its end.
-    assert [e["step"] for e in logged] == list(range(10, 61, 10)) + [60]
-    assert "train_runtime" in logged[-1] and "loss" in logged[0]
-    weights, tensors = param_bytes(model), len(list(model.parameters()))
-    for e in logged:
-        assert weights < e["vramscope/allocated_bytes"] <= e["vramscope/peak_allocated_bytes"] < 10 * 2**20
-        if not torch.cuda.is_available():  # exact sizes: the CPU allocator rounds nothing
-            # AdamW: exp_avg and exp_avg_sq per parameter, and its step count (one float each).
-            assert e["vramscope/optimizer_state_bytes"] == 2 * weights + 4 * tensors
-
-
-def test_transformers_exception_inside_with_writes_the_snapshot_at_once(
-    tmp_path: Path, capfd: pytest.CaptureFixture, fresh_accelerate: None
-) -> None:
-    gpt2 = tiny_gpt2()
-    from transformers import Trainer, TrainingArguments
-    from vramscope.integrations.transformers import VramscopeCallback
-
-    vr = importlib.import_module("vramscope.record")
-    memory = VramscopeCallback(str(tmp_path / "run.pickle"), checks=dict(no_leaks=True))
-    args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=6, per_device_train_batch_size=2, report_to=[],
-                             use_cpu=True, save_strategy="no", disable_tqdm=True)
-    trainer = Trainer(model=gpt2["tiny_gpt2"](), args=args, train_dataset=gpt2["Tokens"](12, fail_at=7), callbacks=[memory])
-    with pytest.raises(RuntimeError, match="bad item"):
-        with memory:
-            trainer.train()
-    assert not vr.is_recording()
-    assert f"training raised RuntimeError; snapshot written to {tmp_path / 'run.pickle'}" in capfd.readouterr().err
-    assert memory.path == str(tmp_path / "run.pickle") and memory.result is None
-    # Items 1-6 made batches 1-3; the loader fetches one batch ahead, so item 7 failed during step 2.
-    assert iterations(memory.path) == steps(1, 3) and ended(memory.path) == steps(1, 2)
-    assert alive_at_end(memory.path, 300_007 * 4) == 1
-
-
-def test_transformers_exception_without_with_is_written_at_exit(tmp_path: Path) -> None:
-    pytest.importorskip("transformers")
-    (tmp_path / "train.py").write_text(HF_FAILING_RUN, encoding="utf-8")
-    done = run_python(["train.py"], cwd=tmp_path)
-    path = tmp_path / "vramscope" / "rank0" / "train.pickle"
-    assert done.returncode == 1, done.stderr
-    assert "RuntimeError: bad item" in done.stderr
-    assert f"vramscope: training did not finish; snapshot written to {path}" in done.stderr
-    assert iterations(path) == steps(1, 3) and ended(path) == steps(1, 2)
-    # The uncaught exception's frames, and the tensor made in the failing one, were still alive at exit.
-    assert alive_at_end(path, 300_007 * 4) == 1
-
-
-# --------------------------------------------------------------- Accelerate
-
-
-def test_accelerate_readme_snippet_marks_optimizer_steps(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, fresh_accelerate: None
-) -> None:
-    gpt2 = tiny_gpt2()
-    monkeypatch.chdir(tmp_path)
-    model = gpt2["tiny_gpt2"]()
-    loader = torch.utils.data.DataLoader(gpt2["Tokens"](2 * 100), batch_size=2)
-    ns = run_snippet("Accelerate", model=model, optimizer=torch.optim.AdamW(model.parameters()), loader=loader)
-    memory = ns["memory"]
-
-    out = tmp_path / "vramscope" / "rank0"
-    assert capsys.readouterr().out.strip() == f"{out / 'train.pickle'} True"
-    assert sorted(p.name for p in out.iterdir()) == ["train.pickle", "train.step000050.pickle"]
-    # 100 micro-batches, gradients accumulated over 2: 50 optimizer steps.
-    assert iterations(out / "train.step000050.pickle") == steps(1, 50)
-    assert ended(out / "train.pickle") == steps(1, 50)
-    assert [c["name"] for c in memory.result["checks"]] == ["no_leaks"]
-
-
-def test_accelerate_logs_figures_and_writes_the_failure(tmp_path: Path, fresh_accelerate: None) -> None:
-    accelerate = pytest.importorskip("accelerate")
-    from accelerate.tracking import GeneralTracker
-    from vramscope.integrations.accelerate import record
-
-    class Collect(GeneralTracker):
-        """A tracker that keeps what it is given (Accelerate's custom-tracker API)."""
-
-        name, requires_logging_directory = "collect", False
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.logged: List[Any] = []
-
-        @property
-        def tracker(self) -> Any:
-            return self.logged
-
-        def store_init_configuration(self, values: dict) -> None:
-            pass
-
-        def log(self, values: dict, step: Any = None, **kwargs: Any) -> None:
-            self.logged.append((step, dict(values)))
-
-    accelerator = accelerate.Accelerator(cpu=True, log_with=Collect())
-    accelerator.init_trackers("memory")
-    model = accelerator.prepare(torch.nn.Linear(64, 64))
-    with pytest.raises(RuntimeError, match="boom") as raised:
-        with record(accelerator, tmp_path / "run.pickle", checks=dict(no_leaks=True)) as memory:
-            for i in range(3):
-                model(torch.randn(8, 64)).sum().backward()
-                assert memory.step() == i + 1
-                memory.log(step=i)
-            doomed = torch.full((300_007,), 1.0)
-            raise RuntimeError(f"boom with {doomed.numel()} values")
-    assert str(raised.value) == "boom with 300007 values"
-    logged = accelerator.get_tracker("collect").tracker
-    assert [step for step, _ in logged] == [0, 1, 2]
-    # At each iteration's end the weights and their gradients at least (every
-    # CPU tensor of the process counts, those of earlier tests too), the same each time.
-    assert len({values["vramscope/allocated_bytes"] for _, values in logged}) == 1
-    for _, values in logged:
-        assert values["vramscope/allocated_bytes"] >= 2 * param_bytes(model)
-        assert values["vramscope/reserved_bytes"] == values["vramscope/allocated_bytes"]
-        assert values["vramscope/peak_allocated_bytes"] > values["vramscope/allocated_bytes"]
-    assert memory.path == str(tmp_path / "run.pickle") and memory.result is None
-    assert iterations(memory.path) == steps(1, 4) and ended(memory.path) == steps(1, 3)
-    assert alive_at_end(memory.path, 300_007 * 4) == 1
-    assert memory.figures() == {}  # nothing recorded any more

@@ -162,6 +162,33 @@ class TrainingRecording:
             raise MemoryLimitExceeded(failure_message(self.result, self.path), self.result, self.path)
         return self.result
 
+    def check_every_rank(self) -> Optional[dict]:
+        """:meth:`check` on every rank, then tell each rank the others'
+        verdicts: where one rank exceeded a limit, every rank raises (that
+        rank with its own findings, the others naming it and quoting them).
+        For launchers that do not watch every rank's exit status (Lightning
+        starts ranks 1.. from rank 0 and never looks at how they ended).
+        A collective: every rank must call it, and does, whatever its check
+        did, so that none is left waiting."""
+        error: Optional[BaseException] = None
+        try:
+            result = self.check()
+        except Exception as exc:  # noqa: BLE001 - re-raised below, after the others heard of it
+            error, result = exc, None
+        verdict = None
+        if error is not None:
+            verdict = (_rank_now(), str(error), getattr(error, "result", None), getattr(error, "path", None))
+        verdicts = _all_gather(verdict) if self.checks else [verdict]
+        if error is not None:
+            raise error
+        failed = [v for v in verdicts if v is not None]
+        if failed:
+            from ..testing import MemoryLimitExceeded
+
+            rank, message, other_result, path = failed[0]
+            raise MemoryLimitExceeded(f"on rank {rank}: {message}", other_result or {}, path or "")
+        return result
+
     def figures(self) -> Dict[str, int]:
         """``vramscope/allocated_bytes``, ``reserved``, the peaks and one
         ``vramscope/<category>_bytes`` per category, from the live state;
@@ -176,6 +203,23 @@ class TrainingRecording:
         for name, size in sorted((state.get("categories") or {}).items()):
             out[f"vramscope/{name}_bytes"] = int(size)
         return out
+
+
+def _rank_now() -> int:
+    from .._rank import rank_info
+
+    return rank_info()["rank"]
+
+
+def _all_gather(obj: Any) -> list:
+    """``obj`` from every rank of the default process group, or ``[obj]``
+    alone."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized() or dist.get_world_size() < 2:
+        return [obj]
+    out: list = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
 
 
 def _install_exit_handler() -> None:

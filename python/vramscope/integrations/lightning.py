@@ -8,7 +8,8 @@
     trainer.fit(model, loader)
 
 Works with ``lightning.pytorch`` and with the older ``pytorch_lightning``
-package (whichever is installed; ``lightning`` first).
+package: the one the program imported, else whichever is installed
+(``lightning`` first).
 
 What happens when:
 
@@ -24,7 +25,11 @@ What happens when:
   check raises :class:`vramscope.MemoryLimitExceeded` from
   ``on_train_end``. Lightning passes an exception raised there out of
   ``trainer.fit`` unchanged (after calling ``on_exception`` and tearing
-  down), so the run fails with the finding's explanation and fix.
+  down), so the run fails with the finding's explanation and fix. The ranks
+  exchange their verdicts first (one ``all_gather_object``): when one rank
+  exceeds a limit, all of them raise, rank 0 quoting that rank's findings,
+  because Lightning's own launcher ends the job with rank 0's exit status
+  alone.
 * an exception (an out-of-memory error, ``KeyboardInterrupt``): Lightning
   calls ``on_exception`` while the exception is handled; the snapshot is
   written then, without a garbage collection first, so it holds what the
@@ -35,14 +40,21 @@ What happens when:
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any, Dict, Optional
 
 from ._common import TrainingRecording
 
-try:
-    import lightning.pytorch as pl
-except ImportError:  # the package's name before Lightning 2.0
-    import pytorch_lightning as pl  # type: ignore[no-redef]
+# The callback must derive from the Callback of the package the Trainer
+# comes from: the one the program already imported, else `lightning`, else
+# the older standalone `pytorch_lightning`.
+if "pytorch_lightning" in sys.modules and "lightning.pytorch" not in sys.modules:
+    import pytorch_lightning as pl
+else:
+    try:
+        import lightning.pytorch as pl
+    except ImportError:
+        import pytorch_lightning as pl  # type: ignore[no-redef]
 
 __all__ = ["VramscopeCallback"]
 
@@ -113,7 +125,9 @@ class VramscopeCallback(pl.Callback):
         if self.log_every_n_steps != 0:
             self._log(trainer)  # the peaks of the whole run
         self._run.stop()
-        self._run.check()
+        # Every rank learns every verdict: Lightning's launcher never looks at
+        # how ranks 1.. ended, so only rank 0 raising fails the job.
+        self._run.check_every_rank()
 
     def on_exception(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", exception: BaseException) -> None:
         # Also reached when on_train_end's own check raised: the file is written by then.
