@@ -322,6 +322,20 @@ def test_lightning_warns_when_the_environment_names_another_rank(tmp_path: Path,
     assert ended(callback.path) == steps(1, 2)
 
 
+def test_lightning_inside_a_recording_marks_its_iterations_there(tmp_path: Path) -> None:
+    L = pytest.importorskip("lightning.pytorch")
+    from vramscope.integrations.lightning import VramscopeCallback
+
+    vr = importlib.import_module("vramscope.record")
+    callback = VramscopeCallback(str(tmp_path / "own.pickle"), checks=dict(no_leaks=True))
+    with vr.record(tmp_path / "outer.pickle"):
+        with pytest.warns(RuntimeWarning, match="the checks given to the callback are not run"):
+            quiet_trainer(L, callback, max_steps=3).fit(lightning_module(L), batches(3))
+        assert vr.is_recording()  # the fit's end left the enclosing recording running
+    assert callback.path is None and not (tmp_path / "own.pickle").exists()
+    assert ended(tmp_path / "outer.pickle") == steps(1, 3)
+
+
 def test_callbacks_check_their_options_when_made() -> None:
     pytest.importorskip("lightning.pytorch")
     from vramscope.integrations.lightning import VramscopeCallback

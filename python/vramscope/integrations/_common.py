@@ -47,6 +47,7 @@ class TrainingRecording:
             :class:`vramscope.record`). Default
             ``vramscope/rank{rank}/train.pickle``.
         every_n_steps: also dump every N iterations (``record(every=N)``).
+            Default ``$VRAMSCOPE_EVERY``, else 0: only at the end.
         max_entries: allocator events kept (``record(max_entries=...)``).
         checks: keyword arguments of :meth:`vramscope.Snapshot.check`
             (``max_peak``, ``max_reserved``, ``no_leaks``, ``max_growth``,
@@ -62,7 +63,7 @@ class TrainingRecording:
         self,
         path: Optional[str | os.PathLike] = None,
         *,
-        every_n_steps: int = 0,
+        every_n_steps: Optional[int] = None,
         max_entries: Optional[int] = None,
         checks: Optional[Dict[str, Any]] = None,
         **record_options: Any,
@@ -75,7 +76,8 @@ class TrainingRecording:
         self.checks: Dict[str, Any] = dict(checks or {})
         template = os.fspath(path) if path is not None else DEFAULT_PATH
         # Made once: record() validates its options now, and can be entered again for a second fit.
-        self._record = _recorder().record(template, every=int(every_n_steps), max_entries=max_entries, **record_options)
+        every = None if every_n_steps is None else int(every_n_steps)  # None: $VRAMSCOPE_EVERY, else 0
+        self._record = _recorder().record(template, every=every, max_entries=max_entries, **record_options)
         self._recording = False  # this process records, through self._record
         self._joined = False  # someone else's recording is active: iterations are marked in it
         self.path: Optional[str] = None  # the last file this recording wrote
@@ -109,6 +111,13 @@ class TrainingRecording:
             _running.add(self)
             _install_exit_handler()
             self._check_rank(framework_rank)
+        elif self._joined and self.checks:
+            warnings.warn(
+                "vramscope: already recording (an enclosing vramscope.record); its file gets the iteration marks, "
+                "and the checks given to the callback are not run: that file is written only when it ends",
+                RuntimeWarning,
+                stacklevel=3,
+            )
         return self._recording
 
     def _check_rank(self, framework_rank: Optional[int]) -> None:

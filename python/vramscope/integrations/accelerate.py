@@ -85,7 +85,7 @@ def record(
     accelerator: Any,
     path: Optional[str | os.PathLike] = None,
     *,
-    every_n_steps: int = 0,
+    every_n_steps: Optional[int] = None,
     max_entries: Optional[int] = None,
     checks: Optional[Dict[str, Any]] = None,
     **record_options: Any,
@@ -98,7 +98,8 @@ def record(
             (placeholders as in :class:`vramscope.record`). Default
             ``vramscope/rank{rank}/train.pickle``.
         every_n_steps: also write a snapshot every N iterations, to
-            ``<path stem>.step000123<suffix>``.
+            ``<path stem>.step000123<suffix>`` (the last ``keep``, default 3,
+            are kept). Default ``$VRAMSCOPE_EVERY``, else 0: only at the end.
         max_entries: allocator events kept (the oldest are dropped).
         checks: run on the snapshot when the block ends, the arguments of
             :meth:`vramscope.Snapshot.check`: ``max_peak``, ``max_reserved``,

@@ -65,7 +65,8 @@ class VramscopeCallback(TrainerCallback):
             ``vramscope/rank{rank}/train.pickle``.
         every_n_steps: also write a snapshot every N optimizer steps, to
             ``<path stem>.step000123<suffix>`` (the last ``keep``, default 3,
-            are kept). 0: only at the end.
+            are kept). Default
+            ``$VRAMSCOPE_EVERY``, else 0: only at the end.
         max_entries: allocator events kept (the oldest are dropped).
         checks: run on the snapshot when training ends, the arguments of
             :meth:`vramscope.Snapshot.check`: ``max_peak``, ``max_reserved``,
@@ -81,7 +82,7 @@ class VramscopeCallback(TrainerCallback):
         self,
         path: Optional[str | os.PathLike] = None,
         *,
-        every_n_steps: int = 0,
+        every_n_steps: Optional[int] = None,
         max_entries: Optional[int] = None,
         checks: Optional[Dict[str, Any]] = None,
         **record_options: Any,
