@@ -184,7 +184,7 @@ def test_failed_dump_does_not_replace_the_propagating_exception(
     def broken(path: str, obj: object) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(vr, "write_atomic", broken)
+    monkeypatch.setattr(importlib.import_module("vramscope._session"), "write_atomic", broken)
     err = torch.OutOfMemoryError("CUDA out of memory.")
     with pytest.raises(torch.OutOfMemoryError) as info:
         with vr.record(tmp_path / "x.pickle"):

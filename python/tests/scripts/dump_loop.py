@@ -22,6 +22,7 @@ import sys
 import torch
 
 vr = importlib.import_module("vramscope.record")
+session_module = importlib.import_module("vramscope._session")
 
 
 def say(*words: object) -> None:
@@ -29,14 +30,14 @@ def say(*words: object) -> None:
 
 
 def victim(out: str) -> None:
-    write = vr.write_atomic
+    write = session_module.write_atomic
 
     def traced_write(path: str, obj: object) -> None:
         say("dumping", path)
         write(path, obj)
         say("dumped", path)
 
-    vr.write_atomic = traced_write  # the session looks the writer up at call time
+    session_module.write_atomic = traced_write  # the session looks the writer up at call time
     keep = [torch.zeros(1024) for _ in range(64)]  # alive across steps
     with vr.record(out, every=1, keep=3):
         say("ready")

@@ -141,7 +141,10 @@ impl SiteTable {
                 let r = &mut s.outliving_iterations;
                 *r = (r.0.min(born), r.1.max(born));
             }
-            if l.death[b] != STILL_ALIVE && in_gc(l.death[b]) {
+            // Blocks from before the recording that a collection freed were
+            // garbage before the first iteration: not a cycle the training
+            // loop makes (and without a stack, nothing to point at).
+            if l.death[b] != STILL_ALIVE && in_gc(l.death[b]) && l.birth[b] != BEFORE_WINDOW {
                 s.gc_freed += 1;
                 s.gc_freed_bytes += size;
             }

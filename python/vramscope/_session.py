@@ -1,0 +1,498 @@
+"""One recording's machinery: the backend that observes allocations, the
+iteration and mark ranges, the figures for the live state and ``dump_at``,
+and writing files atomically. ``vramscope.record`` (the public API) owns
+one of these while it records."""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import functools
+import gc
+import os
+import pickle
+import sys
+import tempfile
+import threading
+import time
+from typing import Any, Callable, Deque, Dict, List, Optional
+
+from ._cuda import CudaRecorder, attach_oom_observer
+from ._rank import expand_path
+
+# Name of the annotation around a cycle collection that freed objects.
+GC_ANNOTATION = "gc.collect"
+GC_SPANS_KEPT = 10_000
+# Events kept for the live state.
+OOMS_KEPT = 100
+DUMPS_KEPT = 1000
+
+
+class _Span:
+    """A ``record_function`` range: an iteration or a mark."""
+
+    __slots__ = ("name", "kind", "start_us", "end_us", "_rf")
+
+    def __init__(self, name: str, kind: str) -> None:
+        self.name, self.kind = name, kind
+        self.start_us, self.end_us = _now_us(), None
+        self._rf: Any = None
+        self.enter()
+
+    def enter(self) -> None:
+        from torch.autograd.profiler import record_function
+
+        self._rf = record_function(self.name)
+        self._rf.__enter__()
+
+    def exit(self) -> None:
+        rf, self._rf = self._rf, None
+        if rf is not None:
+            rf.__exit__(None, None, None)
+
+    def close(self) -> None:
+        self.exit()
+        self.end_us = _now_us()
+
+
+class _Session:
+    """One recording: the backend, iteration and mark ranges, file output."""
+
+    def __init__(self, owner: Any, oom_observer: Callable[[int, int, int, int], None]) -> None:
+        import torch
+
+        self.owner = self.settings = owner
+        # Attached to CUDA's allocator (once per process: it cannot be detached).
+        self.oom_observer = oom_observer
+        self.pid = os.getpid()
+        self.from_env = False
+        self.kind = choose_backend(owner.backend, owner.device)
+        self.cuda = self.kind == "cuda"
+        self.backend: Any
+        if self.kind in ("cuda", "xpu"):
+            self.backend = CudaRecorder(owner.max_entries, owner.stacks, self.kind)
+        elif self.kind == "allocator":
+            from ._allocator import AllocatorRecorder
+
+            self.backend = AllocatorRecorder(owner.max_entries, owner.stacks)
+        elif self.kind == "dispatch":
+            from ._dispatch import DispatchRecorder
+
+            self.backend = DispatchRecorder(owner.max_entries, owner.stacks, owner.device)
+        else:
+            from ._profiler import ProfilerRecorder
+
+            self.backend = ProfilerRecorder(owner.max_entries, owner.stacks)
+        self.steps = 0
+        self.spans: List[_Span] = []
+        self.step_span: Optional[_Span] = None
+        self.mark_span: Optional[_Span] = None
+        self.periodic: Deque[str] = collections.deque()
+        self.lock = threading.RLock()
+        # Collections that freed something: (start µs, end µs, label).
+        self.gc_spans: Deque[tuple] = collections.deque(maxlen=GC_SPANS_KEPT)
+        self._gc_start = 0
+        self._probing = False
+        self.unfinished: Optional[str] = None
+        from ._tags import Tagger
+
+        self.tagger = Tagger(self.cuda)
+        # For the live state: finished iterations, OOMs, files written.
+        self.iterations: Deque[Dict[str, int]] = collections.deque(maxlen=200)
+        self.ooms: Deque[Dict[str, Any]] = collections.deque(maxlen=OOMS_KEPT)
+        self.dumps: Deque[Dict[str, Any]] = collections.deque(maxlen=DUMPS_KEPT)
+        self._peaks = [0, 0]  # allocated, reserved: highest read
+        self.watcher: Any = None
+        self.end_reason = "exit"
+        self.dump_at: Optional[int] = None
+        if (owner.live or owner.dump_at is not None) and not self.has_totals():
+            raise ValueError(f"live= and dump_at= need running totals, which backend={self.kind!r} does not keep")
+
+    def path(self) -> str:
+        """The snapshot's path now: placeholders filled in with this rank
+        and iteration."""
+        return expand_path(self.settings.path_template, self.steps)
+
+    # ----- figures, for the live state and dump_at -----
+
+    def has_totals(self) -> bool:
+        return hasattr(self.backend, "totals")
+
+    def counters(self) -> tuple:
+        """``(allocated, reserved)`` bytes now; equal where nothing caches."""
+        if self.kind in ("cuda", "xpu"):
+            return self.backend.counters()
+        a = self.backend.totals()[0]
+        return a, a
+
+    def figures(self) -> tuple:
+        """``(allocated, reserved, peak allocated, peak reserved)``."""
+        allocated, reserved = self.counters()
+        peak = self.backend.totals()[1] if self.kind not in ("cuda", "xpu") else max(self._peaks[0], allocated)
+        self._peaks = [max(self._peaks[0], peak, allocated), max(self._peaks[1], reserved)]
+        return allocated, reserved, self._peaks[0], self._peaks[1]
+
+    def capacity(self) -> Optional[int]:
+        """The device's memory in bytes, where known (the CPU's: physical)."""
+        if self.kind in ("cuda", "xpu"):
+            return self.backend.capacity()
+        if self.device_name() == "cpu":
+            try:
+                return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+            except (ValueError, OSError, AttributeError):
+                return None
+        return None
+
+    def device_name(self) -> str:
+        if self.kind in ("cuda", "xpu"):
+            return f"{self.kind}:{self.backend.device()}"
+        return str(getattr(self.backend, "device_type", "cpu"))
+
+    def recorder_name(self) -> str:
+        return RECORDER_NAMES[self.kind]
+
+    def _end_iteration(self, n: int) -> None:
+        allocated, reserved = self.counters()
+        peak = self.backend.totals(reset_window=True)[2]
+        self.iterations.append({"n": n, "end_us": _now_us(), "allocated": allocated, "reserved": reserved, "peak": max(peak, allocated)})
+
+    def dump_threshold(self, allocated: int, reserved: int) -> None:
+        """``dump_at`` was reached: the early snapshot (from the watcher's
+        thread or a step)."""
+        self.dump_at = None
+        root, ext = os.path.splitext(self.path())
+        path = f"{root}.dump_at{ext}"
+        self.dump(path, reason="dump_at")
+        print(
+            f"vramscope: {max(allocated, reserved):,} bytes in use reached dump_at ({self.settings.dump_at}); snapshot written to {path}",
+            file=sys.stderr,
+        )
+
+    def _on_gc(self, phase: str, info: Dict[str, Any]) -> None:
+        # Runs inside every collection: two clock reads and, rarely, an append.
+        if self._probing:
+            return
+        if phase == "start":
+            self._gc_start = _now_us()
+        elif info.get("collected"):
+            self.gc_spans.append((self._gc_start, _now_us(), f"gen{info.get('generation', -1)}"))
+
+    def _collect_cycles(self) -> None:
+        """One full collection inside the recorded window, marked, so that
+        tensors held only by garbage reference cycles show as freed by it."""
+        if not self.settings.collect_cycles:
+            return
+        self._probing = True
+        start = _now_us()
+        try:
+            collected = gc.collect()
+        finally:
+            self._probing = False
+        if collected:
+            self.gc_spans.append((start, _now_us(), "vramscope"))
+
+    def begin(self) -> None:
+        self.backend.start()
+        self.tagger.install()
+        gc.callbacks.append(self._on_gc)
+        if self.cuda and self.settings.on_oom:
+            attach_oom_observer(self.oom_observer)
+        self._open_step()
+        live, dump_at = self.settings.live, self.settings.dump_at
+        if live or dump_at is not None:
+            from ._live import Watcher, parse_threshold
+
+            try:
+                self.dump_at = parse_threshold(dump_at, self.capacity())
+                self.watcher = Watcher(self, live, self.settings.live_interval, self.dump_at)
+            except BaseException:
+                self.finish(write=False)
+                raise
+
+    def _open_step(self) -> None:
+        self.step_span = _Span(f"ProfilerStep#{self.steps + 1}", "step")
+        self.spans.append(self.step_span)
+
+    def _close_open(self) -> None:
+        """End the mark, then the iteration (ranges must nest)."""
+        if self.mark_span is not None:
+            self.end_mark(self.mark_span)
+        if self.step_span is not None:
+            self.step_span.close()
+            self.step_span = None
+
+    def step(self) -> int:
+        with self.lock:
+            if self.kind == "dispatch":
+                self.backend.sample_counters()
+            self._close_open()
+            self.steps += 1
+            n = self.steps
+            if self.has_totals():
+                self._end_iteration(n)
+                if self.dump_at is not None:
+                    allocated, reserved = self.counters()
+                    if max(allocated, reserved) >= self.dump_at:
+                        self.dump_threshold(allocated, reserved)
+            if self.settings.every and n % self.settings.every == 0:
+                self._write_periodic(n)
+            self._open_step()
+        if self.cuda and self.settings.on_oom:
+            attach_oom_observer(self.oom_observer)  # CUDA may have been initialised since
+        return n
+
+    def mark(self, name: str) -> _Span:
+        with self.lock:
+            if self.mark_span is not None:
+                self.end_mark(self.mark_span)
+            span = self.mark_span = _Span(name, "mark")
+            self.spans.append(span)
+            self.backend.set_label(name)
+            return span
+
+    def end_mark(self, span: _Span) -> None:
+        with self.lock:
+            if span is self.mark_span:
+                span.close()
+                self.mark_span = None
+                self.backend.set_label("")
+
+    def _write_periodic(self, n: int) -> None:
+        template = self.settings.path_template
+        # A path that names the iteration is its own periodic name.
+        path = expand_path(template, n) if "{iteration}" in template else periodic_path(self.path(), n)
+        self.dump(path, collect=True, reason="periodic")
+        self.periodic.append(path)
+        while self.settings.keep and len(self.periodic) > self.settings.keep:
+            try:
+                os.unlink(self.periodic.popleft())
+            except FileNotFoundError:
+                pass
+
+    def snapshot(self, final: bool = False, collect: bool = False) -> Dict[str, Any]:
+        """The snapshot as PyTorch would pickle it, with our annotations."""
+        with self.lock:
+            if collect:
+                self._collect_cycles()
+            self.tagger.tag_all()
+            if self.kind in ("cuda", "xpu"):
+                snap = self.backend.snapshot()
+            elif self.kind in ("dispatch", "allocator"):
+                marks = [(s.name, s.start_us, s.end_us or _now_us()) for s in self.spans if s.kind == "mark"]
+                snap = self.backend.snapshot(marks)
+            else:
+                open_spans = [s for s in (self.step_span, self.mark_span) if s is not None]
+                # Ranges must not straddle a profiler restart: leave and re-enter them.
+                for span in reversed(open_spans):
+                    span.exit()
+                self.backend.collect(restart=not final)
+                for span in open_spans if not final else ():
+                    span.enter()
+                marks = [(s.name, s.start_us, s.end_us or _now_us()) for s in self.spans if s.kind == "mark"]
+                snap = self.backend.snapshot(marks)
+            snap["external_annotations"] = self._annotations(snap)
+            tags = self.tagger.columns()
+            if tags is not None:
+                snap["vramscope_tags"] = tags
+            snap["vramscope"] = {
+                "recorder": RECORDER_NAMES[self.kind],
+                "steps": self.steps,
+                "torch": _torch_version(),
+            }
+            if self.kind in ("dispatch", "allocator"):
+                snap["vramscope"].update(self.backend.meta())
+            return snap
+
+    def _annotations(self, snap: Dict[str, Any]) -> List[Dict[str, Any]]:
+        """Native annotations plus ours where PyTorch recorded none, without
+        iterations in which nothing was allocated or freed (the one opened by
+        the last ``step()`` before the end, typically), and without any when
+        ``step()`` was never called."""
+        now = _now_us()
+        times = sorted(e["time_us"] for t in snap.get("device_traces", []) for e in t if "time_us" in e)
+        if times:  # ranges that ended before the oldest event kept can never show again
+            self.spans = [s for s in self.spans if s.end_us is None or s.end_us >= times[0]]
+
+        def busy(s: _Span) -> bool:
+            end = s.end_us if s.end_us is not None else now
+            i = bisect.bisect_left(times, s.start_us)
+            return i < len(times) and times[i] <= end
+
+        # Without a single step() there are no iterations to show.
+        spans = [s for s in self.spans if s.kind != "step" or (self.steps and (not times or busy(s)))]
+        dropped = {s.name for s in self.spans} - {s.name for s in spans}
+        native = [
+            a
+            for a in snap.get("external_annotations") or []
+            if a.get("name") not in dropped and not (a.get("name") == self.unfinished and a.get("stage") == "END")
+        ]
+        have = {a.get("name") for a in native}
+        device = self.backend.device()
+        ours = []
+        for s in spans:
+            end = s.end_us if s.end_us is not None else now
+            if s.name not in have:
+                ours.append({"name": s.name, "stage": "START", "device": device, "time_us": s.start_us})
+            if (s.name not in have or s.end_us is None) and s.name != self.unfinished:
+                ours.append({"name": s.name, "stage": "END", "device": device, "time_us": end})
+        first = times[0] if times else 0
+        for start, end, label in self.gc_spans:
+            if end >= first:
+                name = f"{GC_ANNOTATION}#{label}"
+                ours.append({"name": name, "stage": "START", "device": device, "time_us": start})
+                ours.append({"name": name, "stage": "END", "device": device, "time_us": end})
+        return sorted(native + ours, key=lambda a: a.get("time_us", 0))
+
+    def dump(self, path: str, collect: bool = False, reason: str = "manual") -> str:
+        """Write the snapshot; ``collect``: run the marked cycle collection
+        first (only at safe points in the user's code, never from inside the
+        allocator's OOM observer)."""
+        write_atomic(path, self.snapshot(collect=collect))
+        self.dumps.append({"time_us": _now_us(), "path": path, "reason": reason})
+        return path
+
+    def note_oom(self, requested: Optional[int], device_free: Optional[int]) -> None:
+        self.ooms.append({"time_us": _now_us(), "requested": requested, "device_free": device_free})
+
+    def finish(self, write: bool = True, collect: bool = False) -> Optional[str]:
+        """End the recording, writing the snapshot first if ``write``;
+        ``collect`` as in :meth:`dump` (not while an exception propagates:
+        the snapshot must show what the failure left alive)."""
+        with self.lock:
+            # What ran after the last step() is not a whole iteration (the
+            # end of the loop, teardown): its range gets no END, so readers
+            # treat it as cut short.
+            if self.step_span is not None:
+                self.unfinished = self.step_span.name
+            self._close_open()
+            watcher, self.watcher = self.watcher, None
+            if watcher is not None:
+                watcher.halt()
+            try:
+                if write:
+                    path = self.path()
+                    write_atomic(path, self.snapshot(final=True, collect=collect))
+                    self.dumps.append({"time_us": _now_us(), "path": path, "reason": self.end_reason})
+                    return path
+                return None
+            finally:
+                if watcher is not None:
+                    watcher.close()
+                self.backend.stop()
+                self.tagger.uninstall()
+                try:
+                    gc.callbacks.remove(self._on_gc)
+                except ValueError:
+                    pass
+
+
+# The snapshot's ``vramscope.recorder`` for each backend.
+RECORDER_NAMES = {
+    "cuda": "cuda-allocator-history",
+    "xpu": "xpu-allocator-history",
+    "allocator": "cpu-allocator",
+    "dispatch": "dispatch",
+    "profiler": "cpu-profiler",
+}
+
+
+def choose_backend(backend: str, device: Optional[str] = None) -> str:
+    """The backend ``record(backend=...)`` runs: ``auto`` is the allocator
+    history of CUDA or XPU where present, else on the CPU the allocator
+    hooks where they install, else the dispatcher."""
+    import torch
+
+    def has_history(name: str) -> bool:
+        mod = getattr(torch, name, None)
+        try:
+            return bool(mod is not None and mod.is_available() and hasattr(mod.memory, "_record_memory_history"))
+        except Exception:  # noqa: BLE001 - a broken device module is an absent one
+            return False
+
+    if backend == "auto":
+        for name in ("cuda", "xpu"):
+            if has_history(name):
+                return name
+        from ._dispatch import pick_device
+
+        if device in (None, "cpu") and pick_device() == "cpu":
+            from ._allocator import available
+
+            if available() is None:
+                return "allocator"
+        return "dispatch"
+    if backend == "allocator":
+        from ._allocator import available
+
+        why = available()
+        if why is not None:
+            raise RuntimeError(f"backend='allocator': {why}; use backend='dispatch'")
+    if backend in ("cuda", "xpu") and not has_history(backend):
+        raise RuntimeError(f"backend={backend!r}: this PyTorch has no {backend} device with an allocator history; use backend='dispatch'")
+    return backend
+
+
+def _is_oom(exc: BaseException) -> bool:
+    """An out-of-memory error of any device: ``torch.OutOfMemoryError``,
+    Python's ``MemoryError``, or the CPU allocator's ``RuntimeError``."""
+    if isinstance(exc, MemoryError) or "OutOfMemory" in type(exc).__name__:
+        return True
+    text = str(exc)[:500].lower()
+    return isinstance(exc, RuntimeError) and ("out of memory" in text or "not enough memory" in text)
+
+
+def periodic_path(path: str, n: int) -> str:
+    """``out.pickle`` -> ``out.step000123.pickle`` for step 123."""
+    root, ext = os.path.splitext(path)
+    return f"{root}.step{n:06d}{ext}"
+
+
+def write_atomic(path: str, obj: Any) -> None:
+    """Pickle ``obj`` to ``path`` so that ``path`` is always either the old
+    file or the complete new one: a dot-named temporary file in the same
+    directory (same filesystem), fsync, rename, fsync of the directory."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            # The interpreter's default protocol, as torch.cuda.memory._dump_snapshot writes.
+            pickle.dump(obj, f, protocol=pickle.DEFAULT_PROTOCOL)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; match a plain open()
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    try:
+        dir_fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # not possible on every platform; the rename is still atomic
+        return
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
+
+
+@functools.lru_cache(maxsize=1)
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _now_us() -> int:
+    # Wall clock in µs since the epoch: the clock of trace entries' time_us.
+    return time.time_ns() // 1000
+
+
+def _torch_version() -> str:
+    import torch
+
+    return str(torch.__version__)
