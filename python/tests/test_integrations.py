@@ -315,8 +315,8 @@ def test_lightning_warns_when_the_environment_names_another_rank(tmp_path: Path,
     trainer = quiet_trainer(L, callback, max_steps=2)
     with pytest.warns(RuntimeWarning, match="the framework says this is rank 0, torch.distributed and the environment say rank 3"):
         trainer.fit(lightning_module(L), batches(2))
-    # The recorder's rank names the file, as it decides `ranks=` and the live registry.
-    assert trainer.global_rank == 0 and callback.path == str(tmp_path / "rank3.pickle")
+    # The framework's rank names the file, as it decides `ranks=` and the live registry.
+    assert trainer.global_rank == 0 and callback.path == str(tmp_path / "rank0.pickle")
     assert ended(callback.path) == steps(1, 2)
 
 

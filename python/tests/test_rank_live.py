@@ -298,3 +298,30 @@ def test_cuda_live_state_dump_at_and_oom_from_the_allocators_counters(tmp_path: 
     assert [(o["requested"], o["device_free"]) for o in state["ooms"]] == [(5 * 2**30, 10**9)]
     assert [d["reason"] for d in state["dumps"]] == ["dump_at", "oom"]
     assert (tmp_path / "gpu.dump_at.pickle").exists()
+
+
+def test_live_categories_count_what_was_alive_before_the_recording(tmp_path: Path) -> None:
+    """Parameters made before recording started are adopted without a
+    stack: they are in the categories and the top holders, and peaks of
+    reserved equal those of allocated where nothing caches."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(512, 512)  # 1 MiB of weight, before the recording
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    rec = vramscope.record(tmp_path / "c.pickle", rank=5)
+    assert not rec.recording
+    with rec:
+        assert rec.recording
+        for _ in range(2):
+            model(torch.randn(8, 512)).sum().backward()
+            opt.step()
+            vramscope.step()
+        state = vramscope.live_state()
+    weight = 512 * 512 * 4
+    assert state["categories"]["parameter"] >= weight + 512 * 4
+    assert state["categories"]["optimizer_state"] >= weight  # momentum buffers, made while recording
+    assert sum(state["categories"].values()) == state["allocated"]
+    assert any(t["site"] == "(allocated before the recording)" and t["bytes"] >= weight for t in state["top"])
+    assert state["peak_reserved"] == state["peak_allocated"] >= state["allocated"]
+    # rank= names the files: a job of at least 6 ranks, this one the 6th.
+    assert state["rank"] == 5 and rec.written == str(tmp_path / "rank5" / "c.pickle")
+    assert Path(rec.written).exists()

@@ -125,11 +125,11 @@ class AllocatorRecorder(DispatchRecorder):
         a, p, w = _native.cpuhook_totals(reset_window)
         return int(a), int(p), int(w)
 
-    def live_blocks(self) -> List[Tuple[int, int, List[Dict[str, Any]]]]:
+    def live_blocks(self, unstacked: bool = False) -> List[Tuple[int, int, List[Dict[str, Any]]]]:
         from . import _native
 
         stacks = self.stack_list
-        return [(a, n, stacks[sid]) for a, n, sid in _native.cpuhook_live() if n and sid]
+        return [(a, n, stacks[sid]) for a, n, sid in _native.cpuhook_live() if n and (sid or unstacked)]
 
 
 def _make_function_mode(rec: AllocatorRecorder, native: Any) -> Any:

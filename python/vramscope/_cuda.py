@@ -80,17 +80,18 @@ class CudaRecorder:
         except Exception:  # noqa: BLE001 - unknown is a fine answer
             return None
 
-    def live_blocks(self) -> List[Tuple[int, int, List[Dict[str, Any]]]]:
+    def live_blocks(self, unstacked: bool = False) -> List[Tuple[int, int, List[Dict[str, Any]]]]:
         """``(address, size, frames)`` of the allocated blocks, from the
         allocator's segments without the trace (``memory_snapshot()``: it
-        walks the blocks, not the history)."""
+        walks the blocks, not the history); ``unstacked``: blocks from
+        before the history too, without frames."""
         mod = self._module()
         if not mod.is_initialized():
             return []
         out = []
         for seg in mod.memory.memory_snapshot():
             for b in seg.get("blocks", ()):
-                if b.get("state") == "active_allocated":
+                if b.get("state") == "active_allocated" and (unstacked or b.get("frames")):
                     out.append((int(b.get("address", 0)), int(b.get("requested_size") or b.get("size", 0)), b.get("frames") or []))
         return out
 

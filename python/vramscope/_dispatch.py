@@ -466,10 +466,12 @@ class DispatchRecorder:
     def device(self) -> int:
         return 0
 
-    def live_blocks(self) -> List[Tuple[int, int, List[Dict[str, Any]]]]:
-        """``(address, size, frames)`` of every live block with a stack."""
+    def live_blocks(self, unstacked: bool = False) -> List[Tuple[int, int, List[Dict[str, Any]]]]:
+        """``(address, size, frames)`` of every live block with a stack;
+        ``unstacked``: those without one too (adopted at the start), with
+        no frames."""
         stacks = self.stack_list
-        return [(a, n, stacks[sid]) for a, n, sid, _ in list(self.live.values()) if n and sid]
+        return [(a, n, stacks[sid]) for a, n, sid, _ in list(self.live.values()) if n and (sid or unstacked)]
 
 
 # Files of torch's dynamo guard around a mode's handler (torch._disable_dynamo):

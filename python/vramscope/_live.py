@@ -26,7 +26,7 @@ import threading
 import time
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
-from ._rank import _host, rank_info
+from ._rank import _host
 
 __all__ = ["Watcher", "state", "parse_threshold", "registry_dir"]
 
@@ -81,13 +81,19 @@ def _frame(f: Dict[str, Any]) -> str:
     return f"{f.get('filename', '?')}:{f.get('line', 0)} in {f.get('name', '?')}"
 
 
+# The site of blocks without a stack: alive when the recording began.
+BEFORE_RECORDING = "(allocated before the recording)"
+
+
 def _site(frames: List[Dict[str, Any]]) -> str:
     """The innermost frame of the program itself (not torch's internals)."""
+    if not frames:
+        return BEFORE_RECORDING
     for f in frames:
         name = str(f.get("filename", ""))
         if not any(p in name for p in _LIBRARY_PARTS):
             return f"{os.path.basename(name)}:{f.get('line', 0)} in {f.get('name', '?')}"
-    return _frame(frames[0]) if frames else "(no stack)"
+    return _frame(frames[0])
 
 
 def top_holders(blocks: List[Tuple[int, int, List[Dict[str, Any]]]], n: int = TOP_SITES) -> List[Dict[str, Any]]:
@@ -132,8 +138,8 @@ def state(session: Any, seq: int = 0) -> Dict[str, Any]:
     """The live state of ``session`` (a recording) as the protocol has it."""
     t0 = time.perf_counter_ns()
     allocated, reserved, peak_a, peak_r = session.figures()
-    blocks = session.backend.live_blocks() if hasattr(session.backend, "live_blocks") else []
-    info = rank_info()
+    blocks = session.backend.live_blocks(unstacked=True) if hasattr(session.backend, "live_blocks") else []
+    info = session.owner.rank_info()
     out = {
         "version": 1,
         "pid": os.getpid(),
@@ -267,7 +273,7 @@ class Watcher:
             "address": self.server.address,
             "token": self.server.token,
             "host": _host(),
-            "rank": rank_info()["rank"],
+            "rank": self.session.owner.rank_info()["rank"],
             "argv": list(sys.argv),
             "started_us": time.time_ns() // 1000,
         }

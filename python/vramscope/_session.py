@@ -111,7 +111,7 @@ class _Session:
     def path(self) -> str:
         """The snapshot's path now: placeholders filled in with this rank
         and iteration."""
-        return expand_path(self.settings.path_template, self.steps)
+        return expand_path(self.settings.path_template, self.steps, self.owner.rank_info())
 
     # ----- figures, for the live state and dump_at -----
 
@@ -128,8 +128,11 @@ class _Session:
     def figures(self) -> tuple:
         """``(allocated, reserved, peak allocated, peak reserved)``."""
         allocated, reserved = self.counters()
-        peak = self.backend.totals()[1] if self.kind not in ("cuda", "xpu") else max(self._peaks[0], allocated)
-        self._peaks = [max(self._peaks[0], peak, allocated), max(self._peaks[1], reserved)]
+        if self.kind in ("cuda", "xpu"):
+            self._peaks = [max(self._peaks[0], allocated), max(self._peaks[1], reserved)]
+        else:  # nothing caches: reserved is allocated, and so are their peaks (exact, from the totals)
+            peak = max(self.backend.totals()[1], allocated)
+            self._peaks = [peak, peak]
         return allocated, reserved, self._peaks[0], self._peaks[1]
 
     def capacity(self) -> Optional[int]:
@@ -260,7 +263,7 @@ class _Session:
     def _write_periodic(self, n: int) -> None:
         template = self.settings.path_template
         # A path that names the iteration is its own periodic name.
-        path = expand_path(template, n) if "{iteration}" in template else periodic_path(self.path(), n)
+        path = expand_path(template, n, self.owner.rank_info()) if "{iteration}" in template else periodic_path(self.path(), n)
         self.dump(path, collect=True, reason="periodic")
         self.periodic.append(path)
         while self.settings.keep and len(self.periodic) > self.settings.keep:
@@ -349,6 +352,7 @@ class _Session:
         allocator's OOM observer)."""
         write_atomic(path, self.snapshot(collect=collect))
         self.dumps.append({"time_us": _now_us(), "path": path, "reason": reason})
+        self.owner.written = path
         return path
 
     def note_oom(self, requested: Optional[int], device_free: Optional[int]) -> None:
@@ -373,6 +377,7 @@ class _Session:
                     path = self.path()
                     write_atomic(path, self.snapshot(final=True, collect=collect))
                     self.dumps.append({"time_us": _now_us(), "path": path, "reason": self.end_reason})
+                    self.owner.written = path
                     return path
                 return None
             finally:

@@ -121,6 +121,10 @@ class record:
             live registry, ``"127.0.0.1:PORT"``, or ``"file:PATH"``.
             Default False (``$VRAMSCOPE_LIVE``).
         live_interval: seconds between publications. Default 0.5.
+        rank: this process's rank where the program knows it better than
+            ``torch.distributed`` and ``RANK`` do (a framework's own
+            launcher); used for paths and ``ranks``. May be set on the
+            object before it is entered. Default: as found.
 
     Dumps never wait for other ranks (no collective runs), so a rank that
     runs out of memory writes its file while the others are blocked.
@@ -147,6 +151,7 @@ class record:
         dump_at: Optional[Any] = None,
         live: Optional[Any] = None,
         live_interval: float = DEFAULT_LIVE_INTERVAL,
+        rank: Optional[int] = None,
     ) -> None:
         self._kwargs = dict(
             path=path,
@@ -161,6 +166,7 @@ class record:
             dump_at=dump_at,
             live=live,
             live_interval=live_interval,
+            rank=rank,
         )
         self.collect_cycles: bool = bool(collect_cycles)
         env = read_env()
@@ -178,6 +184,9 @@ class record:
         self.dump_at = pick("dump_at", None)
         self.live = pick("live", False)
         self.live_interval = float(live_interval)
+        self.rank: Optional[int] = None if rank is None else int(rank)
+        # The last snapshot written by this recording (its final file once it ended).
+        self.written: Optional[str] = None
         if self.live_interval <= 0:
             raise ValueError(f"live_interval={live_interval!r}: must be positive")
         if self.backend not in BACKENDS:
@@ -192,7 +201,20 @@ class record:
     def path(self) -> str:
         """The snapshot's path now (placeholders filled in)."""
         session = self._session
-        return session.path() if session is not None else expand_path(self.path_template, 0)
+        return session.path() if session is not None else expand_path(self.path_template, 0, self.rank_info())
+
+    @property
+    def recording(self) -> bool:
+        """Whether this object is recording now (entering it starts nothing
+        inside another recording, or on a rank that ``ranks`` leaves out)."""
+        return self._session is not None
+
+    def rank_info(self) -> Dict[str, int]:
+        """``rank``, ``local_rank``, ``world_size`` as the files are named."""
+        info = rank_info()
+        if self.rank is not None:
+            info = dict(info, rank=self.rank, world_size=max(info["world_size"], self.rank + 1))
+        return info
 
     def __enter__(self) -> "record":
         global _active
@@ -207,7 +229,7 @@ class record:
                 # An explicit recording takes over one started by VRAMSCOPE_RECORD.
                 print(f"vramscope: recording to {self.path} replaces $VRAMSCOPE_RECORD", file=sys.stderr)
                 current.finish(write=False)
-            if self.ranks is not None and rank_info()["rank"] not in self.ranks:
+            if self.ranks is not None and self.rank_info()["rank"] not in self.ranks:
                 return self  # not one of the ranks asked for: runs unrecorded
             session = _Session(self, _on_cuda_oom)
             session.begin()
@@ -237,7 +259,7 @@ class record:
             if not pending:
                 raise
             # Raising here would replace the exception that is propagating.
-            print(f"vramscope: could not write {self.path}: {err!r}", file=sys.stderr)
+            print(f"vramscope: could not write {session.path()}: {err!r}", file=sys.stderr)
             return None
 
     def __call__(self, fn: _F) -> _F:
@@ -273,7 +295,7 @@ def dump(path: Optional[str | os.PathLike] = None) -> str:
     session = _current()
     if session is None:
         raise RuntimeError("vramscope is not recording")
-    target = expand_path(os.path.abspath(os.fspath(path)), session.steps) if path is not None else session.path()
+    target = expand_path(os.path.abspath(os.fspath(path)), session.steps, session.owner.rank_info()) if path is not None else session.path()
     return session.dump(target, collect=True, reason="manual")
 
 

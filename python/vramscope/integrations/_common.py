@@ -102,15 +102,15 @@ class TrainingRecording:
         # notebook) would be freed by the recorder's collection at the end
         # and reported as tensors that reference cycles held in this run.
         gc.collect()
+        self._use_rank(framework_rank)
         self._record.__enter__()
         # record() enters without starting a session when nested in another
         # recording or when this rank is not in `ranks`.
-        self._recording = getattr(self._record, "_session", None) is not None
+        self._recording = self._record.recording
         self._joined = not self._recording and rec.is_recording()
         if self._recording:
             _running.add(self)
             _install_exit_handler()
-            self._check_rank(framework_rank)
         elif self._joined and self.checks:
             warnings.warn(
                 "vramscope: already recording (an enclosing vramscope.record); its file gets the iteration marks, "
@@ -120,16 +120,22 @@ class TrainingRecording:
             )
         return self._recording
 
-    def _check_rank(self, framework_rank: Optional[int]) -> None:
+    def _use_rank(self, framework_rank: Optional[int]) -> None:
+        """The framework's rank names the file (and decides ``ranks=``)
+        unless the user gave ``rank=``: it knows, where ``RANK`` may be a
+        leftover of the shell; a disagreement is reported."""
+        if framework_rank is None or self._record.rank is not None and self._record.rank != getattr(self, "_framework_rank", None):
+            return
         from .._rank import rank_info
 
         seen = rank_info()["rank"]
-        if framework_rank is not None and seen != framework_rank:
+        self._record.rank = self._framework_rank = int(framework_rank)
+        if seen != framework_rank:
             warnings.warn(
                 f"vramscope: the framework says this is rank {framework_rank}, torch.distributed and the "
-                f"environment say rank {seen}; the file is named for rank {seen}: {self._record.path}",
+                f"environment say rank {seen}; the file is named for rank {framework_rank}: {self._record.path}",
                 RuntimeWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
 
     def step(self) -> int:
@@ -147,15 +153,13 @@ class TrainingRecording:
             return None
         self._recording = False
         _running.discard(self)
-        # The path now: the recorder fills {iteration} in from the running session.
-        path = self._record.path
+        self._record.written = None
         if exc is None:
             self._record.__exit__(None, None, None)
         else:
             self._record.__exit__(type(exc), exc, exc.__traceback__)
-            if not os.path.exists(path):
-                return None
-        self.path = path
+        # The final file (None when writing failed while `exc` propagated).
+        self.path = path = self._record.written
         return path
 
     def check(self) -> Optional[dict]:
