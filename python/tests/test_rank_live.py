@@ -6,6 +6,7 @@ through the socket and registry that `vramscope live` uses."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import pickle
@@ -22,6 +23,7 @@ import pytest
 
 import vramscope
 from vramscope import _rank
+from vramscope._live import categories as live_categories
 from vramscope._live import parse_threshold, top_holders
 
 torch = pytest.importorskip("torch")
@@ -172,8 +174,10 @@ def test_top_holders_merge_equal_stacks() -> None:
     a = [{"filename": "/x/train.py", "line": 3, "name": "f"}]
     b = [{"filename": "/x/train.py", "line": 3, "name": "f"}]  # equal, another list
     lib = [{"filename": "/v/site-packages/torch/nn/linear.py", "line": 9, "name": "forward"}, {"filename": "/x/m.py", "line": 7, "name": "g"}]
-    top = top_holders([(1, 100, a), (2, 50, b), (3, 500, lib)])
-    assert [(t["site"], t["bytes"], t["blocks"]) for t in top] == [("m.py:7 in g", 500, 1), ("train.py:3 in f", 150, 2)]
+    deeper = a + [{"filename": "/x/run.py", "line": 1, "name": "main"}]  # the same site, called from elsewhere
+    top = top_holders([(1, 100, a), (2, 50, b), (3, 500, lib), (4, 200, deeper)])
+    assert [(t["site"], t["bytes"], t["blocks"]) for t in top] == [("m.py:7 in g", 500, 1), ("train.py:3 in f", 350, 3)]
+    assert top[1]["stack"] == ["/x/train.py:3 in f", "/x/run.py:1 in main"]  # the site's largest share
 
 
 _LIVE = textwrap.dedent(
@@ -316,12 +320,57 @@ def test_live_categories_count_what_was_alive_before_the_recording(tmp_path: Pat
             opt.step()
             vramscope.step()
         state = vramscope.live_state()
+        # Gradients set to None free their storage; new tensors that the
+        # allocator puts at the same addresses are not gradients.
+        grad_addr = model.weight.grad.untyped_storage().data_ptr()
+        opt.zero_grad(set_to_none=True)
+        held = [torch.empty(512, 512) for _ in range(8)]
+        vramscope.step()
+        after = vramscope.live_state()
+        # A block at the old gradient's address (the allocator may hand it out again at once).
+        session = importlib.import_module("vramscope.record")._current()
+        reused = live_categories(session, [(grad_addr, 2**20, [])], 2**20)
     weight = 512 * 512 * 4
     assert state["categories"]["parameter"] >= weight + 512 * 4
     assert state["categories"]["optimizer_state"] >= weight  # momentum buffers, made while recording
+    assert state["categories"]["gradient"] >= weight
     assert sum(state["categories"].values()) == state["allocated"]
     assert any(t["site"] == "(allocated before the recording)" and t["bytes"] >= weight for t in state["top"])
     assert state["peak_reserved"] == state["peak_allocated"] >= state["allocated"]
+    assert len(held) == 8 and after["categories"]["other"] >= 8 * weight
+    assert after["categories"].get("gradient", 0) == 0, after["categories"]
+    assert reused == {"other": 2**20}
     # rank= names the files: a job of at least 6 ranks, this one the 6th.
     assert state["rank"] == 5 and rec.written == str(tmp_path / "rank5" / "c.pickle")
     assert Path(rec.written).exists()
+
+
+def test_vramscope_live_once_json_reads_the_running_recording(tmp_path: Path) -> None:
+    """`vramscope live PID --once --json` (the Rust viewer, found through the
+    registry) gets the state the recorder has at that moment."""
+    script = tmp_path / "live.py"
+    script.write_text(_LIVE)
+    registry = tmp_path / "registry"
+    env = dict(os.environ, VRAMSCOPE_LIVE_DIR=str(registry))
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path / "live.pickle")], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        expected = json.loads(proc.stdout.readline())  # the recorder's figures, now steady
+        viewer = subprocess.run(
+            [sys.executable, "-m", "vramscope", "live", str(proc.pid), "--once", "--json"], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert viewer.returncode == 0, viewer.stderr
+        state = json.loads(viewer.stdout.splitlines()[0])
+        assert (state["pid"], state["allocated"], state["iteration"]) == (proc.pid, expected["allocated"], 3)
+        assert state["top"][0] == expected["top"][0]
+        # The same through the terminal frame: the holder's site and the figures.
+        frame = subprocess.run(
+            [sys.executable, "-m", "vramscope", "live", str(proc.pid), "--once"], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert frame.returncode == 0, frame.stderr
+        assert "live.py:" in frame.stdout and f"pid {proc.pid}" in frame.stdout and "\x1b[" not in frame.stdout
+    finally:
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        proc.wait(timeout=60)

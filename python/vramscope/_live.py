@@ -97,7 +97,9 @@ def _site(frames: List[Dict[str, Any]]) -> str:
 
 
 def top_holders(blocks: List[Tuple[int, int, List[Dict[str, Any]]]], n: int = TOP_SITES) -> List[Dict[str, Any]]:
-    """Live blocks grouped by stack, largest first."""
+    """Live blocks grouped by site (the program's line that allocated
+    them), largest first; the stack shown is that of the site's largest
+    share."""
     groups: Dict[int, List[Any]] = {}
     for _addr, size, frames in blocks:
         key = id(frames)  # recorders intern stacks: one list per distinct stack
@@ -107,29 +109,35 @@ def top_holders(blocks: List[Tuple[int, int, List[Dict[str, Any]]]], n: int = TO
         else:
             g[0] += size
             g[1] += 1
-    # Equal stacks may still be distinct lists (CUDA): merge by their text.
-    merged: Dict[tuple, List[Any]] = {}
+    # One row per site: [bytes, blocks, the largest stack's bytes, its frames].
+    merged: Dict[str, List[Any]] = {}
     for size, count, frames in groups.values():
-        text = tuple(_frame(f) for f in frames[:STACK_FRAMES])
-        m = merged.setdefault(text, [0, 0, frames])
+        m = merged.setdefault(_site(frames), [0, 0, -1, frames])
         m[0] += size
         m[1] += count
+        if size > m[2]:
+            m[2], m[3] = size, frames
     ranked = sorted(merged.items(), key=lambda kv: -kv[1][0])[:n]
-    return [{"site": _site(m[2]), "bytes": m[0], "blocks": m[1], "stack": list(text)} for text, m in ranked]
+    return [{"site": site, "bytes": m[0], "blocks": m[1], "stack": [_frame(f) for f in m[3][:STACK_FRAMES]]} for site, m in ranked]
 
 
 def categories(session: Any, blocks: List[Tuple[int, int, Any]], allocated: int) -> Dict[str, int]:
-    """Bytes per category now: blocks whose address the hooks named, the
-    rest ``other``. An address keeps its name until a hook names it again,
-    so a freed gradient's address reused by an activation is counted as a
-    gradient until the next dump renames it (seconds at most in practice)."""
-    named = session.tagger._named
+    """Bytes per category now: blocks that are a known tensor's storage
+    now (parameters, gradients, optimizer state of the modules and
+    optimizers the hooks have seen), the rest ``other``."""
+    named: Dict[tuple, str] = {}
+    for _ in range(3):  # the program's thread may change a set meanwhile
+        try:
+            named = session.tagger.current()
+            break
+        except RuntimeError:
+            continue
     dev = session.backend.device() if session.cuda else 0
     out: Dict[str, int] = collections.defaultdict(int)
     for addr, size, _frames in blocks:
-        mark = named.get((dev, addr))
-        if mark is not None:
-            out[mark[0]] += size
+        category = named.get((dev, addr))
+        if category is not None:
+            out[category] += size
     out["other"] = max(allocated - sum(out.values()), 0)
     return dict(out)
 

@@ -205,6 +205,40 @@ class Tagger:
                 if p.grad is not None:
                     self.tag(p.grad, "gradient")
 
+    def current(self) -> Dict[tuple, str]:
+        """``(device index, address) -> category`` of the tensors known now:
+        parameters, their gradients and optimizer state, read from the
+        modules and optimizers themselves (not from earlier names, whose
+        addresses the allocator may have given to other tensors since). For
+        the live state; a few µs per parameter."""
+        import torch
+
+        out: Dict[tuple, str] = {}
+
+        def put(t: Any, category: str) -> None:
+            try:
+                st = t.untyped_storage()
+                if self._wanted(t.device) and st.nbytes():
+                    out.setdefault((t.device.index or 0, st.data_ptr()), category)
+            except (RuntimeError, AttributeError, NotImplementedError):
+                pass
+
+        for opt in list(self._optimizers):
+            for group in list(opt.param_groups):
+                for p in list(group["params"]):
+                    put(p, "parameter")
+                    if p.grad is not None:
+                        put(p.grad, "gradient")
+                    for v in list(opt.state.get(p, {}).values()) if p in opt.state else ():
+                        if isinstance(v, torch.Tensor):
+                            put(v, "optimizer_state")
+        for m in list(self._modules):
+            for p in m.parameters(recurse=False):
+                put(p, "parameter")
+                if p.grad is not None:
+                    put(p.grad, "gradient")
+        return out
+
     def tag(self, t: Any, category: str) -> None:
         """Name the allocation behind ``t``, once per address and category."""
         try:
