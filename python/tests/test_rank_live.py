@@ -374,3 +374,39 @@ def test_vramscope_live_once_json_reads_the_running_recording(tmp_path: Path) ->
         proc.stdin.write("\n")
         proc.stdin.flush()
         proc.wait(timeout=60)
+
+
+_STRESS = textwrap.dedent(
+    """
+    import json, sys, torch, vramscope
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64))
+    opt = torch.optim.Adam(model.parameters())
+    with vramscope.record(sys.argv[1], live="file:" + sys.argv[2], live_interval=0.002, dump_at=1):
+        for _ in range(400):
+            model(torch.randn(16, 64)).sum().backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            vramscope.step()
+    print(json.load(open(sys.argv[2]))["seq"])
+    """
+)
+
+
+def test_publishing_while_the_program_frees_gradients_never_crashes(tmp_path: Path) -> None:
+    """The watcher's thread publishes every 2 ms while the program's thread
+    creates and frees gradients: the watcher never reads a tensor (reading
+    one while zero_grad frees it crashed the process), so the run ends
+    normally with hundreds of states published and the dump_at file written."""
+    script = tmp_path / "stress.py"
+    script.write_text(_STRESS)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "s.pickle"), str(tmp_path / "state.json")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert int(proc.stdout.split()[-1]) >= 50
+    assert (tmp_path / "s.dump_at.pickle").exists()

@@ -121,17 +121,20 @@ def top_holders(blocks: List[Tuple[int, int, List[Dict[str, Any]]]], n: int = TO
     return [{"site": site, "bytes": m[0], "blocks": m[1], "stack": [_frame(f) for f in m[3][:STACK_FRAMES]]} for site, m in ranked]
 
 
-def categories(session: Any, blocks: List[Tuple[int, int, Any]], allocated: int) -> Dict[str, int]:
-    """Bytes per category now: blocks that are a known tensor's storage
-    now (parameters, gradients, optimizer state of the modules and
-    optimizers the hooks have seen), the rest ``other``."""
-    named: Dict[tuple, str] = {}
-    for _ in range(3):  # the program's thread may change a set meanwhile
-        try:
-            named = session.tagger.current()
-            break
-        except RuntimeError:
-            continue
+def categories(session: Any, blocks: List[Tuple[int, int, Any]], allocated: int, named: Optional[Dict[tuple, str]] = None) -> Dict[str, int]:
+    """Bytes per category: blocks that are a known tensor's storage
+    (parameters, gradients, optimizer state of the modules and optimizers
+    the hooks have seen), the rest ``other``. ``named``: that map as the
+    last step read it (the watcher's thread must not read tensors); by
+    default read now, on the caller's thread."""
+    if named is None:
+        named = {}
+        for _ in range(3):  # a weak set may change meanwhile
+            try:
+                named = session.tagger.current()
+                break
+            except RuntimeError:
+                continue
     dev = session.backend.device() if session.cuda else 0
     out: Dict[str, int] = collections.defaultdict(int)
     for addr, size, _frames in blocks:
@@ -142,8 +145,11 @@ def categories(session: Any, blocks: List[Tuple[int, int, Any]], allocated: int)
     return dict(out)
 
 
-def state(session: Any, seq: int = 0) -> Dict[str, Any]:
-    """The live state of ``session`` (a recording) as the protocol has it."""
+def state(session: Any, seq: int = 0, on_watcher: bool = False) -> Dict[str, Any]:
+    """The live state of ``session`` (a recording) as the protocol has it.
+    ``on_watcher``: taken on the watcher's thread, which reads counters and
+    the allocator's blocks but never a tensor (categories as of the last
+    step)."""
     t0 = time.perf_counter_ns()
     allocated, reserved, peak_a, peak_r = session.figures()
     blocks = session.backend.live_blocks(unstacked=True) if hasattr(session.backend, "live_blocks") else []
@@ -165,7 +171,7 @@ def state(session: Any, seq: int = 0) -> Dict[str, Any]:
         "peak_allocated": peak_a,
         "peak_reserved": peak_r,
         "capacity": session.capacity(),
-        "categories": categories(session, blocks, allocated),
+        "categories": categories(session, blocks, allocated, session.category_map if on_watcher else None),
         "top": top_holders(blocks),
         "iterations": list(session.iterations),
         "ooms": list(session.ooms),
@@ -311,13 +317,19 @@ class Watcher:
 
     def _check_threshold(self) -> None:
         allocated, reserved = self.session.counters()
-        if self.dump_at is not None and max(allocated, reserved) >= self.dump_at:
+        threshold = self.dump_at
+        if threshold is not None and max(allocated, reserved) >= threshold:
             self.dump_at = None  # once
-            self.session.dump_threshold(allocated, reserved)
+            try:
+                self.session.dump_threshold(allocated, reserved, on_watcher=True)
+            except RuntimeError:  # the program's thread changed a container meanwhile: at the next poll
+                if self.session.dump_at is None and not any(d["reason"] == "dump_at" for d in self.session.dumps):
+                    self.dump_at = self.session.dump_at = threshold
+                raise
 
     def publish(self) -> Dict[str, Any]:
         self.seq += 1
-        st = state(self.session, self.seq)
+        st = state(self.session, self.seq, on_watcher=True)
         self.publish_us.append(st["publish_us"])
         line = (json.dumps(st, separators=(",", ":")) + "\n").encode()
         if self.server is not None:

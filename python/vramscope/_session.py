@@ -103,6 +103,9 @@ class _Session:
         self.dumps: Deque[Dict[str, Any]] = collections.deque(maxlen=DUMPS_KEPT)
         self._peaks = [0, 0]  # allocated, reserved: highest read
         self.watcher: Any = None
+        # For the live state: address -> category, as of the last step.
+        self.category_map: Dict[tuple, str] = {}
+        self.category_map_at = 0.0
         self.end_reason = "exit"
         self.dump_at: Optional[int] = None
         if (owner.live or owner.dump_at is not None) and not self.has_totals():
@@ -159,13 +162,31 @@ class _Session:
         peak = self.backend.totals(reset_window=True)[2]
         self.iterations.append({"n": n, "end_us": _now_us(), "allocated": allocated, "reserved": reserved, "peak": max(peak, allocated)})
 
-    def dump_threshold(self, allocated: int, reserved: int) -> None:
-        """``dump_at`` was reached: the early snapshot (from the watcher's
-        thread or a step)."""
+    def _refresh_categories(self) -> None:
+        """Which addresses are parameters, gradients, optimizer state, for
+        the live state: read here, on the program's thread at a step,
+        because reading a tensor from another thread while the program
+        frees it (``zero_grad``) can crash the process. At most once per
+        publication interval (a few µs per parameter)."""
+        watcher = self.watcher
+        if watcher is None or not watcher.publishing:
+            return
+        now = time.monotonic()
+        if now - self.category_map_at < self.settings.live_interval:
+            return
+        self.category_map_at = now
+        try:
+            self.category_map = self.tagger.current()
+        except RuntimeError:  # a weak set changed while read: the next step
+            pass
+
+    def dump_threshold(self, allocated: int, reserved: int, on_watcher: bool = False) -> None:
+        """``dump_at`` was reached: the early snapshot (from a step, or from
+        the watcher's thread: then no tensor is touched, see ``snapshot``)."""
         self.dump_at = None
         root, ext = os.path.splitext(self.path())
         path = f"{root}.dump_at{ext}"
-        self.dump(path, reason="dump_at")
+        self.dump(path, reason="dump_at", tag=not on_watcher)
         print(
             f"vramscope: {max(allocated, reserved):,} bytes in use reached dump_at ({self.settings.dump_at}); snapshot written to {path}",
             file=sys.stderr,
@@ -233,6 +254,7 @@ class _Session:
             n = self.steps
             if self.has_totals():
                 self._end_iteration(n)
+                self._refresh_categories()
                 if self.dump_at is not None:
                     allocated, reserved = self.counters()
                     if max(allocated, reserved) >= self.dump_at:
@@ -272,12 +294,13 @@ class _Session:
             except FileNotFoundError:
                 pass
 
-    def snapshot(self, final: bool = False, collect: bool = False) -> Dict[str, Any]:
+    def snapshot(self, final: bool = False, collect: bool = False, tag: bool = True) -> Dict[str, Any]:
         """The snapshot as PyTorch would pickle it, with our annotations."""
         with self.lock:
             if collect:
                 self._collect_cycles()
-            self.tagger.tag_all()
+            if tag:  # (not from another thread: tensors are read only on the program's)
+                self.tagger.tag_all()
             if self.kind in ("cuda", "xpu"):
                 snap = self.backend.snapshot()
             elif self.kind in ("dispatch", "allocator"):
@@ -346,11 +369,11 @@ class _Session:
                 ours.append({"name": name, "stage": "END", "device": device, "time_us": end})
         return sorted(native + ours, key=lambda a: a.get("time_us", 0))
 
-    def dump(self, path: str, collect: bool = False, reason: str = "manual") -> str:
+    def dump(self, path: str, collect: bool = False, reason: str = "manual", tag: bool = True) -> str:
         """Write the snapshot; ``collect``: run the marked cycle collection
         first (only at safe points in the user's code, never from inside the
         allocator's OOM observer)."""
-        write_atomic(path, self.snapshot(collect=collect))
+        write_atomic(path, self.snapshot(collect=collect, tag=tag))
         self.dumps.append({"time_us": _now_us(), "path": path, "reason": reason})
         self.owner.written = path
         return path
