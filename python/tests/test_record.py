@@ -366,6 +366,10 @@ def test_read_env_and_keyword_precedence(monkeypatch: pytest.MonkeyPatch) -> Non
     got = _env.read_env({"VRAMSCOPE_RECORD": "r{pid}.pickle", "VRAMSCOPE_MAX_ENTRIES": "1_000", "VRAMSCOPE_STACKS": "ALL"})
     assert got == {"path": "r{pid}.pickle", "max_entries": 1000, "stacks": "all"}
     assert vr.record("r{pid}.pickle").path == os.path.abspath(f"r{os.getpid()}.pickle")
+    more = {"VRAMSCOPE_RANKS": "0-2,5", "VRAMSCOPE_DUMP_AT": "90%", "VRAMSCOPE_LIVE": "yes"}
+    assert _env.read_env(more) == {"ranks": [0, 1, 2, 5], "dump_at": "90%", "live": True}
+    assert _env.read_env({"VRAMSCOPE_DUMP_AT": "4096", "VRAMSCOPE_LIVE": "file:/tmp/s.json"}) == {"dump_at": 4096, "live": "file:/tmp/s.json"}
+    assert _env.read_env({"VRAMSCOPE_LIVE": "0"}) == {"live": False}
     for bad in ({"VRAMSCOPE_MAX_ENTRIES": "0"}, {"VRAMSCOPE_KEEP": "-1"}, {"VRAMSCOPE_STACKS": "cpp"}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             _env.read_env(bad)
