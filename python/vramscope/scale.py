@@ -31,18 +31,17 @@ from . import load as _load
 PathLike = Union[str, os.PathLike]
 
 
-def _events(row: dict) -> pa.Table:
-    t = _load(row["path"]).to_arrow("events")
-    n = t.num_rows
-    t = t.set_column(t.schema.get_field_index("file_id"), "file_id", pa.array([row["file_id"]] * n, pa.int32()))
-    return t.append_column("rank", pa.array([row["rank"]] * n, pa.int32()))
+def _rows_of(table: str):
+    """A reader of one file's ``table`` (``events`` or ``stacks``), its rows
+    marked with the file's id and rank."""
 
+    def read(row: dict) -> pa.Table:
+        t = _load(row["path"]).to_arrow(table)
+        n = t.num_rows
+        t = t.set_column(t.schema.get_field_index("file_id"), "file_id", pa.array([row["file_id"]] * n, pa.int32()))
+        return t.append_column("rank", pa.array([row["rank"]] * n, pa.int32()))
 
-def _stacks(row: dict) -> pa.Table:
-    t = _load(row["path"]).to_arrow("stacks")
-    n = t.num_rows
-    t = t.set_column(t.schema.get_field_index("file_id"), "file_id", pa.array([row["file_id"]] * n, pa.int32()))
-    return t.append_column("rank", pa.array([row["rank"]] * n, pa.int32()))
+    return read
 
 
 def _files(row: dict) -> pa.Table:
@@ -94,7 +93,7 @@ def export_with_ray(
     rows = {}
     for table in tables:
         ds = ray.data.from_items(items, override_num_blocks=max(1, len(items)))
-        fn = {"events": _events, "stacks": _stacks, "files": _files}[table]
+        fn = _files if table == "files" else _rows_of(table)
         ds = ds.map_batches(_per_file(fn), batch_size=1, batch_format="pyarrow")
         if table == "files":
             # Small: one file, not partitioned, as the CLI writes it.
