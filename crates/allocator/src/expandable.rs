@@ -51,16 +51,11 @@ impl Allocator {
         self.expandables.push(Some(Expandable { base, page }));
         self.blocks.insert(
             base,
+            // Address space only: mapped page by page as allocations need it.
             Block {
-                size: space,
-                stream,
-                small,
-                allocated: false,
                 mapped: false,
                 expandable: Some(id),
-                prev: None,
-                next: None,
-                gc_base: 0,
+                ..Block::segment(space, stream, small)
             },
         );
         self.cache(base);

@@ -63,6 +63,21 @@ pub(crate) struct Block {
 }
 
 impl Block {
+    /// A whole new segment: one free, mapped block with no neighbours.
+    pub fn segment(size: u64, stream: u64, small: bool) -> Block {
+        Block {
+            size,
+            stream,
+            small,
+            allocated: false,
+            mapped: true,
+            expandable: None,
+            prev: None,
+            next: None,
+            gc_base: 0,
+        }
+    }
+
     pub fn is_split(&self) -> bool {
         self.prev.is_some() || self.next.is_some()
     }
@@ -270,20 +285,7 @@ impl Allocator {
         }
         let addr = self.next_address;
         self.next_address += seg.div_ceil(2 << 20) * (2 << 20);
-        self.blocks.insert(
-            addr,
-            Block {
-                size: seg,
-                stream,
-                small,
-                allocated: false,
-                mapped: true,
-                expandable: None,
-                prev: None,
-                next: None,
-                gc_base: 0,
-            },
-        );
+        self.blocks.insert(addr, Block::segment(seg, stream, small));
         self.grew(seg, SegmentEvent::Alloc(seg));
         Some(addr)
     }

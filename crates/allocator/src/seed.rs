@@ -12,20 +12,8 @@ impl Allocator {
         if size == 0 || self.blocks.contains_key(&addr) {
             return;
         }
-        self.blocks.insert(
-            addr,
-            Block {
-                size,
-                stream,
-                small,
-                allocated: false,
-                mapped: true,
-                expandable: None,
-                prev: None,
-                next: None,
-                gc_base: 0,
-            },
-        );
+        self.blocks
+            .insert(addr, Block::segment(size, stream, small));
         self.cache(addr);
         self.reserved += size;
         self.peak_reserved = self.peak_reserved.max(self.reserved);
