@@ -6,6 +6,7 @@ through the socket and registry that `vramscope live` uses."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -14,10 +15,9 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Dict, List
+from typing import Any, Dict, Iterator, List, Tuple
 
 import pytest
 
@@ -196,15 +196,27 @@ _LIVE = textwrap.dedent(
 )
 
 
-def test_live_state_on_the_loopback_socket_matches_the_recording(tmp_path: Path) -> None:
+@contextlib.contextmanager
+def _live_process(tmp_path: Path, registry: Path) -> Iterator[Tuple[subprocess.Popen, Dict[str, str]]]:
+    """The _LIVE script recording with live=True, its registry in
+    ``registry``; it holds still until the block ends."""
     script = tmp_path / "live.py"
     script.write_text(_LIVE)
-    registry = tmp_path / "registry"
     env = dict(os.environ, VRAMSCOPE_LIVE_DIR=str(registry))
     proc = subprocess.Popen(
         [sys.executable, str(script), str(tmp_path / "live.pickle")], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
     try:
+        yield proc, env
+    finally:
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        proc.wait(timeout=60)
+
+
+def test_live_state_on_the_loopback_socket_matches_the_recording(tmp_path: Path) -> None:
+    registry = tmp_path / "registry"
+    with _live_process(tmp_path, registry) as (proc, _env):
         expected = json.loads(proc.stdout.readline())
         entry = json.loads((registry / f"{proc.pid}.json").read_text())
         assert oct((registry / f"{proc.pid}.json").stat().st_mode & 0o777) == "0o600"
@@ -224,10 +236,6 @@ def test_live_state_on_the_loopback_socket_matches_the_recording(tmp_path: Path)
         assert state["top"][0]["site"] == f"live.py:{line} in <module>"
         assert [it["n"] for it in state["iterations"]] == [1, 2, 3]
         assert state["iterations"][1]["allocated"] - state["iterations"][0]["allocated"] == 2**20
-    finally:
-        proc.stdin.write("\n")
-        proc.stdin.flush()
-        proc.wait(timeout=60)
     assert not (registry / f"{proc.pid}.json").exists(), "the registry entry goes with the recording"
 
 
@@ -348,14 +356,7 @@ def test_live_categories_count_what_was_alive_before_the_recording(tmp_path: Pat
 def test_vramscope_live_once_json_reads_the_running_recording(tmp_path: Path) -> None:
     """`vramscope live PID --once --json` (the Rust viewer, found through the
     registry) gets the state the recorder has at that moment."""
-    script = tmp_path / "live.py"
-    script.write_text(_LIVE)
-    registry = tmp_path / "registry"
-    env = dict(os.environ, VRAMSCOPE_LIVE_DIR=str(registry))
-    proc = subprocess.Popen(
-        [sys.executable, str(script), str(tmp_path / "live.pickle")], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    try:
+    with _live_process(tmp_path, tmp_path / "registry") as (proc, env):
         expected = json.loads(proc.stdout.readline())  # the recorder's figures, now steady
         viewer = subprocess.run(
             [sys.executable, "-m", "vramscope", "live", str(proc.pid), "--once", "--json"], env=env, capture_output=True, text=True, timeout=60
@@ -370,10 +371,6 @@ def test_vramscope_live_once_json_reads_the_running_recording(tmp_path: Path) ->
         )
         assert frame.returncode == 0, frame.stderr
         assert "live.py:" in frame.stdout and f"pid {proc.pid}" in frame.stdout and "\x1b[" not in frame.stdout
-    finally:
-        proc.stdin.write("\n")
-        proc.stdin.flush()
-        proc.wait(timeout=60)
 
 
 _STRESS = textwrap.dedent(

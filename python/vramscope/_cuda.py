@@ -19,6 +19,8 @@ class CudaRecorder:
         self.max_entries, self.stacks = max_entries, stacks
         self.device_type = device
         self._labelled = False
+        # Highest allocated bytes read by totals(): since the start, and in the window.
+        self.peak = self.window_peak = 0
 
     def _module(self) -> Any:
         import torch
@@ -60,8 +62,8 @@ class CudaRecorder:
         or be reset by the program, so peaks are the highest current values
         read here (at every step, live publication and ``dump_at`` poll)."""
         now = self.counters()[0]
-        self.peak = max(getattr(self, "peak", 0), now)
-        out = (now, self.peak, max(getattr(self, "window_peak", 0), now))
+        self.peak = max(self.peak, now)
+        out = (now, self.peak, max(self.window_peak, now))
         self.window_peak = now if reset_window else out[2]
         return out
 

@@ -157,10 +157,13 @@ class _Session:
     def recorder_name(self) -> str:
         return RECORDER_NAMES[self.kind]
 
-    def _end_iteration(self, n: int) -> None:
-        allocated, reserved = self.counters()
-        peak = self.backend.totals(reset_window=True)[2]
-        self.iterations.append({"n": n, "end_us": _now_us(), "allocated": allocated, "reserved": reserved, "peak": max(peak, allocated)})
+    def _end_iteration(self, n: int) -> tuple:
+        """Note iteration ``n``'s figures; returns ``(allocated, reserved)``
+        now. One read of the totals where they are the counters."""
+        now, _peak, window = self.backend.totals(reset_window=True)
+        allocated, reserved = self.backend.counters() if self.kind in ("cuda", "xpu") else (now, now)
+        self.iterations.append({"n": n, "end_us": _now_us(), "allocated": allocated, "reserved": reserved, "peak": max(window, allocated)})
+        return allocated, reserved
 
     def _refresh_categories(self) -> None:
         """Which addresses are parameters, gradients, optimizer state, for
@@ -253,12 +256,10 @@ class _Session:
             self.steps += 1
             n = self.steps
             if self.has_totals():
-                self._end_iteration(n)
+                allocated, reserved = self._end_iteration(n)
                 self._refresh_categories()
-                if self.dump_at is not None:
-                    allocated, reserved = self.counters()
-                    if max(allocated, reserved) >= self.dump_at:
-                        self.dump_threshold(allocated, reserved)
+                if self.dump_at is not None and max(allocated, reserved) >= self.dump_at:
+                    self.dump_threshold(allocated, reserved)
             if self.settings.every and n % self.settings.every == 0:
                 self._write_periodic(n)
             self._open_step()

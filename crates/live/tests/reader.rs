@@ -102,19 +102,24 @@ fn reads_states_then_reports_the_close() {
     );
 }
 
+/// What reading the first state from the socket at `addr` fails with.
+fn first_error(addr: std::net::SocketAddr, token: &str) -> LiveError {
+    let src = Source::Socket {
+        addr,
+        token: token.into(),
+        pid: None,
+    };
+    Reader::open(&src, &opts())
+        .unwrap()
+        .next_state()
+        .unwrap_err()
+}
+
 #[test]
 fn wrong_token_is_refused_clearly() {
     for answer in [false, true] {
         let addr = publisher_with("secret", vec![state_line(1, 1, 1)], Duration::ZERO, answer);
-        let src = Source::Socket {
-            addr,
-            token: "guess".into(),
-            pid: None,
-        };
-        let e = Reader::open(&src, &opts())
-            .unwrap()
-            .next_state()
-            .unwrap_err();
+        let e = first_error(addr, "guess");
         let m = e.to_string();
         assert!(matches!(e, LiveError::Rejected { .. }), "{m}");
         assert!(
@@ -151,15 +156,7 @@ fn ended_process_is_named() {
 #[test]
 fn silence_times_out_and_garbage_is_named() {
     let addr = publisher("t", vec![], Duration::from_secs(3));
-    let src = Source::Socket {
-        addr,
-        token: "t".into(),
-        pid: None,
-    };
-    let e = Reader::open(&src, &opts())
-        .unwrap()
-        .next_state()
-        .unwrap_err();
+    let e = first_error(addr, "t");
     assert!(matches!(e, LiveError::Timeout { .. }), "{e}");
 
     let addr = publisher(
@@ -167,15 +164,7 @@ fn silence_times_out_and_garbage_is_named() {
         vec!["{\"version\": 1, \"allocated\": \"lots\"}".into()],
         Duration::ZERO,
     );
-    let src = Source::Socket {
-        addr,
-        token: "t".into(),
-        pid: None,
-    };
-    let e = Reader::open(&src, &opts())
-        .unwrap()
-        .next_state()
-        .unwrap_err();
+    let e = first_error(addr, "t");
     let m = e.to_string();
     assert!(
         m.contains(&addr.to_string()) && m.contains("expected a vramscope live state"),

@@ -218,6 +218,23 @@ class TrainingRecording:
         return out
 
 
+class RunResults:
+    """``path`` and ``result`` of the :class:`TrainingRecording` in
+    ``self._run``, as every integration shows them."""
+
+    _run: TrainingRecording
+
+    @property
+    def path(self) -> Optional[str]:
+        """The snapshot written when training (or the block) ended, in this process."""
+        return self._run.path
+
+    @property
+    def result(self) -> Optional[dict]:
+        """The checks' result (``vramscope check --json``), once they ran."""
+        return self._run.result
+
+
 def _rank_now() -> int:
     from .._rank import rank_info
 

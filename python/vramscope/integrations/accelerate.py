@@ -35,28 +35,18 @@ import contextlib
 import os
 from typing import Any, Dict, Iterator, Optional
 
-from ._common import TrainingRecording
+from ._common import RunResults, TrainingRecording
 
 __all__ = ["record", "AcceleratorRecording"]
 
 
-class AcceleratorRecording:
+class AcceleratorRecording(RunResults):
     """What :func:`record` yields: the iteration marks and figures of one
     process's recording."""
 
     def __init__(self, accelerator: Any, run: TrainingRecording) -> None:
         self.accelerator = accelerator
         self._run = run
-
-    @property
-    def path(self) -> Optional[str]:
-        """The snapshot written when the block ended, in this process."""
-        return self._run.path
-
-    @property
-    def result(self) -> Optional[dict]:
-        """The checks' result (``vramscope check --json``), once they ran."""
-        return self._run.result
 
     def step(self) -> int:
         """End an iteration if the optimizer stepped since the last one

@@ -43,7 +43,7 @@ import os
 import sys
 from typing import Any, Dict, Optional
 
-from ._common import TrainingRecording
+from ._common import RunResults, TrainingRecording
 
 # The callback must derive from the Callback of the package the Trainer
 # comes from: the one the program already imported, else `lightning`, else
@@ -59,7 +59,7 @@ else:
 __all__ = ["VramscopeCallback"]
 
 
-class VramscopeCallback(pl.Callback):
+class VramscopeCallback(RunResults, pl.Callback):
     """Record each rank's memory while the Trainer fits.
 
     Args:
@@ -101,16 +101,6 @@ class VramscopeCallback(pl.Callback):
         if log_every_n_steps is not None and log_every_n_steps < 0:
             raise ValueError(f"log_every_n_steps={log_every_n_steps}: must be 0 or more")
         self.log_every_n_steps = log_every_n_steps
-
-    @property
-    def path(self) -> Optional[str]:
-        """The snapshot written at the end of the last fit, on this rank."""
-        return self._run.path
-
-    @property
-    def result(self) -> Optional[dict]:
-        """The checks' result (``vramscope check --json``), once they ran."""
-        return self._run.result
 
     def setup(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", stage: str) -> None:
         if stage == "fit":

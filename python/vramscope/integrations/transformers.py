@@ -51,12 +51,12 @@ from typing import Any, Dict, Optional
 
 from transformers import TrainerCallback
 
-from ._common import TrainingRecording
+from ._common import RunResults, TrainingRecording
 
 __all__ = ["VramscopeCallback"]
 
 
-class VramscopeCallback(TrainerCallback):
+class VramscopeCallback(RunResults, TrainerCallback):
     """Record each process's memory while the Trainer trains.
 
     Args:
@@ -90,16 +90,6 @@ class VramscopeCallback(TrainerCallback):
         self._run = TrainingRecording(
             path, every_n_steps=every_n_steps, max_entries=max_entries, checks=checks, **record_options
         )
-
-    @property
-    def path(self) -> Optional[str]:
-        """The snapshot written at the end of the last training, in this process."""
-        return self._run.path
-
-    @property
-    def result(self) -> Optional[dict]:
-        """The checks' result (``vramscope check --json``), once they ran."""
-        return self._run.result
 
     def __enter__(self) -> "VramscopeCallback":
         return self
