@@ -22,6 +22,7 @@ hooks cannot be installed, the CPU is recorded at the dispatcher.
 from __future__ import annotations
 
 import collections
+import functools
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -135,31 +136,43 @@ class AllocatorRecorder(DispatchRecorder):
 def _make_function_mode(rec: AllocatorRecorder, native: Any) -> Any:
     """The ``TorchFunctionMode`` that gives allocations their stacks: two
     native calls per torch API call, a stack walk only when it allocated."""
+    return _function_mode_class()(rec, native)
+
+
+@functools.lru_cache(maxsize=1)
+def _function_mode_class() -> type:
+    """One class for the life of the process: Dynamo guards on the types of
+    the modes on the stack, so a new class per recording would recompile
+    every graph at every recording."""
     import torch
     from torch.overrides import TorchFunctionMode
 
-    mark, stamp, stack = native.cpuhook_mark, native.cpuhook_stamp, rec._stack
-    compiling = torch.compiler.is_compiling
-    enter_range, exit_range = rec.ranges.enter, rec.ranges.exit
+    compiling = getattr(torch.compiler, "is_compiling", None) or torch._dynamo.is_compiling
     ENTER = torch.ops.profiler._record_function_enter_new
     EXIT = torch.ops.profiler._record_function_exit._RecordFunction
 
     class VramscopeStacks(TorchFunctionMode):
+        def __init__(self, rec: AllocatorRecorder, native: Any) -> None:
+            super().__init__()
+            self.mark, self.stamp, self.stack = native.cpuhook_mark, native.cpuhook_stamp, rec._stack
+            self.enter_range, self.exit_range = rec.ranges.enter, rec.ranges.exit
+
         def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             # torch.compile traces function modes into its graphs: there the
             # mode must be nothing but the call (it is True only while
             # tracing; compiled graphs run without modes).
             if compiling():
                 return func(*args, **(kwargs or {}))
+            mark = self.mark
             m = mark()
             out = func(*args, **kwargs) if kwargs else func(*args)
             if mark() != m:
-                stamp(m, stack(1))
+                self.stamp(m, self.stack(1))
             if func is ENTER or func is EXIT:  # record_function ranges
                 if func is ENTER and args:
-                    enter_range(args[0], out)
+                    self.enter_range(args[0], out)
                 elif args:
-                    exit_range(args[0])
+                    self.exit_range(args[0])
             return out
 
-    return VramscopeStacks()
+    return VramscopeStacks

@@ -28,6 +28,7 @@ threads. The snapshot says so (``vramscope.recorder == "dispatch"``).
 from __future__ import annotations
 
 import collections
+import functools
 import sys
 import time
 import weakref
@@ -495,19 +496,39 @@ def _is_guard(code: Any) -> bool:
 
 
 def _make_mode(rec: DispatchRecorder) -> Any:
-    """The ``TorchDispatchMode`` that feeds ``rec``; its handler is the hot
-    path, so it looks up one dict per call and touches outputs only for
-    operators that make storages."""
+    """The ``TorchDispatchMode`` that feeds ``rec``."""
+    return _mode_class()(rec)
+
+
+@functools.lru_cache(maxsize=1)
+def _mode_class() -> type:
+    """One class for the life of the process (Dynamo keys what it compiled
+    on the types of the active modes). Its handler is the hot path: one
+    dict lookup per call, outputs touched only for operators that make
+    storages."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
     Tensor = torch.Tensor
     kinds = _kinds
-    fresh, resized = rec.fresh, rec.resized
 
     class VramscopeDispatch(TorchDispatchMode):
         # (The handler keeps TorchDispatchMode's dynamo guard, two Python
         # frames per call: without it torch.compile traces into it.)
+
+        def __init__(self, rec: DispatchRecorder) -> None:
+            super().__init__()
+            self.rec = rec
+
+        @classmethod
+        def ignore_compile_internals(cls) -> bool:
+            # Without this, Dynamo compiles nothing while a dispatch mode is
+            # active ("non-infra torch dispatch mode present") and a compiled
+            # program would run eagerly under the recording. With it, the
+            # mode is off while Dynamo compiles and on while the compiled
+            # code runs, which allocates through the dispatcher as eager
+            # code does.
+            return True
 
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             # Keyed by id: OpOverload hashes in Python. Operators live as long
@@ -518,6 +539,7 @@ def _make_mode(rec: DispatchRecorder) -> Any:
                 known = kinds[id(func)] = (_classify(func), getattr(func, "_op", func), func)
             kind, op = known[0], known[1]
             out = op(*args, **kwargs) if kwargs else op(*args)
+            rec = self.rec
             if kind == _SKIP or not rec.active:
                 return out
             if kind >= _ENTER:
@@ -528,7 +550,7 @@ def _make_mode(rec: DispatchRecorder) -> Any:
                 return out
             # Plain tensors only: subclasses (FakeTensor while torch.compile
             # traces, DTensor, ...) have no storage of their own here.
-            handle: Callable[[Any, int], None] = resized if kind == _RESIZE else fresh
+            handle: Callable[[Any, int], None] = rec.resized if kind == _RESIZE else rec.fresh
             if type(out) is Tensor:
                 handle(out, 1)
             elif isinstance(out, (tuple, list)):
@@ -537,4 +559,4 @@ def _make_mode(rec: DispatchRecorder) -> Any:
                         handle(o, 1)
             return out
 
-    return VramscopeDispatch()
+    return VramscopeDispatch

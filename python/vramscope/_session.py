@@ -107,6 +107,7 @@ class _Session:
         self.category_map: Dict[tuple, str] = {}
         self.category_map_at = 0.0
         self.end_reason = "exit"
+        self.compiles_at_start = 0
         self.dump_at: Optional[int] = None
         if (owner.live or owner.dump_at is not None) and not self.has_totals():
             raise ValueError(f"live= and dump_at= need running totals, which backend={self.kind!r} does not keep")
@@ -219,8 +220,15 @@ class _Session:
             self.gc_spans.append((start, _now_us(), "vramscope"))
 
     def begin(self) -> None:
+        from ._tags import compiles
+
         self.backend.start()
+        if self.kind == "allocator":
+            from . import _native
+
+            self.tagger.bracket = (_native.cpuhook_mark, _native.cpuhook_stamp, self.backend._stack)
         self.tagger.install()
+        self.compiles_at_start = compiles()
         gc.callbacks.append(self._on_gc)
         if self.cuda and self.settings.on_oom:
             attach_oom_observer(self.oom_observer)
@@ -297,6 +305,8 @@ class _Session:
 
     def snapshot(self, final: bool = False, collect: bool = False, tag: bool = True) -> Dict[str, Any]:
         """The snapshot as PyTorch would pickle it, with our annotations."""
+        from ._tags import compiles
+
         with self.lock:
             if collect:
                 self._collect_cycles()
@@ -325,6 +335,9 @@ class _Session:
                 "recorder": RECORDER_NAMES[self.kind],
                 "steps": self.steps,
                 "torch": _torch_version(),
+                # Frames torch.compile compiled while recording (what the
+                # dispatcher cannot see inside them, the summary says).
+                "compiled_frames": compiles() - self.compiles_at_start,
             }
             if self.kind in ("dispatch", "allocator"):
                 snap["vramscope"].update(self.backend.meta())

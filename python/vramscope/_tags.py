@@ -51,12 +51,14 @@ class Tagger:
         self.cuda = cuda
         self.rows: Dict[str, List[Any]] = {"device": [], "addr": [], "time_us": [], "category": []}
         self._named: Dict[tuple, str] = {}
-        self._handles: List[Any] = []
         self._optimizers: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self._stepped: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self._seen: set = set()
         self._modules: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self._local = threading.local()
+        # ``(mark, stamp, stack)`` of a recorder that stamps stacks on
+        # allocations after the fact (the CPU allocator hooks), or None.
+        self.bracket: Optional[tuple] = None
         self._annotate = None
         self._set_meta = self._get_meta = None
         if cuda:
@@ -71,21 +73,17 @@ class Tagger:
 
     def install(self) -> None:
         import torch
-        from torch.nn.modules import module as nn_module
-        from torch.optim import optimizer as optim
 
-        self._handles = [
-            optim.register_optimizer_step_pre_hook(self._step_pre),
-            optim.register_optimizer_step_post_hook(self._step_post),
-            nn_module.register_module_forward_pre_hook(self._forward_pre),
-            nn_module.register_module_forward_hook(self._forward_post, always_call=True),
-        ]
+        global _active
         self._tensor = torch.Tensor
+        _active = self
+        _hooks.install()
 
     def uninstall(self) -> None:
-        for h in self._handles:
-            h.remove()
-        self._handles = []
+        global _active
+        if _active is self:
+            _active = None
+            _hooks.uninstall()
 
     # ----- hooks -----
 
@@ -109,9 +107,15 @@ class Tagger:
         # weak set, for dumps, is only touched the first time).
         if id(module) not in self._seen:
             self._seen.add(id(module))
-            self._modules.add(module)
-            for p in module.parameters(recurse=False):
-                self.tag(p, "parameter")
+            # torch.compile(module) wraps it in an OptimizedModule whose call
+            # runs here, outside the compiled graph; the modules inside run in
+            # the graph, where no hook runs: they are named from the wrapper.
+            inner = getattr(module, "_orig_mod", None)
+            for m in module.modules() if inner is not None else (module,):
+                self._seen.add(id(m))
+                self._modules.add(m)
+                for p in m.parameters(recurse=False):
+                    self.tag(p, "parameter")
         local = self._local
         depth = getattr(local, "depth", 0)
         if depth == 0:
@@ -121,6 +125,8 @@ class Tagger:
                 if isinstance(a, self._tensor) and not a.requires_grad:
                     self.tag(a, "input")
             self._enter_phase("forward")
+            if self.bracket is not None:
+                local.since = self.bracket[0]()
         local.depth = depth + 1
 
     def _forward_post(self, module: Any, args: Any, output: Any) -> None:
@@ -129,7 +135,17 @@ class Tagger:
         if depth <= 0:
             return
         local.depth = depth - 1
-        if depth == 1 and self._set_meta is not None:
+        if depth != 1:
+            return
+        if self.bracket is not None:
+            # What the outermost call allocated and nothing gave a stack:
+            # a compiled graph's own allocations (Inductor's code calls no
+            # torch API the stacks' function mode sees). They get the stack
+            # of the call, from _call_impl out (this hook and _module_post
+            # skipped).
+            mark, stamp, stack = self.bracket
+            stamp(getattr(local, "since", mark()), stack(2))
+        if self._set_meta is not None:
             self._leave_phase()
             self._watch_backward(output)
 
@@ -147,6 +163,8 @@ class Tagger:
                 return
 
     def _backward_begins(self, grad_outputs: Any) -> None:
+        if _compiling():  # compiled autograd traces node hooks
+            return None
         local = self._local
         # The thread that ran the forward (CPU tensors backpropagate there)
         # keeps its own metadata; an engine thread is stamped once.
@@ -280,3 +298,185 @@ class Tagger:
         if not self.rows["addr"]:
             return None
         return {k: list(v) for k, v in self.rows.items()}
+
+
+# ----- the hooks as PyTorch sees them -----
+
+_active: Optional[Tagger] = None
+
+
+def _compiling() -> bool:
+    """True while Dynamo traces (``torch.compiler.is_compiling``): Dynamo
+    reads it as a constant, so a hook that returns at once on it leaves
+    nothing in the graph, no graph break and no guard of its own."""
+    return False
+
+
+def _bind_compiling() -> None:
+    global _compiling
+    import torch
+
+    fn = getattr(getattr(torch, "compiler", None), "is_compiling", None) or getattr(torch._dynamo, "is_compiling", None)
+    if fn is not None:
+        _compiling = fn
+
+
+# Dynamo inlines global module hooks into the graphs it traces and guards on
+# the dicts that hold them. So the hooks are hidden from it: taken out of
+# PyTorch's dicts while Dynamo compiles a frame (its compile start and end
+# callbacks) and put back, under the same keys, when it is done. A graph
+# traced during a recording is then the graph traced without one, with the
+# same guards, and keeps passing them after the recording ends. Each hook
+# is also one function for the life of the process that does nothing while
+# Dynamo traces, for PyTorch builds without those callbacks (before they
+# were hidden, tracing ran vramscope's code and failed: "already tracked
+# for mutation").
+
+
+def _module_pre(module: Any, args: Any) -> None:
+    if _compiling():
+        return None
+    tagger = _active
+    if tagger is not None:
+        tagger._forward_pre(module, args)
+    return None
+
+
+def _module_post(module: Any, args: Any, output: Any) -> None:
+    if _compiling():
+        return None
+    tagger = _active
+    if tagger is not None:
+        tagger._forward_post(module, args, output)
+    return None
+
+
+def _optimizer_pre(opt: Any, args: Any, kwargs: Any) -> None:
+    if _compiling():
+        return None
+    tagger = _active
+    if tagger is not None:
+        tagger._step_pre(opt, args, kwargs)
+    return None
+
+
+def _optimizer_post(opt: Any, args: Any, kwargs: Any) -> None:
+    if _compiling():
+        return None
+    tagger = _active
+    if tagger is not None:
+        tagger._step_post(opt, args, kwargs)
+    return None
+
+
+# PyTorch's warning when a module is compiled while global module hooks
+# exist ("fire an extra time for the OptimizedModule"): the extra call is
+# the one these hooks use; hidden while they are the only global hooks.
+_COMPILE_HOOK_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks"
+
+
+class _Hooks:
+    """The four global hooks: registered once, put back under the same keys
+    at every recording, hidden from Dynamo while it compiles."""
+
+    def __init__(self) -> None:
+        self.handles: List[Any] = []
+        self.installed = False  # while a recording runs
+        self.hidden = False  # while Dynamo compiles
+        self.filter: Optional[tuple] = None
+        self.watching = False
+        # Frames Dynamo compiled while a recording ran (for the snapshot).
+        self.compiles = 0
+
+    def _insert(self) -> None:
+        from torch.nn.modules import module as nn_module
+
+        fns = (_optimizer_pre, _optimizer_post, _module_pre, _module_post)
+        for (handle, extras), fn in zip(self.handles, fns):
+            hooks_dict = handle.hooks_dict_ref()
+            if hooks_dict is None:  # (never: the dicts are module globals)
+                continue
+            hooks_dict[handle.id] = fn
+            for name in extras:
+                getattr(nn_module, name)[handle.id] = True
+
+    def _remove(self) -> None:
+        for handle, _extras in self.handles:
+            handle.remove()
+
+    def install(self) -> None:
+        import warnings
+
+        from torch.nn.modules import module as nn_module
+        from torch.optim import optimizer as optim
+
+        if self.installed:
+            return
+        _bind_compiling()
+        self._watch_compiles()
+        alone = not nn_module._has_any_global_hook() if hasattr(nn_module, "_has_any_global_hook") else False
+        if not self.handles:
+            self.handles = [
+                (optim.register_optimizer_step_pre_hook(_optimizer_pre), ()),
+                (optim.register_optimizer_step_post_hook(_optimizer_post), ()),
+                (nn_module.register_module_forward_pre_hook(_module_pre), ()),
+                (nn_module.register_module_forward_hook(_module_post, always_call=True), ("_global_forward_hooks_always_called",)),
+            ]
+        else:
+            self._insert()
+        self.installed = True
+        if alone:
+            warnings.filterwarnings("ignore", message=_COMPILE_HOOK_WARNING, category=UserWarning)
+            self.filter = warnings.filters[0]
+
+    def uninstall(self) -> None:
+        import warnings
+
+        if not self.installed:
+            return
+        if not self.hidden:
+            self._remove()
+        self.installed = False
+        if self.filter is not None:
+            try:
+                warnings.filters.remove(self.filter)
+            except ValueError:  # the program reset the filters meanwhile
+                pass
+            mutated = getattr(warnings, "_filters_mutated", None)  # warnings seen since are shown again
+            if mutated is not None:
+                mutated()
+            self.filter = None
+
+    # ----- hidden while Dynamo compiles -----
+
+    def _watch_compiles(self) -> None:
+        if self.watching:
+            return
+        try:
+            from torch._dynamo.callback import callback_handler
+        except ImportError:  # older PyTorch: the hooks return at once while tracing
+            return
+        callback_handler.register_start_callback(self._compile_start)
+        callback_handler.register_end_callback(self._compile_end)
+        self.watching = True
+
+    def _compile_start(self, *_args: Any) -> None:
+        if self.installed:
+            self.compiles += 1
+        if self.installed and not self.hidden:
+            self._remove()
+            self.hidden = True
+
+    def _compile_end(self, *_args: Any) -> None:
+        if self.hidden:
+            self.hidden = False
+            if self.installed:
+                self._insert()
+
+
+_hooks = _Hooks()
+
+
+def compiles() -> int:
+    """Frames Dynamo has compiled while recordings ran, in this process."""
+    return _hooks.compiles

@@ -163,14 +163,26 @@ fn decode_inner(
 
 /// What a reader must know about how the file was recorded, if anything.
 fn recorder_note(r: &crate::RecorderInfo) -> Option<String> {
-    (r.name == "dispatch").then(|| {
-        format!(
-            "recorded at PyTorch's dispatcher ({} tensors): every tensor storage with its stack; memory that kernels \
-             allocate without a tensor (oneDNN and cuDNN workspaces, MPS scratch) is not in this file, nor tensors \
-             made on other Python threads",
-            r.device_type.as_deref().unwrap_or("cpu")
-        )
-    })
+    if r.name != "dispatch" {
+        return None;
+    }
+    let mut line = format!(
+        "recorded at PyTorch's dispatcher ({} tensors): every tensor storage with its stack; memory that kernels \
+         allocate without a tensor (oneDNN and cuDNN workspaces, MPS scratch) is not in this file, nor tensors \
+         made on other Python threads",
+        r.device_type.as_deref().unwrap_or("cpu")
+    );
+    if let Some(n) = r.compiled_frames.filter(|&n| n > 0) {
+        // Inductor's generated code allocates its buffers in C++, past the
+        // dispatcher (the eager and aot_eager backends run ATen operators,
+        // which it sees).
+        line.push_str(&format!(
+            "; torch.compile compiled {n} frame(s) during the recording, and the buffers that Inductor's compiled \
+             code allocates never reach the dispatcher: they are missing too (on Linux's CPU, backend='allocator' \
+             records them)"
+        ));
+    }
+    Some(line)
 }
 
 fn decompress(bytes: &[u8], limit: u64) -> Result<(Compression, Option<Vec<u8>>), SnapshotError> {

@@ -311,6 +311,9 @@ pub struct RecorderInfo {
     pub torch: Option<String>,
     /// The device allocator's own figures, read during the recording.
     pub counters: Vec<DeviceCounter>,
+    /// Frames `torch.compile` compiled while the recording ran (absent in
+    /// files of older recorders).
+    pub compiled_frames: Option<u64>,
 }
 
 /// One reading of a device allocator's counters
@@ -351,6 +354,7 @@ impl RecorderInfo {
             steps: v.get("steps").and_then(|s| s.as_u64()),
             torch: v.get("torch").and_then(|s| s.as_str()).map(str::to_owned),
             counters,
+            compiled_frames: v.get("compiled_frames").and_then(|n| n.as_u64()),
         })
     }
 }
