@@ -452,3 +452,67 @@ def test_record_function_ranges_are_annotations(tmp_path: Path, backend: Dict[st
     times = {(a["name"], a["stage"]): a["time_us"] for a in snap["external_annotations"][:4]}
     first = [e for e in snap["device_traces"][0] if e["action"] == "alloc" and e["size"] == 4000][0]
     assert times[("my_forward", "START")] <= first["time_us"] <= times[("my_forward", "END")]
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_compiled_module_trains_as_unrecorded_with_the_same_graphs(tmp_path: Path, backend: Dict[str, str]) -> None:
+    """``torch.compile(model)`` inside a recording: Dynamo used to trace the
+    recorder's global module hooks and fail ("already tracked for
+    mutation"), and with the dispatch recorder compiled nothing at all.
+    Now the training computes the same values bit for bit, Dynamo compiles
+    the same frames and graphs with no graph break, the parameters of the
+    compiled module and the batch are named, and the global hooks are gone
+    afterwards."""
+    import warnings
+
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+    from torch.nn.modules import module as nn_module
+
+    def train() -> Tuple[torch.nn.Module, torch.Tensor, List[torch.Tensor]]:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+        compiled = torch.compile(model, backend="eager")
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        x = torch.randn(8, 16, generator=torch.Generator().manual_seed(1))
+        losses = []
+        for _ in range(3):
+            opt.zero_grad()
+            loss = compiled(x).square().mean()
+            loss.backward()
+            opt.step()
+            losses.append(loss.detach())
+            vr.step()
+        return model, x, losses
+
+    def dynamo() -> Tuple[int, int, int]:
+        return counters["frames"]["total"], counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
+
+    torch._dynamo.reset()
+    counters.clear()
+    want_model, _, want = train()
+    want_counts = dynamo()
+    torch._dynamo.reset()
+    counters.clear()
+    hooks_before = (dict(nn_module._global_forward_pre_hooks), dict(nn_module._global_forward_hooks))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with vr.record(tmp_path / "c.pickle", collect_cycles=False, **backend):
+            model, x, got = train()
+    got_counts = dynamo()
+    torch._dynamo.reset()
+    assert (dict(nn_module._global_forward_pre_hooks), dict(nn_module._global_forward_hooks)) == hooks_before
+    assert not [w for w in seen if "global hooks" in str(w.message)], [str(w.message) for w in seen]
+    assert got_counts == want_counts == (1, 1, 0)
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), want_model.state_dict().values()))
+    snap = load_snapshot(tmp_path / "c.pickle")
+    assert snap["vramscope"]["compiled_frames"] == 1
+    by_addr = dict(zip(snap["vramscope_tags"]["addr"], snap["vramscope_tags"]["category"]))
+    for p in model.parameters():
+        assert by_addr[p.untyped_storage().data_ptr()] == "parameter"
+    assert by_addr[x.untyped_storage().data_ptr()] == "input"
+    if backend.get("backend") == "allocator":
+        # The compiled graph's own allocations carry the stack of the call.
+        allocs = [e for e in snap["device_traces"][0] if e["action"] == "alloc"]
+        assert allocs and all(e["frames"] for e in allocs)

@@ -198,6 +198,11 @@ class DispatchRecorder:
     # ----- life cycle -----
 
     def start(self) -> None:
+        from ._compile import skip_frames
+
+        # Weak reference callbacks run wherever the last reference went,
+        # compiled regions included.
+        skip_frames(DispatchRecorder._on_release)
         if "_wanted" not in self.__dict__:  # (a test may have replaced it)
             self._wanted = self._fast_wanted()  # type: ignore[method-assign]
         self.adopt_existing()

@@ -29,6 +29,7 @@ user's stderr: around its starts and stops, and from the first start to
 from __future__ import annotations
 
 import collections
+import sys
 import types
 import warnings
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
@@ -65,6 +66,8 @@ class ProfilerRecorder:
         self._prof: Any = None
         self._freed: Optional[Dict[str, Any]] = None  # the block freed by the previous entry
         self.windows = 0
+        # Windows whose memory analysis failed inside PyTorch, and why.
+        self.failures: List[str] = []
         self._restore_c10_logs: Optional[Callable[[], None]] = None
 
     def start(self) -> None:
@@ -109,10 +112,19 @@ class ProfilerRecorder:
     def _absorb(self, prof: Any) -> None:
         from torch.cuda._memory_viz import _profile_to_snapshot
 
-        memory_profile = _TimelineOnce(prof._memory_profile())
-        # _profile_to_snapshot computes the memory profile itself; hand it the
-        # one computed here so the (slow) analysis runs once.
-        snap = _profile_to_snapshot(types.SimpleNamespace(_memory_profile=lambda: memory_profile))
+        try:
+            memory_profile = _TimelineOnce(prof._memory_profile())
+            # _profile_to_snapshot computes the memory profile itself; hand it the
+            # one computed here so the (slow) analysis runs once.
+            snap = _profile_to_snapshot(types.SimpleNamespace(_memory_profile=lambda: memory_profile))
+        except Exception as err:  # noqa: BLE001 - PyTorch's analysis failing must not fail the program
+            # PyTorch's memory profile asserts on some programs (FSDP2:
+            # "version mismatch" in _memory_profiler.py); the window is lost,
+            # and the snapshot says so.
+            why = f"{type(err).__name__}: {str(err)[:200]}"
+            self.failures.append(why)
+            print(f"vramscope: PyTorch's memory profiler could not analyse a window ({why}); its allocations are not in the snapshot (backend='allocator' records them)", file=sys.stderr)
+            return
         cpu = len(snap["device_traces"]) - 1  # the CPU comes after every CUDA device
         tensors = snap["device_traces"][cpu]
         stamped = _stamp_times(tensors, memory_profile.timeline)

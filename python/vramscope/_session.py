@@ -222,6 +222,9 @@ class _Session:
     def begin(self) -> None:
         from ._tags import compiles
 
+        from ._compile import skip_frames
+
+        skip_frames(_Session._on_gc)
         self.backend.start()
         if self.kind == "allocator":
             from . import _native
@@ -260,6 +263,7 @@ class _Session:
         with self.lock:
             if self.kind == "dispatch":
                 self.backend.sample_counters()
+            self.tagger.at_step()
             self._close_open()
             self.steps += 1
             n = self.steps
@@ -341,6 +345,8 @@ class _Session:
             }
             if self.kind in ("dispatch", "allocator"):
                 snap["vramscope"].update(self.backend.meta())
+            elif self.kind == "profiler" and self.backend.failures:
+                snap["vramscope"]["profiler_failures"] = list(self.backend.failures)
             return snap
 
     def _annotations(self, snap: Dict[str, Any]) -> List[Dict[str, Any]]:

@@ -35,6 +35,8 @@ import time
 import weakref
 from typing import Any, Dict, List, Optional
 
+from . import _compile
+
 # Metadata key the recorder adds to the program's own.
 _PHASE = "phase="
 
@@ -59,6 +61,7 @@ class Tagger:
         # ``(mark, stamp, stack)`` of a recorder that stamps stacks on
         # allocations after the fact (the CPU allocator hooks), or None.
         self.bracket: Optional[tuple] = None
+        self._compiles_at_install = self._compiles_scanned = 0
         self._annotate = None
         self._set_meta = self._get_meta = None
         if cuda:
@@ -78,6 +81,7 @@ class Tagger:
         self._tensor = torch.Tensor
         _active = self
         _hooks.install()
+        self._compiles_at_install = self._compiles_scanned = _hooks.compiles
 
     def uninstall(self) -> None:
         global _active
@@ -213,6 +217,37 @@ class Tagger:
                     if isinstance(v, torch.Tensor):
                         self.tag(v, "optimizer_state")
 
+    def at_step(self) -> None:
+        """At ``vramscope.step()``, once torch.compile has compiled something
+        in this recording: inside compiled code no hook runs (a compiled
+        optimizer step calls none, a compiled function calls its modules in
+        the graph), so what the hooks would have named is named here, from
+        the optimizers (found among Python's objects after each new
+        compilation) and the modules known."""
+        _hooks._watch_compiles()  # (a program may have called torch._dynamo.reset())
+        compiles = _hooks.compiles
+        if compiles == self._compiles_at_install:
+            return
+        try:
+            if compiles != self._compiles_scanned:
+                self._compiles_scanned = compiles
+                self._find_optimizers()
+            self.tag_all()
+        except Exception:  # noqa: BLE001 - names are a help; the program goes on whatever happens here
+            pass
+
+    def _find_optimizers(self) -> None:
+        import gc
+
+        import torch
+
+        Optimizer = torch.optim.Optimizer
+        for o in gc.get_objects():
+            # type(), not isinstance(): a dead weak proxy raises on __class__.
+            if issubclass(type(o), Optimizer) and o not in self._optimizers:
+                self._optimizers.add(o)
+                self._stepped.add(o)
+
     def tag_all(self) -> None:
         """Name everything known again (before a dump)."""
         for opt in list(self._optimizers):
@@ -234,6 +269,7 @@ class Tagger:
         out: Dict[tuple, str] = {}
 
         def put(t: Any, category: str) -> None:
+            t = _local(t)
             try:
                 st = t.untyped_storage()
                 if self._wanted(t.device) and st.nbytes():
@@ -259,6 +295,7 @@ class Tagger:
 
     def tag(self, t: Any, category: str) -> None:
         """Name the allocation behind ``t``, once per address and category."""
+        t = _local(t)
         try:
             storage = t.untyped_storage()
             addr = storage.data_ptr()
@@ -300,25 +337,47 @@ class Tagger:
         return {k: list(v) for k, v in self.rows.items()}
 
 
+def _local(t: Any) -> Any:
+    """The tensor that holds the memory: a DTensor's local shard (FSDP2's
+    parameters and gradients), the tensor inside ``torch.func``'s wrappers
+    (``grad``, ``vmap``: parameters given to ``functional_call``), else
+    ``t``."""
+    local = getattr(t, "_local_tensor", None)
+    if local is not None:
+        return local
+    unwrap = _functorch()
+    if unwrap is not None:
+        wrapped, inner = unwrap
+        for _ in range(16):  # one level per nested transform
+            if not wrapped(t):
+                break
+            t = inner(t)
+    return t
+
+
+def _functorch() -> Optional[tuple]:
+    global _FUNCTORCH
+    if _FUNCTORCH is None:
+        try:
+            from torch._C._functorch import get_unwrapped, is_functorch_wrapped_tensor
+
+            _FUNCTORCH = (is_functorch_wrapped_tensor, get_unwrapped)
+        except ImportError:
+            _FUNCTORCH = ()
+    return _FUNCTORCH or None
+
+
+_FUNCTORCH: Optional[tuple] = None
+
+
 # ----- the hooks as PyTorch sees them -----
 
 _active: Optional[Tagger] = None
 
 
 def _compiling() -> bool:
-    """True while Dynamo traces (``torch.compiler.is_compiling``): Dynamo
-    reads it as a constant, so a hook that returns at once on it leaves
-    nothing in the graph, no graph break and no guard of its own."""
+    """``torch.compiler.is_compiling`` once bound (see ``_compile``)."""
     return False
-
-
-def _bind_compiling() -> None:
-    global _compiling
-    import torch
-
-    fn = getattr(getattr(torch, "compiler", None), "is_compiling", None) or getattr(torch._dynamo, "is_compiling", None)
-    if fn is not None:
-        _compiling = fn
 
 
 # Dynamo inlines global module hooks into the graphs it traces and guards on
@@ -388,11 +447,13 @@ class _Hooks:
         # Frames Dynamo compiled while a recording ran (for the snapshot).
         self.compiles = 0
 
-    def _insert(self) -> None:
+    def _insert(self, modules_only: bool = False) -> None:
         from torch.nn.modules import module as nn_module
 
         fns = (_optimizer_pre, _optimizer_post, _module_pre, _module_post)
-        for (handle, extras), fn in zip(self.handles, fns):
+        for i, ((handle, extras), fn) in enumerate(zip(self.handles, fns)):
+            if modules_only and i < 2:
+                continue
             hooks_dict = handle.hooks_dict_ref()
             if hooks_dict is None:  # (never: the dicts are module globals)
                 continue
@@ -400,8 +461,8 @@ class _Hooks:
             for name in extras:
                 getattr(nn_module, name)[handle.id] = True
 
-    def _remove(self) -> None:
-        for handle, _extras in self.handles:
+    def _remove(self, modules_only: bool = False) -> None:
+        for handle, _extras in self.handles[2:] if modules_only else self.handles:
             handle.remove()
 
     def install(self) -> None:
@@ -410,9 +471,12 @@ class _Hooks:
         from torch.nn.modules import module as nn_module
         from torch.optim import optimizer as optim
 
+        global _compiling
         if self.installed:
             return
-        _bind_compiling()
+        if not self.handles:
+            _compiling = _compile.bind()
+            _compile.skip_frames(_module_pre, _module_post, _optimizer_pre, _optimizer_post, Tagger._backward_begins)
         self._watch_compiles()
         alone = not nn_module._has_any_global_hook() if hasattr(nn_module, "_has_any_global_hook") else False
         if not self.handles:
@@ -434,8 +498,7 @@ class _Hooks:
 
         if not self.installed:
             return
-        if not self.hidden:
-            self._remove()
+        self._remove(modules_only=self.hidden)
         self.installed = False
         if self.filter is not None:
             try:
@@ -450,28 +513,30 @@ class _Hooks:
     # ----- hidden while Dynamo compiles -----
 
     def _watch_compiles(self) -> None:
-        if self.watching:
-            return
+        """Register the compile callbacks, again if ``torch._dynamo.reset()``
+        cleared them (it clears every callback)."""
         try:
             from torch._dynamo.callback import callback_handler
         except ImportError:  # older PyTorch: the hooks return at once while tracing
             return
-        callback_handler.register_start_callback(self._compile_start)
-        callback_handler.register_end_callback(self._compile_end)
+        if self._compile_start not in callback_handler.start_callbacks:
+            callback_handler.register_start_callback(self._compile_start)
+        if self._compile_end not in callback_handler.end_callbacks:
+            callback_handler.register_end_callback(self._compile_end)
         self.watching = True
 
     def _compile_start(self, *_args: Any) -> None:
         if self.installed:
             self.compiles += 1
         if self.installed and not self.hidden:
-            self._remove()
+            self._remove(modules_only=True)
             self.hidden = True
 
     def _compile_end(self, *_args: Any) -> None:
         if self.hidden:
             self.hidden = False
             if self.installed:
-                self._insert()
+                self._insert(modules_only=True)
 
 
 _hooks = _Hooks()

@@ -163,6 +163,13 @@ fn decode_inner(
 
 /// What a reader must know about how the file was recorded, if anything.
 fn recorder_note(r: &crate::RecorderInfo) -> Option<String> {
+    if let Some(first) = r.profiler_failures.first() {
+        return Some(format!(
+            "PyTorch's memory profiler failed to analyse {} of the recording's windows ({first}): their \
+             allocations are not in this file (backend='allocator' records them on Linux's CPU)",
+            r.profiler_failures.len()
+        ));
+    }
     if r.name != "dispatch" {
         return None;
     }

@@ -314,6 +314,9 @@ pub struct RecorderInfo {
     /// Frames `torch.compile` compiled while the recording ran (absent in
     /// files of older recorders).
     pub compiled_frames: Option<u64>,
+    /// Profiler windows whose memory analysis failed inside PyTorch (their
+    /// allocations are missing), one reason each.
+    pub profiler_failures: Vec<String>,
 }
 
 /// One reading of a device allocator's counters
@@ -355,6 +358,15 @@ impl RecorderInfo {
             torch: v.get("torch").and_then(|s| s.as_str()).map(str::to_owned),
             counters,
             compiled_frames: v.get("compiled_frames").and_then(|n| n.as_u64()),
+            profiler_failures: v
+                .get("profiler_failures")
+                .and_then(|f| f.as_array())
+                .map(|rows| {
+                    rows.iter()
+                        .filter_map(|r| r.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default(),
         })
     }
 }
