@@ -295,3 +295,50 @@ fn parse_pickle(
     };
     Ok(vramscope_pickle::parse_with(data, &mut popts)?)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::recorder_note;
+    use crate::RecorderInfo;
+
+    fn info(v: serde_json::Value) -> RecorderInfo {
+        RecorderInfo::from_json(&v).expect("a recorder name")
+    }
+
+    #[test]
+    fn dispatch_recordings_say_what_compiled_code_hides() {
+        let plain = info(serde_json::json!({"recorder": "dispatch", "device_type": "cpu"}));
+        let note = recorder_note(&plain).expect("the dispatcher's note");
+        assert!(
+            note.contains("(cpu tensors)") && !note.contains("torch.compile"),
+            "{note}"
+        );
+        let compiled = info(serde_json::json!({"recorder": "dispatch", "compiled_frames": 3}));
+        assert_eq!(compiled.compiled_frames, Some(3));
+        let note = recorder_note(&compiled).expect("the dispatcher's note");
+        assert!(
+            note.contains("compiled 3 frame(s)") && note.contains("Inductor"),
+            "{note}"
+        );
+        // The allocator hooks see compiled code's buffers: nothing to say.
+        let hooked = info(serde_json::json!({"recorder": "cpu-allocator", "compiled_frames": 3}));
+        assert_eq!(recorder_note(&hooked), None);
+    }
+
+    #[test]
+    fn failed_profiler_windows_are_named() {
+        let r = info(serde_json::json!({
+            "recorder": "cpu-profiler",
+            "profiler_failures": ["AssertionError: version mismatch", "AssertionError: again"],
+        }));
+        let note = recorder_note(&r).expect("a note");
+        assert!(
+            note.contains("2 of the recording's windows") && note.contains("version mismatch"),
+            "{note}"
+        );
+        assert_eq!(
+            recorder_note(&info(serde_json::json!({"recorder": "cpu-profiler"}))),
+            None
+        );
+    }
+}
