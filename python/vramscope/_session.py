@@ -220,7 +220,7 @@ class _Session:
             self.gc_spans.append((start, _now_us(), "vramscope"))
 
     def begin(self) -> None:
-        from ._tags import compiles
+        from ._hooks import compiles
 
         from ._compile import skip_frames
 
@@ -309,7 +309,7 @@ class _Session:
 
     def snapshot(self, final: bool = False, collect: bool = False, tag: bool = True) -> Dict[str, Any]:
         """The snapshot as PyTorch would pickle it, with our annotations."""
-        from ._tags import compiles
+        from ._hooks import compiles
 
         with self.lock:
             if collect:
