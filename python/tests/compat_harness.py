@@ -33,10 +33,11 @@ from typing import Any, Dict, List, Optional, Tuple
 
 TESTS = Path(__file__).resolve().parent
 SCRIPT = TESTS / "scripts" / "compat.py"
-PYTHON_SRC = TESTS.parent
 
 sys.path.insert(0, str(TESTS / "scripts"))
+sys.path.insert(0, str(TESTS))
 import compat  # noqa: E402
+from conftest import subprocess_env  # noqa: E402
 
 RECORDERS = ("allocator", "dispatch", "profiler", "fakecuda")
 ENTRIES = ("record", "env", "run")
@@ -67,16 +68,10 @@ def skip_reason(program: str, recorder: str, entry: str) -> Optional[str]:
     return None
 
 
-def _env(**extra: str) -> Dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VRAMSCOPE_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(PYTHON_SRC), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env["PYTHONUNBUFFERED"] = "1"
+def _env() -> Dict[str, str]:
     # One thread per process: the same arithmetic in every run, and two
     # processes at once on two cores.
-    env["OMP_NUM_THREADS"] = "1"
-    env["MKL_NUM_THREADS"] = "1"
-    env.update(extra)
-    return env
+    return subprocess_env(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
 
 
 def command(program: str, recorder: str, entry: str, out: Path) -> Tuple[List[str], Dict[str, str]]:

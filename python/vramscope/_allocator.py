@@ -26,6 +26,7 @@ import functools
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
+from . import _compile
 from ._dispatch import _ALLOC, DispatchRecorder
 from ._profiler import _label, _segment
 
@@ -147,7 +148,7 @@ def _function_mode_class() -> type:
     import torch
     from torch.overrides import TorchFunctionMode
 
-    compiling = getattr(torch.compiler, "is_compiling", None) or torch._dynamo.is_compiling
+    compiling = _compile.bind()
     ENTER = torch.ops.profiler._record_function_enter_new
     EXIT = torch.ops.profiler._record_function_exit._RecordFunction
 

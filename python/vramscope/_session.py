@@ -17,7 +17,9 @@ import threading
 import time
 from typing import Any, Callable, Deque, Dict, List, Optional
 
+from ._compile import skip_frames
 from ._cuda import CudaRecorder, attach_oom_observer
+from ._hooks import compiles
 from ._rank import expand_path
 
 # Name of the annotation around a cycle collection that freed objects.
@@ -220,10 +222,6 @@ class _Session:
             self.gc_spans.append((start, _now_us(), "vramscope"))
 
     def begin(self) -> None:
-        from ._hooks import compiles
-
-        from ._compile import skip_frames
-
         skip_frames(_Session._on_gc)
         self.backend.start()
         if self.kind == "allocator":
@@ -309,8 +307,6 @@ class _Session:
 
     def snapshot(self, final: bool = False, collect: bool = False, tag: bool = True) -> Dict[str, Any]:
         """The snapshot as PyTorch would pickle it, with our annotations."""
-        from ._hooks import compiles
-
         with self.lock:
             if collect:
                 self._collect_cycles()

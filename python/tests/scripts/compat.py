@@ -60,17 +60,30 @@ def _data(n: int = 16, d_in: int = 32, d_out: int = 8, seed: int = 1) -> tuple:
     return torch.randn(n, d_in, generator=g), torch.randint(0, d_out, (n,), generator=g)
 
 
-def _train(model: nn.Module, call: Callable[[torch.Tensor], torch.Tensor], opt: torch.optim.Optimizer, opt_step: Callable[[], Any] = None) -> Dict[str, Any]:
-    x, y = _data()
+def _loop(call: Callable[[torch.Tensor], torch.Tensor], opt: torch.optim.Optimizer, batches: Any, opt_step: Callable[[], Any] = None) -> torch.Tensor:
+    """The training loop every program shares; returns the losses."""
     losses = []
-    for _ in range(STEPS):
+    for x, y in batches:
         opt.zero_grad(set_to_none=True)
         loss = F.cross_entropy(call(x), y)
         loss.backward()
         (opt_step or opt.step)()
         losses.append(loss.detach())
         step()
-    return {"losses": torch.stack(losses), **{f"param.{k}": v.detach().clone() for k, v in model.state_dict().items()}}
+    return torch.stack(losses)
+
+
+def _params(module: nn.Module) -> Dict[str, torch.Tensor]:
+    """The module's state, whole (FSDP2 keeps DTensor shards)."""
+    out = {}
+    for k, v in module.state_dict().items():
+        full = getattr(v, "full_tensor", None)
+        out[f"param.{k}"] = (full() if full is not None else v).detach().clone()
+    return out
+
+
+def _train(model: nn.Module, call: Callable[[torch.Tensor], torch.Tensor], opt: torch.optim.Optimizer, opt_step: Callable[[], Any] = None) -> Dict[str, Any]:
+    return {"losses": _loop(call, opt, [_data()] * STEPS, opt_step), **_params(model)}
 
 
 def _compiled_module(backend: str) -> Dict[str, Any]:
@@ -210,15 +223,7 @@ def dataloader_workers() -> Dict[str, Any]:
     model = MLP()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     loader = torch.utils.data.DataLoader(_Squares(), batch_size=16, num_workers=2, shuffle=False)
-    losses = []
-    for x, y in loader:
-        opt.zero_grad()
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        losses.append(loss.detach())
-        step()
-    return {"losses": torch.stack(losses), **{f"param.{k}": v.detach().clone() for k, v in model.state_dict().items()}}
+    return {"losses": _loop(model, opt, loader), **_params(model)}
 
 
 def _distributed(wrap: Callable[[nn.Module], nn.Module]) -> Dict[str, Any]:
@@ -230,19 +235,7 @@ def _distributed(wrap: Callable[[nn.Module], nn.Module]) -> Dict[str, Any]:
         model = MLP()
         wrapped = wrap(model)
         opt = torch.optim.SGD(wrapped.parameters(), lr=0.1)
-        x, y = _data(seed=1 + dist.get_rank())
-        losses = []
-        for _ in range(STEPS):
-            opt.zero_grad()
-            loss = F.cross_entropy(wrapped(x), y)
-            loss.backward()
-            opt.step()
-            losses.append(loss.detach())
-            step()
-        out = {"losses": torch.stack(losses)}
-        for k, v in wrapped.state_dict().items():
-            full = getattr(v, "full_tensor", None)  # FSDP2: DTensor shards
-            out[f"param.{k}"] = (full() if full is not None else v).detach().clone()
+        out = {"losses": _loop(wrapped, opt, [_data(seed=1 + dist.get_rank())] * STEPS), **_params(wrapped)}
         dist.barrier()
         return out
     finally:
@@ -308,7 +301,7 @@ def lightning_compiled() -> Dict[str, Any]:
     trainer = L.Trainer(max_epochs=1, callbacks=callbacks, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, accelerator="cpu", devices=1)
     trainer.fit(module, loader)
-    return {f"param.{k}": v.detach().clone() for k, v in module.state_dict().items()}
+    return _params(module)
 
 
 @program
@@ -341,7 +334,7 @@ def hf_trainer_compiled() -> Dict[str, Any]:
                              dataloader_num_workers=0, seed=0)
     trainer = Trainer(model=model, args=args, train_dataset=Tokens(), callbacks=callbacks)
     trainer.train()
-    return {f"param.{k}": v.detach().clone() for k, v in model.state_dict().items()}
+    return _params(model)
 
 
 FRAMEWORKS = {"lightning_compiled", "hf_trainer_compiled"}
