@@ -245,7 +245,7 @@ def _limit_seen(cell: Cell) -> bool:
     if cell.program == "compile_fn":
         return all("category=input" not in i.get("annotations", []) for i in cell.recorded.info.values())
     if cell.program == "compile_module_inductor":
-        return all((s.get("vramscope") or {}).get("compiled_frames", 0) > 0 for s in snaps)
+        return all((s.get("vramscope") or {}).get("compilations", 0) > 0 for s in snaps)
     if cell.program == "fsdp2_gloo":
         return all((s.get("vramscope") or {}).get("profiler_failures") for s in snaps)
     return False

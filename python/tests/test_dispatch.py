@@ -507,7 +507,7 @@ def test_compiled_module_trains_as_unrecorded_with_the_same_graphs(tmp_path: Pat
     assert all(torch.equal(a, b) for a, b in zip(got, want))
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), want_model.state_dict().values()))
     snap = load_snapshot(tmp_path / "c.pickle")
-    assert snap["vramscope"]["compiled_frames"] == 1
+    assert snap["vramscope"]["compilations"] == 1
     by_addr = dict(zip(snap["vramscope_tags"]["addr"], snap["vramscope_tags"]["category"]))
     for p in model.parameters():
         assert by_addr[p.untyped_storage().data_ptr()] == "parameter"

@@ -88,7 +88,8 @@ class _Hooks:
         self.installed = False  # while a recording runs
         self.hidden = False  # while Dynamo compiles
         self.filter: Optional[tuple] = None
-        # Frames Dynamo compiled while a recording ran (for the snapshot).
+        # Compilations Dynamo ran while a recording ran (its start callback;
+        # for the snapshot).
         self.compiles = 0
 
     def _insert(self, modules_only: bool = False) -> None:
@@ -207,5 +208,5 @@ def watch_compiles() -> None:
 
 
 def compiles() -> int:
-    """Frames Dynamo has compiled while recordings ran, in this process."""
+    """Compilations Dynamo has run while recordings ran, in this process."""
     return _hooks.compiles

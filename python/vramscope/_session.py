@@ -335,9 +335,9 @@ class _Session:
                 "recorder": RECORDER_NAMES[self.kind],
                 "steps": self.steps,
                 "torch": _torch_version(),
-                # Frames torch.compile compiled while recording (what the
+                # Compilations torch.compile ran while recording (what the
                 # dispatcher cannot see inside them, the summary says).
-                "compiled_frames": compiles() - self.compiles_at_start,
+                "compilations": compiles() - self.compiles_at_start,
             }
             if self.kind in ("dispatch", "allocator"):
                 snap["vramscope"].update(self.backend.meta())

@@ -179,12 +179,12 @@ fn recorder_note(r: &crate::RecorderInfo) -> Option<String> {
          made on other Python threads",
         r.device_type.as_deref().unwrap_or("cpu")
     );
-    if let Some(n) = r.compiled_frames.filter(|&n| n > 0) {
+    if let Some(n) = r.compilations.filter(|&n| n > 0) {
         // Inductor's generated code allocates its buffers in C++, past the
         // dispatcher (the eager and aot_eager backends run ATen operators,
         // which it sees).
         line.push_str(&format!(
-            "; torch.compile compiled {n} frame(s) during the recording, and the buffers that Inductor's compiled \
+            "; torch.compile ran {n} compilation(s) during the recording, and the buffers that Inductor's compiled \
              code allocates never reach the dispatcher: they are missing too (on Linux's CPU, backend='allocator' \
              records them)"
         ));
@@ -313,15 +313,15 @@ mod tests {
             note.contains("(cpu tensors)") && !note.contains("torch.compile"),
             "{note}"
         );
-        let compiled = info(serde_json::json!({"recorder": "dispatch", "compiled_frames": 3}));
-        assert_eq!(compiled.compiled_frames, Some(3));
+        let compiled = info(serde_json::json!({"recorder": "dispatch", "compilations": 3}));
+        assert_eq!(compiled.compilations, Some(3));
         let note = recorder_note(&compiled).expect("the dispatcher's note");
         assert!(
-            note.contains("compiled 3 frame(s)") && note.contains("Inductor"),
+            note.contains("ran 3 compilation(s)") && note.contains("Inductor"),
             "{note}"
         );
         // The allocator hooks see compiled code's buffers: nothing to say.
-        let hooked = info(serde_json::json!({"recorder": "cpu-allocator", "compiled_frames": 3}));
+        let hooked = info(serde_json::json!({"recorder": "cpu-allocator", "compilations": 3}));
         assert_eq!(recorder_note(&hooked), None);
     }
 

@@ -311,9 +311,9 @@ pub struct RecorderInfo {
     pub torch: Option<String>,
     /// The device allocator's own figures, read during the recording.
     pub counters: Vec<DeviceCounter>,
-    /// Frames `torch.compile` compiled while the recording ran (absent in
-    /// files of older recorders).
-    pub compiled_frames: Option<u64>,
+    /// Compilations `torch.compile` ran while the recording ran (Dynamo's
+    /// compile callbacks; absent in files of older recorders).
+    pub compilations: Option<u64>,
     /// Profiler windows whose memory analysis failed inside PyTorch (their
     /// allocations are missing), one reason each.
     pub profiler_failures: Vec<String>,
@@ -357,7 +357,7 @@ impl RecorderInfo {
             steps: v.get("steps").and_then(|s| s.as_u64()),
             torch: v.get("torch").and_then(|s| s.as_str()).map(str::to_owned),
             counters,
-            compiled_frames: v.get("compiled_frames").and_then(|n| n.as_u64()),
+            compilations: v.get("compilations").and_then(|n| n.as_u64()),
             profiler_failures: v
                 .get("profiler_failures")
                 .and_then(|f| f.as_array())
