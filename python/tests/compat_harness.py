@@ -329,6 +329,7 @@ SLOW = {
     ("compile_module_inductor", "profiler"),
     ("compile_optimizer_step", "profiler"),
     ("lightning_compiled", "profiler"),
+    ("lightning_module_compiled", "profiler"),
     ("hf_trainer_compiled", "profiler"),
 }
 

@@ -1,7 +1,7 @@
 """Staying out of ``torch.compile``'s way.
 
-A recording must not change what Dynamo compiles. Three things keep
-vramscope's code out of it:
+A recording must not change what Dynamo compiles. Two things keep
+vramscope's code out of it (``_hooks`` says how the global hooks use them):
 
 * :func:`compiling`: True only while Dynamo traces. Dynamo reads it as a
   constant, so a hook that returns at once on it leaves nothing in a graph:
@@ -13,9 +13,6 @@ vramscope's code out of it:
   each of them as a frame of its own (one more entry in its counters, a
   recompilation to the eye). They, and everything they call, are marked to
   run as plain Python.
-* the global hooks are taken out of PyTorch's dicts while Dynamo compiles a
-  frame (``_tags``), so that what it traces is the program as it is without
-  the recording.
 """
 
 from __future__ import annotations

@@ -291,17 +291,37 @@ def lightning_compiled() -> Dict[str, Any]:
 
     torch.manual_seed(0)
     module = Module()
+    x, y = _data(n=48)
+    _fit(module, torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=16), max_epochs=1)
+    return _params(module)
+
+
+@program
+def lightning_module_compiled() -> Dict[str, Any]:
+    """Lightning fitting a compiled LightningModule (``trainer.fit(
+    torch.compile(module))``): Dynamo compiles ``training_step``, which
+    calls the network's modules, so it inlines their ``_call_impl`` and
+    guards on the global hook dicts."""
+    from lightning.pytorch.demos.boring_classes import BoringModel
+
+    torch.manual_seed(0)
+    module = BoringModel()
+    _fit(torch.compile(module, backend="eager"), max_steps=6)
+    return _params(module)
+
+
+def _fit(module: Any, loader: Any = None, **trainer: Any) -> None:
+    """``Trainer.fit`` on the CPU, quietly, with vramscope's callback when
+    the entry point is ``callback``."""
+    import lightning.pytorch as L
+
     callbacks = []
     if CALLBACK:
         from vramscope.integrations.lightning import VramscopeCallback
 
         callbacks.append(VramscopeCallback(CALLBACK["path"], backend=CALLBACK["backend"]))
-    x, y = _data(n=48)
-    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=16)
-    trainer = L.Trainer(max_epochs=1, callbacks=callbacks, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, accelerator="cpu", devices=1)
-    trainer.fit(module, loader)
-    return _params(module)
+    L.Trainer(callbacks=callbacks, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+              enable_model_summary=False, accelerator="cpu", devices=1, **trainer).fit(module, loader)
 
 
 @program
@@ -337,7 +357,7 @@ def hf_trainer_compiled() -> Dict[str, Any]:
     return _params(model)
 
 
-FRAMEWORKS = {"lightning_compiled", "hf_trainer_compiled"}
+FRAMEWORKS = {"lightning_compiled", "lightning_module_compiled", "hf_trainer_compiled"}
 
 
 # ----- the mocked CUDA -----
