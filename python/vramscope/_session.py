@@ -378,7 +378,8 @@ class _Session:
             if (s.name not in have or s.end_us is None) and s.name != self.unfinished:
                 ours.append({"name": s.name, "stage": "END", "device": device, "time_us": end})
         first = times[0] if times else 0
-        for start, end, label in self.gc_spans:
+        # A copy: a collection during this loop (it allocates) appends to gc_spans.
+        for start, end, label in list(self.gc_spans):
             if end >= first:
                 name = f"{GC_ANNOTATION}#{label}"
                 ours.append({"name": name, "stage": "START", "device": device, "time_us": start})
