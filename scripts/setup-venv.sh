@@ -23,7 +23,7 @@ vpy="$venv/bin/python"
 
 # Each of these distributions is importable under the same name (ray's
 # Data library is installed as the ray[data] extra: see requirement()).
-packages=(maturin pytest hypothesis numpy torch duckdb pyarrow pandas ray perfetto lightning transformers accelerate)
+packages=(maturin pytest hypothesis numpy torch duckdb pyarrow pandas ray perfetto lightning transformers accelerate torchvision)
 
 # The pip requirement for a module name.
 requirement() {

@@ -10,6 +10,7 @@ use super::explain::{
 use super::series::{shape, site_series, BlockIterations, Shape, SiteTable};
 use super::source::Sources;
 use super::{Finding, IterationStats, LeakOptions};
+use crate::categories::{Phase, Phases};
 use crate::lifetimes::{Lifetimes, BEFORE_WINDOW, STILL_ALIVE};
 use crate::sites::frame_location;
 
@@ -32,6 +33,8 @@ pub(super) struct Context<'a> {
     /// Stacks from the profiler: a frame's line is where its function
     /// starts, or where profiling began, not the line that allocated.
     pub function_lines: bool,
+    /// The phase of each event (forward, backward, `zero_grad`, ...).
+    pub phases: &'a Phases,
 }
 
 /// A site and its growth per iteration (or bytes, depending on the finding).
@@ -192,10 +195,23 @@ fn scan_held_gradients(ctx: &Context, roles: &mut Roles) -> Option<HeldScan> {
                     && roles.of_event(ctx.trace, i) == Role::Gradient
             })
             .unwrap_or(end);
-        let a = ctx.allocated;
-        let fwd_peak = (start..bwd)
-            .max_by_key(|&i| (a[i], std::cmp::Reverse(i)))
+        // The forward pass begins with its first allocation in a module
+        // call. What comes before it (the batch from the DataLoader, a
+        // `zero_grad` that frees last iteration's gradients) is not the
+        // forward pass: with `zero_grad()` at the top of the loop the
+        // gradients are alive while the batch loads, and that is right.
+        // Without phases (no stacks, no annotations) the whole stretch
+        // before backward counts.
+        let fwd_begin = (start..bwd)
+            .find(|&i| {
+                ctx.trace.action[i] == Action::Alloc
+                    && ctx.phases.phase.get(i) == Some(&Phase::Forward)
+            })
             .unwrap_or(start);
+        let a = ctx.allocated;
+        let fwd_peak = (fwd_begin..bwd)
+            .max_by_key(|&i| (a[i], std::cmp::Reverse(i)))
+            .unwrap_or(fwd_begin);
         let rest = (bwd..end).map(|i| a[i]).max().unwrap_or(0);
         forward[k] = (fwd_peak, a.get(fwd_peak).copied().unwrap_or(0), rest);
     }

@@ -255,6 +255,7 @@ pub fn find_leaks_with(
             })
             .count(),
         function_lines: t.category.is_some(),
+        phases: &labelled.categories.phases,
         has_gc_marks: snap
             .annotations
             .iter()
