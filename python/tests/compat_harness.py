@@ -212,8 +212,13 @@ def compare(cell: Cell) -> Cell:
             cell.limits.append(limit)
         elif (cell.program, cell.recorder) not in INTERMITTENT:
             cell.problems.append(f"the known limitation is gone (update KNOWN_LIMITS and the README): {limit}")
-        elif not all(_allocs(_load(p)) for p in rec.snapshots):
-            cell.problems.append("no allocations recorded, and no profiler failure noted")
+    if limit is not None and cell.program == "fsdp2_gloo":
+        # Each rank either recorded allocations or says why not (the
+        # profiler can fail on one rank and analyse the other).
+        for p in rec.snapshots:
+            s = _load(p)
+            if not _allocs(s) and not (s.get("vramscope") or {}).get("profiler_failures"):
+                cell.problems.append(f"{p.name}: no allocations recorded, and no profiler failure noted")
     return cell
 
 
@@ -241,7 +246,7 @@ KNOWN_FEWER_FRAMES = {("compile_optimizer_step", "dispatch"): _OPT_STEP, ("compi
 
 # Limits that show in some runs only: PyTorch's memory profiler fails on
 # FSDP2 in one run and analyses the next (it failed in 2 of the 3 matrix
-# runs made here).
+# runs made here), on one rank or on both.
 INTERMITTENT = {("fsdp2_gloo", "profiler")}
 
 
@@ -257,7 +262,7 @@ def _limit_seen(cell: Cell) -> bool:
     if cell.program == "compile_module_inductor":
         return all((s.get("vramscope") or {}).get("compilations", 0) > 0 for s in snaps)
     if cell.program == "fsdp2_gloo":
-        return all((s.get("vramscope") or {}).get("profiler_failures") for s in snaps)
+        return any((s.get("vramscope") or {}).get("profiler_failures") for s in snaps)
     return False
 
 
