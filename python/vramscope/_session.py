@@ -19,6 +19,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional
 
 from ._compile import skip_frames
 from ._cuda import CudaRecorder, attach_oom_observer
+from ._holders import find_holders
 from ._hooks import compiles
 from ._rank import expand_path
 
@@ -339,6 +340,10 @@ class _Session:
                 # dispatcher cannot see inside them, the summary says).
                 "compilations": compiles() - self.compiles_at_start,
             }
+            if final:
+                # What holds each tensor alive at the end, by name (leaks
+                # are fixed where they are kept, not where allocated).
+                snap["vramscope"]["holders"] = find_holders()
             if self.kind in ("dispatch", "allocator"):
                 snap["vramscope"].update(self.backend.meta())
             elif self.kind == "profiler" and self.backend.failures:

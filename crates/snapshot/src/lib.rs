@@ -28,6 +28,7 @@ mod json;
 mod keys;
 mod model;
 mod profiler;
+mod recorder;
 mod repair;
 mod zip;
 
@@ -35,4 +36,5 @@ pub use error::SnapshotError;
 pub use input::{decode_bytes, load, LoadOptions, LoadProgress};
 pub use intern::{Frame, FrameId, FrameTable, StackId, StackTable, StrId, StringTable};
 pub use model::*;
+pub use recorder::{DeviceCounter, Holder, HolderScan, RecorderInfo};
 pub use repair::Repair;

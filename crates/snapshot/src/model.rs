@@ -4,6 +4,7 @@
 use std::ops::Range;
 
 use crate::intern::{FrameTable, StackId, StackTable, StrId, StringTable};
+use crate::recorder::RecorderInfo;
 
 /// What a trace entry records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -295,80 +296,6 @@ pub enum Compression {
     None,
     Gzip,
     Zstd,
-}
-
-/// What vramscope's recorder wrote about the recording (the `vramscope`
-/// key, which other readers ignore).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct RecorderInfo {
-    /// `cuda-allocator-history`, `xpu-allocator-history`, `cpu-allocator`, `dispatch` or
-    /// `cpu-profiler`.
-    pub name: String,
-    /// The device type a dispatch recording followed (`cpu`, `mps`, ...).
-    pub device_type: Option<String>,
-    pub steps: Option<u64>,
-    /// The PyTorch version that ran.
-    pub torch: Option<String>,
-    /// The device allocator's own figures, read during the recording.
-    pub counters: Vec<DeviceCounter>,
-    /// Compilations `torch.compile` ran while the recording ran (Dynamo's
-    /// compile callbacks; absent in files of older recorders).
-    pub compilations: Option<u64>,
-    /// Profiler windows whose memory analysis failed inside PyTorch (their
-    /// allocations are missing), one reason each.
-    pub profiler_failures: Vec<String>,
-}
-
-/// One reading of a device allocator's counters
-/// (`torch.mps.current_allocated_memory()`, `driver_allocated_memory()`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DeviceCounter {
-    pub time_us: i64,
-    pub allocated: u64,
-    pub reserved: u64,
-}
-
-impl RecorderInfo {
-    /// Read from the `vramscope` dict as JSON; `None` when it has no
-    /// `recorder` name.
-    pub fn from_json(v: &serde_json::Value) -> Option<RecorderInfo> {
-        let name = v.get("recorder")?.as_str()?.to_owned();
-        let counters = v
-            .get("device_counters")
-            .and_then(|c| c.as_array())
-            .map(|rows| {
-                rows.iter()
-                    .filter_map(|r| {
-                        Some(DeviceCounter {
-                            time_us: r.get("time_us")?.as_i64()?,
-                            allocated: r.get("allocated")?.as_u64()?,
-                            reserved: r.get("reserved")?.as_u64()?,
-                        })
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        Some(RecorderInfo {
-            name,
-            device_type: v
-                .get("device_type")
-                .and_then(|d| d.as_str())
-                .map(str::to_owned),
-            steps: v.get("steps").and_then(|s| s.as_u64()),
-            torch: v.get("torch").and_then(|s| s.as_str()).map(str::to_owned),
-            counters,
-            compilations: v.get("compilations").and_then(|n| n.as_u64()),
-            profiler_failures: v
-                .get("profiler_failures")
-                .and_then(|f| f.as_array())
-                .map(|rows| {
-                    rows.iter()
-                        .filter_map(|r| r.as_str().map(str::to_owned))
-                        .collect()
-                })
-                .unwrap_or_default(),
-        })
-    }
 }
 
 /// Where the snapshot came from and what was unusual about it.

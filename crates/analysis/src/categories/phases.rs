@@ -102,6 +102,9 @@ pub struct Phases {
     pub run: Vec<u32>,
     /// Whether any allocation named its phase (by stack, scope or tag).
     pub any_marked: bool,
+    /// Per event: whether its own stack, scope or tag named its phase
+    /// (false: taken from its neighbours).
+    pub marked: Vec<bool>,
     /// Whether free events carry the stack of the free rather than of the
     /// allocation: `_record_memory_history(context="all")`, the default,
     /// records where each free happened; profiler-built snapshots repeat
@@ -151,6 +154,7 @@ impl Phases {
             });
         }
         let any_marked = marks.iter().any(Option::is_some);
+        let marked: Vec<bool> = marks.iter().map(Option::is_some).collect();
         let is_alloc: Vec<bool> = t.action.iter().map(|&a| a == Action::Alloc).collect();
         let phase = fill(&marks, &is_alloc);
         let mut run = Vec::with_capacity(n);
@@ -165,6 +169,7 @@ impl Phases {
             phase,
             run,
             any_marked,
+            marked,
             free_time_stacks,
         }
     }

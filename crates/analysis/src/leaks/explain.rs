@@ -46,7 +46,15 @@ impl Context<'_> {
             }
             None => ("<no stack recorded>".to_owned(), String::new(), 0),
         };
+        let stack = stack_lines(self.snap, s.example.1);
+        let held_by = self.holders.held_by(
+            self.lifetimes,
+            (0..self.lifetimes.len()).filter(|&b| self.sites.of_block[b] == site),
+            &user_files(self.snap, s.example.1),
+            src,
+        );
         SiteEvidence {
+            held_by,
             code: src
                 .line(&file, line)
                 .filter(|c| !self.function_lines || c.starts_with("def ")),
@@ -69,7 +77,7 @@ impl Context<'_> {
             outliving_bytes: s.outliving_bytes,
             gc_freed_blocks: s.gc_freed,
             gc_freed_bytes: s.gc_freed_bytes,
-            stack: stack_lines(self.snap, s.example.1),
+            stack,
             category: s
                 .category()
                 .filter(|c| *c != crate::categories::Category::Unknown),
@@ -111,41 +119,53 @@ pub(super) fn growth_finding(
             .iter()
             .any(|f| f.contains(" in forward") || f.contains("torch/nn/modules/"))
     });
+    let held = ev.iter().find_map(|e| e.held_by.as_ref());
+    let held_title = held
+        .map(|h| format!(", held by `{}`", h.name))
+        .unwrap_or_default();
     if sites.len() >= 2 {
         let names: Vec<&str> = ev.iter().map(|e| e.site.as_str()).collect();
+        let why = match held {
+            Some(h) => format!("Of the first site's tensors, {}.", h.text),
+            None => format!(
+                "Sites that grow together are usually one autograd graph per iteration kept alive: a tensor that requires grad is stored across iterations{}, and its graph holds the activations saved for backward.",
+                if in_forward { " (they were created in forward)" } else { "" }
+            ),
+        };
         Finding {
             kind: FindingKind::RetainedGraph,
             severity: Severity::Leak,
-            title: format!("{} allocation sites grow together, {} per iteration", sites.len(), bytes(per as u64)),
+            title: format!("{} allocation sites grow together, {} per iteration{held_title}", sites.len(), bytes(per as u64)),
             explanation: format!(
-                "Tensors from {} sites ({}) are allocated in every iteration and never freed: {} more at the end of each iteration, {} by the end of iteration {n}; {outliving} tensors outlived the iteration after theirs. \
-                 Sites that grow together are usually one autograd graph per iteration kept alive: a tensor that requires grad is stored across iterations{}, and its graph holds the activations saved for backward.",
+                "Tensors from {} sites ({}) are allocated in every iteration and never freed: {} more at the end of each iteration, {} by the end of iteration {n}; {outliving} tensors outlived the iteration after theirs. {why}",
                 sites.len(),
                 names.join(", "),
                 bytes(per as u64),
                 bytes(total),
-                if in_forward { " (they were created in forward)" } else { "" },
             ),
-            fix: "Accumulate `loss.item()` (or `loss.detach()`) instead of `loss` (`total_loss += loss` keeps every graph), store `.detach()`ed outputs, and run evaluation under `torch.inference_mode()` (or `torch.no_grad()`).".into(),
+            fix: held_fix(held).unwrap_or_else(|| "Accumulate `loss.item()` (or `loss.detach()`) instead of `loss` (`total_loss += loss` keeps every graph), store `.detach()`ed outputs, and run evaluation under `torch.inference_mode()` (or `torch.no_grad()`).".into()),
             bytes_per_iteration: per,
             bytes: total,
             iterations: (1, n),
             sites: ev,
         }
     } else if graph_of_a_module_call(first) {
+        let why = match held {
+            Some(h) => format!("The call is not in a `forward`; {}.", h.text),
+            None => "The call is not in a `forward`, and no line near it stores its outputs: a result computed from them that requires grad is probably kept across iterations (`self.total = self.total + ...`), and its autograd graph holds every iteration's activations.".to_owned(),
+        };
         Finding {
             kind: FindingKind::RetainedGraph,
             severity: Severity::Leak,
-            title: format!("{} grows by {} per iteration", first.site, bytes(per as u64)),
+            title: format!("{} grows by {} per iteration{held_title}", first.site, bytes(per as u64)),
             explanation: format!(
-                "The activations of the module call at {} are kept from one iteration to the next: {} more at the end of each iteration, {} by the end of iteration {n}; {} of them outlived the iteration after theirs. \
-                 The call is not in a `forward`, and nothing stores its outputs directly: a result computed from them that requires grad is kept across iterations (`self.total = self.total + ...`), and its autograd graph holds every iteration's activations.",
+                "The activations of the module call at {} are kept from one iteration to the next: {} more at the end of each iteration, {} by the end of iteration {n}; {} of them outlived the iteration after theirs. {why}",
                 first.site,
                 bytes(per as u64),
                 bytes(total),
                 first.outliving_blocks,
             ),
-            fix: "Accumulate `.item()` (or `.detach()`) of the result instead of the tensor, and run evaluation under `torch.inference_mode()` (or `torch.no_grad()`), so that no graph is built.".into(),
+            fix: held_fix(held).unwrap_or_else(|| "Accumulate `.item()` (or `.detach()`) of the result instead of the tensor, and run evaluation under `torch.inference_mode()` (or `torch.no_grad()`), so that no graph is built.".into()),
             bytes_per_iteration: per,
             bytes: total,
             iterations: (1, n),
@@ -172,19 +192,30 @@ pub(super) fn growth_finding(
             .as_ref()
             .map(|c| format!(" (`{c}`)"))
             .unwrap_or_default();
+        let why = match held {
+            Some(h) if h.through_graph => format!(" Of them, {}.", h.text),
+            Some(h) => format!(" They are {}.", h.text),
+            None => " Something holds a reference to them across iterations: a list that is appended to, an attribute, a dict or a closure.".to_owned(),
+        };
+        let keeper = if held.is_some_and(|h| h.stored_at.is_some()) {
+            String::new()
+        } else {
+            keeper
+        };
         Finding {
             kind: FindingKind::Growth,
             severity: Severity::Leak,
-            title: format!("{} grows by {} per iteration", first.site, bytes(per as u64)),
+            title: format!("{} grows by {} per iteration{held_title}", first.site, bytes(per as u64)),
             explanation: format!(
-                "The tensors allocated at {}{code} are kept from one iteration to the next: {} more are alive at the end of each iteration, {} by the end of iteration {n}; {} of them outlived the iteration after theirs.{keeper} \
-                 Something holds a reference to them across iterations: a list that is appended to, an attribute, a dict or a closure.",
+                "The tensors allocated at {}{code} are kept from one iteration to the next: {} more are alive at the end of each iteration, {} by the end of iteration {n}; {} of them outlived the iteration after theirs.{keeper}{why}",
                 first.site,
                 bytes(per as u64),
                 bytes(total),
                 first.outliving_blocks,
             ),
-            fix: if first.kept_by.as_ref().is_some_and(|k| k.1.contains(".append(")) {
+            fix: if let Some(f) = held_fix(held) {
+                f
+            } else if first.kept_by.as_ref().is_some_and(|k| k.1.contains(".append(")) {
                 "Do not keep the tensor itself: append `x.detach()` (or `x.detach().cpu()`, or `x.item()` for a scalar), and clear the list once it has been used.".into()
             } else if in_forward {
                 "Do not store tensors from `forward` on the module or in lists: keep `x.detach()` (or `.cpu()`/`.item()`) if it is for logging, and drop the reference at the end of the iteration.".into()
@@ -199,6 +230,27 @@ pub(super) fn growth_finding(
     }
 }
 
+/// The fix, worded for the holder the recorder found and the line that
+/// stores into it.
+fn held_fix(held: Option<&super::holders::HeldBy>) -> Option<String> {
+    let h = held?;
+    let line = h
+        .stored_at
+        .as_ref()
+        .map(|(_, _, code)| format!(" (`{code}`)"))
+        .unwrap_or_default();
+    let name = &h.name;
+    Some(if h.through_graph {
+        format!("Keep a number in `{name}`, not a tensor with its graph{line}: accumulate `.item()` (or `.detach()`) of the result, and run evaluation under `torch.inference_mode()` (or `torch.no_grad()`) so that no graph is built.")
+    } else if h.kind == "exception" || h.path.contains("__traceback__") {
+        format!("Do not keep the exception in `{name}`{line}: its traceback holds the frames and their tensors; keep `str(err)` or `traceback.format_exc()`, or `del` it once handled.")
+    } else if h.path.contains("[*]") {
+        format!("Do not keep the tensors themselves in `{}`{line}: store `x.item()` for a scalar, or `x.detach().cpu()`, and clear it when it has been used (or bound its size).", h.path.split("[*]").next().unwrap_or(name))
+    } else {
+        format!("Drop the reference in `{}`{line} at the end of the iteration (`del` it, or assign `None`), or keep `x.detach().cpu()` / `x.item()` instead of the tensor.", h.path)
+    })
+}
+
 /// Activations made by a module called from outside any `forward` (an
 /// evaluation loop, a validator), growing with no line of the program
 /// storing them: an autograd graph kept across iterations holds them.
@@ -206,6 +258,7 @@ fn graph_of_a_module_call(e: &SiteEvidence) -> bool {
     let user = e.site.split(" → ").next().unwrap_or("");
     e.category == Some(crate::categories::Category::Activation)
         && e.kept_by.is_none()
+        && e.held_by.as_ref().is_none_or(|h| h.through_graph)
         && !user.ends_with(" in forward")
         && e.stack.iter().any(|f| f.contains("torch/nn/modules/"))
 }
@@ -427,6 +480,24 @@ fn callee_label(snap: &Snapshot, fid: vramscope_snapshot::FrameId) -> String {
         return format!("{}()", crate::sites::native_name(&name));
     }
     format!("{file}:{line} in {name}")
+}
+
+/// The files of a stack's frames in the program rather than in libraries,
+/// innermost first: where the line that stores a tensor usually is.
+fn user_files(snap: &Snapshot, stack: vramscope_snapshot::StackId) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for &fid in snap.stacks.get(stack) {
+        let (file, _, _) = frame_location(snap, snap.frames.get(fid));
+        let f = file.replace('\\', "/");
+        let library = f.contains("/site-packages/")
+            || f.contains("/dist-packages/")
+            || f.starts_with('<')
+            || f.contains("/lib/python");
+        if !library && !f.is_empty() && !out.contains(&file) {
+            out.push(file);
+        }
+    }
+    out
 }
 
 /// The last two components of a path, for prose.

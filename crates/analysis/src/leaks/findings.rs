@@ -35,6 +35,8 @@ pub(super) struct Context<'a> {
     pub function_lines: bool,
     /// The phase of each event (forward, backward, `zero_grad`, ...).
     pub phases: &'a Phases,
+    /// The recorder's holders, by address.
+    pub holders: &'a super::holders::HolderIndex<'a>,
 }
 
 /// A site and its growth per iteration (or bytes, depending on the finding).
@@ -196,7 +198,8 @@ fn scan_held_gradients(ctx: &Context, roles: &mut Roles) -> Option<HeldScan> {
             })
             .unwrap_or(end);
         // The forward pass begins with its first allocation in a module
-        // call. What comes before it (the batch from the DataLoader, a
+        // call (by its own stack or tag, not one its neighbours lent it).
+        // What comes before it (the batch from the DataLoader, a
         // `zero_grad` that frees last iteration's gradients) is not the
         // forward pass: with `zero_grad()` at the top of the loop the
         // gradients are alive while the batch loads, and that is right.
@@ -206,6 +209,7 @@ fn scan_held_gradients(ctx: &Context, roles: &mut Roles) -> Option<HeldScan> {
             .find(|&i| {
                 ctx.trace.action[i] == Action::Alloc
                     && ctx.phases.phase.get(i) == Some(&Phase::Forward)
+                    && ctx.phases.marked.get(i) == Some(&true)
             })
             .unwrap_or(start);
         let a = ctx.allocated;
@@ -345,7 +349,10 @@ pub(super) fn analyze(ctx: &Context, src: &mut Sources) -> Vec<Finding> {
 
     // Steady growth, grouped by the iterations in which sites grew.
     // (sign of each iteration's change, the sites that changed so)
-    let mut groups: Vec<(Vec<i8>, Vec<SiteRate>)> = Vec::new();
+    // Sites kept by different holders (the recorder named them) are
+    // different leaks even when they grow in the same iterations.
+    let holder_of = ctx.holders.of_sites(ctx.lifetimes, &ctx.sites.of_block);
+    let mut groups: Vec<((Vec<i8>, Option<u32>), Vec<SiteRate>)> = Vec::new();
     for (site, sh, s) in shaped {
         let Shape::Steady { per_iteration, .. } = sh else {
             continue;
@@ -358,6 +365,7 @@ pub(super) fn analyze(ctx: &Context, src: &mut Sources) -> Vec<Finding> {
             .skip(1)
             .map(|w| (w[1] - w[0]).signum() as i8)
             .collect();
+        let pattern = (pattern, holder_of.get(site).copied());
         match groups.iter_mut().find(|g| g.0 == pattern) {
             Some(g) => g.1.push((*site, *per_iteration)),
             None => groups.push((pattern, vec![(*site, *per_iteration)])),

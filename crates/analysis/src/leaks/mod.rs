@@ -28,6 +28,7 @@
 
 mod explain;
 mod findings;
+pub mod holders;
 pub mod series;
 pub mod source;
 
@@ -130,6 +131,9 @@ pub struct SiteEvidence {
     pub code: Option<String>,
     /// A later line that stores the tensor (`self.features.append(h)`).
     pub kept_by: Option<(u32, String)>,
+    /// What holds most of the site's tensors alive at the end, by name,
+    /// when the recorder looked (vramscope's recorder does at the end).
+    pub held_by: Option<holders::HeldBy>,
     /// Bytes alive at the end of each iteration, from the end of setup
     /// (index 0) to the last complete iteration.
     pub live_bytes: Vec<u64>,
@@ -256,6 +260,7 @@ pub fn find_leaks_with(
             .count(),
         function_lines: t.category.is_some(),
         phases: &labelled.categories.phases,
+        holders: &holders::HolderIndex::new(snap),
         has_gc_marks: snap
             .annotations
             .iter()

@@ -119,6 +119,102 @@ impl Sources {
     }
 }
 
+impl Sources {
+    /// The first line of `file` that stores into `target`: a variable
+    /// (`losses.append(x)`, `cache[k] = x`, `total += x`, `total = total + x`)
+    /// or, with `attribute`, an attribute (`self.cache[k] = h`,
+    /// `self.history.append(h)`). Failing that, the first assignment of
+    /// something other than an empty value (`last_error = e`).
+    /// `(line number, code)`.
+    pub fn store_into(
+        &mut self,
+        file: &str,
+        target: &str,
+        attribute: bool,
+    ) -> Option<(u32, String)> {
+        let lines = self.lines(file)?;
+        let mut plain = None;
+        for (k, l) in lines.iter().enumerate() {
+            let t = l.trim();
+            if t.starts_with('#') || !t.contains(target) {
+                continue;
+            }
+            for (i, _) in t.match_indices(target) {
+                if !word_boundary(t, i, target.len()) {
+                    continue;
+                }
+                let dotted = t[..i].ends_with('.');
+                if dotted != attribute {
+                    continue;
+                }
+                let rest = t[i + target.len()..].trim_start();
+                match store_kind(rest, target) {
+                    Store::Into => return Some((k as u32 + 1, t.to_owned())),
+                    Store::Plain if plain.is_none() => plain = Some((k as u32 + 1, t.to_owned())),
+                    _ => {}
+                }
+            }
+        }
+        plain
+    }
+}
+
+enum Store {
+    /// Into a container, or accumulated.
+    Into,
+    /// A plain assignment of something that is not empty.
+    Plain,
+    No,
+}
+
+/// What the code after a mention of `target` does to it.
+fn store_kind(rest: &str, target: &str) -> Store {
+    const CALLS: [&str; 8] = [
+        ".append(",
+        ".extend(",
+        ".insert(",
+        ".add(",
+        ".appendleft(",
+        ".setdefault(",
+        ".update(",
+        ".put(",
+    ];
+    if CALLS.iter().any(|c| rest.starts_with(c)) {
+        return Store::Into;
+    }
+    if rest.starts_with("+=") || rest.starts_with("|=") {
+        return Store::Into;
+    }
+    if let Some(r) = rest.strip_prefix('[') {
+        // `x[k] = v` (not `x[k] == v`): the first `=` after the closing bracket.
+        if let Some(close) = r.find(']') {
+            let after = r[close + 1..].trim_start();
+            if after.starts_with('=') && !after.starts_with("==") {
+                return Store::Into;
+            }
+        }
+        return Store::No;
+    }
+    if let Some(rhs) = rest.strip_prefix('=') {
+        if rhs.starts_with('=') {
+            return Store::No;
+        }
+        let accumulates = rhs
+            .match_indices(target)
+            .any(|(i, _)| word_boundary(rhs, i, target.len()));
+        if accumulates {
+            return Store::Into;
+        }
+        let v = rhs.trim();
+        let empty = matches!(
+            v,
+            "[]" | "{}" | "()" | "None" | "0" | "0.0" | "list()" | "dict()" | "set()" | "deque()"
+        ) || v.starts_with("collections.deque(") && v.ends_with("()");
+        return if empty { Store::No } else { Store::Plain };
+    }
+    Store::No
+}
+
 fn indentation(l: &str) -> usize {
     l.len() - l.trim_start().len()
 }
@@ -201,6 +297,23 @@ mod tests {
         // `hh` is returned, not stored: no keeper, and `other` is another function.
         assert_eq!(s.keeper("model.py", 4), None);
         assert_eq!(s.line("missing.py", 1), None);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn finds_the_line_that_stores_into_a_holder() {
+        let dir = std::env::temp_dir().join(format!("vramscope-into-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("tmp");
+        let code = "losses = []\ntotal = 0\nlast = None\n# losses.append(x)\nfor x in xs:\n    if losses == []:\n        pass\n    all_losses = 1\n    losses.append(loss)\n    total = total + loss.sum()\n    last = err\nclass M:\n    def f(self, h):\n        self.cache[k] = h\n";
+        std::fs::write(dir.join("train.py"), code).expect("write");
+        let mut s = Sources::new(vec![dir.clone()]);
+        let got = |s: &mut Sources, t: &str, a: bool| s.store_into("train.py", t, a).map(|x| x.0);
+        assert_eq!(got(&mut s, "losses", false), Some(9));
+        assert_eq!(got(&mut s, "total", false), Some(10));
+        assert_eq!(got(&mut s, "last", false), Some(11));
+        assert_eq!(got(&mut s, "cache", true), Some(14));
+        // `cache` as a bare variable is not stored anywhere.
+        assert_eq!(got(&mut s, "cache", false), None);
         std::fs::remove_dir_all(&dir).ok();
     }
 

@@ -1,0 +1,230 @@
+//! What keeps a leaking site's tensors alive, by name: the recorder's
+//! holders (a global list, an attribute of a module, a local of a running
+//! function, the autograd graph of a kept tensor) joined to the blocks still
+//! alive at the end by address, and the line of the program that stores
+//! into that holder.
+
+use serde::Serialize;
+use vramscope_snapshot::hash::FxHashMap as HashMap;
+use vramscope_snapshot::{Holder, Snapshot};
+
+use super::source::Sources;
+use crate::lifetimes::{Lifetimes, STILL_ALIVE};
+use crate::units::bytes;
+
+/// A holder of some of one site's tensors.
+#[derive(Clone, Debug, Serialize)]
+pub struct HeldBy {
+    /// `global`, `local` or `exception`.
+    pub kind: String,
+    /// The variable (`losses`).
+    pub name: String,
+    /// The path from it to the tensors (`losses[*]`, `model.cache[*]`,
+    /// `total (autograd graph)`).
+    pub path: String,
+    /// The type of the variable's value (`list`).
+    pub type_name: String,
+    /// The module file of a global, the file of a local's function.
+    pub file: String,
+    /// Of a local: the function.
+    pub function: String,
+    /// Whether the tensors are saved by the autograd graph of the held
+    /// tensor rather than held themselves.
+    pub through_graph: bool,
+    /// Of this site's tensors alive at the end: how many, and their bytes.
+    pub tensors: u64,
+    pub bytes: u64,
+    /// The line that stores into the holder, when the source is readable:
+    /// (file, line, code).
+    pub stored_at: Option<(String, u32, String)>,
+    /// The sentence: "held by `losses` (list, global of train.py): 5 tensors
+    /// (20 B); train.py:34 stores them: `losses.append(loss)`".
+    pub text: String,
+}
+
+/// Holders by the address of each tensor they hold.
+pub(super) struct HolderIndex<'a> {
+    holders: &'a [Holder],
+    by_addr: HashMap<u64, u32>,
+}
+
+impl<'a> HolderIndex<'a> {
+    pub fn new(snap: &'a Snapshot) -> HolderIndex<'a> {
+        let holders = snap
+            .source
+            .recorder
+            .as_ref()
+            .map_or(&[][..], |r| r.holders.as_slice());
+        let mut by_addr = HashMap::default();
+        for (i, h) in holders.iter().enumerate() {
+            for &a in &h.addrs {
+                by_addr.entry(a).or_insert(i as u32);
+            }
+        }
+        HolderIndex { holders, by_addr }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.holders.is_empty()
+    }
+
+    /// Per site (`of_block`: the site of each block), the holder of most of
+    /// its bytes alive at the end: sites that grow together but are kept by
+    /// different holders are different leaks.
+    pub fn of_sites(&self, l: &Lifetimes, of_block: &[u32]) -> HashMap<u32, u32> {
+        let mut bytes: HashMap<(u32, u32), u64> = HashMap::default();
+        if self.is_empty() {
+            return HashMap::default();
+        }
+        for b in 0..l.len() {
+            if l.death[b] != STILL_ALIVE {
+                continue;
+            }
+            if let Some(&h) = self.by_addr.get(&l.addr[b]) {
+                *bytes.entry((of_block[b], h)).or_default() += l.size[b];
+            }
+        }
+        let mut best: HashMap<u32, (u64, u32)> = HashMap::default();
+        for ((site, h), n) in bytes {
+            let e = best.entry(site).or_insert((0, h));
+            if n > e.0 || (n == e.0 && h < e.1) {
+                *e = (n, h);
+            }
+        }
+        best.into_iter().map(|(s, (_, h))| (s, h)).collect()
+    }
+
+    /// The holder of most of the bytes of `blocks` still alive at the end
+    /// (the site's blocks), if the recorder named one.
+    pub fn held_by(
+        &self,
+        l: &Lifetimes,
+        blocks: impl Iterator<Item = usize>,
+        stack_files: &[String],
+        src: &mut Sources,
+    ) -> Option<HeldBy> {
+        if self.is_empty() {
+            return None;
+        }
+        let mut per: HashMap<u32, (u64, u64)> = HashMap::default();
+        for b in blocks {
+            if l.death[b] != STILL_ALIVE {
+                continue;
+            }
+            if let Some(&h) = self.by_addr.get(&l.addr[b]) {
+                let e = per.entry(h).or_default();
+                e.0 += 1;
+                e.1 += l.size[b];
+            }
+        }
+        let (&h, &(tensors, size)) = per
+            .iter()
+            .max_by(|a, b| a.1 .1.cmp(&b.1 .1).then(b.0.cmp(a.0)))?;
+        let h = &self.holders[h as usize];
+        let through_graph = h.path.ends_with(" (autograd graph)");
+        let stored_at = stored_at(h, stack_files, src);
+        let text = sentence(h, tensors, size, through_graph, stored_at.as_ref());
+        Some(HeldBy {
+            kind: h.kind.clone(),
+            name: h.name.clone(),
+            path: h.path.clone(),
+            type_name: h.type_name.clone(),
+            file: h.file.clone(),
+            function: h.function.clone(),
+            through_graph,
+            tensors,
+            bytes: size,
+            stored_at,
+            text,
+        })
+    }
+}
+
+/// `global of train.py`, `local of validate (train.py:12)`.
+pub fn owner(kind: &str, file: &str, function: &str, line: u32) -> String {
+    let f = base(file);
+    match kind {
+        "global" if file.starts_with('<') => {
+            format!("global of module {}", file.trim_matches(['<', '>']))
+        }
+        "global" => format!("global of {f}"),
+        "local" => format!("local of {function} ({f}:{line})"),
+        "exception" => "the exception being handled".to_owned(),
+        k => k.to_owned(),
+    }
+}
+
+fn base(f: &str) -> &str {
+    f.rsplit(['/', '\\']).next().unwrap_or(f)
+}
+
+fn sentence(
+    h: &Holder,
+    tensors: u64,
+    size: u64,
+    graph: bool,
+    stored: Option<&(String, u32, String)>,
+) -> String {
+    let path = h.path.trim_end_matches(" (autograd graph)");
+    let via = if path != h.name {
+        format!(" as `{path}`")
+    } else {
+        String::new()
+    };
+    let what = if graph {
+        format!(
+            "the autograd graph of `{}` ({}, {}){via} saves {tensors} of these tensors ({}) for a backward pass that never runs",
+            h.name,
+            h.type_name,
+            owner(&h.kind, &h.file, &h.function, h.line),
+            bytes(size)
+        )
+    } else {
+        format!(
+            "held by `{}` ({}, {}){via}: {tensors} tensor{} ({})",
+            h.name,
+            h.type_name,
+            owner(&h.kind, &h.file, &h.function, h.line),
+            if tensors == 1 { "" } else { "s" },
+            bytes(size)
+        )
+    };
+    match stored {
+        Some((file, line, code)) => {
+            format!("{what}; {}:{line} stores into it: `{code}`", base(file))
+        }
+        None => what,
+    }
+}
+
+/// The line that stores into the holder: for a variable, in its module (a
+/// global) or function's file (a local); for an attribute on the way
+/// (`model.cache[*]`), in the files of the site's stack, where the class
+/// that sets it usually is.
+fn stored_at(
+    h: &Holder,
+    stack_files: &[String],
+    src: &mut Sources,
+) -> Option<(String, u32, String)> {
+    let path = h.path.trim_end_matches(" (autograd graph)");
+    // The last attribute before an index (`model.cache[*]` -> `cache`),
+    // when the path goes through one; else the variable itself.
+    let attr = path
+        .split("[*]")
+        .next()
+        .and_then(|p| p.rsplit_once('.'))
+        .map(|(_, a)| a)
+        .filter(|a| !a.is_empty() && !a.starts_with('<') && *a != "grad");
+    if let Some(a) = attr {
+        for f in stack_files.iter().chain(std::iter::once(&h.file)) {
+            if let Some((line, code)) = src.store_into(f, a, true) {
+                return Some((f.clone(), line, code));
+            }
+        }
+    }
+    if h.kind == "exception" || h.file.is_empty() {
+        return None;
+    }
+    src.store_into(&h.file, &h.name, false)
+        .map(|(line, code)| (h.file.clone(), line, code))
+}

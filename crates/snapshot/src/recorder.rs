@@ -1,0 +1,157 @@
+//! What vramscope's recorder adds to a snapshot under the `vramscope` key:
+//! the backend, the device's own counters, compilations, and what held each
+//! tensor alive at the end.
+
+/// What vramscope's recorder wrote about the recording (the `vramscope`
+/// key, which other readers ignore).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RecorderInfo {
+    /// `cuda-allocator-history`, `xpu-allocator-history`, `cpu-allocator`, `dispatch` or
+    /// `cpu-profiler`.
+    pub name: String,
+    /// The device type a dispatch recording followed (`cpu`, `mps`, ...).
+    pub device_type: Option<String>,
+    pub steps: Option<u64>,
+    /// The PyTorch version that ran.
+    pub torch: Option<String>,
+    /// The device allocator's own figures, read during the recording.
+    pub counters: Vec<DeviceCounter>,
+    /// Compilations `torch.compile` ran while the recording ran (Dynamo's
+    /// compile callbacks; absent in files of older recorders).
+    pub compilations: Option<u64>,
+    /// Profiler windows whose memory analysis failed inside PyTorch (their
+    /// allocations are missing), one reason each.
+    pub profiler_failures: Vec<String>,
+    /// What held each tensor alive when the snapshot was written (empty in
+    /// files of older recorders and in periodic dumps).
+    pub holders: Vec<Holder>,
+    /// How the search for holders went, when it ran.
+    pub holder_scan: Option<HolderScan>,
+}
+
+/// A named reference that keeps tensors alive: a global, a local of a
+/// running function or the exception being handled, and the path from it to
+/// the tensors (`losses[*]`, `model.cache[*]`, `total (autograd graph)`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Holder {
+    /// `global`, `local` or `exception`.
+    pub kind: String,
+    /// The variable (`losses`), or the exception's type.
+    pub name: String,
+    /// The module file of a global, the function's file of a local.
+    pub file: String,
+    /// Of a local: the line its function was running.
+    pub line: u32,
+    /// Of a local: the function.
+    pub function: String,
+    /// The type of the variable's value (`list`, `Model`).
+    pub type_name: String,
+    /// The path's pattern: indices and keys are `[*]`; tensors an autograd
+    /// graph saved end in ` (autograd graph)`.
+    pub path: String,
+    /// One path in full (`losses[4]`).
+    pub example: String,
+    pub tensors: u64,
+    pub bytes: u64,
+    /// Storage addresses: the addresses of the snapshot's blocks.
+    pub addrs: Vec<u64>,
+}
+
+/// The search for holders: objects visited, seconds, and whether it ended
+/// before its limits.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct HolderScan {
+    pub objects: u64,
+    pub seconds: f64,
+    pub complete: bool,
+}
+
+/// One reading of a device allocator's counters
+/// (`torch.mps.current_allocated_memory()`, `driver_allocated_memory()`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceCounter {
+    pub time_us: i64,
+    pub allocated: u64,
+    pub reserved: u64,
+}
+
+impl RecorderInfo {
+    /// Read from the `vramscope` dict as JSON; `None` when it has no
+    /// `recorder` name.
+    pub fn from_json(v: &serde_json::Value) -> Option<RecorderInfo> {
+        let name = v.get("recorder")?.as_str()?.to_owned();
+        let counters = v
+            .get("device_counters")
+            .and_then(|c| c.as_array())
+            .map(|rows| {
+                rows.iter()
+                    .filter_map(|r| {
+                        Some(DeviceCounter {
+                            time_us: r.get("time_us")?.as_i64()?,
+                            allocated: r.get("allocated")?.as_u64()?,
+                            reserved: r.get("reserved")?.as_u64()?,
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Some(RecorderInfo {
+            name,
+            device_type: v
+                .get("device_type")
+                .and_then(|d| d.as_str())
+                .map(str::to_owned),
+            steps: v.get("steps").and_then(|s| s.as_u64()),
+            torch: v.get("torch").and_then(|s| s.as_str()).map(str::to_owned),
+            counters,
+            compilations: v.get("compilations").and_then(|n| n.as_u64()),
+            profiler_failures: v
+                .get("profiler_failures")
+                .and_then(|f| f.as_array())
+                .map(|rows| {
+                    rows.iter()
+                        .filter_map(|r| r.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            holders: holders(v.get("holders")),
+            holder_scan: v
+                .get("holders")
+                .filter(|h| h.is_object())
+                .map(|h| HolderScan {
+                    objects: h.get("objects").and_then(|n| n.as_u64()).unwrap_or(0),
+                    seconds: h.get("seconds").and_then(|n| n.as_f64()).unwrap_or(0.0),
+                    complete: h.get("complete").and_then(|b| b.as_bool()).unwrap_or(false),
+                }),
+        })
+    }
+}
+
+fn holders(v: Option<&serde_json::Value>) -> Vec<Holder> {
+    let Some(rows) = v.and_then(|h| h.get("holders")).and_then(|r| r.as_array()) else {
+        return Vec::new();
+    };
+    let text =
+        |r: &serde_json::Value, k: &str| r.get(k).and_then(|s| s.as_str()).unwrap_or("").to_owned();
+    let num = |r: &serde_json::Value, k: &str| r.get(k).and_then(|n| n.as_u64()).unwrap_or(0);
+    rows.iter()
+        .filter(|r| r.is_object())
+        .map(|r| Holder {
+            kind: text(r, "kind"),
+            name: text(r, "name"),
+            file: text(r, "file"),
+            line: u32::try_from(num(r, "line")).unwrap_or(0),
+            function: text(r, "function"),
+            type_name: text(r, "type"),
+            path: text(r, "path"),
+            example: text(r, "example"),
+            tensors: num(r, "tensors"),
+            bytes: num(r, "bytes"),
+            addrs: r
+                .get("addrs")
+                .and_then(|a| a.as_array())
+                .map(|a| a.iter().filter_map(|x| x.as_u64()).collect())
+                .unwrap_or_default(),
+        })
+        .collect()
+}

@@ -1,0 +1,415 @@
+"""What holds each tensor alive when the snapshot is written: the path from a
+named root (a module global, a local of a running frame, the exception being
+handled) to the tensor, found in one breadth-first pass over the objects the
+garbage collector can see.
+
+A snapshot knows where each tensor was *allocated*; a leak is fixed where it
+is *kept*. The pass names the keeper the way the program spells it:
+``losses[*]`` (a global list of ``train.py``), ``model.cache[*]`` (an
+attribute set in ``Model.forward``), ``outputs[*]`` (a local of
+``validate``), ``last_error.__traceback__.tb_frame.local 'h'``. Tensors a
+kept autograd graph saved for backward (``total = total + loss``) are found
+through the graph of the tensor that holds it: ``total (autograd graph)``.
+
+Tensors are grouped by the pattern of their path (list indices and dict keys
+become ``[*]``) and each group lists the storages' addresses, which are the
+snapshot's block addresses, so that readers can join them to the trace.
+
+The cost is bounded: the pass stops after ``max_objects`` objects or
+``max_seconds`` and says so (``complete: false``); see docs/leaks-json.md.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+import time
+import types
+import warnings
+from collections import deque
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
+
+from ._refnames import TypeInfo, is_tensor, named_refs
+
+# Defaults of the pass (documented in docs/leaks-json.md).
+MAX_OBJECTS = 3_000_000
+MAX_SECONDS = 30.0
+# Autograd nodes walked, over all kept graphs.
+MAX_GRAPH_NODES = 200_000
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+# nn.Module keeps children, parameters and buffers in dicts; the program
+# spells them as attributes.
+_MODULE_DICTS = ("._modules", "._parameters", "._buffers")
+
+
+class _Root:
+    """A named starting point: ``kind`` is ``global`` (of the module in
+    ``file``), ``local`` (of ``function``, running at ``file:line``) or
+    ``exception`` (the one being handled)."""
+
+    __slots__ = ("kind", "name", "file", "line", "function", "obj")
+
+    def __init__(self, kind: str, name: str, obj: Any, file: str = "", line: int = 0, function: str = "") -> None:
+        self.kind, self.name, self.obj = kind, name, obj
+        self.file, self.line, self.function = file, line, function
+
+
+# Set by ``vramscope run``: the script's globals (its ``__main__`` is not in
+# ``sys.modules`` under that name while vramscope's own ``__main__`` is).
+main_globals: Optional[Dict[str, Any]] = None
+
+
+def _ours(filename: str) -> bool:
+    """vramscope's frames and the runners' (runpy, importlib): their locals
+    hold the program's namespace, not what the program keeps."""
+    return filename.startswith(_HERE) or filename.startswith("<frozen") or filename.endswith(("runpy.py", "pytest_plugin.py"))
+
+
+def _roots(main_globals: Optional[Dict[str, Any]]) -> List[_Root]:
+    """Frames first (innermost first; a local is the most specific name),
+    then the exception being handled, then the program's globals, then
+    every other module's."""
+    roots: List[_Root] = []
+    me = sys._getframe()
+    for frame in sys._current_frames().values():
+        f: Optional[types.FrameType] = frame
+        while f is not None:
+            code = f.f_code
+            if f is not me and not _ours(code.co_filename) and code.co_flags & 0x1:
+                where = (code.co_filename, f.f_lineno or 0, code.co_qualname if hasattr(code, "co_qualname") else code.co_name)
+                try:
+                    items = list(f.f_locals.items())
+                except Exception:  # noqa: BLE001 - a frame being torn down
+                    items = []
+                for k, v in items:
+                    roots.append(_Root("local", k, v, *where))
+            f = f.f_back
+    exc = sys.exc_info()[1]
+    if exc is not None:
+        roots.append(_Root("exception", type(exc).__name__, exc))
+    seen: Set[int] = set()
+    modules: List[Tuple[str, Dict[str, Any]]] = []
+    if main_globals is not None:
+        modules.append((str(main_globals.get("__file__") or ""), main_globals))
+    main = sys.modules.get("__main__")
+    if main is not None:
+        modules.append((str(getattr(main, "__file__", None) or ""), vars(main)))
+    for name, m in list(sys.modules.items()):
+        if m is None or name == "vramscope" or name.startswith("vramscope."):
+            continue
+        try:
+            d = vars(m)
+        except TypeError:
+            continue
+        modules.append((str(d.get("__file__") or f"<{name}>"), d))
+    for where, d in modules:
+        if id(d) in seen:
+            continue
+        seen.add(id(d))
+        for k, v in list(d.items()):
+            if not (k.startswith("__") and k.endswith("__")) and not isinstance(v, types.ModuleType):
+                roots.append(_Root("global", k, v, where))
+    return roots
+
+
+def _skip(o: Any) -> bool:
+    """Objects not entered: modules (their globals are roots), classes and
+    code (a class's attributes are shared, not what holds a tensor), and
+    vramscope's own objects."""
+    if isinstance(o, (types.ModuleType, type, types.CodeType)):
+        return True
+    mod = getattr(type(o), "__module__", "") or ""
+    return mod == "vramscope" or mod.startswith("vramscope.")
+
+
+def find_holders(
+    max_objects: int = MAX_OBJECTS,
+    max_seconds: float = MAX_SECONDS,
+) -> Dict[str, Any]:
+    """The holders of every reachable tensor, grouped; see the module doc."""
+    t0 = time.perf_counter()
+    gc_was = gc.isenabled()
+    gc.disable()  # the pass allocates; a collection in the middle changes nothing it needs
+    try:
+        with warnings.catch_warnings():
+            # Reading some modules' attributes warns (deprecated aliases).
+            warnings.simplefilter("ignore")
+            return _find(main_globals, max_objects, max_seconds, t0)
+    finally:
+        if gc_was:
+            gc.enable()
+
+
+def _find(main_globals: Optional[Dict[str, Any]], max_objects: int, max_seconds: float, t0: float) -> Dict[str, Any]:
+    roots = _roots(main_globals)
+    # parent[id] = id of the object it was reached from, or -1 - root index.
+    parent: Dict[int, int] = {}
+    objs: Dict[int, Any] = {}
+    queue: deque = deque()
+    for i, r in enumerate(roots):
+        k = id(r.obj)
+        if k not in parent:
+            parent[k] = -1 - i
+            objs[k] = r.obj
+            queue.append(r.obj)
+    tensors: List[Any] = []
+    modules: List[Any] = []
+    torch_nn = sys.modules.get("torch.nn")
+    module_type = getattr(torch_nn, "Module", None)
+    complete = True
+    deadline = t0 + max_seconds
+    n = 0
+    while queue:
+        o = queue.popleft()
+        n += 1
+        if n >= max_objects or (n & 0xFFF == 0 and time.perf_counter() > deadline):
+            complete = False
+            break
+        if is_tensor(o):
+            tensors.append(o)
+            grad = _grad(o)
+            if grad is not None and id(grad) not in parent:
+                parent[id(grad)] = id(o)
+                objs[id(grad)] = grad
+                queue.append(grad)
+        elif _skip(o):
+            continue
+        elif module_type is not None and isinstance(o, module_type):
+            modules.append(o)
+        oid = id(o)
+        for r in gc.get_referents(o):
+            k = id(r)
+            if k in parent:
+                continue
+            if not gc.is_tracked(r) and not is_tensor(r) and not isinstance(r, dict):
+                continue  # atoms: no references of their own
+            parent[k] = oid
+            objs[k] = r
+            queue.append(r)
+    namer = _Namer(roots, parent, objs)
+    groups: Dict[Tuple[str, str, str, str, str], Dict[str, Any]] = {}
+    storages: Set[int] = set()
+
+    def add(t: Any, parts: List[str], root: _Root, graph: bool) -> None:
+        try:
+            st = t.untyped_storage()
+            addr, size = st.data_ptr(), st.nbytes()
+        except Exception:  # noqa: BLE001 - a tensor without storage (meta, sparse, a wrapper)
+            return
+        if addr == 0 or addr in storages:
+            return
+        storages.add(addr)
+        path, pattern = _spell(parts)
+        if graph:
+            pattern += " (autograd graph)"
+        key = (root.kind, root.name, root.file, root.function, pattern)
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = {
+                "kind": root.kind,
+                "name": root.name,
+                "file": root.file,
+                "line": root.line,
+                "function": root.function,
+                "type": type(root.obj).__name__,
+                "path": pattern,
+                "example": path,
+                "tensors": 0,
+                "bytes": 0,
+                "addrs": [],
+            }
+        g["tensors"] += 1
+        g["bytes"] += size
+        g["addrs"].append(addr)
+
+    names = _module_names(modules, namer)
+    named: List[Tuple[Any, List[str], _Root]] = []
+    for t in tensors:
+        parts, root = names.get(id(t)) or namer.path(t)
+        if root is not None:
+            named.append((t, parts, root))
+            add(t, parts, root, False)
+    budget = [MAX_GRAPH_NODES]
+    for t, parts, root in named:
+        if budget[0] <= 0:
+            complete = False
+            break
+        fn = getattr(t, "grad_fn", None)
+        if fn is not None:
+            for saved in _saved_tensors(fn, budget):
+                add(saved, parts, root, True)
+    out = sorted(groups.values(), key=lambda g: -g["bytes"])
+    return {
+        "holders": out,
+        "objects": n,
+        "tensors": len(storages),
+        "seconds": round(time.perf_counter() - t0, 3),
+        "complete": complete,
+    }
+
+
+def _module_names(modules: List[Any], namer: "_Namer") -> Dict[int, Tuple[List[str], _Root]]:
+    """Parameters, buffers and their gradients named through the module that
+    owns them (``model.fc1.weight``, ``model.fc1.weight.grad``), not through
+    whatever else reached them first (an optimizer's state keys), outermost
+    module first."""
+    found: List[Tuple[int, List[str], _Root, Any]] = []
+    for m in modules:
+        parts, root = namer.path(m)
+        if root is not None:
+            found.append((len(parts), parts, root, m))
+    found.sort(key=lambda x: x[0])
+    names: Dict[int, Tuple[List[str], _Root]] = {}
+    for _, parts, root, m in found:
+        try:
+            items = list(m.named_parameters()) + list(m.named_buffers())
+        except Exception:  # noqa: BLE001 - a module whose traversal raises
+            continue
+        for name, p in items:
+            if p is None or id(p) in names:
+                continue
+            names[id(p)] = (parts + [f".{name}"], root)
+            g = _grad(p)
+            if g is not None:
+                names.setdefault(id(g), (parts + [f".{name}", ".grad"], root))
+    return names
+
+
+def _grad(t: Any) -> Any:
+    try:
+        return t.grad if t.is_leaf else None
+    except Exception:  # noqa: BLE001 - a subclass whose .grad raises
+        return None
+
+
+class _Namer:
+    """Rebuilds the path of an object from the parent links, naming each
+    step as the program spells it (``.attr``, ``[3]``, ``['key']``), with
+    containers an object owns (its ``__dict__``) folded into it."""
+
+    def __init__(self, roots: List[_Root], parent: Dict[int, int], objs: Dict[int, Any]) -> None:
+        self.roots, self.parent, self.objs = roots, parent, objs
+        self.labels: Dict[int, Tuple[Dict[int, str], Set[int]]] = {}
+        self.infos: Dict[type, TypeInfo] = {}
+
+    def _labels(self, o: Any) -> Tuple[Dict[int, str], Set[int]]:
+        got = self.labels.get(id(o))
+        if got is None:
+            direct = gc.get_referents(o)
+            ids = {id(r) for r in direct}
+            fold: List[Any] = []
+            info = self.infos.get(type(o))
+            if info is None:
+                info = self.infos[type(o)] = TypeInfo(type(o))
+            names: Dict[int, str] = {}
+            try:
+                for label, r in named_refs(o, direct, ids, fold, info):
+                    names.setdefault(id(r), label)
+            except Exception:  # noqa: BLE001 - an object whose attributes raise
+                pass
+            if is_tensor(o):
+                g = _grad(o)
+                if g is not None:
+                    names.setdefault(id(g), ".grad")
+            got = self.labels[id(o)] = (names, {id(f) for f in fold})
+        return got
+
+    def path(self, o: Any) -> Tuple[List[str], Optional[_Root]]:
+        """The labels from the root's name to ``o`` (``["model", "._modules",
+        "['fc1']", ...]``), and the root; ``([], None)`` when not reached."""
+        chain: List[Any] = [o]
+        k = id(o)
+        while True:
+            p = self.parent.get(k)
+            if p is None:
+                return [], None
+            if p < 0:
+                root = self.roots[-1 - p]
+                break
+            chain.append(self.objs[p])
+            k = p
+        chain.reverse()  # root object first
+        parts: List[str] = [root.name]
+        i = 0
+        while i + 1 < len(chain):
+            names, folds = self._labels(chain[i])
+            nxt = chain[i + 1]
+            if id(nxt) in folds and i + 2 < len(chain):
+                label = names.get(id(chain[i + 2]))
+                i += 2
+            else:
+                label = names.get(id(nxt))
+                i += 1
+            parts.append(_join(label))
+        return parts, root
+
+
+def _join(label: Optional[str]) -> str:
+    if label is None:
+        return ".?"
+    if label.startswith((".", "[")):
+        return label
+    if label.startswith("local '"):
+        return f".<local {label[7:-1]}>"
+    if label == "key":
+        return ".<key>"
+    return f".{label}"
+
+
+def _spell(parts: List[str]) -> Tuple[str, str]:
+    """The path as the program spells it, and its pattern: nn.Module's
+    ``._modules['fc1']`` is ``.fc1``; in the pattern every other index or key
+    is ``[*]`` (the 12 tensors of ``losses[0]`` .. ``losses[11]`` are one
+    holder)."""
+    path: List[str] = []
+    pattern: List[str] = []
+    i = 0
+    while i < len(parts):
+        p = parts[i]
+        if p in _MODULE_DICTS and i + 1 < len(parts) and parts[i + 1].startswith("['"):
+            name = "." + parts[i + 1][2:-2]
+            path.append(name)
+            pattern.append(name)
+            i += 2
+            continue
+        path.append(p)
+        pattern.append("[*]" if p.startswith("[") else p)
+        i += 1
+    return "".join(path), "".join(pattern)
+
+
+def _saved_tensors(fn: Any, budget: List[int]) -> Iterator[Any]:
+    """Tensors an autograd graph saved for backward, from ``fn`` down, while
+    the budget of nodes lasts (shared by all graphs)."""
+    seen: Set[int] = set()
+    stack = [fn]
+    attrs: Dict[type, List[str]] = {}
+    while stack and budget[0] > 0:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        budget[0] -= 1
+        names = attrs.get(type(node))
+        if names is None:
+            names = attrs[type(node)] = [a for a in dir(node) if a.startswith("_saved_")]
+        for a in names:
+            try:
+                v = getattr(node, a)
+            except Exception:  # noqa: BLE001 - freed by backward, or not a tensor
+                continue
+            if is_tensor(v):
+                yield v
+            elif isinstance(v, (tuple, list)):
+                for x in v:
+                    if is_tensor(x):
+                        yield x
+        try:
+            nxt = node.next_functions
+        except Exception:  # noqa: BLE001
+            continue
+        for f, _ in nxt:
+            if f is not None:
+                stack.append(f)
