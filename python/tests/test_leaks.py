@@ -94,6 +94,13 @@ def test_features_appended_in_forward(runs: Dict[str, Path]) -> None:
     assert site["bytes_per_iteration"] == BATCH * 1024 * 4
     assert f["bytes_per_iteration"] == BATCH * 1024 * 4
     assert site["kept_by"][1].startswith("self.features.append(h)")
+    # What holds them, by name: the list on the model, a local of main().
+    held = site["held_by"]
+    assert (held["name"], held["kind"], held["function"], held["path"]) == ("model", "local", "main", "model.features[*]")
+    # One per iteration, all 12 alive at the end.
+    assert held["tensors"] == 12 and held["bytes"] == 12 * BATCH * 1024 * 4
+    assert held["stored_at"][2] == "self.features.append(h)  # the bug: keeps h and its graph alive"
+    assert "held by `model`" in f["title"]
     assert "detach()" in f["fix"]
     # What grows: activations (the profiler labels them so; the finding says it).
     assert site["category"] == "activation"
@@ -109,7 +116,11 @@ def test_loss_summed_with_its_graph(runs: Dict[str, Path]) -> None:
     assert len(found) == 1, [f["title"] for f in r["findings"]]
     f = found[0]
     assert f["kind"] == "retained_graph"
-    assert "loss.item()" in f["fix"] and "inference_mode" in f["fix"]
+    assert "total_loss += val_loss.item()" in f["fix"] and "inference_mode" in f["fix"]
+    # Held through the autograd graph of the running sum, a local of main().
+    held = [s["held_by"] for s in f["sites"] if s.get("held_by")]
+    assert held and all(h["name"] == "total_loss" and h["through_graph"] for h in held), held
+    assert held[0]["stored_at"][2].startswith("total_loss += val_loss")
     # The graph of each validation pass keeps both ReLU outputs (saved for
     # backward) and the log-softmax of the loss.
     assert f["bytes_per_iteration"] >= 2 * BATCH * 1024 * 4

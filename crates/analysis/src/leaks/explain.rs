@@ -241,13 +241,49 @@ fn held_fix(held: Option<&super::holders::HeldBy>) -> Option<String> {
         .unwrap_or_default();
     let name = &h.name;
     Some(if h.through_graph {
-        format!("Keep a number in `{name}`, not a tensor with its graph{line}: accumulate `.item()` (or `.detach()`) of the result, and run evaluation under `torch.inference_mode()` (or `torch.no_grad()`) so that no graph is built.")
+        let rewrite = h
+            .stored_at
+            .as_ref()
+            .and_then(|(_, _, code)| with_item(code, name))
+            .map(|r| format!(": `{r}`"))
+            .unwrap_or_else(|| ": accumulate `.item()` (or `.detach()`) of the result".to_owned());
+        format!("Keep a number in `{name}`, not a tensor with its graph{line}{rewrite}, and run evaluation under `torch.inference_mode()` (or `torch.no_grad()`) so that no graph is built.")
     } else if h.kind == "exception" || h.path.contains("__traceback__") {
         format!("Do not keep the exception in `{name}`{line}: its traceback holds the frames and their tensors; keep `str(err)` or `traceback.format_exc()`, or `del` it once handled.")
     } else if h.path.contains("[*]") {
         format!("Do not keep the tensors themselves in `{}`{line}: store `x.item()` for a scalar, or `x.detach().cpu()`, and clear it when it has been used (or bound its size).", h.path.split("[*]").next().unwrap_or(name))
     } else {
         format!("Drop the reference in `{}`{line} at the end of the iteration (`del` it, or assign `None`), or keep `x.detach().cpu()` / `x.item()` instead of the tensor.", h.path)
+    })
+}
+
+/// `total += loss` -> `total += loss.item()`; `t = t + f(x)` ->
+/// `t = t + (f(x)).item()`: the accumulation rewritten to keep a number.
+fn with_item(code: &str, name: &str) -> Option<String> {
+    let code = code.split(" #").next().unwrap_or(code).trim();
+    let (lhs, op, rhs) = if let Some((l, r)) = code.split_once("+=") {
+        (l.trim(), "+=", r.trim())
+    } else {
+        let (l, r) = code.split_once('=')?;
+        let r = r.trim();
+        let rest = r.strip_prefix(name)?.trim_start().strip_prefix('+')?;
+        (l.trim(), "= ", rest.trim())
+    };
+    if lhs != name || rhs.is_empty() || rhs.contains('#') {
+        return None;
+    }
+    let simple = rhs
+        .chars()
+        .all(|c| c.is_alphanumeric() || c == '_' || c == '.');
+    let item = if simple {
+        format!("{rhs}.item()")
+    } else {
+        format!("({rhs}).item()")
+    };
+    Some(if op == "+=" {
+        format!("{name} += {item}")
+    } else {
+        format!("{name} = {name} + {item}")
     })
 }
 
@@ -505,4 +541,27 @@ fn short_file(f: &str) -> String {
     let f = f.replace('\\', "/");
     let parts: Vec<&str> = f.rsplit('/').take(2).collect();
     parts.into_iter().rev().collect::<Vec<_>>().join("/")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_item;
+
+    #[test]
+    fn accumulations_rewritten_to_keep_numbers() {
+        assert_eq!(
+            with_item("total_loss += loss", "total_loss").as_deref(),
+            Some("total_loss += loss.item()")
+        );
+        assert_eq!(
+            with_item("total = total + model(x).sum()", "total").as_deref(),
+            Some("total = total + (model(x).sum()).item()")
+        );
+        assert_eq!(
+            with_item("total_loss += val_loss  # the bug", "total_loss").as_deref(),
+            Some("total_loss += val_loss.item()")
+        );
+        assert_eq!(with_item("other += loss", "total"), None);
+        assert_eq!(with_item("total = loss", "total"), None);
+    }
 }

@@ -134,9 +134,16 @@ impl Sources {
     ) -> Option<(u32, String)> {
         let lines = self.lines(file)?;
         let mut plain = None;
+        let mut in_doc = false;
         for (k, l) in lines.iter().enumerate() {
             let t = l.trim();
-            if t.starts_with('#') || !t.contains(target) {
+            // Docstrings quote code; they store nothing.
+            let quotes = t.matches("\"\"\"").count() + t.matches("'''").count();
+            let was_doc = in_doc;
+            if quotes % 2 == 1 {
+                in_doc = !in_doc;
+            }
+            if was_doc || quotes > 0 || t.starts_with('#') || !t.contains(target) {
                 continue;
             }
             for (i, _) in t.match_indices(target) {
@@ -304,14 +311,14 @@ mod tests {
     fn finds_the_line_that_stores_into_a_holder() {
         let dir = std::env::temp_dir().join(format!("vramscope-into-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("tmp");
-        let code = "losses = []\ntotal = 0\nlast = None\n# losses.append(x)\nfor x in xs:\n    if losses == []:\n        pass\n    all_losses = 1\n    losses.append(loss)\n    total = total + loss.sum()\n    last = err\nclass M:\n    def f(self, h):\n        self.cache[k] = h\n";
+        let code = "losses = []\ntotal = 0\nlast = None\n\"\"\"Docs: `losses.append(x)`\n  total += loss\n\"\"\"\nfor x in xs:\n    if losses == []:\n        pass\n    all_losses = 1\n    losses.append(loss)\n    total = total + loss.sum()\n    last = err\nclass M:\n    def f(self, h):\n        self.cache[k] = h\n";
         std::fs::write(dir.join("train.py"), code).expect("write");
         let mut s = Sources::new(vec![dir.clone()]);
         let got = |s: &mut Sources, t: &str, a: bool| s.store_into("train.py", t, a).map(|x| x.0);
-        assert_eq!(got(&mut s, "losses", false), Some(9));
-        assert_eq!(got(&mut s, "total", false), Some(10));
-        assert_eq!(got(&mut s, "last", false), Some(11));
-        assert_eq!(got(&mut s, "cache", true), Some(14));
+        assert_eq!(got(&mut s, "losses", false), Some(11));
+        assert_eq!(got(&mut s, "total", false), Some(12));
+        assert_eq!(got(&mut s, "last", false), Some(13));
+        assert_eq!(got(&mut s, "cache", true), Some(16));
         // `cache` as a bare variable is not stored anywhere.
         assert_eq!(got(&mut s, "cache", false), None);
         std::fs::remove_dir_all(&dir).ok();
