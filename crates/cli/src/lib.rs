@@ -23,6 +23,7 @@ mod output;
 mod progress;
 mod ranks;
 mod report;
+mod run;
 mod segments;
 mod simulate;
 mod summary;
@@ -43,6 +44,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run a Python script (or -m module) under the recorder, then summarise it and write the report.
+    Run(run::Args),
     /// Memory at the end, the peak and what held it, fragmentation and OOMs.
     Summary(summary::Args),
     /// Interactive, self-contained HTML report (timeline, stacks, peak, segments, OOMs).
@@ -123,6 +126,10 @@ where
         Command::Estimate(a) => estimate::run(a),
         Command::Export(a) => export::run(a),
         Command::Live(a) => live::run(a),
+        Command::Run(a) => match run::run(a) {
+            Ok(code) => return code,
+            Err(e) => Err(e),
+        },
         Command::Check(a) => match check::run(a) {
             Ok(code) => return code,
             Err(e) => Err(e),
