@@ -67,10 +67,31 @@ def _ours(filename: str) -> bool:
     return filename.startswith(_HERE) or filename.startswith("<frozen") or filename.endswith(("runpy.py", "pytest_plugin.py"))
 
 
-def _roots(main_globals: Optional[Dict[str, Any]]) -> List[_Root]:
+def _library_dirs() -> Tuple[str, ...]:
+    """Where the standard library and installed packages live."""
+    import site
+    import sysconfig
+
+    dirs = {sys.prefix, sys.base_prefix, sys.exec_prefix}
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        try:
+            dirs.add(sysconfig.get_paths()[key])
+        except KeyError:
+            pass
+    try:
+        dirs.update(site.getsitepackages())
+        dirs.add(site.getusersitepackages())
+    except AttributeError:  # a virtualenv's old site module
+        pass
+    return tuple(os.path.join(os.path.abspath(d), "") for d in dirs if d)
+
+
+def _roots(main_globals: Optional[Dict[str, Any]]) -> Tuple[List[_Root], Set[int]]:
     """Frames first (innermost first; a local is the most specific name),
-    then the exception being handled, then the program's globals, then
-    every other module's."""
+    then the exception being handled, then the program's globals and its
+    other modules' (not those of the standard library or installed
+    packages: PyTorch alone has a million objects, and their state is not
+    what a program leaks). Also the ids of the module dicts not entered."""
     roots: List[_Root] = []
     me = sys._getframe()
     for frame in sys._current_frames().values():
@@ -89,39 +110,55 @@ def _roots(main_globals: Optional[Dict[str, Any]]) -> List[_Root]:
     exc = sys.exc_info()[1]
     if exc is not None:
         roots.append(_Root("exception", type(exc).__name__, exc))
-    seen: Set[int] = set()
+    libraries = _library_dirs()
     modules: List[Tuple[str, Dict[str, Any]]] = []
     if main_globals is not None:
         modules.append((str(main_globals.get("__file__") or ""), main_globals))
     main = sys.modules.get("__main__")
-    if main is not None:
+    if main is not None and not (getattr(main, "__name__", "") or "").startswith("vramscope"):
         modules.append((str(getattr(main, "__file__", None) or ""), vars(main)))
+    skipped: Set[int] = set()
     for name, m in list(sys.modules.items()):
-        if m is None or name == "vramscope" or name.startswith("vramscope."):
-            continue
         try:
             d = vars(m)
         except TypeError:
             continue
-        modules.append((str(d.get("__file__") or f"<{name}>"), d))
+        file = str(d.get("__file__") or "")
+        ours = name == "vramscope" or name.startswith("vramscope.") or (name == "__main__" and file.startswith(_HERE))
+        if ours or not file or os.path.abspath(file).startswith(libraries):
+            skipped.add(id(d))
+        else:
+            modules.append((file, d))
+    seen: Set[int] = set()
     for where, d in modules:
         if id(d) in seen:
             continue
         seen.add(id(d))
+        skipped.discard(id(d))
         for k, v in list(d.items()):
             if not (k.startswith("__") and k.endswith("__")) and not isinstance(v, types.ModuleType):
                 roots.append(_Root("global", k, v, where))
-    return roots
+    return roots, skipped
 
 
-def _skip(o: Any) -> bool:
-    """Objects not entered: modules (their globals are roots), classes and
-    code (a class's attributes are shared, not what holds a tensor), and
-    vramscope's own objects."""
-    if isinstance(o, (types.ModuleType, type, types.CodeType)):
-        return True
-    mod = getattr(type(o), "__module__", "") or ""
-    return mod == "vramscope" or mod.startswith("vramscope.")
+# Types whose objects refer to nothing.
+_ATOMS = frozenset({int, float, complex, str, bytes, bool, type(None)})
+
+
+def _kind(t: type, tensor_type: Any, module_type: Any) -> int:
+    """1 a tensor; 2 not entered: modules (their globals are roots), classes
+    and code (a class's attributes are shared, not what holds a tensor), and
+    vramscope's own objects; 3 an ``nn.Module``; 0 anything else."""
+    if tensor_type and issubclass(t, tensor_type):
+        return 1
+    if issubclass(t, (types.ModuleType, type, types.CodeType)):
+        return 2
+    mod = getattr(t, "__module__", "") or ""
+    if mod == "vramscope" or mod.startswith("vramscope."):
+        return 2
+    if module_type is not None and issubclass(t, module_type):
+        return 3
+    return 0
 
 
 def find_holders(
@@ -143,7 +180,7 @@ def find_holders(
 
 
 def _find(main_globals: Optional[Dict[str, Any]], max_objects: int, max_seconds: float, t0: float) -> Dict[str, Any]:
-    roots = _roots(main_globals)
+    roots, skipped = _roots(main_globals)
     # parent[id] = id of the object it was reached from, or -1 - root index.
     parent: Dict[int, int] = {}
     objs: Dict[int, Any] = {}
@@ -156,38 +193,50 @@ def _find(main_globals: Optional[Dict[str, Any]], max_objects: int, max_seconds:
             queue.append(r.obj)
     tensors: List[Any] = []
     modules: List[Any] = []
-    torch_nn = sys.modules.get("torch.nn")
-    module_type = getattr(torch_nn, "Module", None)
+    torch_mod = sys.modules.get("torch")
+    tensor_type = getattr(torch_mod, "Tensor", None) or ()
+    module_type = getattr(sys.modules.get("torch.nn"), "Module", None)
     complete = True
     deadline = t0 + max_seconds
     n = 0
+    # The loop runs once per object of the program: locals, and a kind per
+    # type (1 tensor, 2 not entered, 3 nn.Module, 0 any other) looked up once.
+    kinds: Dict[type, int] = {}
+    get_referents, is_tracked, popleft, push = gc.get_referents, gc.is_tracked, queue.popleft, queue.append
+    atoms = _ATOMS
     while queue:
-        o = queue.popleft()
+        o = popleft()
         n += 1
         if n >= max_objects or (n & 0xFFF == 0 and time.perf_counter() > deadline):
             complete = False
             break
-        if is_tensor(o):
+        t = type(o)
+        kind = kinds.get(t)
+        if kind is None:
+            kind = kinds[t] = _kind(t, tensor_type, module_type)
+        if kind == 2:
+            continue
+        oid = id(o)
+        if kind == 1:
             tensors.append(o)
             grad = _grad(o)
             if grad is not None and id(grad) not in parent:
-                parent[id(grad)] = id(o)
+                parent[id(grad)] = oid
                 objs[id(grad)] = grad
-                queue.append(grad)
-        elif _skip(o):
-            continue
-        elif module_type is not None and isinstance(o, module_type):
+                push(grad)
+        elif kind == 3:
             modules.append(o)
-        oid = id(o)
-        for r in gc.get_referents(o):
-            k = id(r)
-            if k in parent:
+        for r in get_referents(o):
+            if type(r) in atoms:
                 continue
-            if not gc.is_tracked(r) and not is_tensor(r) and not isinstance(r, dict):
-                continue  # atoms: no references of their own
+            k = id(r)
+            if k in parent or k in skipped:
+                continue
+            if not is_tracked(r) and type(r) is not dict and not isinstance(r, tensor_type):
+                continue  # containers of atoms: nothing to find inside
             parent[k] = oid
             objs[k] = r
-            queue.append(r)
+            push(r)
     namer = _Namer(roots, parent, objs)
     groups: Dict[Tuple[str, str, str, str, str], Dict[str, Any]] = {}
     storages: Set[int] = set()
