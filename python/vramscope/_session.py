@@ -19,7 +19,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional
 
 from ._compile import skip_frames
 from ._cuda import CudaRecorder, attach_oom_observer
-from ._holders import find_holders
+from ._holders import Sampler, find_holders
 from ._hooks import compiles
 from ._rank import expand_path
 
@@ -100,6 +100,7 @@ class _Session:
         from ._tags import Tagger
 
         self.tagger = Tagger(self.cuda)
+        self.tagger.sampler = Sampler()
         # For the live state: finished iterations, OOMs, files written.
         self.iterations: Deque[Dict[str, int]] = collections.deque(maxlen=200)
         self.ooms: Deque[Dict[str, Any]] = collections.deque(maxlen=OOMS_KEPT)
@@ -342,8 +343,12 @@ class _Session:
             }
             if final:
                 # What holds each tensor alive at the end, by name (leaks
-                # are fixed where they are kept, not where allocated).
-                snap["vramscope"]["holders"] = find_holders()
+                # are fixed where they are kept, not where allocated), and
+                # what held them while the program ran.
+                end = find_holders()
+                end["time_us"] = time.time_ns() // 1000
+                snap["vramscope"]["holders"] = end
+                snap["vramscope"]["holder_samples"] = list(self.tagger.sampler.samples) if self.tagger.sampler else []
             if self.kind in ("dispatch", "allocator"):
                 snap["vramscope"].update(self.backend.meta())
             elif self.kind == "profiler" and self.backend.failures:

@@ -62,6 +62,8 @@ class Tagger:
         # ``(mark, stamp, stack)`` of a recorder that stamps stacks on
         # allocations after the fact (the CPU allocator hooks), or None.
         self.bracket: Optional[tuple] = None
+        # Takes the holders of tensors now and then (``_holders.Sampler``).
+        self.sampler: Optional[Any] = None
         self._compiles_at_install = self._compiles_scanned = 0
         self._annotate = None
         self._set_meta = self._get_meta = None
@@ -98,6 +100,8 @@ class Tagger:
 
     def _step_post(self, opt: Any, args: Any, kwargs: Any) -> None:
         self._leave_phase()
+        if self.sampler is not None:
+            self.sampler.maybe()
         if opt not in self._stepped:
             self._stepped.add(opt)
             self._tag_optimizer(opt, everything=True)  # state created by the first step
@@ -119,6 +123,8 @@ class Tagger:
         local = self._local
         depth = getattr(local, "depth", 0)
         if depth == 0:
+            if self.sampler is not None:  # the program's loop is on the stack here
+                self.sampler.maybe()
             # The outermost module call: the tensors it is given (that need
             # no gradient) are the batch.
             for a in args if isinstance(args, tuple) else (args,):

@@ -22,8 +22,9 @@ pub struct RecorderInfo {
     /// Profiler windows whose memory analysis failed inside PyTorch (their
     /// allocations are missing), one reason each.
     pub profiler_failures: Vec<String>,
-    /// What held each tensor alive when the snapshot was written (empty in
-    /// files of older recorders and in periodic dumps).
+    /// What held each tensor alive when the snapshot was written, and at
+    /// the moments the recorder looked while the program ran (`time_us` of
+    /// each); empty in files of older recorders and in periodic dumps.
     pub holders: Vec<Holder>,
     /// How the search for holders went, when it ran.
     pub holder_scan: Option<HolderScan>,
@@ -34,6 +35,9 @@ pub struct RecorderInfo {
 /// the tensors (`losses[*]`, `model.cache[*]`, `total (autograd graph)`).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Holder {
+    /// When the recorder looked (µs, the trace's clock); `i64::MAX` when the
+    /// file does not say (the end of the recording).
+    pub time_us: i64,
     /// `global`, `local` or `exception`.
     pub kind: String,
     /// The variable (`losses`), or the exception's type.
@@ -114,7 +118,16 @@ impl RecorderInfo {
                         .collect()
                 })
                 .unwrap_or_default(),
-            holders: holders(v.get("holders")),
+            holders: holders(v.get("holders"))
+                .into_iter()
+                .chain(
+                    v.get("holder_samples")
+                        .and_then(|s| s.as_array())
+                        .into_iter()
+                        .flatten()
+                        .flat_map(|s| holders(Some(s))),
+                )
+                .collect(),
             holder_scan: v
                 .get("holders")
                 .filter(|h| h.is_object())
@@ -131,12 +144,17 @@ fn holders(v: Option<&serde_json::Value>) -> Vec<Holder> {
     let Some(rows) = v.and_then(|h| h.get("holders")).and_then(|r| r.as_array()) else {
         return Vec::new();
     };
+    let time_us = v
+        .and_then(|h| h.get("time_us"))
+        .and_then(|t| t.as_i64())
+        .unwrap_or(i64::MAX);
     let text =
         |r: &serde_json::Value, k: &str| r.get(k).and_then(|s| s.as_str()).unwrap_or("").to_owned();
     let num = |r: &serde_json::Value, k: &str| r.get(k).and_then(|n| n.as_u64()).unwrap_or(0);
     rows.iter()
         .filter(|r| r.is_object())
         .map(|r| Holder {
+            time_us,
             kind: text(r, "kind"),
             name: text(r, "name"),
             file: text(r, "file"),

@@ -49,6 +49,7 @@ impl Context<'_> {
         let stack = stack_lines(self.snap, s.example.1);
         let held_by = self.holders.held_by(
             self.lifetimes,
+            self.trace,
             (0..self.lifetimes.len()).filter(|&b| self.sites.of_block[b] == site),
             &user_files(self.snap, s.example.1),
             src,

@@ -351,7 +351,9 @@ pub(super) fn analyze(ctx: &Context, src: &mut Sources) -> Vec<Finding> {
     // (sign of each iteration's change, the sites that changed so)
     // Sites kept by different holders (the recorder named them) are
     // different leaks even when they grow in the same iterations.
-    let holder_of = ctx.holders.of_sites(ctx.lifetimes, &ctx.sites.of_block);
+    let holder_of = ctx
+        .holders
+        .of_sites(ctx.lifetimes, ctx.trace, &ctx.sites.of_block);
     let mut groups: Vec<((Vec<i8>, Option<u32>), Vec<SiteRate>)> = Vec::new();
     for (site, sh, s) in shaped {
         let Shape::Steady { per_iteration, .. } = sh else {

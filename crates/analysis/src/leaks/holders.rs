@@ -6,10 +6,10 @@
 
 use serde::Serialize;
 use vramscope_snapshot::hash::FxHashMap as HashMap;
-use vramscope_snapshot::{Holder, Snapshot};
+use vramscope_snapshot::{DeviceTrace, Holder, Snapshot};
 
 use super::source::Sources;
-use crate::lifetimes::{Lifetimes, STILL_ALIVE};
+use crate::lifetimes::{Lifetimes, BEFORE_WINDOW, STILL_ALIVE};
 use crate::units::bytes;
 
 /// A holder of some of one site's tensors.
@@ -31,7 +31,9 @@ pub struct HeldBy {
     /// Whether the tensors are saved by the autograd graph of the held
     /// tensor rather than held themselves.
     pub through_graph: bool,
-    /// Of this site's tensors alive at the end: how many, and their bytes.
+    /// Of this site's tensors, those the holder held when the recorder
+    /// looked (at the end, or while the program ran): how many, and their
+    /// bytes.
     pub tensors: u64,
     pub bytes: u64,
     /// The line that stores into the holder, when the source is readable:
@@ -45,7 +47,11 @@ pub struct HeldBy {
 /// Holders by the address of each tensor they hold.
 pub(super) struct HolderIndex<'a> {
     holders: &'a [Holder],
-    by_addr: HashMap<u64, u32>,
+    /// Address -> holders that held a tensor there (at their `time_us`).
+    by_addr: HashMap<u64, Vec<u32>>,
+    /// Per holder: the first holder with the same variable and path (one
+    /// holder seen at several moments is one holder).
+    keys: Vec<u32>,
 }
 
 impl<'a> HolderIndex<'a> {
@@ -55,33 +61,74 @@ impl<'a> HolderIndex<'a> {
             .recorder
             .as_ref()
             .map_or(&[][..], |r| r.holders.as_slice());
-        let mut by_addr = HashMap::default();
+        let mut by_addr: HashMap<u64, Vec<u32>> = HashMap::default();
         for (i, h) in holders.iter().enumerate() {
             for &a in &h.addrs {
-                by_addr.entry(a).or_insert(i as u32);
+                by_addr.entry(a).or_default().push(i as u32);
             }
         }
-        HolderIndex { holders, by_addr }
+        let mut first: HashMap<(&str, &str, &str, &str, &str), u32> = HashMap::default();
+        let keys = holders
+            .iter()
+            .enumerate()
+            .map(|(i, h)| {
+                *first
+                    .entry((&h.kind, &h.name, &h.file, &h.function, &h.path))
+                    .or_insert(i as u32)
+            })
+            .collect();
+        HolderIndex {
+            holders,
+            by_addr,
+            keys,
+        }
     }
 
     pub fn is_empty(&self) -> bool {
         self.holders.is_empty()
     }
 
+    /// The holder of block `b`: of those that held a tensor at its address,
+    /// the latest that looked while the block was alive (an address is
+    /// reused once its block is freed).
+    fn of_block(&self, l: &Lifetimes, t: &DeviceTrace, b: usize) -> Option<u32> {
+        let hs = self.by_addr.get(&l.addr[b])?;
+        let time = |e: u32| t.time_us.get(e as usize).copied();
+        let born = if l.birth[b] == BEFORE_WINDOW {
+            i64::MIN
+        } else {
+            time(l.birth[b]).unwrap_or(i64::MIN)
+        };
+        let died = if l.death[b] == STILL_ALIVE {
+            i64::MAX
+        } else {
+            time(l.death[b]).unwrap_or(i64::MIN)
+        };
+        hs.iter()
+            .copied()
+            .filter(|&h| {
+                let at = self.holders[h as usize].time_us;
+                // The end's holders (no time) hold what is still alive.
+                if at == i64::MAX {
+                    l.death[b] == STILL_ALIVE
+                } else {
+                    born <= at && at < died
+                }
+            })
+            .max_by_key(|&h| (self.holders[h as usize].time_us, std::cmp::Reverse(h)))
+    }
+
     /// Per site (`of_block`: the site of each block), the holder of most of
-    /// its bytes alive at the end: sites that grow together but are kept by
-    /// different holders are different leaks.
-    pub fn of_sites(&self, l: &Lifetimes, of_block: &[u32]) -> HashMap<u32, u32> {
+    /// its bytes: sites that grow together but are kept by different
+    /// holders are different leaks.
+    pub fn of_sites(&self, l: &Lifetimes, t: &DeviceTrace, of_block: &[u32]) -> HashMap<u32, u32> {
         let mut bytes: HashMap<(u32, u32), u64> = HashMap::default();
         if self.is_empty() {
             return HashMap::default();
         }
         for b in 0..l.len() {
-            if l.death[b] != STILL_ALIVE {
-                continue;
-            }
-            if let Some(&h) = self.by_addr.get(&l.addr[b]) {
-                *bytes.entry((of_block[b], h)).or_default() += l.size[b];
+            if let Some(h) = self.of_block(l, t, b) {
+                *bytes.entry((of_block[b], self.key(h))).or_default() += l.size[b];
             }
         }
         let mut best: HashMap<u32, (u64, u32)> = HashMap::default();
@@ -94,11 +141,16 @@ impl<'a> HolderIndex<'a> {
         best.into_iter().map(|(s, (_, h))| (s, h)).collect()
     }
 
-    /// The holder of most of the bytes of `blocks` still alive at the end
-    /// (the site's blocks), if the recorder named one.
+    fn key(&self, h: u32) -> u32 {
+        self.keys[h as usize]
+    }
+
+    /// The holder of most of the bytes of `blocks` (the site's blocks), if
+    /// the recorder named one.
     pub fn held_by(
         &self,
         l: &Lifetimes,
+        t: &DeviceTrace,
         blocks: impl Iterator<Item = usize>,
         stack_files: &[String],
         src: &mut Sources,
@@ -108,11 +160,8 @@ impl<'a> HolderIndex<'a> {
         }
         let mut per: HashMap<u32, (u64, u64)> = HashMap::default();
         for b in blocks {
-            if l.death[b] != STILL_ALIVE {
-                continue;
-            }
-            if let Some(&h) = self.by_addr.get(&l.addr[b]) {
-                let e = per.entry(h).or_default();
+            if let Some(h) = self.of_block(l, t, b) {
+                let e = per.entry(self.key(h)).or_default();
                 e.0 += 1;
                 e.1 += l.size[b];
             }

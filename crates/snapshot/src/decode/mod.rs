@@ -170,7 +170,7 @@ impl<'d> Decoder<'d> {
                         }
                         Key::Vramscope => {
                             recorder = crate::RecorderInfo::from_json(&crate::json::to_json(
-                                self.doc, v, 6,
+                                self.doc, v, 10,
                             ));
                         }
                         _ => {}
