@@ -98,6 +98,11 @@ def _roots(main_globals: Optional[Dict[str, Any]]) -> Tuple[List[_Root], Set[int
     # reference cycle, and with it every caller's frame and locals (the
     # program's tensors would then be freed by the cycle collector instead
     # of when its function returns).
+    libraries = _library_dirs()
+    # The program's own frames first, then the libraries' (a Trainer's
+    # `self.model` is the program's `model`): among paths of one length,
+    # the first root wins.
+    in_library: List[_Root] = []
     frames = sys._current_frames()
     try:
         for frame in frames.values():
@@ -110,17 +115,18 @@ def _roots(main_globals: Optional[Dict[str, Any]]) -> Tuple[List[_Root], Set[int
                         items = list(f.f_locals.items())
                     except Exception:  # noqa: BLE001 - a frame being torn down
                         items = []
+                    into = in_library if os.path.abspath(code.co_filename).startswith(libraries) else roots
                     for k, v in items:
                         if not isinstance(v, types.FrameType):
-                            roots.append(_Root("local", k, v, *where))
+                            into.append(_Root("local", k, v, *where))
                 f = f.f_back
     finally:
         f = frame = None
         frames.clear()
+    roots.extend(in_library)
     exc = sys.exc_info()[1]
     if exc is not None:
         roots.append(_Root("exception", type(exc).__name__, exc))
-    libraries = _library_dirs()
     modules: List[Tuple[str, Dict[str, Any]]] = []
     if main_globals is not None:
         modules.append((str(main_globals.get("__file__") or ""), main_globals))

@@ -15,6 +15,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from typing import Any, Callable, Deque, Dict, List, Optional
 
 from ._compile import skip_frames
@@ -34,15 +35,19 @@ DUMPS_KEPT = 1000
 class _Span:
     """A ``record_function`` range: an iteration or a mark."""
 
-    __slots__ = ("name", "kind", "start_us", "end_us", "_rf")
+    __slots__ = ("name", "kind", "start_us", "end_us", "_rf", "auto")
 
-    def __init__(self, name: str, kind: str) -> None:
-        self.name, self.kind = name, kind
+    def __init__(self, name: str, kind: str, auto: bool = False) -> None:
+        self.name, self.kind, self.auto = name, kind, auto
         self.start_us, self.end_us = _now_us(), None
         self._rf: Any = None
         self.enter()
 
     def enter(self) -> None:
+        if self.auto:
+            # Opened from an optimizer hook, inside PyTorch's own range of
+            # the step: a profiler range here would not nest. Times only.
+            return
         from torch.autograd.profiler import record_function
 
         self._rf = record_function(self.name)
@@ -87,6 +92,10 @@ class _Session:
 
             self.backend = ProfilerRecorder(owner.max_entries, owner.stacks)
         self.steps = 0
+        # Iterations cut at the lead optimizer's steps, while the program
+        # calls no step() (see _optimizer_stepped).
+        self.auto_steps = 0
+        self.lead_optimizer: Optional[Any] = None
         self.spans: List[_Span] = []
         self.step_span: Optional[_Span] = None
         self.mark_span: Optional[_Span] = None
@@ -101,6 +110,7 @@ class _Session:
 
         self.tagger = Tagger(self.cuda)
         self.tagger.sampler = Sampler()
+        self.tagger.on_step = self._optimizer_stepped
         # For the live state: finished iterations, OOMs, files written.
         self.iterations: Deque[Dict[str, int]] = collections.deque(maxlen=200)
         self.ooms: Deque[Dict[str, Any]] = collections.deque(maxlen=OOMS_KEPT)
@@ -251,6 +261,26 @@ class _Session:
         self.step_span = _Span(f"ProfilerStep#{self.steps + 1}", "step")
         self.spans.append(self.step_span)
 
+    def _optimizer_stepped(self, opt: Any) -> None:
+        """Iterations for a program that never calls ``vramscope.step()``:
+        one ends with each step of the first optimizer that stepped (a GAN's
+        two optimizers, or zero_grad and step annotations of several, would
+        otherwise cut one iteration in two). The program's own ``step()``
+        calls replace them."""
+        if self.steps:
+            return
+        with self.lock:
+            lead = self.lead_optimizer() if self.lead_optimizer is not None else None
+            if lead is None:
+                self.lead_optimizer = weakref.ref(opt)
+            elif lead is not opt:
+                return
+            if self.step_span is not None:
+                self.step_span.close()
+            self.auto_steps += 1
+            self.step_span = _Span(f"ProfilerStep#{self.auto_steps + 1}", "step", auto=True)
+            self.spans.append(self.step_span)
+
     def _close_open(self) -> None:
         """End the mark, then the iteration (ranges must nest)."""
         if self.mark_span is not None:
@@ -264,6 +294,12 @@ class _Session:
             if self.kind == "dispatch":
                 self.backend.sample_counters()
             self.tagger.at_step()
+            if self.auto_steps:
+                # The program marks its own iterations from now on.
+                if self.step_span is not None and self.step_span.auto:
+                    self.step_span = None
+                self.spans = [x for x in self.spans if not x.auto]
+                self.auto_steps = 0
             self._close_open()
             self.steps += 1
             n = self.steps
@@ -371,7 +407,8 @@ class _Session:
             return i < len(times) and times[i] <= end
 
         # Without a single step() there are no iterations to show.
-        spans = [s for s in self.spans if s.kind != "step" or (self.steps and (not times or busy(s)))]
+        steps = self.steps or self.auto_steps
+        spans = [s for s in self.spans if s.kind != "step" or (steps and (not times or busy(s)))]
         dropped = {s.name for s in self.spans} - {s.name for s in spans}
         native = [
             a

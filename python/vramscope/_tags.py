@@ -64,6 +64,8 @@ class Tagger:
         self.bracket: Optional[tuple] = None
         # Takes the holders of tensors now and then (``_holders.Sampler``).
         self.sampler: Optional[Any] = None
+        # Told of each optimizer step (the session cuts iterations there).
+        self.on_step: Optional[Any] = None
         self._compiles_at_install = self._compiles_scanned = 0
         self._annotate = None
         self._set_meta = self._get_meta = None
@@ -100,6 +102,8 @@ class Tagger:
 
     def _step_post(self, opt: Any, args: Any, kwargs: Any) -> None:
         self._leave_phase()
+        if self.on_step is not None:
+            self.on_step(opt)
         if self.sampler is not None:
             self.sampler.maybe()
         if opt not in self._stepped:

@@ -97,14 +97,17 @@ def nanogpt(form: str) -> None:
         x = torch.stack([data[i : i + 32] for i in ix])
         y = torch.stack([data[i + 1 : i + 33] for i in ix])
         loss = model(x, y)
-        opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        # Evaluate on a held-out batch every iteration.
-        val = model(x.flip(0), y.flip(0))
+        opt.zero_grad(set_to_none=True)  # as nanoGPT's train.py: right after the step
+        # Evaluate on a held-out batch every iteration (nanoGPT's
+        # estimate_loss runs under torch.no_grad()).
         if form == "metric_graph":
+            val = model(x.flip(0), y.flip(0))
             running = running + val  # PLANTED
         else:
+            with torch.no_grad():
+                val = model(x.flip(0), y.flip(0))
             running += val.item()
     print("nanogpt", float(running) / STEPS)
 
@@ -269,10 +272,10 @@ def amp(form: str) -> None:
     preds: List[Any] = []
     for step in range(STEPS):
         x, y = torch.randn(32, 128), torch.randint(0, 10, (32,))
+        opt.zero_grad()
         with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
             out = model(x)
             loss = F.cross_entropy(out.float(), y)
-        opt.zero_grad()
         loss.backward()
         opt.step()
         if form == "outputs_kept":

@@ -174,6 +174,16 @@ pub(super) struct HeldScan {
     pub never_freed: bool,
 }
 
+impl HeldScan {
+    /// Whether the held gradients raise the worst iteration's peak (they
+    /// are on top of the forward pass's peak, and it is the iteration's),
+    /// or are still allocated at that peak.
+    pub fn costs_at_peak(&self) -> bool {
+        let (_, fwd_peak, rest) = self.forward[self.worst];
+        self.at_peak > 0 || (fwd_peak > rest && self.held[self.worst] > 0)
+    }
+}
+
 fn scan_held_gradients(ctx: &Context, roles: &mut Roles) -> Option<HeldScan> {
     let its: Vec<(usize, &IterationStats)> = ctx
         .iterations
@@ -326,7 +336,18 @@ pub(super) fn analyze(ctx: &Context, src: &mut Sources) -> Vec<Finding> {
     let mut out = Vec::new();
     let mut claimed: HashSet<u32> = HashSet::default();
 
+    // What the recorder found holding each site's tensors, by name.
+    let holder_of = ctx
+        .holders
+        .of_sites(ctx.lifetimes, ctx.trace, &ctx.sites.of_block);
+    let named = |site: u32| holder_of.contains_key(&site);
     // Reference cycles: freed by the collector, or the saw-tooth it leaves.
+    // Not tensors a named variable held (a list on a module that is itself
+    // in a cycle is freed by the last collection, but the list is what
+    // grows), and not memory freed only by the collection vramscope runs at
+    // the end without growing (a framework's objects, in cycles, released
+    // when the program is done with them).
+    let collected_while_running = ctx.gc_runs > ctx.gc_probes;
     let mut cycles: Vec<(u32, f64)> = Vec::new();
     for (site, sh, s) in shaped {
         let st = &ctx.sites.stats[*site as usize];
@@ -335,9 +356,10 @@ pub(super) fn analyze(ctx: &Context, src: &mut Sources) -> Vec<Finding> {
             Shape::SawTooth { rise, .. } => *rise as f64 / n.max(1) as f64,
             _ => 0.0,
         };
-        let by_gc = st.gc_freed > 0 && (per > 0.0 || ctx.significant(st.gc_freed_bytes));
+        let by_gc = st.gc_freed > 0
+            && (per > 0.0 || (collected_while_running && ctx.significant(st.gc_freed_bytes)));
         let saw = matches!(sh, Shape::SawTooth { .. }) && !ctx.has_gc_marks;
-        if by_gc || saw {
+        if (by_gc || saw) && !named(*site) {
             cycles.push((*site, per));
             claimed.insert(*site);
             let _ = s;
@@ -351,9 +373,6 @@ pub(super) fn analyze(ctx: &Context, src: &mut Sources) -> Vec<Finding> {
     // (sign of each iteration's change, the sites that changed so)
     // Sites kept by different holders (the recorder named them) are
     // different leaks even when they grow in the same iterations.
-    let holder_of = ctx
-        .holders
-        .of_sites(ctx.lifetimes, ctx.trace, &ctx.sites.of_block);
     let mut groups: Vec<((Vec<i8>, Option<u32>), Vec<SiteRate>)> = Vec::new();
     for (site, sh, s) in shaped {
         let Shape::Steady { per_iteration, .. } = sh else {
@@ -379,7 +398,11 @@ pub(super) fn analyze(ctx: &Context, src: &mut Sources) -> Vec<Finding> {
         out.push(growth_finding(ctx, &sites, series, src));
     }
 
-    if let Some(h) = &held {
+    // Held gradients are worth a warning when they cost memory at the
+    // iteration's peak: a GAN's generator keeps its gradients through its
+    // next forward (DCGAN zeroes them after the discriminator's step), but
+    // when that forward is not where the iteration peaks, nothing is lost.
+    if let Some(h) = held.as_ref().filter(|h| h.costs_at_peak()) {
         out.push(held_finding(ctx, h, series, src));
     }
 

@@ -274,6 +274,10 @@ fn stored_at(
     if h.kind == "exception" || h.file.is_empty() {
         return None;
     }
-    src.store_into(&h.file, &h.name, false)
-        .map(|(line, code)| (h.file.clone(), line, code))
+    let found = if h.kind == "local" {
+        src.store_into_function(&h.file, h.line, &h.function, &h.name)
+    } else {
+        src.store_into(&h.file, &h.name, false)
+    };
+    found.map(|(line, code)| (h.file.clone(), line, code))
 }

@@ -132,10 +132,55 @@ impl Sources {
         target: &str,
         attribute: bool,
     ) -> Option<(u32, String)> {
+        self.store_into_within(file, target, attribute, None)
+    }
+
+    /// [`Sources::store_into`] within the function running at `line` (a
+    /// local variable is stored into in its own function only).
+    pub fn store_into_function(
+        &mut self,
+        file: &str,
+        line: u32,
+        function: &str,
+        target: &str,
+    ) -> Option<(u32, String)> {
         let lines = self.lines(file)?;
+        let at = (line as usize).checked_sub(1)?;
+        let indent = indentation(lines.get(at)?);
+        // The function's own `def` (a qualified name's last part): a nested
+        // function defined above the running line is not it.
+        let name = function.rsplit('.').next().unwrap_or(function);
+        let def = lines[..at].iter().rposition(|l| {
+            let t = l.trim_start();
+            let t = t.strip_prefix("async ").unwrap_or(t);
+            indentation(l) < indent
+                && t.strip_prefix("def ").is_some_and(|rest| {
+                    name.is_empty()
+                        || rest
+                            .strip_prefix(name)
+                            .is_some_and(|r| r.trim_start().starts_with('('))
+                })
+        })?;
+        let def_indent = indentation(&lines[def]);
+        let end = lines[def + 1..]
+            .iter()
+            .position(|l| !l.trim().is_empty() && indentation(l) <= def_indent)
+            .map_or(lines.len(), |p| def + 1 + p);
+        self.store_into_within(file, target, false, Some((def + 1, end)))
+    }
+
+    fn store_into_within(
+        &mut self,
+        file: &str,
+        target: &str,
+        attribute: bool,
+        range: Option<(usize, usize)>,
+    ) -> Option<(u32, String)> {
+        let lines = self.lines(file)?;
+        let (from, to) = range.unwrap_or((0, lines.len()));
         let mut plain = None;
         let mut in_doc = false;
-        for (k, l) in lines.iter().enumerate() {
+        for (k, l) in lines.iter().enumerate().take(to).skip(from) {
             let t = l.trim();
             // Docstrings quote code; they store nothing.
             let quotes = t.matches("\"\"\"").count() + t.matches("'''").count();
@@ -321,6 +366,10 @@ mod tests {
         assert_eq!(got(&mut s, "cache", true), Some(16));
         // `cache` as a bare variable is not stored anywhere.
         assert_eq!(got(&mut s, "cache", false), None);
+        // A local: only within its function (line 16 runs in `f`, which
+        // assigns no `losses`; line 11 runs at module level, not in one).
+        assert_eq!(s.store_into_function("train.py", 16, "f", "losses"), None);
+        assert_eq!(s.store_into_function("train.py", 11, "", "losses"), None);
         std::fs::remove_dir_all(&dir).ok();
     }
 
