@@ -86,6 +86,24 @@ def _library_dirs() -> Tuple[str, ...]:
     return tuple(os.path.join(os.path.abspath(d), "") for d in dirs if d)
 
 
+def _frame_locals(f: types.FrameType) -> List[Tuple[str, Any]]:
+    """A running function's locals, leaving nothing behind. Up to Python
+    3.12 ``f_locals`` copies them into a dict the frame keeps until the
+    function returns or the next copy: a tensor the loop then drops would
+    stay alive through that dict (one iteration's output kept one iteration
+    longer). The copy is emptied once read; the next reader (``locals()``,
+    a debugger's trace function) fills it again. From 3.13 on ``f_locals``
+    is a view of the frame that keeps nothing (and must not be cleared)."""
+    try:
+        loc = f.f_locals
+        items = list(loc.items())
+    except Exception:  # noqa: BLE001 - a frame being torn down
+        return []
+    if sys.version_info < (3, 13) and type(loc) is dict and loc is not f.f_globals:
+        loc.clear()
+    return items
+
+
 def _roots(main_globals: Optional[Dict[str, Any]]) -> Tuple[List[_Root], Set[int]]:
     """Frames first (innermost first; a local is the most specific name),
     then the exception being handled, then the program's globals and its
@@ -111,10 +129,7 @@ def _roots(main_globals: Optional[Dict[str, Any]]) -> Tuple[List[_Root], Set[int
                 code = f.f_code
                 if not _ours(code.co_filename) and code.co_flags & 0x1:
                     where = (code.co_filename, f.f_lineno or 0, code.co_qualname if hasattr(code, "co_qualname") else code.co_name)
-                    try:
-                        items = list(f.f_locals.items())
-                    except Exception:  # noqa: BLE001 - a frame being torn down
-                        items = []
+                    items = _frame_locals(f)
                     into = in_library if os.path.abspath(code.co_filename).startswith(libraries) else roots
                     for k, v in items:
                         if not isinstance(v, types.FrameType):

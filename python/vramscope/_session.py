@@ -35,19 +35,15 @@ DUMPS_KEPT = 1000
 class _Span:
     """A ``record_function`` range: an iteration or a mark."""
 
-    __slots__ = ("name", "kind", "start_us", "end_us", "_rf", "auto")
+    __slots__ = ("name", "kind", "start_us", "end_us", "_rf")
 
-    def __init__(self, name: str, kind: str, auto: bool = False) -> None:
-        self.name, self.kind, self.auto = name, kind, auto
+    def __init__(self, name: str, kind: str) -> None:
+        self.name, self.kind = name, kind
         self.start_us, self.end_us = _now_us(), None
         self._rf: Any = None
         self.enter()
 
     def enter(self) -> None:
-        if self.auto:
-            # Opened from an optimizer hook, inside PyTorch's own range of
-            # the step: a profiler range here would not nest. Times only.
-            return
         from torch.autograd.profiler import record_function
 
         self._rf = record_function(self.name)
@@ -92,10 +88,14 @@ class _Session:
 
             self.backend = ProfilerRecorder(owner.max_entries, owner.stacks)
         self.steps = 0
-        # Iterations cut at the lead optimizer's steps, while the program
-        # calls no step() (see _optimizer_stepped).
-        self.auto_steps = 0
+        # Iteration boundaries (µs) at the lead optimizer's steps or the
+        # lead module's calls, while the program calls no step() (see
+        # _optimizer_stepped).
+        self.auto_bounds: List[int] = []
+        self.start_us = _now_us()
         self.lead_optimizer: Optional[Any] = None
+        self.lead_module: Optional[Any] = None
+        self.auto_source: Optional[str] = None
         self.spans: List[_Span] = []
         self.step_span: Optional[_Span] = None
         self.mark_span: Optional[_Span] = None
@@ -111,6 +111,7 @@ class _Session:
         self.tagger = Tagger(self.cuda)
         self.tagger.sampler = Sampler()
         self.tagger.on_step = self._optimizer_stepped
+        self.tagger.on_call = self._module_called
         # For the live state: finished iterations, OOMs, files written.
         self.iterations: Deque[Dict[str, int]] = collections.deque(maxlen=200)
         self.ooms: Deque[Dict[str, Any]] = collections.deque(maxlen=OOMS_KEPT)
@@ -265,21 +266,55 @@ class _Session:
         """Iterations for a program that never calls ``vramscope.step()``:
         one ends with each step of the first optimizer that stepped (a GAN's
         two optimizers, or zero_grad and step annotations of several, would
-        otherwise cut one iteration in two). The program's own ``step()``
-        calls replace them."""
+        otherwise cut one iteration in two). Only times are kept here; the
+        ranges are written with the snapshot, and only if the program never
+        called ``step()`` (its own iterations win)."""
         if self.steps:
             return
         with self.lock:
+            if self.auto_source == "module":
+                self.auto_bounds.clear()  # a training loop: its optimizer cuts it
+            self.auto_source = "optimizer"
             lead = self.lead_optimizer() if self.lead_optimizer is not None else None
             if lead is None:
                 self.lead_optimizer = weakref.ref(opt)
             elif lead is not opt:
                 return
-            if self.step_span is not None:
-                self.step_span.close()
-            self.auto_steps += 1
-            self.step_span = _Span(f"ProfilerStep#{self.auto_steps + 1}", "step", auto=True)
-            self.spans.append(self.step_span)
+            self.auto_bounds.append(_now_us())
+
+    def _module_called(self, module: Any) -> None:
+        """Iterations of a loop with no optimizer (evaluation, generation, a
+        rollout) when the program calls no ``vramscope.step()``: one begins
+        with each outermost call of the first module called that way."""
+        if self.steps or self.auto_source == "optimizer":
+            return
+        with self.lock:
+            self.auto_source = "module"
+            lead = self.lead_module() if self.lead_module is not None else None
+            if lead is None:
+                try:
+                    self.lead_module = weakref.ref(module)
+                except TypeError:
+                    return
+            elif lead is not module:
+                return
+            self.auto_bounds.append(_now_us())
+
+    def _auto_spans(self, now: int) -> List[Dict[str, Any]]:
+        """``ProfilerStep#N`` ranges between the automatic boundaries: the
+        last one is left open (cut short), as the program's own last range."""
+        device = self.backend.device()
+        bounds = list(self.auto_bounds)
+        if self.auto_source == "module" and bounds:
+            bounds = bounds[1:]  # iterations begin at the calls; before the first is setup
+        out: List[Dict[str, Any]] = []
+        start = self.start_us
+        for n, end in enumerate(bounds + [now], start=1):
+            out.append({"name": f"ProfilerStep#{n}", "stage": "START", "device": device, "time_us": start})
+            if end != now:
+                out.append({"name": f"ProfilerStep#{n}", "stage": "END", "device": device, "time_us": end})
+            start = end
+        return out if bounds else []
 
     def _close_open(self) -> None:
         """End the mark, then the iteration (ranges must nest)."""
@@ -294,12 +329,6 @@ class _Session:
             if self.kind == "dispatch":
                 self.backend.sample_counters()
             self.tagger.at_step()
-            if self.auto_steps:
-                # The program marks its own iterations from now on.
-                if self.step_span is not None and self.step_span.auto:
-                    self.step_span = None
-                self.spans = [x for x in self.spans if not x.auto]
-                self.auto_steps = 0
             self._close_open()
             self.steps += 1
             n = self.steps
@@ -407,8 +436,7 @@ class _Session:
             return i < len(times) and times[i] <= end
 
         # Without a single step() there are no iterations to show.
-        steps = self.steps or self.auto_steps
-        spans = [s for s in self.spans if s.kind != "step" or (steps and (not times or busy(s)))]
+        spans = [s for s in self.spans if s.kind != "step" or (self.steps and (not times or busy(s)))]
         dropped = {s.name for s in self.spans} - {s.name for s in spans}
         native = [
             a
@@ -424,6 +452,8 @@ class _Session:
                 ours.append({"name": s.name, "stage": "START", "device": device, "time_us": s.start_us})
             if (s.name not in have or s.end_us is None) and s.name != self.unfinished:
                 ours.append({"name": s.name, "stage": "END", "device": device, "time_us": end})
+        if not self.steps:
+            ours.extend(self._auto_spans(now))
         first = times[0] if times else 0
         # A copy: a collection during this loop (it allocates) appends to gc_spans.
         for start, end, label in list(self.gc_spans):

@@ -66,6 +66,8 @@ class Tagger:
         self.sampler: Optional[Any] = None
         # Told of each optimizer step (the session cuts iterations there).
         self.on_step: Optional[Any] = None
+        # Told of each outermost module call.
+        self.on_call: Optional[Any] = None
         self._compiles_at_install = self._compiles_scanned = 0
         self._annotate = None
         self._set_meta = self._get_meta = None
@@ -127,6 +129,8 @@ class Tagger:
         local = self._local
         depth = getattr(local, "depth", 0)
         if depth == 0:
+            if self.on_call is not None:
+                self.on_call(module)
             if self.sampler is not None:  # the program's loop is on the stack here
                 self.sampler.maybe()
             # The outermost module call: the tensors it is given (that need

@@ -381,12 +381,23 @@ pub(super) fn analyze(ctx: &Context, src: &mut Sources) -> Vec<Finding> {
         if claimed.contains(site) {
             continue;
         }
+        // A leak keeps tensors of many iterations: at least half of them
+        // must have outlived the iteration after theirs (a scalar alive at
+        // some iteration ends and not others is not one).
+        if ctx.sites.stats[*site as usize].outliving < u64::from(n.div_ceil(2)) {
+            continue;
+        }
         let pattern: Vec<i8> = s
             .windows(2)
             .skip(1)
             .map(|w| (w[1] - w[0]).signum() as i8)
             .collect();
-        let pattern = (pattern, holder_of.get(site).copied());
+        // Sites kept by one named holder are one leak, whatever their
+        // pattern; the others group by the iterations they grew in.
+        let pattern = match holder_of.get(site) {
+            Some(&h) => (Vec::new(), Some(h)),
+            None => (pattern, None),
+        };
         match groups.iter_mut().find(|g| g.0 == pattern) {
             Some(g) => g.1.push((*site, *per_iteration)),
             None => groups.push((pattern, vec![(*site, *per_iteration)])),

@@ -52,10 +52,16 @@ pub(super) struct HolderIndex<'a> {
     /// Per holder: the first holder with the same variable and path (one
     /// holder seen at several moments is one holder).
     keys: Vec<u32>,
+    /// Per holder: the first holder with the same variable (whatever the
+    /// path: a kept exception holds its frames' several tensors).
+    var_keys: Vec<u32>,
+    /// When each iteration began (µs), in order.
+    iteration_starts: Vec<i64>,
 }
 
 impl<'a> HolderIndex<'a> {
-    pub fn new(snap: &'a Snapshot) -> HolderIndex<'a> {
+    /// `iteration_starts`: when each iteration began (µs), in order.
+    pub fn new(snap: &'a Snapshot, iteration_starts: Vec<i64>) -> HolderIndex<'a> {
         let holders = snap
             .source
             .recorder
@@ -77,10 +83,22 @@ impl<'a> HolderIndex<'a> {
                     .or_insert(i as u32)
             })
             .collect();
+        let mut first_var: HashMap<(&str, &str, &str, &str), u32> = HashMap::default();
+        let var_keys = holders
+            .iter()
+            .enumerate()
+            .map(|(i, h)| {
+                *first_var
+                    .entry((&h.kind, &h.name, &h.file, &h.function))
+                    .or_insert(i as u32)
+            })
+            .collect();
         HolderIndex {
             holders,
             by_addr,
             keys,
+            var_keys,
+            iteration_starts,
         }
     }
 
@@ -90,7 +108,10 @@ impl<'a> HolderIndex<'a> {
 
     /// The holder of block `b`: of those that held a tensor at its address,
     /// the latest that looked while the block was alive (an address is
-    /// reused once its block is freed).
+    /// reused once its block is freed) and after the block's iteration had
+    /// ended. A tensor of the iteration under way is held by its loop
+    /// variable (`fake = G(z)`) whether or not something also keeps it; the
+    /// older ones are held only by what keeps them (`G.cache[*]`).
     fn of_block(&self, l: &Lifetimes, t: &DeviceTrace, b: usize) -> Option<u32> {
         let hs = self.by_addr.get(&l.addr[b])?;
         let time = |e: u32| t.time_us.get(e as usize).copied();
@@ -109,11 +130,12 @@ impl<'a> HolderIndex<'a> {
             .filter(|&h| {
                 let at = self.holders[h as usize].time_us;
                 // The end's holders (no time) hold what is still alive.
-                if at == i64::MAX {
+                let alive = if at == i64::MAX {
                     l.death[b] == STILL_ALIVE
                 } else {
                     born <= at && at < died
-                }
+                };
+                alive && born < self.iteration_start(at)
             })
             .max_by_key(|&h| (self.holders[h as usize].time_us, std::cmp::Reverse(h)))
     }
@@ -122,23 +144,45 @@ impl<'a> HolderIndex<'a> {
     /// its bytes: sites that grow together but are kept by different
     /// holders are different leaks.
     pub fn of_sites(&self, l: &Lifetimes, t: &DeviceTrace, of_block: &[u32]) -> HashMap<u32, u32> {
-        let mut bytes: HashMap<(u32, u32), u64> = HashMap::default();
         if self.is_empty() {
             return HashMap::default();
         }
+        let mut tally: HashMap<u32, HashMap<u32, Tally>> = HashMap::default();
         for b in 0..l.len() {
             if let Some(h) = self.of_block(l, t, b) {
-                *bytes.entry((of_block[b], self.key(h))).or_default() += l.size[b];
+                tally
+                    .entry(of_block[b])
+                    .or_default()
+                    .entry(self.var_keys[h as usize])
+                    .or_default()
+                    .add(self.iteration_of(l, t, b), l.size[b]);
             }
         }
-        let mut best: HashMap<u32, (u64, u32)> = HashMap::default();
-        for ((site, h), n) in bytes {
-            let e = best.entry(site).or_insert((0, h));
-            if n > e.0 || (n == e.0 && h < e.1) {
-                *e = (n, h);
-            }
+        tally
+            .into_iter()
+            .filter_map(|(site, per)| Some((site, best(&per)?.0)))
+            .collect()
+    }
+
+    /// The iteration a block was born in (its index; 0 before the first).
+    fn iteration_of(&self, l: &Lifetimes, t: &DeviceTrace, b: usize) -> usize {
+        let born = t
+            .time_us
+            .get(l.birth[b] as usize)
+            .copied()
+            .unwrap_or(i64::MIN);
+        self.iteration_starts.partition_point(|&s| s <= born)
+    }
+
+    /// The start of the iteration under way at `at` (`i64::MAX` without
+    /// iterations: every block counts).
+    fn iteration_start(&self, at: i64) -> i64 {
+        let k = self.iteration_starts.partition_point(|&s| s <= at);
+        if k == 0 {
+            i64::MAX
+        } else {
+            self.iteration_starts[k - 1]
         }
-        best.into_iter().map(|(s, (_, h))| (s, h)).collect()
     }
 
     fn key(&self, h: u32) -> u32 {
@@ -158,17 +202,16 @@ impl<'a> HolderIndex<'a> {
         if self.is_empty() {
             return None;
         }
-        let mut per: HashMap<u32, (u64, u64)> = HashMap::default();
+        let mut per: HashMap<u32, Tally> = HashMap::default();
         for b in blocks {
             if let Some(h) = self.of_block(l, t, b) {
-                let e = per.entry(self.key(h)).or_default();
-                e.0 += 1;
-                e.1 += l.size[b];
+                per.entry(self.key(h))
+                    .or_default()
+                    .add(self.iteration_of(l, t, b), l.size[b]);
             }
         }
-        let (&h, &(tensors, size)) = per
-            .iter()
-            .max_by(|a, b| a.1 .1.cmp(&b.1 .1).then(b.0.cmp(a.0)))?;
+        let (h, tally) = best(&per)?;
+        let (tensors, size) = (tally.tensors, tally.bytes);
         let h = &self.holders[h as usize];
         let through_graph = h.path.ends_with(" (autograd graph)");
         let stored_at = stored_at(h, stack_files, src);
@@ -280,4 +323,34 @@ fn stored_at(
         src.store_into(&h.file, &h.name, false)
     };
     found.map(|(line, code)| (h.file.clone(), line, code))
+}
+
+/// What one holder holds of one site: tensors, bytes, and the iterations
+/// they were born in.
+#[derive(Default)]
+struct Tally {
+    tensors: u64,
+    bytes: u64,
+    iterations: std::collections::BTreeSet<usize>,
+}
+
+impl Tally {
+    fn add(&mut self, iteration: usize, bytes: u64) {
+        self.tensors += 1;
+        self.bytes += bytes;
+        self.iterations.insert(iteration);
+    }
+}
+
+/// The holder that keeps a site's tensors: the one holding tensors of the
+/// most iterations (what grows keeps every iteration's; a loop variable or
+/// the graph of the latest result holds one or two), then the most bytes.
+fn best(per: &HashMap<u32, Tally>) -> Option<(u32, &Tally)> {
+    per.iter()
+        .max_by(|a, b| {
+            (a.1.iterations.len(), a.1.bytes)
+                .cmp(&(b.1.iterations.len(), b.1.bytes))
+                .then(b.0.cmp(a.0))
+        })
+        .map(|(&h, t)| (h, t))
 }

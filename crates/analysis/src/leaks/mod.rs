@@ -260,7 +260,13 @@ pub fn find_leaks_with(
             .count(),
         function_lines: t.category.is_some(),
         phases: &labelled.categories.phases,
-        holders: &holders::HolderIndex::new(snap),
+        holders: &holders::HolderIndex::new(
+            snap,
+            iterations
+                .iter()
+                .filter_map(|i| t.time_us.get(i.range.start).copied())
+                .collect(),
+        ),
         has_gc_marks: snap
             .annotations
             .iter()

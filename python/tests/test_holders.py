@@ -1,0 +1,77 @@
+"""What holds each tensor, by name (``vramscope._holders``), and that looking
+changes nothing in the program: no reference cycle, no local kept alive
+past its reassignment or its function's return."""
+
+from __future__ import annotations
+
+import gc
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import vramscope  # noqa: E402
+from vramscope._holders import find_holders  # noqa: E402
+
+KEPT = []
+
+
+class Model(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(64, 64)
+        self.cache = {}
+
+
+def test_names_globals_attributes_locals_and_graphs() -> None:
+    model = Model()
+    model.cache[3] = torch.ones(256)
+    KEPT.append(torch.ones(128))
+    outputs = [torch.ones(32) for _ in range(3)]
+    total = (model.fc(torch.ones(4, 64)) * 2).sum()
+    r = find_holders()
+    by = {(h["kind"], h["name"], h["path"]): h for h in r["holders"]}
+    assert by[("local", "model", "model.cache[*]")]["bytes"] == 256 * 4
+    assert by[("local", "model", "model.fc.weight")]["tensors"] == 1
+    assert by[("global", "KEPT", "KEPT[*]")]["file"].endswith("test_holders.py")
+    assert by[("local", "outputs", "outputs[*]")]["tensors"] == 3
+    assert by[("local", "outputs", "outputs[*]")]["function"].endswith("test_names_globals_attributes_locals_and_graphs")
+    # What the graph of `total` saved for backward: the input of fc and the
+    # output it multiplied.
+    graph = by[("local", "total", "total (autograd graph)")]
+    assert graph["tensors"] >= 1
+    assert r["complete"] and r["objects"] > 0
+    KEPT.clear()
+    del outputs, total
+
+
+def _work(refs: list) -> None:
+    x = torch.ones(1024, 256)
+    h = torch.nn.functional.linear(x, torch.ones(256, 256))
+    refs.append(h.untyped_storage()._weak_ref())
+    find_holders()  # a sample taken while this frame runs
+
+
+def test_looking_leaves_no_cycle_and_no_stale_local(tmp_path: Path) -> None:
+    """A frame whose locals were read is freed when its function returns,
+    with the collector off (a frame kept in a local of the walk, or the
+    copy of the locals Python <= 3.12 keeps on the frame, kept them)."""
+    refs: list = []
+    gc.collect()
+    gc.disable()
+    try:
+        with vramscope.record(tmp_path / "r.pickle", collect_cycles=False):
+            _work(refs)
+            assert torch.UntypedStorage._expired(refs[0]), "the function's tensor outlived its return"
+    finally:
+        gc.enable()
+
+
+def test_a_reassigned_local_is_freed_at_once() -> None:
+    x = torch.ones(1024, 256)
+    ref = x.untyped_storage()._weak_ref()
+    find_holders()
+    x = torch.zeros(1)  # the old tensor must go now, not at the next look
+    assert torch.UntypedStorage._expired(ref)
+    del x
