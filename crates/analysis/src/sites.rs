@@ -33,6 +33,12 @@ const NOISE_FILES: &[&str] = &[
     "Objects/call.c",
     "Objects/methodobject.c",
     "ceval.c",
+    // Runners between the interpreter and the program: `python -m`,
+    // `vramscope run`.
+    "<frozen runpy>",
+    "/runpy.py",
+    "vramscope/run.py",
+    "vramscope/__main__.py",
 ];
 
 /// A frame's file, line and function as text. Profiler-built snapshots put

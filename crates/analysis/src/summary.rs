@@ -78,6 +78,17 @@ pub struct SourceSummary {
 #[derive(Clone, Debug, Serialize)]
 pub struct DeviceSummary {
     pub device: u32,
+    /// What the device is, as PyTorch names it where the file says (`cpu`,
+    /// `mps:0`, `cuda:0`, `xpu:0`); `device N` when it does not.
+    pub name: String,
+    /// Whether memory went through a caching allocator (CUDA, XPU), so that
+    /// segments, cached free memory and fragmentation mean something. False
+    /// for vramscope's CPU recorders: each tensor is its own allocation.
+    pub caching_allocator: bool,
+    /// Figures of the file that contradict each other (reserved below
+    /// allocated, the trace's end against the segments at the dump), one
+    /// sentence each; empty when they agree.
+    pub inconsistencies: Vec<String>,
     /// State at the end (the moment of the dump).
     pub end: MemoryState,
     pub events: EventStats,
@@ -275,16 +286,61 @@ pub fn summarize_device_with(
             }
         })
         .collect();
+    let end = memory_state(snap, device);
+    let (name, caching_allocator) = device_name(snap, device);
+    let trace_end: u64 = end_live.iter().map(|b| b.size).sum();
+    let mut inconsistencies = Vec::new();
+    if peak_reserved_bytes < replay.peak_bytes && caching_allocator {
+        inconsistencies.push(format!(
+            "reserved peaked at {}, below allocated's peak of {}: the trace misses segment events (its buffer wrapped, or the file is cut), so reserved is known only where segments were seen",
+            crate::units::bytes(peak_reserved_bytes),
+            crate::units::bytes(replay.peak_bytes)
+        ));
+    }
+    if end.reserved_bytes < end.allocated_bytes {
+        inconsistencies.push(format!(
+            "at the end reserved ({}) is below allocated ({}): the segments are damaged",
+            crate::units::bytes(end.reserved_bytes),
+            crate::units::bytes(end.allocated_bytes)
+        ));
+    }
+    if !t.is_empty() && trace_end != end.allocated_bytes && snap.source.recorder.is_some() {
+        inconsistencies.push(format!(
+            "the trace leaves {} allocated at its end, the segments at the dump hold {}: the dump was taken at another moment than the trace's last event",
+            crate::units::bytes(trace_end),
+            crate::units::bytes(end.allocated_bytes)
+        ));
+    }
     DeviceSummary {
         device,
+        name,
+        caching_allocator,
+        inconsistencies,
         device_counter: counter_check(snap, device, &replay, t),
-        end: memory_state(snap, device),
+        end,
         events: event_stats(t),
         peak,
         peak_reserved_bytes,
         end_top_sites: group_by_site(snap, &end_live, opts.top_sites),
         end_by_category: by_category(&end_live),
         ooms,
+    }
+}
+
+/// The device's name and whether a caching allocator served it, from what
+/// recorded the file.
+fn device_name(snap: &Snapshot, device: u32) -> (String, bool) {
+    let Some(rec) = snap.source.recorder.as_ref() else {
+        return (format!("device {device}"), true);
+    };
+    match rec.name.as_str() {
+        "cpu-allocator" | "cpu-profiler" => ("cpu".to_owned(), false),
+        "dispatch" => match rec.device_type.as_deref() {
+            None | Some("cpu") => ("cpu".to_owned(), false),
+            Some(kind) => (format!("{kind}:{device}"), false),
+        },
+        "xpu-allocator-history" => (format!("xpu:{device}"), true),
+        _ => (format!("cuda:{device}"), true),
     }
 }
 

@@ -100,7 +100,7 @@ pub fn run(a: Args) -> Result<u8, CliError> {
             .any(|c| !c.passed && c.name != "max_peak" && c.name != "max_reserved");
         if let (true, Some(l)) = (failed_leaks, &r.leaks) {
             o.push('\n');
-            o.push_str(&vramscope_report::leaks_text(l, &name));
+            o.push_str(&vramscope_report::leaks_text(l, &name, false));
         }
         o
     };

@@ -10,11 +10,42 @@ use crate::{progress, CliError};
 
 /// Load `file` with a progress bar for large files; invalid input is exit 2.
 pub(crate) fn load(file: &Path, quiet: bool) -> Result<Snapshot, CliError> {
-    let len = std::fs::metadata(file).map(|m| m.len()).unwrap_or(0);
+    let meta = std::fs::metadata(file);
+    if meta.as_ref().is_ok_and(|m| m.is_dir()) {
+        return Err(CliError::Io(anyhow!(
+            "{} is a directory; give a snapshot file in it (vramscope ranks reads a directory of rank files)",
+            file.display()
+        )));
+    }
+    if meta.as_ref().is_ok_and(|m| m.is_file() && m.len() == 0) {
+        return Err(CliError::Invalid(anyhow!(
+            "{} is empty (0 bytes): not a snapshot",
+            file.display()
+        )));
+    }
+    let len = meta.map(|m| m.len()).unwrap_or(0);
     let (opts, bar) = progress::load_options(len, quiet);
     let snap = vramscope_snapshot::load(file, &opts);
     if let Some(b) = bar {
         b.finish_and_clear();
+    }
+    if let Ok(s) = &snap {
+        // Every command says so, not only `summary`: what it prints covers
+        // only what was recovered.
+        if s.source.truncated {
+            eprintln!(
+                "vramscope: warning: {} is cut short ({}); what follows covers only the part before the cut",
+                file.display(),
+                s.source.warnings.first().map_or("truncated", String::as_str)
+            );
+        } else if !s.source.repairs.is_empty() {
+            eprintln!(
+                "vramscope: warning: {} has {} damaged value(s), repaired ({}); `vramscope summary` lists them",
+                file.display(),
+                s.source.repairs.len(),
+                s.source.warnings.first().map_or("", String::as_str)
+            );
+        }
     }
     snap.map_err(|e| match CliError::from(e) {
         CliError::Io(e) => CliError::Io(e),

@@ -32,6 +32,9 @@ pub struct Args {
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Print the `[ok]` findings (expected memory) in full, not one line each.
+    #[arg(long, short)]
+    pub verbose: bool,
 }
 
 impl Args {
@@ -55,7 +58,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
         j.push('\n');
         j
     } else {
-        vramscope_report::leaks_text(&report, &input::display_name(&a.file))
+        vramscope_report::leaks_text(&report, &input::display_name(&a.file), a.verbose)
     };
     output::print(&text)
 }

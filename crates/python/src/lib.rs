@@ -145,7 +145,7 @@ impl Snapshot {
     }
 
     /// The leak analysis as terminal text.
-    #[pyo3(signature = (device=None, min_growth=None, source_roots=Vec::new(), read_sources=true))]
+    #[pyo3(signature = (device=None, min_growth=None, source_roots=Vec::new(), read_sources=true, verbose=false))]
     fn leaks_text(
         &self,
         py: Python<'_>,
@@ -153,12 +153,13 @@ impl Snapshot {
         min_growth: Option<u64>,
         source_roots: Vec<PathBuf>,
         read_sources: bool,
+        verbose: bool,
     ) -> PyResult<String> {
         let device = self.device_or_first(device)?;
         let opts = leak_options(min_growth, source_roots, read_sources);
         let name = self.display_name();
         Ok(py.detach(|| {
-            vramscope_report::leaks_text(&find_leaks(&self.inner, device, &opts), &name)
+            vramscope_report::leaks_text(&find_leaks(&self.inner, device, &opts), &name, verbose)
         }))
     }
 

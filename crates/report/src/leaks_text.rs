@@ -36,8 +36,8 @@ fn signed(n: i64) -> String {
     }
 }
 
-/// The terminal report.
-pub fn leaks_text(r: &LeakReport, name: &str) -> String {
+/// The terminal report; `verbose` prints the `[ok]` findings in full too.
+pub fn leaks_text(r: &LeakReport, name: &str, verbose: bool) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "{name} · device {} · leak analysis", r.device);
     let _ = writeln!(
@@ -84,22 +84,17 @@ pub fn leaks_text(r: &LeakReport, name: &str) -> String {
     for note in &r.notes {
         let _ = writeln!(o, "note: {note}");
     }
-    let leaks = r
-        .findings
-        .iter()
-        .filter(|f| f.severity == Severity::Leak)
-        .count();
-    let _ = writeln!(
-        o,
-        "\n{}",
-        match (leaks, r.findings.len()) {
-            (0, 0) => "no leak found".to_owned(),
-            (0, n) => format!("no leak found; {n} other finding(s)"),
-            (l, n) => format!("{l} leak(s) found, {n} finding(s) in all"),
-        }
-    );
+    let _ = writeln!(o, "\n{}", r.verdict);
     for (i, f) in r.findings.iter().enumerate() {
-        finding(&mut o, i + 1, f);
+        if f.severity == Severity::Benign && !verbose {
+            // Expected memory, one line each: the leaks come first.
+            let _ = writeln!(o, "{}. [ok] {}", i + 1, f.title);
+        } else {
+            finding(&mut o, i + 1, f);
+        }
+    }
+    if !verbose && r.findings.iter().any(|f| f.severity == Severity::Benign) {
+        let _ = writeln!(o, "\n([ok] findings in full with --verbose)");
     }
     o
 }
@@ -133,7 +128,9 @@ fn finding(o: &mut String, k: usize, f: &Finding) {
         if let Some(c) = &s.code {
             let _ = writeln!(o, "       {}: {c}", s.line);
         }
-        if let Some((line, c)) = &s.kept_by {
+        if let Some(h) = &s.held_by {
+            let _ = writeln!(o, "       {}", h.text);
+        } else if let Some((line, c)) = &s.kept_by {
             if *line != s.line {
                 let _ = writeln!(o, "       {line}: {c}   ← keeps it");
             }

@@ -85,7 +85,15 @@ pub fn summary_text(s: &Summary, name: &str) -> String {
 
 fn device(o: &mut String, d: &DeviceSummary) {
     let e = &d.end;
-    let _ = writeln!(o, "\nDevice {} {}", d.device, "─".repeat(60));
+    let named = if d.name == format!("device {}", d.device) {
+        String::new()
+    } else {
+        format!(" ({})", d.name)
+    };
+    let _ = writeln!(o, "\nDevice {}{named} {}", d.device, "─".repeat(60));
+    for w in &d.inconsistencies {
+        let _ = writeln!(o, "  ! {w}");
+    }
     let _ = writeln!(
         o,
         "  At the end      reserved {}   allocated {}   active {}",
@@ -173,29 +181,37 @@ fn device(o: &mut String, d: &DeviceSummary) {
     if sc.private_pool > 0 {
         kinds.push(format!("{} in private pools", count(sc.private_pool)));
     }
-    let _ = writeln!(
-        o,
-        "  Segments        {} ({}), {} blocks",
-        count(sc.total),
-        kinds.join(", "),
-        count(sc.blocks)
-    );
     let f = &e.fragmentation;
-    let _ = writeln!(
-        o,
-        "  Cached free     {} in {} blocks; largest free block {} (fragmentation {:.0}%)",
-        bytes(f.cached_free_bytes),
-        count(f.free_blocks),
-        bytes(f.largest_free_block),
-        f.fragmentation_ratio * 100.0
-    );
-    let _ = writeln!(
-        o,
-        "                  rounding waste {}, pending free {}, {} segment(s) with nothing allocated",
-        bytes(f.rounding_waste_bytes),
-        bytes(f.pending_free_bytes),
-        count(f.empty_segments)
-    );
+    if d.caching_allocator {
+        let _ = writeln!(
+            o,
+            "  Segments        {} ({}), {} blocks",
+            count(sc.total),
+            kinds.join(", "),
+            count(sc.blocks)
+        );
+        let _ = writeln!(
+            o,
+            "  Cached free     {} in {} blocks; largest free block {} (fragmentation {:.0}%)",
+            bytes(f.cached_free_bytes),
+            count(f.free_blocks),
+            bytes(f.largest_free_block),
+            f.fragmentation_ratio * 100.0
+        );
+        let _ = writeln!(
+            o,
+            "                  rounding waste {}, pending free {}, {} segment(s) with nothing allocated",
+            bytes(f.rounding_waste_bytes),
+            bytes(f.pending_free_bytes),
+            count(f.empty_segments)
+        );
+    } else {
+        let _ = writeln!(
+            o,
+            "  Allocator       none: each tensor is its own allocation ({} at the end), so reserved is allocated and nothing is cached or fragmented",
+            count(sc.blocks)
+        );
+    }
     categories(
         o,
         "What it is      at the peak:",

@@ -14,7 +14,7 @@ pub enum SnapshotError {
         source: std::io::Error,
     },
 
-    #[error("{0}")]
+    #[error(transparent)]
     Pickle(#[from] vramscope_pickle::PickleError),
 
     #[error("invalid JSON at line {line}, column {column}: {message}")]

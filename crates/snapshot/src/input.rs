@@ -249,9 +249,31 @@ fn parse_document(
         // '[' is not a pickle opcode a snapshot starts with; '{' neither.
         return Ok((json::parse_json(data)?, Encoding::Json));
     }
+    if let Some(start) = looks_like_text(data) {
+        return Err(SnapshotError::NotASnapshot(format!(
+            "the file is text, not a pickled snapshot or a JSON trace (it starts with \"{start}\")"
+        )));
+    }
     let doc = parse_pickle(data, opts, map)?;
     let protocol = doc.protocol;
     Ok((doc, Encoding::Pickle { protocol }))
+}
+
+/// The first words of `data` when it reads as prose or code rather than a
+/// pickle: printable text whose first line has a space. Pickles of protocol
+/// 2 and later start with a binary PROTO opcode; protocol 0 and 1 start with
+/// an opcode letter and a name, without spaces.
+fn looks_like_text(data: &[u8]) -> Option<String> {
+    let head = &data[..data.len().min(64)];
+    if head.is_empty() || head[0] == 0x80 || head[0] == b'(' {
+        return None;
+    }
+    let text = std::str::from_utf8(head).ok()?;
+    let printable = text
+        .chars()
+        .all(|c| !c.is_control() || c == '\n' || c == '\r' || c == '\t');
+    let first_line = text.lines().next().unwrap_or("");
+    (printable && first_line.contains(' ')).then(|| first_line.chars().take(40).collect())
 }
 
 fn parse_pickle(

@@ -187,6 +187,9 @@ pub struct LeakReport {
     pub findings: Vec<Finding>,
     /// What limited the analysis (too few iterations, no times, ...).
     pub notes: Vec<String>,
+    /// The one-line answer: how many leaks, or why none could be judged
+    /// ("no iterations found: ...", "the file is cut short: ...").
+    pub verdict: String,
 }
 
 /// Find leaks in `device`'s trace.
@@ -223,6 +226,12 @@ pub fn find_leaks_with(
     } else if complete < 3 {
         notes.push(format!(
             "{complete} complete iteration(s) in the trace: growth from one iteration to the next needs at least 3"
+        ));
+    }
+    if snap.source.truncated {
+        notes.push(format!(
+            "the file is cut short (truncated or damaged: {}): iterations after the cut were not seen, and tensors of the seen ones may have been freed after it",
+            snap.source.warnings.first().map_or("see `vramscope summary`", String::as_str)
         ));
     }
     let l = &labelled.lifetimes;
@@ -289,7 +298,28 @@ pub fn find_leaks_with(
         }
         _ => 0.0,
     };
+    let leaks = found
+        .iter()
+        .filter(|f| f.severity == Severity::Leak)
+        .count();
+    let others = found.len() - leaks;
+    let verdict = if leaks > 0 {
+        format!("{leaks} leak(s) found, {} finding(s) in all", found.len())
+    } else if t.is_empty() || its.list.is_empty() {
+        "no leak can be judged: no iterations were found (see the note)".to_owned()
+    } else if complete < 3 {
+        format!(
+            "no leak can be judged from {complete} complete iteration(s): growth needs at least 3"
+        )
+    } else if snap.source.truncated {
+        format!("no leak found in the {complete} complete iteration(s) before the cut; the rest of the run is not in the file")
+    } else if others > 0 {
+        format!("no leak found; {others} other finding(s)")
+    } else {
+        "no leak found".to_owned()
+    };
     LeakReport {
+        verdict,
         schema_version: LEAKS_SCHEMA_VERSION,
         device,
         iteration_source: its.source.clone(),
