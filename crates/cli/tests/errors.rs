@@ -27,7 +27,7 @@ fn malformed_inputs_exit_2_with_one_line() {
     let d = temp_dir("errors");
     let cases: &[(&str, &[u8], &str)] = &[
         ("garbage.pickle", b"\x80\x04\xff\xff", "byte 2"),
-        ("text.pickle", b"hello world", "byte 0"),
+        ("text.pickle", b"hello world", "the file is text"),
         ("memo.pickle", b"\x80\x04h\x07.", "memo entry 7"),
         ("toplevel_int.pickle", b"\x80\x04K\x05.", "found the int 5"),
         ("bad_json.json", b"{\"segments\": [1, 2", "line 1"),
@@ -41,6 +41,8 @@ fn malformed_inputs_exit_2_with_one_line() {
     let empty = d.join("empty.pickle");
     std::fs::write(&empty, b"").expect("write");
     assert_clean_failure(&empty, 2, "empty");
+    // A directory: a plain message, not the OS's "No such device".
+    assert_clean_failure(&d, 1, "is a directory");
 }
 
 #[test]
