@@ -8,8 +8,10 @@ is *kept*. The pass names the keeper the way the program spells it:
 ``losses[*]`` (a global list of ``train.py``), ``model.cache[*]`` (an
 attribute set in ``Model.forward``), ``outputs[*]`` (a local of
 ``validate``), ``last_error.__traceback__.tb_frame.local 'h'``. Tensors a
-kept autograd graph saved for backward (``total = total + loss``) are found
-through the graph of the tensor that holds it: ``total (autograd graph)``.
+kept autograd graph saved for backward (``total = total + loss``) cannot be
+read without running the graph's unpack hooks, so for each named tensor with
+a graph the pass counts the graph's nodes (``graph_nodes``): a graph that
+grows from one look to the next is kept across iterations.
 
 Tensors are grouped by the pattern of their path (list indices and dict keys
 become ``[*]``) and each group lists the storages' addresses, which are the
@@ -28,7 +30,7 @@ import time
 import types
 import warnings
 from collections import deque
-from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from ._refnames import TypeInfo, is_tensor, named_refs
 
@@ -272,7 +274,7 @@ def _find(main_globals: Optional[Dict[str, Any]], max_objects: int, max_seconds:
     groups: Dict[Tuple[str, str, str, str, str], Dict[str, Any]] = {}
     storages: Set[int] = set()
 
-    def add(t: Any, parts: List[str], root: _Root, graph: bool) -> None:
+    def add(t: Any, parts: List[str], root: _Root) -> None:
         try:
             st = t.untyped_storage()
             addr, size = st.data_ptr(), st.nbytes()
@@ -282,24 +284,10 @@ def _find(main_globals: Optional[Dict[str, Any]], max_objects: int, max_seconds:
             return
         storages.add(addr)
         path, pattern = _spell(parts)
-        if graph:
-            pattern += " (autograd graph)"
         key = (root.kind, root.name, root.file, root.function, pattern)
         g = groups.get(key)
         if g is None:
-            g = groups[key] = {
-                "kind": root.kind,
-                "name": root.name,
-                "file": root.file,
-                "line": root.line,
-                "function": root.function,
-                "type": type(root.obj).__name__,
-                "path": pattern,
-                "example": path,
-                "tensors": 0,
-                "bytes": 0,
-                "addrs": [],
-            }
+            g = groups[key] = _group(root, pattern, path)
         g["tensors"] += 1
         g["bytes"] += size
         g["addrs"].append(addr)
@@ -310,7 +298,12 @@ def _find(main_globals: Optional[Dict[str, Any]], max_objects: int, max_seconds:
         parts, root = names.get(id(t)) or namer.path(t)
         if root is not None:
             named.append((t, parts, root))
-            add(t, parts, root, False)
+            add(t, parts, root)
+    # Graphs kept alive: the size of the autograd graph behind each named
+    # tensor that has one (a running sum `total = total + loss` grows one
+    # iteration's graph at a time). Only the nodes are walked: reading the
+    # tensors a graph saved would run its unpack hooks (activation
+    # checkpointing recomputes the forward, save_on_cpu copies back).
     budget = [MAX_GRAPH_NODES]
     for t, parts, root in named:
         if budget[0] <= 0:
@@ -318,8 +311,13 @@ def _find(main_globals: Optional[Dict[str, Any]], max_objects: int, max_seconds:
             break
         fn = getattr(t, "grad_fn", None)
         if fn is not None:
-            for saved in _saved_tensors(fn, budget):
-                add(saved, parts, root, True)
+            nodes = _graph_nodes(fn, budget)
+            path, pattern = _spell(parts)
+            key = (root.kind, root.name, root.file, root.function, pattern)
+            g = groups.get(key)
+            if g is None:  # its storage was named by another path first
+                g = groups[key] = _group(root, pattern, path)
+            g["graph_nodes"] = max(g["graph_nodes"], nodes)
     out = sorted(groups.values(), key=lambda g: -g["bytes"])
     return {
         "holders": out,
@@ -327,6 +325,25 @@ def _find(main_globals: Optional[Dict[str, Any]], max_objects: int, max_seconds:
         "tensors": len(storages),
         "seconds": round(time.perf_counter() - t0, 3),
         "complete": complete,
+    }
+
+
+def _group(root: _Root, pattern: str, example: str) -> Dict[str, Any]:
+    """A holder: the root, the path pattern, what it holds (filled by the
+    caller)."""
+    return {
+        "kind": root.kind,
+        "name": root.name,
+        "file": root.file,
+        "line": root.line,
+        "function": root.function,
+        "type": type(root.obj).__name__,
+        "path": pattern,
+        "example": example,
+        "tensors": 0,
+        "bytes": 0,
+        "addrs": [],
+        "graph_nodes": 0,
     }
 
 
@@ -460,39 +477,25 @@ def _spell(parts: List[str]) -> Tuple[str, str]:
     return "".join(path), "".join(pattern)
 
 
-def _saved_tensors(fn: Any, budget: List[int]) -> Iterator[Any]:
-    """Tensors an autograd graph saved for backward, from ``fn`` down, while
-    the budget of nodes lasts (shared by all graphs)."""
+def _graph_nodes(fn: Any, budget: List[int]) -> int:
+    """Nodes of the autograd graph from ``fn`` down, while the budget of
+    nodes lasts (shared by all graphs)."""
     seen: Set[int] = set()
     stack = [fn]
-    attrs: Dict[type, List[str]] = {}
     while stack and budget[0] > 0:
         node = stack.pop()
         if node is None or id(node) in seen:
             continue
         seen.add(id(node))
         budget[0] -= 1
-        names = attrs.get(type(node))
-        if names is None:
-            names = attrs[type(node)] = [a for a in dir(node) if a.startswith("_saved_")]
-        for a in names:
-            try:
-                v = getattr(node, a)
-            except Exception:  # noqa: BLE001 - freed by backward, or not a tensor
-                continue
-            if is_tensor(v):
-                yield v
-            elif isinstance(v, (tuple, list)):
-                for x in v:
-                    if is_tensor(x):
-                        yield x
         try:
             nxt = node.next_functions
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - a node without edges
             continue
         for f, _ in nxt:
             if f is not None:
                 stack.append(f)
+    return len(seen)
 
 
 class Sampler:

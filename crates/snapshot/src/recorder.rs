@@ -50,8 +50,7 @@ pub struct Holder {
     pub function: String,
     /// The type of the variable's value (`list`, `Model`).
     pub type_name: String,
-    /// The path's pattern: indices and keys are `[*]`; tensors an autograd
-    /// graph saved end in ` (autograd graph)`.
+    /// The path's pattern: indices and keys are `[*]`.
     pub path: String,
     /// One path in full (`losses[4]`).
     pub example: String,
@@ -59,6 +58,10 @@ pub struct Holder {
     pub bytes: u64,
     /// Storage addresses: the addresses of the snapshot's blocks.
     pub addrs: Vec<u64>,
+    /// Nodes of the autograd graph behind the tensor at `path`, when it has
+    /// one (0 otherwise): a graph that grows between looks is kept across
+    /// iterations.
+    pub graph_nodes: u64,
 }
 
 /// The search for holders: objects visited, seconds, and whether it ended
@@ -164,6 +167,7 @@ fn holders(v: Option<&serde_json::Value>) -> Vec<Holder> {
             path: text(r, "path"),
             example: text(r, "example"),
             tensors: num(r, "tensors"),
+            graph_nodes: num(r, "graph_nodes"),
             bytes: num(r, "bytes"),
             addrs: r
                 .get("addrs")

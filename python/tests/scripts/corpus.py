@@ -28,7 +28,7 @@ FORMS: Dict[str, Dict[str, Any]] = {
     "hf_loop": {"clean": None, "outputs_kept": ("growth", "all_logits")},
     "hf_trainer": {"clean": None},
     "lightning": {"clean": None, "outputs_kept": ("growth", "model")},
-    "accelerate": {"clean": None, "traceback_kept": ("retained_graph", "errors")},
+    "accelerate": {"clean": None, "traceback_kept": ("growth", "errors")},
     "gan": {"clean": None, "module_cache": ("growth", "G")},
     "grad_accum": {"clean": None, "loss_kept": ("growth", "history")},
     "amp": {"clean": None, "outputs_kept": ("growth", "preds")},

@@ -107,7 +107,15 @@ pub(super) fn growth_finding(
     src: &mut Sources,
 ) -> Finding {
     let per: f64 = sites.iter().map(|s| s.1).sum();
-    let ev = evidence_list(ctx, sites, (true, sites.len() == 1), series, src);
+    let mut ev = evidence_list(ctx, sites, (true, sites.len() == 1), series, src);
+    // Several sites growing together, or activations no line stores: a
+    // kept graph, named when the recorder saw one grow.
+    let graph_like = sites.len() >= 2 || graph_of_a_module_call(&ev[0]);
+    if graph_like && ev.iter().all(|e| e.held_by.is_none()) {
+        let graph = ctx.holders.growing_graph(&first_files(ctx, &ev), src);
+        ev[0].held_by = graph;
+    }
+    let ev = ev;
     let n = ctx.complete;
     let first = &ev[0];
     let total: u64 = ev
@@ -517,6 +525,11 @@ fn callee_label(snap: &Snapshot, fid: vramscope_snapshot::FrameId) -> String {
         return format!("{}()", crate::sites::native_name(&name));
     }
     format!("{file}:{line} in {name}")
+}
+
+/// The program's files in the first site's stack.
+fn first_files(_ctx: &Context, ev: &[SiteEvidence]) -> Vec<String> {
+    ev.first().map(|e| vec![e.file.clone()]).unwrap_or_default()
 }
 
 /// The files of a stack's frames in the program rather than in libraries,

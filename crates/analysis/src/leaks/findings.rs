@@ -9,7 +9,7 @@ use super::explain::{
 };
 use super::series::{shape, site_series, BlockIterations, Shape, SiteTable};
 use super::source::Sources;
-use super::{Finding, IterationStats, LeakOptions};
+use super::{Finding, IterationStats, LeakOptions, Severity};
 use crate::categories::{Phase, Phases};
 use crate::lifetimes::{Lifetimes, BEFORE_WINDOW, STILL_ALIVE};
 use crate::sites::frame_location;
@@ -413,8 +413,12 @@ pub(super) fn analyze(ctx: &Context, src: &mut Sources) -> Vec<Finding> {
     // iteration's peak: a GAN's generator keeps its gradients through its
     // next forward (DCGAN zeroes them after the discriminator's step), but
     // when that forward is not where the iteration peaks, nothing is lost.
-    if let Some(h) = held.as_ref().filter(|h| h.costs_at_peak()) {
-        out.push(held_finding(ctx, h, series, src));
+    if let Some(h) = &held {
+        let mut f = held_finding(ctx, h, series, src);
+        if !h.costs_at_peak() {
+            f.severity = Severity::Benign; // shown, not warned
+        }
+        out.push(f);
     }
 
     // One-time growth, by role; tensors that outlive their next iteration.

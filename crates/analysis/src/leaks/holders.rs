@@ -28,8 +28,10 @@ pub struct HeldBy {
     pub file: String,
     /// Of a local: the function.
     pub function: String,
-    /// Whether the tensors are saved by the autograd graph of the held
-    /// tensor rather than held themselves.
+    /// Whether the tensors are kept by the autograd graph of the held
+    /// tensor (a graph that grew between looks) rather than held
+    /// themselves; `tensors` and `bytes` are then 0 (a graph's saved
+    /// tensors are not read).
     pub through_graph: bool,
     /// Of this site's tensors, those the holder held when the recorder
     /// looked (at the end, or while the program ran): how many, and their
@@ -155,7 +157,7 @@ impl<'a> HolderIndex<'a> {
                     .or_default()
                     .entry(self.var_keys[h as usize])
                     .or_default()
-                    .add(self.iteration_of(l, t, b), l.size[b]);
+                    .add(h, self.iteration_of(l, t, b), l.size[b]);
             }
         }
         tally
@@ -189,6 +191,64 @@ impl<'a> HolderIndex<'a> {
         self.keys[h as usize]
     }
 
+    /// The variable whose autograd graph grew between the recorder's looks
+    /// (the largest such graph at the last look): what keeps a graph per
+    /// iteration alive (`total = total + loss`), whose saved tensors cannot
+    /// be read without running the graph's hooks.
+    pub fn growing_graph(&self, stack_files: &[String], src: &mut Sources) -> Option<HeldBy> {
+        let mut seen: HashMap<u32, (i64, u64, i64, u64)> = HashMap::default();
+        for (i, h) in self.holders.iter().enumerate() {
+            if h.graph_nodes == 0 || h.time_us == i64::MAX {
+                continue;
+            }
+            let e = seen.entry(self.var_keys[i]).or_insert((
+                h.time_us,
+                h.graph_nodes,
+                h.time_us,
+                h.graph_nodes,
+            ));
+            if h.time_us < e.0 {
+                (e.0, e.1) = (h.time_us, h.graph_nodes);
+            }
+            if h.time_us >= e.2 {
+                (e.2, e.3) = (h.time_us, h.graph_nodes);
+            }
+        }
+        let (&k, &(_, first, _, last)) = seen
+            .iter()
+            .filter(|(_, &(t0, n0, t1, n1))| t1 > t0 && n1 > n0)
+            .max_by_key(|(&k, &(_, _, _, n1))| (n1, std::cmp::Reverse(k)))?;
+        let h = &self.holders[k as usize];
+        let stored_at = stored_at(h, stack_files, src);
+        let path = if h.path != h.name {
+            format!(" as `{}`", h.path)
+        } else {
+            String::new()
+        };
+        let mut text = format!(
+            "the autograd graph of `{}` ({}, {}){path} grew from {first} to {last} nodes between the recorder's looks: it keeps the tensors each iteration saved for a backward pass that never runs",
+            h.name,
+            h.type_name,
+            owner(&h.kind, &h.file, &h.function, h.line),
+        );
+        if let Some((file, line, code)) = &stored_at {
+            text.push_str(&format!("; {}:{line} stores into it: `{code}`", base(file)));
+        }
+        Some(HeldBy {
+            kind: h.kind.clone(),
+            name: h.name.clone(),
+            path: h.path.clone(),
+            type_name: h.type_name.clone(),
+            file: h.file.clone(),
+            function: h.function.clone(),
+            through_graph: true,
+            tensors: 0,
+            bytes: 0,
+            stored_at,
+            text,
+        })
+    }
+
     /// The holder of most of the bytes of `blocks` (the site's blocks), if
     /// the recorder named one.
     pub fn held_by(
@@ -207,13 +267,13 @@ impl<'a> HolderIndex<'a> {
             if let Some(h) = self.of_block(l, t, b) {
                 per.entry(self.key(h))
                     .or_default()
-                    .add(self.iteration_of(l, t, b), l.size[b]);
+                    .add(h, self.iteration_of(l, t, b), l.size[b]);
             }
         }
         let (h, tally) = best(&per)?;
         let (tensors, size) = (tally.tensors, tally.bytes);
         let h = &self.holders[h as usize];
-        let through_graph = h.path.ends_with(" (autograd graph)");
+        let through_graph = false;
         let stored_at = stored_at(h, stack_files, src);
         let text = sentence(h, tensors, size, through_graph, stored_at.as_ref());
         Some(HeldBy {
@@ -257,7 +317,7 @@ fn sentence(
     graph: bool,
     stored: Option<&(String, u32, String)>,
 ) -> String {
-    let path = h.path.trim_end_matches(" (autograd graph)");
+    let path = h.path.as_str();
     let via = if path != h.name {
         format!(" as `{path}`")
     } else {
@@ -298,7 +358,7 @@ fn stored_at(
     stack_files: &[String],
     src: &mut Sources,
 ) -> Option<(String, u32, String)> {
-    let path = h.path.trim_end_matches(" (autograd graph)");
+    let path = h.path.as_str();
     // The last attribute before an index (`model.cache[*]` -> `cache`),
     // when the path goes through one; else the variable itself.
     let attr = path
@@ -331,25 +391,36 @@ fn stored_at(
 struct Tally {
     tensors: u64,
     bytes: u64,
-    iterations: std::collections::BTreeSet<usize>,
+    /// Per look (the holder entry of one sample): the iterations of the
+    /// tensors it held then.
+    by_look: HashMap<u32, std::collections::BTreeSet<usize>>,
 }
 
 impl Tally {
-    fn add(&mut self, iteration: usize, bytes: u64) {
+    fn add(&mut self, look: u32, iteration: usize, bytes: u64) {
         self.tensors += 1;
         self.bytes += bytes;
-        self.iterations.insert(iteration);
+        self.by_look.entry(look).or_default().insert(iteration);
+    }
+
+    /// The most iterations' tensors it held at one look: a loop variable
+    /// holds one iteration's at any moment, whatever it held over time.
+    fn iterations(&self) -> usize {
+        self.by_look.values().map(|s| s.len()).max().unwrap_or(0)
     }
 }
 
-/// The holder that keeps a site's tensors: the one holding tensors of the
-/// most iterations (what grows keeps every iteration's; a loop variable or
+/// The holder that keeps a site's tensors: of those holding tensors of two
+/// iterations or more, the one holding the most iterations (what grows keeps every iteration's; a loop variable or
 /// the graph of the latest result holds one or two), then the most bytes.
 fn best(per: &HashMap<u32, Tally>) -> Option<(u32, &Tally)> {
+    // One iteration's tensors are what any loop variable holds (the last
+    // loss, the current batch): a keeper holds several iterations'.
     per.iter()
+        .filter(|(_, t)| t.iterations() >= 2)
         .max_by(|a, b| {
-            (a.1.iterations.len(), a.1.bytes)
-                .cmp(&(b.1.iterations.len(), b.1.bytes))
+            (a.1.iterations(), a.1.bytes)
+                .cmp(&(b.1.iterations(), b.1.bytes))
                 .then(b.0.cmp(a.0))
         })
         .map(|(&h, t)| (h, t))
