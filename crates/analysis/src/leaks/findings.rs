@@ -42,6 +42,10 @@ pub(super) struct Context<'a> {
 /// A site and its growth per iteration (or bytes, depending on the finding).
 pub(super) type SiteRate = (u32, f64);
 
+/// How growing sites are grouped into findings: the signs of their
+/// iteration-to-iteration changes, or the holder that keeps them.
+type GroupKey = (Vec<i8>, Option<u32>);
+
 /// The series of the sites worth a look (not flat, or freed by the
 /// collector, or outliving, or holding gradients), with their shapes.
 pub(super) struct SiteSeries {
@@ -373,7 +377,7 @@ pub(super) fn analyze(ctx: &Context, src: &mut Sources) -> Vec<Finding> {
     // (sign of each iteration's change, the sites that changed so)
     // Sites kept by different holders (the recorder named them) are
     // different leaks even when they grow in the same iterations.
-    let mut groups: Vec<((Vec<i8>, Option<u32>), Vec<SiteRate>)> = Vec::new();
+    let mut groups: Vec<(GroupKey, Vec<SiteRate>)> = Vec::new();
     for (site, sh, s) in shaped {
         let Shape::Steady { per_iteration, .. } = sh else {
             continue;

@@ -150,10 +150,10 @@ impl<'a> HolderIndex<'a> {
             return HashMap::default();
         }
         let mut tally: HashMap<u32, HashMap<u32, Tally>> = HashMap::default();
-        for b in 0..l.len() {
+        for (b, &site) in of_block.iter().enumerate().take(l.len()) {
             if let Some(h) = self.of_block(l, t, b) {
                 tally
-                    .entry(of_block[b])
+                    .entry(site)
                     .or_default()
                     .entry(self.var_keys[h as usize])
                     .or_default()
