@@ -362,7 +362,12 @@ pub(super) fn analyze(ctx: &Context, src: &mut Sources) -> Vec<Finding> {
         };
         let by_gc = st.gc_freed > 0
             && (per > 0.0 || (collected_while_running && ctx.significant(st.gc_freed_bytes)));
-        let saw = matches!(sh, Shape::SawTooth { .. }) && !ctx.has_gc_marks;
+        // The saw-tooth is the clue only where collections are not marked:
+        // vramscope's recorder marks every one, so a drop it did not mark
+        // was not the collector (a logger resetting its running sum).
+        let saw = matches!(sh, Shape::SawTooth { .. })
+            && !ctx.has_gc_marks
+            && ctx.snap.source.recorder.is_none();
         if (by_gc || saw) && !named(*site) {
             cycles.push((*site, per));
             claimed.insert(*site);
