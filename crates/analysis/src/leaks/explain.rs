@@ -112,7 +112,7 @@ pub(super) fn growth_finding(
     // kept graph, named when the recorder saw one grow.
     let graph_like = sites.len() >= 2 || graph_of_a_module_call(&ev[0]);
     if graph_like && ev.iter().all(|e| e.held_by.is_none()) {
-        let graph = ctx.holders.growing_graph(&first_files(ctx, &ev), src);
+        let graph = ctx.holders.growing_graph(&first_files(&ev), src);
         ev[0].held_by = graph;
     }
     let ev = ev;
@@ -528,7 +528,7 @@ fn callee_label(snap: &Snapshot, fid: vramscope_snapshot::FrameId) -> String {
 }
 
 /// The program's files in the first site's stack.
-fn first_files(_ctx: &Context, ev: &[SiteEvidence]) -> Vec<String> {
+fn first_files(ev: &[SiteEvidence]) -> Vec<String> {
     ev.first().map(|e| vec![e.file.clone()]).unwrap_or_default()
 }
 

@@ -219,34 +219,14 @@ impl<'a> HolderIndex<'a> {
             .filter(|(_, &(t0, n0, t1, n1))| t1 > t0 && n1 > n0)
             .max_by_key(|(&k, &(_, _, _, n1))| (n1, std::cmp::Reverse(k)))?;
         let h = &self.holders[k as usize];
-        let stored_at = stored_at(h, stack_files, src);
-        let path = if h.path != h.name {
-            format!(" as `{}`", h.path)
-        } else {
-            String::new()
-        };
-        let mut text = format!(
-            "the autograd graph of `{}` ({}, {}){path} grew from {first} to {last} nodes between the recorder's looks: it keeps the tensors each iteration saved for a backward pass that never runs",
+        let what = format!(
+            "the autograd graph of `{}` ({}, {}){} grew from {first} to {last} nodes between the recorder's looks: it keeps the tensors each iteration saved for a backward pass that never runs",
             h.name,
             h.type_name,
             owner(&h.kind, &h.file, &h.function, h.line),
+            via(h),
         );
-        if let Some((file, line, code)) = &stored_at {
-            text.push_str(&format!("; {}:{line} stores into it: `{code}`", base(file)));
-        }
-        Some(HeldBy {
-            kind: h.kind.clone(),
-            name: h.name.clone(),
-            path: h.path.clone(),
-            type_name: h.type_name.clone(),
-            file: h.file.clone(),
-            function: h.function.clone(),
-            through_graph: true,
-            tensors: 0,
-            bytes: 0,
-            stored_at,
-            text,
-        })
+        Some(HeldBy::new(h, true, (0, 0), what, stack_files, src))
     }
 
     /// The holder of most of the bytes of `blocks` (the site's blocks), if
@@ -271,12 +251,47 @@ impl<'a> HolderIndex<'a> {
             }
         }
         let (h, tally) = best(&per)?;
-        let (tensors, size) = (tally.tensors, tally.bytes);
         let h = &self.holders[h as usize];
-        let through_graph = false;
+        let what = format!(
+            "held by `{}` ({}, {}){}: {} tensor{} ({})",
+            h.name,
+            h.type_name,
+            owner(&h.kind, &h.file, &h.function, h.line),
+            via(h),
+            tally.tensors,
+            if tally.tensors == 1 { "" } else { "s" },
+            bytes(tally.bytes)
+        );
+        Some(HeldBy::new(
+            h,
+            false,
+            (tally.tensors, tally.bytes),
+            what,
+            stack_files,
+            src,
+        ))
+    }
+}
+
+impl HeldBy {
+    /// `what` holds them; the line that stores into the holder is looked
+    /// up and appended to the sentence.
+    fn new(
+        h: &Holder,
+        through_graph: bool,
+        (tensors, bytes): (u64, u64),
+        what: String,
+        stack_files: &[String],
+        src: &mut Sources,
+    ) -> HeldBy {
         let stored_at = stored_at(h, stack_files, src);
-        let text = sentence(h, tensors, size, through_graph, stored_at.as_ref());
-        Some(HeldBy {
+        let text = match &stored_at {
+            Some((file, line, code)) => {
+                format!("{what}; {}:{line} stores into it: `{code}`", base(file))
+            }
+            None => what,
+        };
+        HeldBy {
             kind: h.kind.clone(),
             name: h.name.clone(),
             path: h.path.clone(),
@@ -285,10 +300,19 @@ impl<'a> HolderIndex<'a> {
             function: h.function.clone(),
             through_graph,
             tensors,
-            bytes: size,
+            bytes,
             stored_at,
             text,
-        })
+        }
+    }
+}
+
+/// `` as `model.cache[*]` `` when the path goes past the variable.
+fn via(h: &Holder) -> String {
+    if h.path != h.name {
+        format!(" as `{}`", h.path)
+    } else {
+        String::new()
     }
 }
 
@@ -308,45 +332,6 @@ pub fn owner(kind: &str, file: &str, function: &str, line: u32) -> String {
 
 fn base(f: &str) -> &str {
     f.rsplit(['/', '\\']).next().unwrap_or(f)
-}
-
-fn sentence(
-    h: &Holder,
-    tensors: u64,
-    size: u64,
-    graph: bool,
-    stored: Option<&(String, u32, String)>,
-) -> String {
-    let path = h.path.as_str();
-    let via = if path != h.name {
-        format!(" as `{path}`")
-    } else {
-        String::new()
-    };
-    let what = if graph {
-        format!(
-            "the autograd graph of `{}` ({}, {}){via} saves {tensors} of these tensors ({}) for a backward pass that never runs",
-            h.name,
-            h.type_name,
-            owner(&h.kind, &h.file, &h.function, h.line),
-            bytes(size)
-        )
-    } else {
-        format!(
-            "held by `{}` ({}, {}){via}: {tensors} tensor{} ({})",
-            h.name,
-            h.type_name,
-            owner(&h.kind, &h.file, &h.function, h.line),
-            if tensors == 1 { "" } else { "s" },
-            bytes(size)
-        )
-    };
-    match stored {
-        Some((file, line, code)) => {
-            format!("{what}; {}:{line} stores into it: `{code}`", base(file))
-        }
-        None => what,
-    }
 }
 
 /// The line that stores into the holder: for a variable, in its module (a
