@@ -80,6 +80,36 @@ def test_clean_loop_has_no_leak_and_explains_the_optimizer_state(runs: Dict[str,
     n_params = len(list(leaky_loops.MLP().parameters()))
     assert opt[0]["bytes"] == 2 * param_bytes() + 4 * n_params
     assert opt[0]["severity"] == "benign"
+    # The optimizer the program used, and its rule with the figures read
+    # from the optimizer itself.
+    assert opt[0]["title"].startswith("optimizer state (Adam):"), opt[0]["title"]
+    rule = f"Adam keeps exp_avg, exp_avg_sq and step: {3 * n_params} tensors"
+    assert rule in opt[0]["explanation"], opt[0]["explanation"]
+    assert "(2.0×)" in opt[0]["explanation"]
+
+
+def test_sgd_without_momentum_is_said_to_keep_nothing(tmp_path: Path) -> None:
+    """SGD without momentum keeps no state: nothing is called its state,
+    and the recorder says what the optimizer holds (nothing) and why."""
+    script = tmp_path / "sgd.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        from torch import nn
+        model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(6):
+            x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+    """))
+    out = tmp_path / "sgd.pickle"
+    r = run_python(["-m", "vramscope", "run", "-q", "--no-report", "-o", str(out), str(script)], cwd=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    snap = vramscope.load(out)
+    found = snap.leaks()["findings"]
+    assert not [f for f in found if f["title"].startswith("optimizer state")], [f["title"] for f in found]
+    assert not [f for f in found if f["severity"] in ("leak", "warning")], [f["title"] for f in found]
 
 
 def test_features_appended_in_forward(runs: Dict[str, Path]) -> None:

@@ -405,6 +405,9 @@ class _Session:
                 # Compilations torch.compile ran while recording (what the
                 # dispatcher cannot see inside them, the summary says).
                 "compilations": compiles() - self.compiles_at_start,
+                # What each optimizer keeps (its class, settings and state):
+                # the analysis names the real rule from it.
+                "optimizers": self.tagger.optimizers(refresh=tag),
             }
             if final:
                 # What holds each tensor alive at the end, by name (leaks

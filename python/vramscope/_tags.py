@@ -37,6 +37,7 @@ from typing import Any, Dict, List, Optional
 
 from . import _hooks
 from ._compile import compiling
+from ._optimizers import describe
 
 # Metadata key the recorder adds to the program's own.
 _PHASE = "phase="
@@ -56,6 +57,9 @@ class Tagger:
         self._named: Dict[tuple, str] = {}
         self._optimizers: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self._stepped: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        # What each optimizer kept after its first step, by id (the
+        # optimizer may be gone when the snapshot is written).
+        self._described: Dict[int, Dict[str, Any]] = {}
         self._seen: set = set()
         self._modules: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self._local = threading.local()
@@ -111,6 +115,7 @@ class Tagger:
         if opt not in self._stepped:
             self._stepped.add(opt)
             self._tag_optimizer(opt, everything=True)  # state created by the first step
+            self._describe(opt)
 
     def _forward_pre(self, module: Any, args: Any) -> None:
         # Runs on every module call: a set of ids is the cheap test (the
@@ -257,6 +262,21 @@ class Tagger:
             if issubclass(type(o), Optimizer) and o not in self._optimizers:
                 self._optimizers.add(o)
                 self._stepped.add(o)
+
+    def _describe(self, opt: Any) -> None:
+        try:
+            self._described[id(opt)] = describe(opt)
+        except Exception:  # noqa: BLE001 - a description is a help; the program goes on
+            pass
+
+    def optimizers(self, refresh: bool = True) -> List[Dict[str, Any]]:
+        """What each optimizer that stepped keeps: described again if it is
+        still alive (state can be made later, for parameters that had no
+        gradient at the first step), else as it was after its first step.
+        ``refresh=False`` off the program's thread, where no tensor is read."""
+        for opt in list(self._stepped) if refresh else ():
+            self._describe(opt)
+        return list(self._described.values())
 
     def tag_all(self) -> None:
         """Name everything known again (before a dump)."""

@@ -307,6 +307,27 @@ async function testReport(browser, snap) {
 
     const oomsInSummary = summary && summary.devices && summary.devices[0] ? summary.devices[0].ooms : [];
 
+    // What a damaged file lost and contradicting figures are above the
+    // plot, exactly when the summary has them; CPU recordings show no
+    // allocator figures.
+    await check(T('banner: what the file lost, exactly when it lost something'), async () => {
+      const b = await page.evaluate(() => {
+        const e = document.getElementById('banner');
+        return { hidden: e.hidden, text: e.textContent, facts: document.getElementById('facts').textContent };
+      });
+      const d0 = summary.devices[0] || { inconsistencies: [] };
+      const notes = (summary.source.damage ? [summary.source.damage] : []).concat(d0.inconsistencies || []);
+      if (snap.expectCut) assert(summary.source.damage && summary.source.damage.includes('cut short'), `no damage in the summary: ${summary.source.damage}`);
+      if (!notes.length) {
+        assert(b.hidden, `banner shown for a whole file: ${short(b.text, 200)}`);
+      } else {
+        assert(!b.hidden, `${notes.length} note(s) but the banner is hidden`);
+        for (const n of notes) assert(b.text.includes(n), `banner lacks: ${short(n, 120)}`);
+      }
+      if (d0.caching_allocator === false) assert(!b.facts.includes('cached free'), `CPU recording shows allocator figures: ${b.facts}`);
+      return notes.length ? `${notes.length} note(s): ${short(notes[0], 80)}` : 'none, hidden';
+    });
+
     // Peak button.
     let before = null;
     await check(T('initial view covers the whole trace'), async () => {
@@ -497,6 +518,15 @@ async function testReport(browser, snap) {
 
     // Leaks: the finding is shown, and clicking its site highlights its
     // allocations on the timeline.
+    if (snap.expectHeld) {
+      await check(T('Leaks tab names what holds the leak and the line that stores into it'), async () => {
+        await page.click('.tabs button[data-tab="leaks"]');
+        const text = await textOf(page, '#panel-leaks');
+        assert(text.includes(snap.expectHeld), `#panel-leaks lacks "${snap.expectHeld}": "${short(text, 400)}"`);
+        assert(text.includes('errors.append(err)'), 'the storing line is not shown');
+        return snap.expectHeld;
+      });
+    }
     if (snap.expectLeak) {
       await check(T('Leaks tab shows the planted leak; its site highlights the allocations'), async () => {
         await page.click('.tabs button[data-tab="leaks"]');
@@ -686,7 +716,9 @@ async function main() {
   // CPU recordings whose categories come from the Memory Profiler.
   const recorded = path.join(repoRoot, 'tests', 'fixtures', 'recorded');
   for (const f of fs.readdirSync(recorded).sort().filter((f) => f.endsWith('.pickle.gz'))) {
-    snaps.push({ name: f.replace(/\.pickle\.gz$/, ''), file: path.join(recorded, f) });
+    // The corpus recording keeps its exceptions in `errors`: the page names it.
+    const held = f.startsWith('corpus_accelerate_traceback_kept') ? 'held by `errors` (list, local of accelerate' : undefined;
+    snaps.push({ name: f.replace(/\.pickle\.gz$/, ''), file: path.join(recorded, f), expectHeld: held });
   }
   const gen = path.join(outDir, 'synth_oom_20000.pickle');
   snaps.push({ name: 'synth_oom_20000', file: gen, expectOom: true, expectLeak: 'train.py:74 in accumulate_history',
@@ -697,6 +729,15 @@ async function main() {
     make: () => {
       vramscope(['synth', '-o', clean, '--entries', '20000', '--seed', '7']);
       vramscope(['synth', '-o', leaky, '--entries', '20000', '--seed', '7', '--leak', '64MiB']);
+    } });
+  // A file cut in the middle of its trace (a job killed while writing).
+  const cut = path.join(outDir, 'synth_cut_20000.pickle');
+  snaps.push({ name: 'synth_cut_20000', file: cut, expectCut: true,
+    make: () => {
+      const whole = path.join(outDir, 'synth_whole_20000.pickle');
+      vramscope(['synth', '-o', whole, '--entries', '20000', '--seed', '11']);
+      const bytes = fs.readFileSync(whole);
+      fs.writeFileSync(cut, bytes.subarray(0, Math.floor(bytes.length / 2)));
     } });
   const xssFile = path.join(outDir, XSS_FILE);
   snaps.push({ name: 'xss_payloads', file: xssFile, expectOom: true, xss: true,

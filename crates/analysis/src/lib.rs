@@ -10,6 +10,7 @@
 //! * [`categories`]: what each block is (parameter, gradient, optimizer
 //!   state, activation, …), given by the recorder or the profiler, or inferred.
 //! * [`diff`]: what is alive in one snapshot (or moment) and not in another.
+//! * [`optimizers`]: which optimizers ran and the state each keeps.
 //!
 //! ```no_run
 //! use vramscope_analysis::{summarize, SummaryOptions};
@@ -27,6 +28,7 @@ pub mod gates;
 pub mod iterations;
 pub mod leaks;
 pub mod lifetimes;
+pub mod optimizers;
 pub mod replay;
 pub mod segments;
 pub mod sites;

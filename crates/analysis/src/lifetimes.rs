@@ -102,7 +102,8 @@ impl Lifetimes {
         let live = snap
             .segments_of(device)
             .flat_map(|s| snap.blocks_of(s))
-            .filter(|b| b.state.is_allocated());
+            .filter(|b| b.state.is_allocated())
+            .filter(|_| crate::replay::dump_counts_from_start(snap, t));
         for b in live {
             if !open.contains_key(&b.address) {
                 let cat = (!snap.str(b.category).is_empty()).then_some(b.category);

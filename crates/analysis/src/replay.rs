@@ -5,7 +5,8 @@
 //! block can be freed in the window without having been allocated in it, or
 //! be alive at the end without an `alloc` event. Both kinds were allocated
 //! before the window and count as live from its start; this is also how
-//! PyTorch's own viewer draws them.
+//! PyTorch's own viewer draws them. (Not in a file cut inside its trace:
+//! there a block alive at the dump may have been allocated after the cut.)
 
 use vramscope_snapshot::hash::FxHashMap as HashMap;
 
@@ -52,6 +53,17 @@ pub(crate) fn live_at_end(snap: &Snapshot, device: u32) -> Vec<LiveBlock> {
         .collect()
 }
 
+/// Whether blocks alive at the dump without an `alloc` in the trace count
+/// as allocated before the window. Not in a file cut inside its trace: it
+/// has the dump's segments (written first) but not the events before the
+/// dump, so such a block may as well have been allocated after the cut, and
+/// counting it from the start would raise every figure above what was
+/// recorded; there only blocks freed in the recovered part count as from
+/// before the window.
+pub fn dump_counts_from_start(snap: &Snapshot, t: &DeviceTrace) -> bool {
+    !snap.source.truncated || t.is_empty()
+}
+
 impl Replay {
     /// Find the pre-window blocks and the peak of `device`.
     pub fn new(snap: &Snapshot, device: u32) -> Replay {
@@ -75,11 +87,13 @@ impl Replay {
                 _ => {}
             }
         }
-        pre_window.extend(
-            live_at_end(snap, device)
-                .into_iter()
-                .filter(|b| !open.contains_key(&b.addr)),
-        );
+        if dump_counts_from_start(snap, t) {
+            pre_window.extend(
+                live_at_end(snap, device)
+                    .into_iter()
+                    .filter(|b| !open.contains_key(&b.addr)),
+            );
+        }
         let initial_bytes: u64 = pre_window.iter().map(|b| b.size).sum();
         let (mut cur, mut peak, mut peak_index) =
             (initial_bytes as i128, initial_bytes as i128, None);

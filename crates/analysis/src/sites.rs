@@ -116,11 +116,47 @@ pub fn is_library(file: &str) -> bool {
         || f.starts_with('<')
 }
 
+/// Training loops of frameworks that call the model's code from the
+/// library (`trainer.train()`, `trainer.fit(...)`): the user's frame above
+/// them is only the line that launched the whole run.
+const LAUNCHERS: &[&str] = &[
+    "/transformers/trainer",
+    "/trl/trainer/",
+    "/lightning/pytorch/",
+    "/pytorch_lightning/",
+    "/ignite/engine/",
+    "/composer/trainer/",
+];
+
+/// Whether a frame is inside a framework's training loop.
+pub fn is_launcher(file: &str) -> bool {
+    let f = file.replace('\\', "/");
+    LAUNCHERS.iter().any(|l| f.contains(l))
+}
+
+/// Whether a library file is a third-party package other than PyTorch
+/// itself: model code (`transformers/models/gpt2/modeling_gpt2.py`,
+/// `torchvision/models/resnet.py`) or a framework's own line.
+pub fn is_third_party(file: &str) -> bool {
+    let f = file.replace('\\', "/");
+    (f.contains("site-packages/") || f.contains("dist-packages/"))
+        && !f.contains("/torch/")
+        && !f.starts_with("torch/")
+}
+
 /// The site of a stack: first user frame, else first Python frame, else
 /// for C++-only stacks the autograd node (backward) or the ATen operator,
 /// else the first non-noise frame. `None` if the stack is empty.
+///
+/// When a framework's training loop lies between the allocation and the
+/// first user frame, that user frame is the launcher line (`trainer.train()`)
+/// and would own nearly everything; the site is then the first frame
+/// outside PyTorch: the model's code (`modeling_gpt2.py:… in forward`) or
+/// the framework's line that ran backward or the optimizer.
 pub fn site_frame(snap: &Snapshot, stack: StackId) -> Option<FrameId> {
     let frames = snap.stacks.get(stack);
+    let mut first_third_party = None;
+    let mut launched = false;
     let mut first_python = None;
     let mut first_backward = None;
     let mut first_op = None;
@@ -146,8 +182,15 @@ pub fn site_frame(snap: &Snapshot, stack: StackId) -> Option<FrameId> {
         }
         first_python.get_or_insert(fid);
         if !is_library(&file) {
-            return Some(fid);
+            return Some(match first_third_party {
+                Some(inner) if launched => inner,
+                _ => fid,
+            });
         }
+        if is_third_party(&file) {
+            first_third_party.get_or_insert(fid);
+        }
+        launched |= is_launcher(&file);
     }
     first_python
         .or(first_backward)

@@ -73,6 +73,9 @@ pub struct SourceSummary {
     pub repairs: Vec<vramscope_snapshot::Repair>,
     /// Constructs that would have executed code under `pickle.load`.
     pub skipped: Vec<String>,
+    /// What a damaged file lost, in one sentence every output shows
+    /// (terminal, page banner); `None` for a whole, undamaged file.
+    pub damage: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -95,6 +98,11 @@ pub struct DeviceSummary {
     pub peak: Peak,
     /// Reserved memory's highest point over the trace.
     pub peak_reserved_bytes: u64,
+    /// Allocated after the trace's last event: the total that
+    /// [`end_top_sites`](Self::end_top_sites) and
+    /// [`end_by_category`](Self::end_by_category) share (it differs from
+    /// [`end`](Self::end) where the trace stops before the dump: a cut file).
+    pub end_trace_bytes: u64,
     /// Alive at the end, by allocation site.
     pub end_top_sites: Vec<Site>,
     /// Alive at the end, per category.
@@ -304,7 +312,13 @@ pub fn summarize_device_with(
             crate::units::bytes(end.allocated_bytes)
         ));
     }
-    if !t.is_empty() && trace_end != end.allocated_bytes && snap.source.recorder.is_some() {
+    if !t.is_empty() && trace_end != end.allocated_bytes && snap.source.truncated {
+        inconsistencies.push(format!(
+            "the file is cut inside the trace: its last recovered event leaves {} allocated, the segments written at the dump hold {}; \"alive at the end\" lists the former, events after the cut are lost",
+            crate::units::bytes(trace_end),
+            crate::units::bytes(end.allocated_bytes)
+        ));
+    } else if !t.is_empty() && trace_end != end.allocated_bytes && snap.source.recorder.is_some() {
         inconsistencies.push(format!(
             "the trace leaves {} allocated at its end, the segments at the dump hold {}: the dump was taken at another moment than the trace's last event",
             crate::units::bytes(trace_end),
@@ -321,6 +335,7 @@ pub fn summarize_device_with(
         events: event_stats(t),
         peak,
         peak_reserved_bytes,
+        end_trace_bytes: trace_end,
         end_top_sites: group_by_site(snap, &end_live, opts.top_sites),
         end_by_category: by_category(&end_live),
         ooms,
@@ -399,9 +414,59 @@ pub fn summary_of(snap: &Snapshot, devices: Vec<DeviceSummary>) -> Summary {
             recorder: src.recorder.as_ref().map(|r| r.name.clone()),
             repairs: src.repairs.clone(),
             skipped: src.skipped.clone(),
+            damage: damage(snap),
         },
         devices,
         allocator_settings: snap.allocator_settings.clone(),
         annotations,
     }
+}
+
+/// What a damaged file lost, for every command to say: a cut file keeps
+/// only the events before the cut (how many, up to when); a repaired one
+/// has values the reader replaced. `None` when the file is whole.
+pub fn damage(snap: &Snapshot) -> Option<String> {
+    let src = &snap.source;
+    if src.truncated {
+        // The reader's sentence, without the words this one repeats.
+        let first = src.warnings.first().map_or("", String::as_str);
+        let reason = first
+            .strip_prefix("the file is truncated (")
+            .and_then(|r| r.strip_suffix("); showing what was recovered"))
+            .unwrap_or(first);
+        let events: usize = snap.traces.iter().map(|t| t.len()).sum();
+        let span = snap
+            .traces
+            .iter()
+            .map(event_stats)
+            .filter_map(|e| e.span_us)
+            .max();
+        let kept = match span {
+            Some(us) => format!(
+                "{} events recovered, covering {} of the recording",
+                crate::units::count(events as u64),
+                crate::units::duration_us(us)
+            ),
+            None => format!("{} events recovered", crate::units::count(events as u64)),
+        };
+        return Some(format!(
+            "the file is cut short ({reason}); everything shown covers only the part before the cut ({kept}): the events after it, the iterations they held and the tensors they freed are lost"
+        ));
+    }
+    if !src.repairs.is_empty() {
+        let n: u64 = src.repairs.iter().map(|r| r.count).sum();
+        let fields: Vec<&str> = src
+            .repairs
+            .iter()
+            .map(|r| r.field.as_str())
+            .take(3)
+            .collect();
+        return Some(format!(
+            "the file has {} damaged value(s), repaired ({}{}): figures built from them may be off; `vramscope summary` lists each",
+            crate::units::count(n),
+            fields.join(", "),
+            if src.repairs.len() > 3 { ", ..." } else { "" }
+        ));
+    }
+    None
 }

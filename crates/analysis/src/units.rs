@@ -77,6 +77,22 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
     Ok(v.round() as u64)
 }
 
+/// A duration in µs as `850 µs`, `12.3 ms`, `4.56 s`, `3 min 05 s`.
+pub fn duration_us(us: i64) -> String {
+    let a = us.unsigned_abs();
+    let sign = if us < 0 { "-" } else { "" };
+    if a < 1_000 {
+        format!("{sign}{a} µs")
+    } else if a < 1_000_000 {
+        format!("{sign}{:.1} ms", a as f64 / 1e3)
+    } else if a < 120_000_000 {
+        format!("{sign}{:.2} s", a as f64 / 1e6)
+    } else {
+        let s = a / 1_000_000;
+        format!("{sign}{} min {:02} s", s / 60, s % 60)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

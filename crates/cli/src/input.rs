@@ -32,19 +32,8 @@ pub(crate) fn load(file: &Path, quiet: bool) -> Result<Snapshot, CliError> {
     if let Ok(s) = &snap {
         // Every command says so, not only `summary`: what it prints covers
         // only what was recovered.
-        if s.source.truncated {
-            eprintln!(
-                "vramscope: warning: {} is cut short ({}); what follows covers only the part before the cut",
-                file.display(),
-                s.source.warnings.first().map_or("truncated", String::as_str)
-            );
-        } else if !s.source.repairs.is_empty() {
-            eprintln!(
-                "vramscope: warning: {} has {} damaged value(s), repaired ({}); `vramscope summary` lists them",
-                file.display(),
-                s.source.repairs.len(),
-                s.source.warnings.first().map_or("", String::as_str)
-            );
+        if let Some(note) = vramscope_analysis::summary::damage(s) {
+            eprintln!("vramscope: warning: {}: {note}", file.display());
         }
     }
     snap.map_err(|e| match CliError::from(e) {

@@ -748,7 +748,9 @@
         row.appendChild(sum);
         const rows = [];
         if (s.code) rows.push(['line ' + s.line, s.code]);
-        if (s.kept_by && s.kept_by[0] !== s.line) rows.push(['kept by line ' + s.kept_by[0], s.kept_by[1]]);
+        // What held the tensors, by name, as the recorder found it.
+        if (s.held_by) rows.push(['held by', s.held_by.text]);
+        if (s.kept_by && s.kept_by[0] !== s.line && !(s.held_by && s.held_by.stored_at)) rows.push(['kept by line ' + s.kept_by[0], s.kept_by[1]]);
         if (s.live_bytes.length > 1) rows.push(['alive at iteration ends', s.live_bytes.slice(-8).map(fmtBytes).join(', ')]);
         if (s.outliving_blocks) rows.push(['outlived the next iteration', fmtCount(s.outliving_blocks) + ' tensors, ' + fmtBytes(s.outliving_bytes)]);
         if (s.gc_freed_blocks) rows.push(['freed by the cycle collector', fmtCount(s.gc_freed_blocks) + ' tensors, ' + fmtBytes(s.gc_freed_bytes)]);
@@ -981,12 +983,21 @@
   function showFacts() {
     const f = $('facts'); f.textContent = '';
     const s = model.summary, add = (k, v, cls) => { const sp = el('span'); sp.appendChild(el('span', 'k', k)); sp.appendChild(el('span', 'v' + (cls ? ' ' + cls : ''), v)); f.appendChild(sp); };
+    if (s.name && !/^device /.test(s.name)) add('device', s.name);
     add('peak allocated', fmtBytes(s.peak.allocated_bytes));
-    add('peak reserved', fmtBytes(s.peak_reserved_bytes));
-    add('at the end', fmtBytes(s.end.allocated_bytes) + ' allocated / ' + fmtBytes(s.end.reserved_bytes) + ' reserved');
+    // Without a caching allocator (CPU recordings) reserved is allocated
+    // and nothing is cached: those figures would only repeat or mislead.
+    if (s.caching_allocator) add('peak reserved', fmtBytes(s.peak_reserved_bytes));
+    add('at the end', fmtBytes(s.end.allocated_bytes) + ' allocated' + (s.caching_allocator ? ' / ' + fmtBytes(s.end.reserved_bytes) + ' reserved' : ''));
     add('events', fmtCount(s.events.total) + (s.events.span_us !== null ? ' over ' + fmtDur(s.events.span_us) : ''));
-    add('cached free', fmtBytes(s.end.fragmentation.cached_free_bytes) + ' (largest ' + fmtBytes(s.end.fragmentation.largest_free_block) + ')');
+    if (s.caching_allocator) add('cached free', fmtBytes(s.end.fragmentation.cached_free_bytes) + ' (largest ' + fmtBytes(s.end.fragmentation.largest_free_block) + ')');
     if (s.ooms.length) add('out of memory', s.ooms.length + ' event(s)', 'warn');
+    // What a damaged file lost and figures that contradict each other:
+    // above everything, never only in the File tab.
+    const b = $('banner'); b.textContent = '';
+    const notes = (H.source.damage ? [H.source.damage] : []).concat(s.inconsistencies || []);
+    for (const n of notes) b.appendChild(el('p', null, 'warning: ' + n));
+    b.hidden = !notes.length;
   }
   function showAbout() {
     const p = $('panel-about'); p.textContent = '';

@@ -1,22 +1,6 @@
 //! Number formatting for people: binary units, thousands separators, times.
 
-pub use vramscope_analysis::units::{bytes, count};
-
-/// A duration in µs as `850 µs`, `12.3 ms`, `4.56 s`, `3 min 05 s`.
-pub fn duration_us(us: i64) -> String {
-    let a = us.unsigned_abs();
-    let sign = if us < 0 { "-" } else { "" };
-    if a < 1_000 {
-        format!("{sign}{a} µs")
-    } else if a < 1_000_000 {
-        format!("{sign}{:.1} ms", a as f64 / 1e3)
-    } else if a < 120_000_000 {
-        format!("{sign}{:.2} s", a as f64 / 1e6)
-    } else {
-        let s = a / 1_000_000;
-        format!("{sign}{} min {:02} s", s / 60, s % 60)
-    }
-}
+pub use vramscope_analysis::units::{bytes, count, duration_us};
 
 /// µs since the Unix epoch as `2026-11-21 21:46:43.123 UTC`.
 pub fn timestamp_us(us: i64) -> String {

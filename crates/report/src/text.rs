@@ -223,7 +223,7 @@ fn device(o: &mut String, d: &DeviceSummary) {
             o,
             "                at the end: ",
             &d.end_by_category,
-            e.allocated_bytes,
+            d.end_trace_bytes,
         );
     }
     if let Some(src) = label_sources(&p.by_category, &d.end_by_category) {
@@ -245,7 +245,7 @@ fn device(o: &mut String, d: &DeviceSummary) {
             o,
             "Alive at the end, by allocation site",
             &d.end_top_sites,
-            e.allocated_bytes,
+            d.end_trace_bytes,
         );
     }
     for oom in &d.ooms {

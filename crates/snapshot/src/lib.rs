@@ -36,5 +36,5 @@ pub use error::SnapshotError;
 pub use input::{decode_bytes, load, LoadOptions, LoadProgress};
 pub use intern::{Frame, FrameId, FrameTable, StackId, StackTable, StrId, StringTable};
 pub use model::*;
-pub use recorder::{DeviceCounter, Holder, HolderScan, RecorderInfo};
+pub use recorder::{DeviceCounter, Holder, HolderScan, OptimizerInfo, RecorderInfo};
 pub use repair::Repair;

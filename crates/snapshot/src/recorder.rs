@@ -28,6 +28,41 @@ pub struct RecorderInfo {
     pub holders: Vec<Holder>,
     /// How the search for holders went, when it ran.
     pub holder_scan: Option<HolderScan>,
+    /// The optimizers that stepped and what each keeps (empty in files of
+    /// older recorders).
+    pub optimizers: Vec<OptimizerInfo>,
+}
+
+/// One optimizer of the program, read from the object itself: its class,
+/// the settings that decide its state, and the state it holds by kind.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct OptimizerInfo {
+    /// The class name (`AdamW`, `SGD`, `Adafactor`).
+    pub type_name: String,
+    /// The module that defines it (`torch.optim.sgd`, `transformers.optimization`).
+    pub module: String,
+    /// Settings that change the state (`momentum`, `amsgrad`, `betas`...),
+    /// as `name=value` text, in the file's order.
+    pub settings: Vec<(String, String)>,
+    pub parameters: u64,
+    pub parameter_bytes: u64,
+    /// State kind (`exp_avg`, `momentum_buffer`), tensors, bytes.
+    pub state: Vec<(String, u64, u64)>,
+}
+
+impl OptimizerInfo {
+    /// All of its state, in bytes.
+    pub fn state_bytes(&self) -> u64 {
+        self.state.iter().map(|s| s.2).sum()
+    }
+
+    /// A setting's value as text (`"0.9"`, `"false"`), if recorded.
+    pub fn setting(&self, name: &str) -> Option<&str> {
+        self.settings
+            .iter()
+            .find(|s| s.0 == name)
+            .map(|s| s.1.as_str())
+    }
 }
 
 /// A named reference that keeps tensors alive: a global, a local of a
@@ -139,8 +174,48 @@ impl RecorderInfo {
                     seconds: h.get("seconds").and_then(|n| n.as_f64()).unwrap_or(0.0),
                     complete: h.get("complete").and_then(|b| b.as_bool()).unwrap_or(false),
                 }),
+            optimizers: v
+                .get("optimizers")
+                .and_then(|o| o.as_array())
+                .map(|rows| rows.iter().filter_map(optimizer).collect())
+                .unwrap_or_default(),
         })
     }
+}
+
+fn optimizer(r: &serde_json::Value) -> Option<OptimizerInfo> {
+    let text = |k: &str| r.get(k).and_then(|s| s.as_str()).unwrap_or("").to_owned();
+    let num = |k: &str| r.get(k).and_then(|n| n.as_u64()).unwrap_or(0);
+    let settings = r
+        .get("settings")
+        .and_then(|s| s.as_object())
+        .map(|m| {
+            m.iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k.clone(), v.to_string().trim_matches('"').to_owned()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let state = r
+        .get("state")
+        .and_then(|s| s.as_object())
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| {
+                    let at = |i: usize| v.get(i).and_then(|n| n.as_u64()).unwrap_or(0);
+                    (k.clone(), at(0), at(1))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Some(OptimizerInfo {
+        type_name: r.get("type")?.as_str()?.to_owned(),
+        module: text("module"),
+        settings,
+        parameters: num("parameters"),
+        parameter_bytes: num("parameter_bytes"),
+        state,
+    })
 }
 
 fn holders(v: Option<&serde_json::Value>) -> Vec<Holder> {

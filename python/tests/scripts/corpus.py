@@ -36,6 +36,13 @@ FORMS: Dict[str, Dict[str, Any]] = {
     "rnn": {"clean": None, "hidden_carried": ("retained_graph", "h")},
 }
 
+# Warnings that are true of correct code because of the framework's own
+# order, expected in every form of the program: Lightning's automatic
+# optimization runs zero_grad inside the optimizer's closure, after
+# training_step, so the previous gradients live through each forward pass
+# (the fix is Lightning's optimizer_zero_grad hook).
+FRAMEWORK_WARNINGS: Dict[str, str] = {"lightning": "held_gradients"}
+
 
 def vision(form: str) -> None:
     import torchvision

@@ -7,6 +7,7 @@ use super::findings::{Context, HeldScan, Role, SiteSeries};
 use super::series::Shape;
 use super::source::Sources;
 use super::{Finding, FindingKind, Severity, SiteEvidence};
+use crate::optimizers;
 use crate::sites::{frame_label, frame_location, stack_lines};
 use crate::units::bytes;
 
@@ -141,8 +142,15 @@ pub(super) fn growth_finding(
                 if in_forward { " (they were created in forward)" } else { "" }
             ),
         };
+        // A named holder that keeps the tensors themselves (a list of
+        // exceptions holding batches and outputs) is growth; a graph only
+        // when what was seen to grow is one.
+        let kind = match held {
+            Some(h) if !h.through_graph => FindingKind::Growth,
+            _ => FindingKind::RetainedGraph,
+        };
         Finding {
-            kind: FindingKind::RetainedGraph,
+            kind,
             severity: Severity::Leak,
             title: format!("{} allocation sites grow together, {} per iteration{held_title}", sites.len(), bytes(per as u64)),
             explanation: format!(
@@ -408,10 +416,25 @@ pub(super) fn held_finding(
     } else {
         format!(" The iteration's peak ({}) comes later, in backward or the optimizer step, so they do not raise it here; with more activations they would.", bytes(worst.peak_bytes))
     };
+    // Lightning's automatic optimization runs the program's training_step,
+    // then zero_grad, then backward, all inside the optimizer's closure: the
+    // program never calls zero_grad itself, so the fix is Lightning's hook.
+    let lightning = ev.iter().any(|e| {
+        e.stack.iter().any(|f| {
+            f.contains("lightning/pytorch/loops/") || f.contains("pytorch_lightning/loops/")
+        })
+    });
     let never = if h.never_freed {
         " They were allocated by the first backward pass and never freed: `zero_grad(set_to_none=False)` zeroes gradients in place and keeps their memory."
+    } else if lightning {
+        " They were freed later in that iteration: Lightning's automatic optimization calls `zero_grad` inside the optimizer's closure, after `training_step` and before `backward`, so the previous gradients live through every forward pass."
     } else {
         " They were freed later in that iteration: `zero_grad()` runs after the forward pass instead of before it."
+    };
+    let fix = if lightning && !h.never_freed {
+        "In the LightningModule, override `optimizer_zero_grad(self, epoch, batch_idx, optimizer)` to do nothing and call `self.optimizers().zero_grad(set_to_none=True)` in `on_train_batch_start` (with `accumulate_grad_batches`, only on the batches that step), so gradients are freed before `training_step` allocates activations."
+    } else {
+        "Call `optimizer.zero_grad(set_to_none=True)` before the forward pass (at the top of the loop, or right after `optimizer.step()`), so gradients are freed before activations are allocated."
     };
     Finding {
         kind: FindingKind::HeldGradients,
@@ -423,7 +446,7 @@ pub(super) fn held_finding(
             bytes(fwd_peak),
             bytes(held),
         ),
-        fix: "Call `optimizer.zero_grad(set_to_none=True)` before the forward pass (at the top of the loop, or right after `optimizer.step()`), so gradients are freed before activations are allocated.".into(),
+        fix: fix.into(),
         bytes_per_iteration: 0.0,
         bytes: held,
         iterations: (worst.range.number, worst.range.number),
@@ -482,10 +505,24 @@ pub(super) fn one_time_finding(
         .max()
         .unwrap_or(1);
     let (title, explanation) = match role {
-        Role::Optimizer => (
-            format!("optimizer state: {} created by the first step (expected)", bytes(total as u64)),
-            format!("{} were allocated by the optimizer during iteration {by} and stayed constant afterwards: its state (Adam keeps two tensors per parameter, SGD with momentum one). This is expected and happens once.", bytes(total as u64)),
-        ),
+        Role::Optimizer => {
+            let classes = optimizers::annotated_classes(ctx.snap);
+            let named = match ctx.snap.source.recorder.as_ref().map(|r| &r.optimizers) {
+                Some(o) if !o.is_empty() => optimizers::names(o.iter().map(|o| o.type_name.as_str())),
+                _ => classes.join(", "),
+            };
+            let rule = optimizers::state_rule(ctx.snap).unwrap_or_else(|| {
+                "The file does not name the optimizer: Adam keeps two tensors the size of each parameter, SGD with momentum one.".into()
+            });
+            (
+                if named.is_empty() {
+                    format!("optimizer state: {} created by the first step (expected)", bytes(total as u64))
+                } else {
+                    format!("optimizer state ({named}): {} created by the first step (expected)", bytes(total as u64))
+                },
+                format!("{} were allocated by the optimizer during iteration {by} and stayed constant afterwards: its state. {rule} This is expected and happens once.", bytes(total as u64)),
+            )
+        }
         Role::Gradient => (
             format!("gradients: {} allocated once and kept (expected)", bytes(total as u64)),
             format!("{} of gradients were allocated by the backward pass of iteration {by} and stay allocated between iterations, at a constant size.", bytes(total as u64)),

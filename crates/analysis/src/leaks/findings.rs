@@ -12,7 +12,7 @@ use super::source::Sources;
 use super::{Finding, IterationStats, LeakOptions, Severity};
 use crate::categories::{Phase, Phases};
 use crate::lifetimes::{Lifetimes, BEFORE_WINDOW, STILL_ALIVE};
-use crate::sites::frame_location;
+use crate::sites::{frame_location, is_library, is_native, is_third_party};
 
 /// What the finders share.
 pub(super) struct Context<'a> {
@@ -83,12 +83,17 @@ fn role_of_stack(snap: &Snapshot, stack: StackId, stackless: Role) -> Role {
         return stackless;
     }
     let mut role = Role::Other;
+    let mut outside_torch = false;
     for &fid in snap.stacks.get(stack) {
         let (file, _, name) = frame_location(snap, snap.frames.get(fid));
         let f = file.replace('\\', "/");
         if f.contains("torch/optim/") {
-            return Role::Optimizer;
+            // A step given a closure (Lightning, LBFGS) runs forward and
+            // backward inside it: the optimizer's own allocations have no
+            // code of the program or another package between them and it.
+            return if outside_torch { role } else { Role::Optimizer };
         }
+        outside_torch |= !is_native(&file, &name) && (!is_library(&file) || is_third_party(&file));
         if name.contains("AccumulateGrad")
             || (name.contains("Backward") && name.contains("::apply"))
             || (f.ends_with("torch/autograd/__init__.py") && name == "backward")

@@ -5,7 +5,7 @@
 //! into that holder.
 
 use serde::Serialize;
-use vramscope_snapshot::hash::FxHashMap as HashMap;
+use vramscope_snapshot::hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use vramscope_snapshot::{DeviceTrace, Holder, Snapshot};
 
 use super::source::Sources;
@@ -59,6 +59,12 @@ pub(super) struct HolderIndex<'a> {
     var_keys: Vec<u32>,
     /// When each iteration began (µs), in order.
     iteration_starts: Vec<i64>,
+    /// Variables (`var_keys`) that held more tensors at a later look than
+    /// at an earlier one: what accumulates, whatever iterations its tensors
+    /// were born in (a loader that prefetches makes the next batches during
+    /// the current iteration, so birth times alone can put several kept
+    /// batches in one iteration).
+    growing: HashSet<u32>,
 }
 
 impl<'a> HolderIndex<'a> {
@@ -86,7 +92,7 @@ impl<'a> HolderIndex<'a> {
             })
             .collect();
         let mut first_var: HashMap<(&str, &str, &str, &str), u32> = HashMap::default();
-        let var_keys = holders
+        let var_keys: Vec<u32> = holders
             .iter()
             .enumerate()
             .map(|(i, h)| {
@@ -95,12 +101,14 @@ impl<'a> HolderIndex<'a> {
                     .or_insert(i as u32)
             })
             .collect();
+        let growing = growing_vars(holders, &var_keys);
         HolderIndex {
             holders,
             by_addr,
             keys,
             var_keys,
             iteration_starts,
+            growing,
         }
     }
 
@@ -162,7 +170,7 @@ impl<'a> HolderIndex<'a> {
         }
         tally
             .into_iter()
-            .filter_map(|(site, per)| Some((site, best(&per)?.0)))
+            .filter_map(|(site, per)| Some((site, self.best(&per)?.0)))
             .collect()
     }
 
@@ -250,7 +258,7 @@ impl<'a> HolderIndex<'a> {
                     .add(h, self.iteration_of(l, t, b), l.size[b]);
             }
         }
-        let (h, tally) = best(&per)?;
+        let (h, tally) = self.best(&per)?;
         let h = &self.holders[h as usize];
         let what = format!(
             "held by `{}` ({}, {}){}: {} tensor{} ({})",
@@ -395,18 +403,76 @@ impl Tally {
     }
 }
 
-/// The holder that keeps a site's tensors: of those holding tensors of two
-/// iterations or more, the one holding the most iterations (what grows keeps every iteration's; a loop variable or
-/// the graph of the latest result holds one or two), then the most bytes.
-fn best(per: &HashMap<u32, Tally>) -> Option<(u32, &Tally)> {
-    // One iteration's tensors are what any loop variable holds (the last
-    // loss, the current batch): a keeper holds several iterations'.
-    per.iter()
-        .filter(|(_, t)| t.iterations() >= 2)
-        .max_by(|a, b| {
-            (a.1.iterations(), a.1.bytes)
-                .cmp(&(b.1.iterations(), b.1.bytes))
-                .then(b.0.cmp(a.0))
-        })
-        .map(|(&h, t)| (h, t))
+impl HolderIndex<'_> {
+    /// The holder that keeps a site's tensors (`per`: keyed by a holder
+    /// index): of those holding tensors of two iterations or more at one
+    /// look, or whose variable held more tensors at a later look, the one
+    /// holding the most iterations (what grows keeps every iteration's; a
+    /// loop variable or the graph of the latest result holds one or two),
+    /// then the most bytes.
+    fn best<'t>(&self, per: &'t HashMap<u32, Tally>) -> Option<(u32, &'t Tally)> {
+        // One iteration's tensors are what any loop variable holds (the
+        // last loss, the current batch): a keeper holds several iterations',
+        // or more and more tensors.
+        per.iter()
+            .filter(|(&h, t)| {
+                t.iterations() >= 2 || self.growing.contains(&self.var_keys[h as usize])
+            })
+            .max_by(|a, b| {
+                (a.1.iterations(), a.1.bytes)
+                    .cmp(&(b.1.iterations(), b.1.bytes))
+                    .then(b.0.cmp(a.0))
+            })
+            .map(|(&h, t)| (h, t))
+    }
+}
+
+/// Variables that held more tensors at a later look than at an earlier one
+/// (tensors summed over each variable's paths at each look).
+fn growing_vars(holders: &[Holder], var_keys: &[u32]) -> HashSet<u32> {
+    let mut at: HashMap<(u32, i64), u64> = HashMap::default();
+    for (h, &k) in holders.iter().zip(var_keys) {
+        *at.entry((k, h.time_us)).or_default() += h.tensors;
+    }
+    let mut looks: Vec<((u32, i64), u64)> = at.into_iter().collect();
+    looks.sort_unstable();
+    looks
+        .windows(2)
+        .filter(|w| w[0].0 .0 == w[1].0 .0 && w[1].1 > w[0].1)
+        .map(|w| w[0].0 .0)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn look(name: &str, path: &str, time_us: i64, tensors: u64) -> Holder {
+        Holder {
+            time_us,
+            kind: "local".into(),
+            name: name.into(),
+            path: path.into(),
+            tensors,
+            ..Holder::default()
+        }
+    }
+
+    #[test]
+    fn a_variable_that_holds_more_at_a_later_look_grows() {
+        // `errors` keeps exceptions whose frames hold a batch and logits
+        // each (two paths, summed per look); `x` is the loop variable.
+        let holders = [
+            look("x", "x", 100, 1),
+            look("errors", "errors[*].<local x>", 100, 1),
+            look("errors", "errors[*].<local logits>", 100, 1),
+            look("x", "x", 300, 1),
+            look("errors", "errors[*].<local x>", 300, 3),
+            look("errors", "errors[*].<local logits>", 300, 3),
+        ];
+        let keys = [0, 1, 1, 0, 1, 1];
+        let growing = growing_vars(&holders, &keys);
+        assert!(growing.contains(&1));
+        assert!(!growing.contains(&0));
+    }
 }

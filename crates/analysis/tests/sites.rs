@@ -1,0 +1,170 @@
+//! Allocation sites: which frame of a stack a user is shown as "where this
+//! came from", for the stacks of plain loops and of framework-run loops.
+
+use serde_json::{json, Value};
+use vramscope_analysis::sites::{frame_location, site_frame};
+use vramscope_snapshot::{decode_bytes, Snapshot};
+
+const ENV: &str = "/env/lib/python3.11/site-packages";
+
+fn frame(file: &str, line: u32, name: &str) -> Value {
+    json!({"filename": file, "line": line, "name": name})
+}
+
+/// One snapshot whose blocks carry `stacks` (innermost first), in order.
+fn snapshot(stacks: &[Value]) -> Snapshot {
+    let blocks: Vec<Value> = stacks
+        .iter()
+        .enumerate()
+        .map(|(i, frames)| {
+            json!({"address": (1u64 << 30) + 512 * i as u64, "size": 512, "requested_size": 512,
+                   "state": "active_allocated", "frames": frames})
+        })
+        .collect();
+    let doc = json!({
+        "segments": [{"device": 0, "address": 1u64 << 30, "total_size": 1u64 << 20, "blocks": blocks}],
+        "device_traces": [[]],
+    });
+    decode_bytes(&serde_json::to_vec(&doc).unwrap(), &Default::default()).expect("decodes")
+}
+
+/// `file:line in function` of each block's site.
+fn sites(stacks: &[Value]) -> Vec<String> {
+    let snap = snapshot(stacks);
+    snap.blocks
+        .iter()
+        .map(|b| {
+            let fid = site_frame(&snap, b.stack).expect("a site");
+            let (file, line, name) = frame_location(&snap, snap.frames.get(fid));
+            format!(
+                "{}:{line} in {name}",
+                file.rsplit('/').next().unwrap_or(&file)
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_plain_loop_is_shown_at_the_users_line() {
+    let got = sites(&[
+        // The user's forward, through torch.
+        json!([
+            frame(&format!("{ENV}/torch/nn/functional.py"), 10, "linear"),
+            frame("/w/model.py", 12, "forward"),
+            frame(
+                &format!("{ENV}/torch/nn/modules/module.py"),
+                1700,
+                "_call_impl"
+            ),
+            frame("/w/train.py", 40, "main"),
+        ]),
+        // A model from a library, built by the user's line: the user's line.
+        json!([
+            frame(
+                &format!("{ENV}/torch/nn/modules/linear.py"),
+                100,
+                "__init__"
+            ),
+            frame(
+                &format!("{ENV}/transformers/models/gpt2/modeling_gpt2.py"),
+                641,
+                "__init__"
+            ),
+            frame("/w/train.py", 20, "main"),
+        ]),
+        // accelerate's backward called by the user's loop: the user's call.
+        json!([
+            frame(&format!("{ENV}/torch/_tensor.py"), 600, "backward"),
+            frame(
+                &format!("{ENV}/accelerate/accelerator.py"),
+                2400,
+                "backward"
+            ),
+            frame("/w/train.py", 44, "main"),
+        ]),
+    ]);
+    assert_eq!(
+        got,
+        [
+            "model.py:12 in forward",
+            "train.py:20 in main",
+            "train.py:44 in main"
+        ]
+    );
+}
+
+#[test]
+fn a_framework_run_loop_is_shown_at_the_model_code_not_the_launcher() {
+    let launch = frame("/w/train.py", 30, "main"); // trainer.train()
+    let got = sites(&[
+        // HF Trainer: the model's forward in modeling_gpt2.py.
+        json!([
+            frame(&format!("{ENV}/torch/nn/functional.py"), 10, "softmax"),
+            frame(
+                &format!("{ENV}/transformers/models/gpt2/modeling_gpt2.py"),
+                250,
+                "forward"
+            ),
+            frame(
+                &format!("{ENV}/torch/nn/modules/module.py"),
+                1700,
+                "_call_impl"
+            ),
+            frame(
+                &format!("{ENV}/transformers/trainer.py"),
+                3700,
+                "compute_loss"
+            ),
+            frame(
+                &format!("{ENV}/transformers/trainer.py"),
+                2400,
+                "_inner_training_loop"
+            ),
+            launch.clone(),
+        ]),
+        // Lightning running backward: lightning's line that called it.
+        json!([
+            frame(
+                &format!("{ENV}/torch/autograd/__init__.py"),
+                340,
+                "backward"
+            ),
+            frame(&format!("{ENV}/torch/_tensor.py"), 600, "backward"),
+            frame(
+                &format!("{ENV}/lightning/pytorch/core/module.py"),
+                1100,
+                "backward"
+            ),
+            frame(
+                &format!("{ENV}/lightning/pytorch/loops/fit_loop.py"),
+                200,
+                "run"
+            ),
+            frame(
+                &format!("{ENV}/lightning/pytorch/trainer/trainer.py"),
+                500,
+                "fit"
+            ),
+            launch.clone(),
+        ]),
+        // A LightningModule's training_step is the user's own code.
+        json!([
+            frame(&format!("{ENV}/torch/nn/functional.py"), 10, "linear"),
+            frame("/w/train.py", 12, "training_step"),
+            frame(
+                &format!("{ENV}/lightning/pytorch/loops/fit_loop.py"),
+                200,
+                "run"
+            ),
+            launch,
+        ]),
+    ]);
+    assert_eq!(
+        got,
+        [
+            "modeling_gpt2.py:250 in forward",
+            "module.py:1100 in backward",
+            "train.py:12 in training_step"
+        ]
+    );
+}
