@@ -225,6 +225,10 @@ def test_limits_context_manager(tmp_path: Path) -> None:
                 model(x).sum().backward()
                 vramscope.step()
     assert "grows by" in str(err.value) and "fix:" in str(err.value)
+    # What holds the leak, by name: the list on the model, and the line
+    # of leaky_loops.py that appends to it.
+    assert "held by `model` (MLP, local of test_limits_context_manager" in str(err.value), str(err.value)
+    assert "self.features.append(h)" in str(err.value)
     assert Path(err.value.path).exists()  # kept for the report
     model = leaky_loops.MLP(keep=False)
     ok = vramscope.limits(no_leaks=True, max_growth="1KiB/iter", path=tmp_path / "ok.pickle")

@@ -56,6 +56,8 @@ def failure_message(result: dict, path: str) -> str:
         lines.append(f"\n  {f['title']}\n  {f['explanation']}\n  fix: {f['fix']}")
         for s in f["sites"][:3]:
             lines.append(f"    at {s['site']}")
+            if s.get("held_by"):
+                lines.append(f"       {s['held_by']['text']}")
             lines += [f"       {frame}" for frame in s["stack"][:6]]
     return "\n".join(lines)
 

@@ -30,6 +30,15 @@ pub(crate) fn load(file: &Path, quiet: bool) -> Result<Snapshot, CliError> {
         b.finish_and_clear();
     }
     if let Ok(s) = &snap {
+        // A file cut before its first whole segment or event holds nothing
+        // to show: saying "no device" with exit 0 would pass for an answer.
+        if s.source.truncated && s.devices().is_empty() && s.annotations.is_empty() {
+            return Err(CliError::Invalid(anyhow!(
+                "{} is cut short before anything usable: {}",
+                file.display(),
+                s.source.warnings.join("; ")
+            )));
+        }
         // Every command says so, not only `summary`: what it prints covers
         // only what was recovered.
         if let Some(note) = vramscope_analysis::summary::damage(s) {

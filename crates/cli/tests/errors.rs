@@ -172,3 +172,52 @@ pickle.dump(s, open(sys.argv[2] + "/snap_p5.pickle", "wb"), protocol=5)
     assert_eq!(j["source"]["pickle_protocol"], 2);
     assert_eq!(j["devices"][0]["end"], base["devices"][0]["end"]);
 }
+
+#[test]
+fn every_command_says_what_a_cut_file_lost() {
+    let full = vramscope_testdata::real_bytes("decomfl_opt_zo_fl_memory.pickle");
+    let d = temp_dir("cut_everywhere");
+    let (whole, cut) = (d.join("whole.pickle"), d.join("cut.pickle"));
+    std::fs::write(&whole, &full).expect("write");
+    std::fs::write(&cut, &full[..full.len() / 2]).expect("write");
+    let (w, c) = (summary_json(&whole), summary_json(&cut));
+    assert!(w["source"]["damage"].is_null(), "{}", w["source"]["damage"]);
+    let damage = c["source"]["damage"].as_str().unwrap_or("");
+    assert!(
+        damage.contains("cut short") && damage.contains("events recovered"),
+        "{damage}"
+    );
+    // Nothing above what the whole recording reached: blocks alive at the
+    // dump may have been allocated after the cut.
+    let peak = |j: &serde_json::Value| {
+        j["devices"][0]["peak"]["allocated_bytes"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    assert!(
+        peak(&c) > 0 && peak(&c) <= peak(&w),
+        "cut {} whole {}",
+        peak(&c),
+        peak(&w)
+    );
+    let p = cut.to_str().expect("utf-8");
+    for args in [
+        &["summary", p][..],
+        &["leaks", p],
+        &["check", p, "--max-peak", "100GiB"],
+        &["categories", p],
+        &["simulate", p],
+        &["segments", p],
+    ] {
+        let o = vramscope(args);
+        let err = stderr(&o);
+        assert!(
+            err.contains("is cut short") && err.contains("events recovered"),
+            "{args:?}: {err}"
+        );
+    }
+    // A prefix too short to hold one whole segment or event: nothing to show.
+    let tiny = d.join("tiny.pickle");
+    std::fs::write(&tiny, &full[..100]).expect("write");
+    assert_clean_failure(&tiny, 2, "cut short before anything usable");
+}

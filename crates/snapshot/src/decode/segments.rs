@@ -15,10 +15,24 @@ impl Decoder<'_> {
             return;
         };
         let doc = self.doc;
+        let n = doc.items(c).count();
         self.path.push(Seg::Idx(0));
         for (i, sv) in doc.items(c).enumerate() {
             self.set_index(i);
+            let before = blocks.len();
             if let Some(s) = self.segment(sv, blocks) {
+                // A dump cut inside the segments leaves the last one half
+                // written: blocks missing, so "nothing allocated" in it would
+                // be a claim the file cannot back. Its blocks tile it when whole.
+                let covered: u64 = blocks[before..].iter().map(|b| b.size).sum();
+                if self.truncated && i + 1 == n && covered != s.total_size {
+                    blocks.truncate(before);
+                    self.warnings.push(format!(
+                        "dropped the last segment (device {}, address 0x{:x}), cut short: its blocks cover {covered} of its {} bytes",
+                        s.device, s.address, s.total_size
+                    ));
+                    continue;
+                }
                 segs.push(s);
             }
         }
