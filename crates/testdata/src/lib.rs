@@ -41,6 +41,18 @@ pub fn recorded(name: &str) -> PathBuf {
         .unwrap_or_else(|| panic!("fixture {name} is not in {}", dir.display()))
 }
 
+/// A recording from a real GPU with what PyTorch measured beside it
+/// (`tests/fixtures/gpu`, see its README): the snapshot `name` (with or
+/// without `.gz`), or its `*.json` of ground truth.
+pub fn gpu(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/gpu");
+    [name.to_owned(), format!("{name}.gz")]
+        .into_iter()
+        .map(|n| dir.join(n))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("fixture {name} is not in {}", dir.display()))
+}
+
 /// The file's bytes as PyTorch wrote them (decompressed).
 pub fn real_bytes(name: &str) -> Vec<u8> {
     let p = real(name);
