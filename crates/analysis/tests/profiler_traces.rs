@@ -139,7 +139,7 @@ fn category_sums(rows: &[Value]) -> Vec<(BTreeMap<&'static str, i64>, i64)> {
         "autograd_detail",
         "unknown",
     ];
-    let mut cur = [0i64; 8];
+    let mut cur = [0i64; vramscope_analysis::categories::CATEGORIES];
     rows.iter()
         .map(|r| {
             cur[int(&r[3]) as usize] += int(&r[2]);
@@ -200,13 +200,13 @@ fn memory_timeline_categories_at_the_peak_and_end_equal_its_rows() {
 }
 
 /// Bytes per category after each entry: the replay's blocks, labelled.
-fn category_series(snap: &Snapshot) -> Vec<[i64; 8]> {
+fn category_series(snap: &Snapshot) -> Vec<[i64; vramscope_analysis::categories::CATEGORIES]> {
     use vramscope_analysis::categories::categorize;
     use vramscope_analysis::lifetimes::{Lifetimes, BEFORE_WINDOW, NO_BLOCK};
     let l = Lifetimes::new(snap, 0);
     let c = categorize(snap, 0, &l);
     let t = snap.trace(0).expect("device 0");
-    let mut cur = [0i64; 8];
+    let mut cur = [0i64; vramscope_analysis::categories::CATEGORIES];
     for b in 0..l.len() {
         if l.birth[b] == BEFORE_WINDOW {
             cur[c.category[b] as usize] += l.size[b] as i64;

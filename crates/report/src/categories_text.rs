@@ -30,6 +30,10 @@ pub fn rule_text(r: Rule) -> &'static str {
         Rule::FreedByZeroGrad => "from before the trace, freed by zero_grad",
         Rule::ReplacedByOptimizer => "from before the trace, replaced by the optimizer step",
         Rule::FreedInBackward => "from before the trace, freed in backward",
+        Rule::WorkspaceFrames => "a cuBLAS workspace, named by its C++ frames",
+        Rule::WorkspaceSize => {
+            "never freed, the size of a cuBLAS workspace, made by the first matmul of its thread"
+        }
         Rule::NoEvidence => "no rule applies",
     }
 }

@@ -104,6 +104,7 @@ pub(super) fn infer(
         set(&mut c, b, cat, rule);
     }
     pre_window(snap, device, l, ph, &given, &mut c);
+    super::workspace::label(snap, t, l, ph, &given, &mut c);
     c
 }
 

@@ -32,6 +32,7 @@ mod given;
 mod infer;
 pub mod phases;
 mod view;
+mod workspace;
 
 pub use agreement::{agreement, Agreement, ConfusionCell, Shares};
 pub use view::{category_view, CategoryView, RuleBytes};
@@ -56,11 +57,17 @@ pub enum Category {
     Input,
     Temporary,
     AutogradDetail,
+    /// Library buffers that are not tensors: cuBLAS / cuBLASLt workspaces,
+    /// made once per thread and stream and never freed.
+    Workspace,
     Unknown,
 }
 
+/// How many categories there are (the length of per-category arrays).
+pub const CATEGORIES: usize = Category::ALL.len();
+
 impl Category {
-    pub const ALL: [Category; 8] = [
+    pub const ALL: [Category; 9] = [
         Category::Parameter,
         Category::Gradient,
         Category::OptimizerState,
@@ -68,6 +75,7 @@ impl Category {
         Category::Input,
         Category::Temporary,
         Category::AutogradDetail,
+        Category::Workspace,
         Category::Unknown,
     ];
 
@@ -82,6 +90,7 @@ impl Category {
             Category::Input => "input",
             Category::Temporary => "temporary",
             Category::AutogradDetail => "autograd_detail",
+            Category::Workspace => "workspace",
             Category::Unknown => "unknown",
         }
     }
@@ -102,6 +111,7 @@ impl Category {
             Category::Input => "inputs",
             Category::Temporary => "temporaries",
             Category::AutogradDetail => "autograd detail",
+            Category::Workspace => "workspaces",
             Category::Unknown => "unknown",
         }
     }
@@ -157,6 +167,13 @@ pub enum Rule {
     ReplacedByOptimizer,
     /// From before the trace, freed in backward (saved by an earlier forward).
     FreedInBackward,
+    /// Named by its C++ frames: a cuBLAS / cuBLASLt workspace
+    /// (`at::cuda::setWorkspaceForHandle`, `getCUDABlasLtWorkspace`).
+    WorkspaceFrames,
+    /// Never freed, made in the first forward or backward of its thread
+    /// with the size of a cuBLAS (or cuBLASLt) workspace, and alive
+    /// through later ones.
+    WorkspaceSize,
     /// No rule applies.
     NoEvidence,
 }
@@ -277,11 +294,11 @@ impl Categories {
 
     /// Bytes per category of `live`, largest first.
     pub fn totals(&self, l: &Lifetimes, live: &[LiveBlock]) -> Vec<CategoryTotal> {
-        let mut bytes = [0u64; 8];
-        let mut blocks = [0u64; 8];
+        let mut bytes = [0u64; CATEGORIES];
+        let mut blocks = [0u64; CATEGORIES];
         // Bytes per (category, source): the source shown is the one that
         // labelled most of a category's bytes.
-        let mut by_source = [[0u64; 4]; 8];
+        let mut by_source = [[0u64; 4]; CATEGORIES];
         for b in live {
             let (cat, src) = match self.block_of(l, b) {
                 Some(k) => (self.category[k], self.source[k]),

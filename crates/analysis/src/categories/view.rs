@@ -91,7 +91,7 @@ pub fn category_view(snap: &Snapshot, device: u32) -> CategoryView {
 /// Each category's highest total over the trace, replaying the blocks'
 /// births and deaths.
 fn maxima(t: &DeviceTrace, l: &Lifetimes, c: &Categories) -> Vec<CategoryMax> {
-    let mut cur = [0u64; 8];
+    let mut cur = [0u64; super::CATEGORIES];
     for b in 0..l.len() {
         if l.birth[b] == BEFORE_WINDOW {
             cur[c.category[b] as usize] += l.size[b];

@@ -32,8 +32,8 @@ pub struct SiteStats {
     pub blocks: u64,
     /// Bytes of the site's blocks per category (index: `Category as usize`),
     /// of those that outlived their iteration when any did, else of all.
-    pub category_bytes: [u64; 8],
-    pub outliving_category_bytes: [u64; 8],
+    pub category_bytes: [u64; crate::categories::CATEGORIES],
+    pub outliving_category_bytes: [u64; crate::categories::CATEGORIES],
 }
 
 impl SiteStats {

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use serde_json::json;
-use vramscope_analysis::categories::{Categories, Category, Labelled};
+use vramscope_analysis::categories::{Categories, Category, Labelled, CATEGORIES};
 use vramscope_analysis::lifetimes::{Lifetimes, BEFORE_WINDOW, NO_BLOCK};
 use vramscope_analysis::sites::{frame_location, is_library, is_native, is_noise, site_frame};
 use vramscope_analysis::{DeviceSummary, LiveBlock};
@@ -382,7 +382,7 @@ pub fn device(
     let allocs = allocations(snap, device, t);
     let (lifetimes, cats) = (&labelled.lifetimes, &labelled.categories);
     let mut streams: Vec<u64> = Vec::new();
-    let mut present = [false; 8];
+    let mut present = [false; CATEGORIES];
     let (mut a_t0, mut a_treq, mut a_t1) = (Vec::new(), Vec::new(), Vec::new());
     let (mut a_size, mut a_addr, mut a_stack) = (Vec::new(), Vec::new(), Vec::new());
     let (mut a_stream, mut a_cat, mut a_meta) = (Vec::new(), Vec::new(), Vec::new());
@@ -522,15 +522,15 @@ const SERIES_BUCKETS: usize = 4096;
 fn category_series(t: &DeviceTrace, l: &Lifetimes, c: &Categories) -> (Vec<u32>, Vec<f64>) {
     let n = t.len();
     let buckets = n.min(SERIES_BUCKETS);
-    let mut cur = [0u64; 8];
+    let mut cur = [0u64; CATEGORIES];
     for b in 0..l.len() {
         if l.birth[b] == BEFORE_WINDOW {
             cur[c.category[b] as usize] += l.size[b];
         }
     }
     let mut events = Vec::with_capacity(buckets);
-    let mut bytes = vec![0f64; 8 * buckets];
-    let mut best: Option<(u64, usize, [u64; 8])> = None;
+    let mut bytes = vec![0f64; CATEGORIES * buckets];
+    let mut best: Option<(u64, usize, [u64; CATEGORIES])> = None;
     let mut bucket = 0usize;
     for i in 0..n {
         let b = l.event_block[i];
