@@ -69,8 +69,29 @@ pub(crate) fn answer(
                 )
             } else {
                 let r = &base.replayed;
-                let need =
-                    (r.allocated_at_oom + r.oom.map_or(o.request, |x| x.1)).saturating_sub(cap);
+                let request = r.oom.map_or(o.request, |x| x.1);
+                let need = (r.allocated_at_oom + request).saturating_sub(cap);
+                if need == 0 {
+                    // Allocated plus the request fit: what does not fit is
+                    // the segments live blocks pin (fragmentation), and no
+                    // amount of "allocated that must go" follows from sums.
+                    return format!(
+                        "no {} tried makes the request of {} fit on a {} device, though allocated plus the request ({} + {}) would: \
+                         fragmentation. After releasing every cached segment it could, the allocator still held {} in segments that live blocks pin \
+                         ({} of it free but in pieces too small for the request), and a new segment of {} needs {} more than the device has. \
+                         Freeing the live blocks that pin those segments before the request (or allocating the large tensor first) is what helps{}",
+                        if changed { "setting or change" } else { "setting" },
+                        gib(o.request),
+                        gib(cap),
+                        gib(r.allocated_at_oom),
+                        gib(request),
+                        gib(r.reserved_at_oom),
+                        gib(r.reserved_at_oom.saturating_sub(r.allocated_at_oom)),
+                        gib(request),
+                        gib((r.reserved_at_oom + request).saturating_sub(cap)),
+                        holders(o)
+                    );
+                }
                 format!(
                     "no {} tried makes the request of {} fit on a {} device: {} allocated plus the request \
                      exceed it by {}; that much of what is allocated must go{}",

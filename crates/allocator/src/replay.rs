@@ -41,6 +41,9 @@ pub struct Replayed {
     pub oom: Option<(usize, u64)>,
     /// Allocated when that request failed.
     pub allocated_at_oom: u64,
+    /// Reserved when that request failed, after the allocator released
+    /// every cached segment it could (what live blocks pin).
+    pub reserved_at_oom: u64,
     /// Allocated just before the entry where the file recorded its OOM
     /// (whether or not the replay fails there).
     pub allocated_before_recorded_oom: Option<u64>,
@@ -113,6 +116,7 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
     let mut max_err: f64 = 0.0;
     let mut oom = None;
     let mut allocated_at_oom = 0;
+    let mut reserved_at_oom = 0;
     for i in 0..t.len() {
         if empty_cache.binary_search(&i).is_ok() {
             // The program called torch.cuda.empty_cache() here: so does
@@ -139,11 +143,14 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
                     addr_of.insert(t.addr[i], (p, size));
                 }
                 Err(OutOfMemory {
-                    size, allocated, ..
+                    size,
+                    allocated,
+                    reserved,
                 }) => {
                     if oom.is_none() {
                         oom = Some((i, size));
                         allocated_at_oom = allocated;
+                        reserved_at_oom = reserved;
                     }
                 }
             },
@@ -201,6 +208,7 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
         max_reserved_error: max_err,
         oom,
         allocated_at_oom,
+        reserved_at_oom,
         allocated_before_recorded_oom,
         requested_before_recorded_oom,
         empty_cache_calls: empty_cache.len(),

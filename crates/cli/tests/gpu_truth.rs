@@ -184,3 +184,37 @@ fn the_cublas_workspaces_are_workspaces_not_gradients_or_activations() {
     assert_eq!(bytes("workspace"), 2 * (32 << 20), "{end:?}");
     assert_eq!(bytes("parameter"), 111_312_896, "{end:?}");
 }
+
+/// A fragmentation OOM on a really full H200 (380 × 6 MiB tensors, two of
+/// three freed, then 1 GiB): allocated plus the request fit, so the answer
+/// names fragmentation with the model's own figures, never "exceed it by
+/// 0.00 GiB; that much must go".
+#[test]
+fn a_fragmentation_oom_is_called_fragmentation_with_figures_that_add_up() {
+    let j = json_of(&[
+        "simulate",
+        "--json",
+        "-q",
+        "--sweep",
+        &path("oom_frag_default.pickle"),
+    ]);
+    let answer = j["answer"].as_str().expect("answer");
+    assert!(answer.contains("fragmentation"), "{answer}");
+    assert!(
+        !answer.contains("by 0.00") && !answer.contains("must go"),
+        "{answer}"
+    );
+    let base = &j["runs"][0];
+    let (alloc, reserved) = (
+        base["allocated_at_oom"].as_u64().expect("allocated"),
+        base["reserved_at_oom"].as_u64().expect("reserved"),
+    );
+    let cap = j["capacity"].as_u64().expect("capacity");
+    let request = 1u64 << 30;
+    // What the GPU said: 1.74 GiB cached but unallocated, 3 GiB usable.
+    assert!(alloc + request <= cap, "{alloc} + {request} > {cap}");
+    assert!(reserved + request > cap, "{reserved} + {request} <= {cap}");
+    let cached = (reserved - alloc) as f64 / (1u64 << 30) as f64;
+    assert!((cached - 1.74).abs() < 0.01, "cached {cached:.3} GiB");
+    assert!(answer.contains("1.74 GiB of it free"), "{answer}");
+}
