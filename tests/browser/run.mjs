@@ -479,6 +479,12 @@ async function testReport(browser, snap) {
         if (e !== null && e !== undefined && v.events >= 100) {
           assert(e >= v.eventRange[0] && e <= v.eventRange[1], `OOM event ${e} not in view ${JSON.stringify(v.eventRange)}`);
         }
+        if (snap.replayDisproves) {
+          // The H200 ran out of memory under expandable segments too: the
+          // panel must not advise it, and must say why.
+          assert(!text.includes('usually avoids it'), `#panel-oom advises what the replay disproves: "${short(text, 300)}"`);
+          assert(text.includes('does not avoid it here') && text.includes('fragmentation'), `#panel-oom: "${short(text, 300)}"`);
+        }
         return `requested ${fmtBytes(req)}`;
       });
     } else {
@@ -730,6 +736,9 @@ async function main() {
       vramscope(['synth', '-o', clean, '--entries', '20000', '--seed', '7']);
       vramscope(['synth', '-o', leaky, '--entries', '20000', '--seed', '7', '--leak', '64MiB']);
     } });
+  // A fragmentation OOM recorded on a real H200 (tests/fixtures/gpu).
+  snaps.push({ name: 'gpu_oom_frag_default', file: path.join(repoRoot, 'tests', 'fixtures', 'gpu', 'oom_frag_default.pickle.gz'),
+    expectOom: true, replayDisproves: true });
   // A file cut in the middle of its trace (a job killed while writing).
   const cut = path.join(outDir, 'synth_cut_20000.pickle');
   snaps.push({ name: 'synth_cut_20000', file: cut, expectCut: true,

@@ -852,10 +852,21 @@
       why += 'PyTorch had reserved ' + fmtBytes(o.reserved_bytes) + ', of which ' + fmtBytes(o.allocated_bytes) + ' was allocated and ' + fmtBytes(cached) + ' cached but free (largest free block ' + fmtBytes(seg.largestFree) + '). ';
       if (free !== null && req > free + cached) {
         why += 'The request is larger than all memory left, free plus cached: releasing the cache (empty_cache) would not help. Make the tensor smaller (batch size, sequence length, chunking) or free what the holders below keep alive.';
-      } else if (cached >= req && seg.largestFree < req) {
-        why += 'Enough memory was cached, but in pieces smaller than the request: fragmentation. PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True usually avoids it.';
       } else {
-        why += 'Free plus cached memory would have sufficed; the allocator could not combine it in time. Lower the peak, or set expandable_segments:True.';
+        // Generic advice never contradicts the replay: where the what-if
+        // ran this OOM under expandable segments and it failed there too,
+        // the advice is the what-if's answer, not the setting.
+        const w = model.info.whatif;
+        const replayed = w && w.recorded_oom && w.recorded_oom.entry === e;
+        const exp = replayed ? w.runs.filter((r) => /expandable_segments:True/.test(r.label)) : [];
+        const expFails = exp.length > 0 && exp.every((r) => r.oom);
+        const tip = expFails ? ' expandable_segments:True does not avoid it here: the replay runs out of memory with it too (see below).'
+          : ' PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True usually avoids it.';
+        if (cached >= req && seg.largestFree < req) {
+          why += 'Enough memory was cached, but in pieces smaller than the request: fragmentation.' + tip;
+        } else {
+          why += 'Free plus cached memory would have sufficed; the allocator could not combine it in time.' + (expFails ? tip : ' Lower the peak, or set expandable_segments:True.');
+        }
       }
       ex.textContent = why; p.appendChild(ex);
       p.appendChild(kvTable([
