@@ -191,6 +191,43 @@ pub struct Oom {
     pub top_holders: Vec<Site>,
     /// What held the memory when the allocation failed, per category.
     pub by_category: Vec<CategoryTotal>,
+    /// Why it failed, in one sentence from the figures above (and the
+    /// largest free block when the trace ends at this OOM).
+    pub cause: String,
+}
+
+/// Why an OOM happened, from what the file holds. The device's total
+/// memory is not in PyTorch's files, so memory taken outside this
+/// allocator (other processes, NCCL, another allocator) is named as
+/// unknown rather than guessed.
+fn oom_cause(
+    request: u64,
+    free: Option<u64>,
+    allocated: u64,
+    reserved: u64,
+    largest_free: Option<u64>,
+) -> String {
+    use crate::units::bytes;
+    let cached = reserved.saturating_sub(allocated);
+    let outside = "The device's total memory is not in the file, so how much of it other processes or libraries held cannot be told.";
+    match free {
+        Some(free) if request > free + cached => format!(
+            "capacity: the request is larger than free plus cached memory ({} + {}); releasing the cache would not help. {outside}",
+            bytes(free),
+            bytes(cached)
+        ),
+        Some(_) if cached >= request && largest_free.is_some_and(|l| l < request) => format!(
+            "fragmentation: {} is cached but unallocated, more than the request, yet the largest free block is {}; a new segment of the request's size did not fit in what the device had free. {outside}",
+            bytes(cached),
+            bytes(largest_free.unwrap_or(0))
+        ),
+        Some(free) => format!(
+            "fragmentation: free plus cached memory ({} + {}) would have held the request, but not as one piece: the device's free memory was smaller than the new segment it needed, and cached blocks are bound to segments that live blocks pin. {outside}",
+            bytes(free),
+            bytes(cached)
+        ),
+        None => format!("the file does not say how much was free on the device; {outside}"),
+    }
 }
 
 fn time_at(t: &DeviceTrace, i: usize) -> Option<i64> {
@@ -291,6 +328,24 @@ pub fn summarize_device_with(
                 reserved_bytes: reserved.get(i).copied().unwrap_or(end_reserved),
                 top_holders: group_by_site(snap, &holders, opts.top_sites),
                 by_category: by_category(&holders),
+                cause: {
+                    let allocated = i
+                        .checked_sub(1)
+                        .map_or(replay.initial_bytes, |j| allocated[j]);
+                    let reserved = reserved.get(i).copied().unwrap_or(end_reserved);
+                    // The dump's free blocks are the OOM's when nothing
+                    // but OOMs follows it in the trace.
+                    let last = (i..t.len()).all(|j| t.action[j] == Action::Oom);
+                    let largest = last.then(|| {
+                        snap.segments_of(device)
+                            .flat_map(|s| snap.blocks_of(s))
+                            .filter(|b| !b.state.is_allocated())
+                            .map(|b| b.size)
+                            .max()
+                            .unwrap_or(0)
+                    });
+                    oom_cause(t.size[i], t.device_free_at(i), allocated, reserved, largest)
+                },
             }
         })
         .collect();

@@ -218,3 +218,23 @@ fn a_fragmentation_oom_is_called_fragmentation_with_figures_that_add_up() {
     assert!((cached - 1.74).abs() < 0.01, "cached {cached:.3} GiB");
     assert!(answer.contains("1.74 GiB of it free"), "{answer}");
 }
+
+/// `summary` says why each H200 OOM happened: the fragmentation run as
+/// fragmentation, the GPT runs (a request larger than free plus cached) as
+/// capacity, and that the device's total is not in the file.
+#[test]
+fn summary_names_each_ooms_cause() {
+    for (name, cause) in [
+        ("oom_frag_default.pickle", "fragmentation"),
+        ("oom_gpt_default.pickle", "capacity"),
+        ("oom_gpt_half.pickle", "capacity"),
+    ] {
+        let j = json_of(&["summary", "--json", "-q", &path(name)]);
+        let why = j["devices"][0]["ooms"][0]["cause"].as_str().unwrap_or("");
+        assert!(why.starts_with(cause), "{name}: {why}");
+        assert!(
+            why.contains("total memory is not in the file"),
+            "{name}: {why}"
+        );
+    }
+}

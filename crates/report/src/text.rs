@@ -270,6 +270,7 @@ fn device(o: &mut String, d: &DeviceSummary) {
             bytes(oom.reserved_bytes),
             bytes(oom.reserved_bytes.saturating_sub(oom.allocated_bytes))
         );
+        let _ = writeln!(o, "  Why           {}", oom.cause);
         categories(o, "What held it   ", &oom.by_category, oom.allocated_bytes);
         if !oom.top_holders.is_empty() {
             sites(
