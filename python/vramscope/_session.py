@@ -59,6 +59,9 @@ class _Span:
         self.end_us = _now_us()
 
 
+# One dump_at snapshot, whichever thread sees the threshold first.
+_THRESHOLD_LOCK = threading.Lock()
+
 class _Session:
     """One recording: the backend, iteration and mark ranges, file output."""
 
@@ -124,6 +127,7 @@ class _Session:
         self.end_reason = "exit"
         self.compiles_at_start = 0
         self.dump_at: Optional[int] = None
+        self._threshold_taken = False
         if (owner.live or owner.dump_at is not None) and not self.has_totals():
             raise ValueError(f"live= and dump_at= need running totals, which backend={self.kind!r} does not keep")
 
@@ -201,11 +205,20 @@ class _Session:
 
     def dump_threshold(self, allocated: int, reserved: int, on_watcher: bool = False) -> None:
         """``dump_at`` was reached: the early snapshot (from a step, or from
-        the watcher's thread: then no tensor is touched, see ``snapshot``)."""
+        the watcher's thread: then no tensor is touched, see ``snapshot``).
+        Once: the step and the watcher can both see the threshold crossed."""
+        with _THRESHOLD_LOCK:
+            if self._threshold_taken:
+                return
+            self._threshold_taken = True
         self.dump_at = None
         root, ext = os.path.splitext(self.path())
         path = f"{root}.dump_at{ext}"
-        self.dump(path, reason="dump_at", tag=not on_watcher)
+        try:
+            self.dump(path, reason="dump_at", tag=not on_watcher)
+        except RuntimeError:  # tried again at the watcher's next poll
+            self._threshold_taken = False
+            raise
         print(
             f"vramscope: {max(allocated, reserved):,} bytes in use reached dump_at ({self.settings.dump_at}); snapshot written to {path}",
             file=sys.stderr,
