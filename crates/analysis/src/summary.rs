@@ -308,6 +308,7 @@ pub fn summarize_device_with(
     } else {
         allocated_series(&replay, t)
     };
+    let end = memory_state(snap, device);
     let ooms = oom_idx
         .iter()
         .enumerate()
@@ -336,20 +337,12 @@ pub fn summarize_device_with(
                     // The dump's free blocks are the OOM's when nothing
                     // but OOMs follows it in the trace.
                     let last = (i..t.len()).all(|j| t.action[j] == Action::Oom);
-                    let largest = last.then(|| {
-                        snap.segments_of(device)
-                            .flat_map(|s| snap.blocks_of(s))
-                            .filter(|b| !b.state.is_allocated())
-                            .map(|b| b.size)
-                            .max()
-                            .unwrap_or(0)
-                    });
+                    let largest = last.then_some(end.fragmentation.largest_free_block);
                     oom_cause(t.size[i], t.device_free_at(i), allocated, reserved, largest)
                 },
             }
         })
         .collect();
-    let end = memory_state(snap, device);
     let (name, caching_allocator) = device_name(snap, device);
     let trace_end: u64 = end_live.iter().map(|b| b.size).sum();
     let mut inconsistencies = Vec::new();

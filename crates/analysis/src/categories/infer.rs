@@ -37,7 +37,7 @@ use crate::lifetimes::{Lifetimes, BEFORE_WINDOW, STILL_ALIVE};
 /// Sizes compared across allocations and blocks: the caching allocator
 /// rounds requests up to 512 bytes, and blocks from before the window carry
 /// their rounded size while trace entries carry the request.
-fn rounded(size: u64) -> u64 {
+pub(super) fn rounded(size: u64) -> u64 {
     size.div_ceil(512) * 512
 }
 

@@ -22,6 +22,7 @@
 use vramscope_snapshot::hash::FxHashMap as HashMap;
 use vramscope_snapshot::{DeviceTrace, Snapshot, StackId};
 
+use super::infer::rounded;
 use super::phases::StackPhases;
 use super::{Categories, Category, Phase, Phases, Rule, Source};
 use crate::lifetimes::{Lifetimes, BEFORE_WINDOW, STILL_ALIVE};
@@ -116,7 +117,7 @@ fn by_size(
         if ph.run[i] != first_run || last_run == first_run {
             continue;
         }
-        let size = l.size[b].div_ceil(512) * 512;
+        let size = rounded(l.size[b]);
         let lt = size == CUBLASLT_SIZE;
         if !lt && !CUBLAS_SIZES.contains(&size) {
             continue;
@@ -137,7 +138,7 @@ fn by_size(
         {
             continue;
         }
-        let size = l.size[b].div_ceil(512) * 512;
+        let size = rounded(l.size[b]);
         let lt = size == CUBLASLT_SIZE;
         if !lt && !CUBLAS_SIZES.contains(&size) {
             continue;
