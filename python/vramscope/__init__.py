@@ -145,6 +145,7 @@ class Snapshot:
         scale: Union[Sequence[str], dict] = (),
         device: Optional[int] = None,
         text: bool = False,
+        fraction: Optional[float] = None,
     ):
         """Replay the trace through a model of the CUDA caching allocator
         (`vramscope simulate --json`): under the recorded settings, each of
@@ -156,11 +157,13 @@ class Snapshot:
         (`free_early`) or scaled (`scale`, ``{"model.py:42": 0.5}``). Returns
         a dict whose ``answer`` says which setting or change makes it fit;
         ``text=True`` returns the terminal table instead. A setting or site
-        that cannot be applied raises ValueError."""
+        that cannot be applied raises ValueError. `fraction`: the memory
+        fraction the program set (``torch.cuda.set_per_process_memory_fraction``)
+        where the file does not record it."""
         if isinstance(scale, dict):
             scale = [f"{site}={factor}" for site, factor in scale.items()]
         out = self._n.simulate(
-            device, list(settings), bool(sweep), _size(capacity), list(drop), list(free_early), list(scale), bool(text)
+            device, list(settings), bool(sweep), _size(capacity), list(drop), list(free_early), list(scale), bool(text), fraction
         )
         return out if text else json.loads(out)
 

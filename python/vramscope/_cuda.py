@@ -82,6 +82,45 @@ class CudaRecorder:
         except Exception:  # noqa: BLE001 - unknown is a fine answer
             return None
 
+    def device_facts(self) -> Optional[Dict[str, Any]]:
+        """What a PyTorch file leaves out and an OOM's diagnosis needs: the
+        device's total memory, what the driver says is free now (the rest,
+        less what this allocator reserved, is held outside it: other
+        processes, NCCL, cuDNN/cuBLAS handles, another allocator), the
+        process's memory fraction and the settings that size library
+        workspaces. ``None`` before CUDA is initialised."""
+        import os
+
+        mod = self._module()
+        if not mod.is_initialized():
+            return None
+        index = mod.current_device()
+        out: Dict[str, Any] = {"type": self.device_type, "index": int(index)}
+        try:
+            props = mod.get_device_properties(index)
+            out["name"] = str(props.name)
+            out["total_memory"] = int(props.total_memory)
+            if hasattr(props, "major"):
+                out["capability"] = [int(props.major), int(props.minor)]
+        except Exception:  # noqa: BLE001 - each fact is optional
+            pass
+        try:
+            free, total = mod.mem_get_info(index)
+            out["free_at_dump"], out["total_memory"] = int(free), int(total)
+            out["reserved_at_dump"] = int(mod.memory_reserved(index))
+        except Exception:  # noqa: BLE001
+            pass
+        getter = getattr(mod.memory, "get_per_process_memory_fraction", None)  # PyTorch >= 2.9
+        if getter is not None:
+            try:
+                out["memory_fraction"] = float(getter(index))
+            except Exception:  # noqa: BLE001
+                pass
+        env = {k: os.environ[k] for k in ("CUBLAS_WORKSPACE_CONFIG", "CUBLASLT_WORKSPACE_SIZE", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF") if k in os.environ}
+        if env:
+            out["env"] = env
+        return out
+
     def live_blocks(self, unstacked: bool = False) -> List[Tuple[int, int, List[Dict[str, Any]]]]:
         """``(address, size, frames)`` of the allocated blocks, from the
         allocator's segments without the trace (``memory_snapshot()``: it

@@ -422,6 +422,15 @@ class _Session:
                 # the analysis names the real rule from it.
                 "optimizers": self.tagger.optimizers(refresh=tag),
             }
+            if self.kind in ("cuda", "xpu"):
+                # The device's total and free memory, the memory fraction and
+                # the workspace settings: what tells an OOM caused by memory
+                # held outside this allocator from one caused inside it.
+                facts = self.backend.device_facts()
+                if facts is not None:
+                    snap["vramscope"]["device"] = facts
+            if self.ooms:
+                snap["vramscope"]["ooms"] = list(self.ooms)
             if final:
                 # What holds each tensor alive at the end, by name (leaks
                 # are fixed where they are kept, not where allocated), and
@@ -488,8 +497,15 @@ class _Session:
         self.owner.written = path
         return path
 
-    def note_oom(self, requested: Optional[int], device_free: Optional[int]) -> None:
-        self.ooms.append({"time_us": _now_us(), "requested": requested, "device_free": device_free})
+    def note_oom(
+        self, requested: Optional[int], device_free: Optional[int], device: Optional[int] = None, allocated: Optional[int] = None
+    ) -> None:
+        oom: Dict[str, Any] = {"time_us": _now_us(), "requested": requested, "device_free": device_free}
+        if device is not None:
+            oom["device"] = device
+        if allocated is not None:
+            oom["allocated"] = allocated
+        self.ooms.append(oom)
 
     def finish(self, write: bool = True, collect: bool = False) -> Optional[str]:
         """End the recording, writing the snapshot first if ``write``;

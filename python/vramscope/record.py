@@ -360,7 +360,7 @@ def _on_cuda_oom(device: int, alloc: int, device_allocated: int, device_free: in
     if session is None or not session.settings.on_oom:
         return
     try:
-        session.note_oom(alloc, device_free)
+        session.note_oom(alloc, device_free, device, device_allocated)
         path = session.dump(session.path(), reason="oom")
         print(f"vramscope: out of memory on cuda:{device}; snapshot written to {path}", file=sys.stderr)
     except Exception as err:  # noqa: BLE001 - an observer must not raise into the allocator

@@ -110,6 +110,11 @@ pub struct Allocator {
     /// `get_free_blocks_call_count` of each pool.
     pub(crate) gc_calls: [u64; 2],
     pub(crate) next_address: u64,
+    /// Base and size of each whole (not expandable) segment.
+    pub(crate) segments: std::collections::BTreeMap<u64, u64>,
+    /// Where the recording put the segment the next request made, if it
+    /// made one ([`Allocator::hint_segment`]).
+    pub(crate) hint: Option<(u64, u64)>,
     pub reserved: u64,
     pub allocated: u64,
     pub peak_reserved: u64,
@@ -135,6 +140,8 @@ impl Allocator {
             // Segments get addresses in increasing order, 2 MiB aligned, as
             // fresh cudaMalloc results usually are.
             next_address: 1 << 40,
+            segments: std::collections::BTreeMap::new(),
+            hint: None,
             reserved: 0,
             allocated: 0,
             peak_reserved: 0,
@@ -283,11 +290,35 @@ impl Allocator {
         if self.capacity.is_some_and(|c| self.reserved + seg > c) {
             return None;
         }
-        let addr = self.next_address;
-        self.next_address += seg.div_ceil(2 << 20) * (2 << 20);
+        let addr = match self.hint.take() {
+            Some((size, at)) if size == seg && self.vacant(at, seg) => at,
+            _ => {
+                let a = self.next_address;
+                self.next_address += seg.div_ceil(2 << 20) * (2 << 20);
+                a
+            }
+        };
+        self.segments.insert(addr, seg);
         self.blocks.insert(addr, Block::segment(seg, stream, small));
         self.grew(seg, SegmentEvent::Alloc(seg));
         Some(addr)
+    }
+
+    /// The recording made a segment of `size` bytes at `addr` for the next
+    /// request: if the model makes one of that size too, it goes there.
+    /// Best fit breaks ties between free blocks of one size by address, as
+    /// PyTorch's `BlockComparatorSize` does, so which of two equal blocks a
+    /// request takes, and so where the pieces of later splits lie, follows
+    /// the device's addresses only if the model's are the same (a 12 MiB
+    /// segment of a real GPT run was missed for want of this).
+    pub fn hint_segment(&mut self, size: u64, addr: u64) {
+        self.hint = Some((size, addr));
+    }
+
+    /// Whether no segment of the model overlaps `[addr, addr + size)`.
+    fn vacant(&self, addr: u64, size: u64) -> bool {
+        let before = self.segments.range(..addr + size).next_back();
+        before.is_none_or(|(&b, &n)| b + n <= addr)
     }
 
     /// `alloc_found_block`: mark the block at `addr` allocated for `size`

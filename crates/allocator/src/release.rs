@@ -22,6 +22,7 @@ impl Allocator {
         let size = b.size;
         self.uncache(addr);
         self.blocks.remove(&addr);
+        self.segments.remove(&addr);
         self.reserved -= size;
         self.events.push(SegmentEvent::Free(size));
     }

@@ -136,7 +136,16 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
             // An `oom` entry is the request that failed when the trace was
             // recorded: tried again here. If it fits, its lifetime is
             // unknown: it is freed at once, so what follows replays as recorded.
-            Action::Alloc | Action::Oom => match a.malloc(size, t.stream[i]) {
+            Action::Alloc | Action::Oom => match {
+                // PyTorch records a segment_alloc just before the request
+                // that made it.
+                if i > 0 && t.action[i - 1] == Action::SegmentAlloc {
+                    a.hint_segment(t.size[i - 1], t.addr[i - 1]);
+                }
+                let got = a.malloc(size, t.stream[i]);
+                a.hint = None;
+                got
+            } {
                 Ok(p) if t.action[i] == Action::Oom => a.free(p),
                 Ok(p) => {
                     requested += size;

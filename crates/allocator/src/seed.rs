@@ -14,6 +14,7 @@ impl Allocator {
         }
         self.blocks
             .insert(addr, Block::segment(size, stream, small));
+        self.segments.insert(addr, size);
         self.cache(addr);
         self.reserved += size;
         self.peak_reserved = self.peak_reserved.max(self.reserved);

@@ -24,6 +24,11 @@ pub struct SimulateOptions {
     pub set: Vec<String>,
     /// Device memory PyTorch may use, bytes.
     pub capacity: Option<u64>,
+    /// The memory fraction the program set
+    /// (`torch.cuda.set_per_process_memory_fraction`), where the file does
+    /// not say (`vramscope.record` stores it): part of the recorded
+    /// settings, so every run has it; it limits `fraction × capacity`.
+    pub fraction: Option<f64>,
     /// Also try the settings users commonly turn to ([`SWEEP`]).
     pub sweep: bool,
     /// Program changes: sites whose allocations are never made, are freed
@@ -139,15 +144,36 @@ pub fn simulate(snap: &Snapshot, opts: &SimulateOptions) -> Result<Simulation, S
         .device
         .or_else(|| snap.devices().first().copied())
         .unwrap_or(0);
-    let recorded = snap
+    let mut recorded = snap
         .allocator_settings
         .as_ref()
         .map(Settings::from_recorded)
         .unwrap_or_default();
+    let facts = snap
+        .source
+        .recorder
+        .as_ref()
+        .and_then(|r| r.device.as_ref())
+        .filter(|d| d.index == device);
+    // A fraction of 1.0 is PyTorch's "none set": only a smaller one limits.
+    recorded.memory_fraction = opts
+        .fraction
+        .or(facts.and_then(|d| d.memory_fraction).filter(|f| *f < 1.0))
+        .or(recorded.memory_fraction);
     let recorded_oom = recorded_oom(snap, device);
     let capacity = opts
         .capacity
-        .or(recorded_oom.as_ref().and_then(|o| o.capacity));
+        .or(recorded_oom.as_ref().and_then(|o| o.capacity))
+        .or(facts
+            .and_then(|d| d.total_memory)
+            .filter(|_| recorded.memory_fraction.is_some()));
+    if recorded.memory_fraction.is_some() && capacity.is_none() {
+        return Err(SimulateError::Change(
+            "a memory fraction limits a share of the device's memory, which this file does not record: \
+             give it with --capacity (the device's total memory, e.g. 80GiB)"
+                .into(),
+        ));
+    }
     let edits: Edits = resolve(snap, device, &changes(opts)?)?;
     let changed = !edits.matched.is_empty();
     let change_label = edits

@@ -35,6 +35,12 @@ pub struct Args {
     /// OOM (reserved + free on the device), else unlimited.
     #[arg(long, value_parser = vramscope_analysis::units::parse_bytes)]
     pub capacity: Option<u64>,
+    /// The memory fraction the program set with
+    /// torch.cuda.set_per_process_memory_fraction(F), for files that do not
+    /// record it (vramscope.record does); needs the device's memory, from
+    /// --capacity or the file.
+    #[arg(long, value_name = "F")]
+    pub fraction: Option<f64>,
     /// Only this device (default: the first).
     #[arg(long)]
     pub device: Option<u32>,
@@ -56,6 +62,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
         device,
         set: a.set,
         capacity: a.capacity,
+        fraction: a.fraction,
         sweep: a.sweep,
         drop: a.drop,
         free_early: a.free_early,

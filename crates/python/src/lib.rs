@@ -193,7 +193,7 @@ impl Snapshot {
     /// `vramscope simulate` as JSON text (or terminal text): the trace
     /// replayed through the allocator model under other settings and
     /// program changes.
-    #[pyo3(signature = (device=None, set=Vec::new(), sweep=false, capacity=None, drop=Vec::new(), free_early=Vec::new(), scale=Vec::new(), text=false))]
+    #[pyo3(signature = (device=None, set=Vec::new(), sweep=false, capacity=None, drop=Vec::new(), free_early=Vec::new(), scale=Vec::new(), text=false, fraction=None))]
     #[allow(clippy::too_many_arguments)]
     fn simulate(
         &self,
@@ -206,6 +206,7 @@ impl Snapshot {
         free_early: Vec<String>,
         scale: Vec<String>,
         text: bool,
+        fraction: Option<f64>,
     ) -> PyResult<String> {
         let device = self.device_or_first(device)?;
         let opts = vramscope_allocator::SimulateOptions {
@@ -213,6 +214,7 @@ impl Snapshot {
             set,
             sweep,
             capacity,
+            fraction,
             drop,
             free_early,
             scale,

@@ -36,5 +36,7 @@ pub use error::SnapshotError;
 pub use input::{decode_bytes, load, LoadOptions, LoadProgress};
 pub use intern::{Frame, FrameId, FrameTable, StackId, StackTable, StrId, StringTable};
 pub use model::*;
-pub use recorder::{DeviceCounter, Holder, HolderScan, OptimizerInfo, RecorderInfo};
+pub use recorder::{
+    DeviceCounter, DeviceFacts, Holder, HolderScan, OomSeen, OptimizerInfo, RecorderInfo,
+};
 pub use repair::Repair;

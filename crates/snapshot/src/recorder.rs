@@ -31,6 +31,60 @@ pub struct RecorderInfo {
     /// The optimizers that stepped and what each keeps (empty in files of
     /// older recorders).
     pub optimizers: Vec<OptimizerInfo>,
+    /// The device as the recorder saw it when it wrote the file (absent in
+    /// PyTorch's own files and older recorders').
+    pub device: Option<DeviceFacts>,
+    /// Out-of-memory errors the allocator's observer saw, in order.
+    pub ooms: Vec<OomSeen>,
+}
+
+/// What a PyTorch file leaves out about its device: how much memory it has,
+/// how much the driver said was free, the memory fraction, and the
+/// settings that size library workspaces.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DeviceFacts {
+    /// `cuda` or `xpu`.
+    pub device_type: String,
+    pub index: u32,
+    /// `NVIDIA H200`.
+    pub name: Option<String>,
+    /// The device's memory, bytes (`mem_get_info`'s total).
+    pub total_memory: Option<u64>,
+    /// CUDA compute capability (major, minor).
+    pub capability: Option<(u32, u32)>,
+    /// Free device memory and this allocator's reserved bytes when the
+    /// file was written.
+    pub free_at_dump: Option<u64>,
+    pub reserved_at_dump: Option<u64>,
+    /// `torch.cuda.set_per_process_memory_fraction`'s value (1.0: none set).
+    pub memory_fraction: Option<f64>,
+    /// Environment settings that change the allocator or the workspaces
+    /// (`CUBLAS_WORKSPACE_CONFIG`, `CUBLASLT_WORKSPACE_SIZE`,
+    /// `PYTORCH_CUDA_ALLOC_CONF`).
+    pub env: Vec<(String, String)>,
+}
+
+impl DeviceFacts {
+    /// An environment setting, if it was set.
+    pub fn env(&self, name: &str) -> Option<&str> {
+        self.env
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// One out-of-memory error as the allocator's observer reported it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct OomSeen {
+    pub time_us: i64,
+    pub device: Option<u32>,
+    /// The request that failed, bytes.
+    pub requested: Option<u64>,
+    /// Free device memory when it failed (`cudaMemGetInfo`).
+    pub device_free: Option<u64>,
+    /// Bytes the allocator had allocated then.
+    pub allocated: Option<u64>,
 }
 
 /// One optimizer of the program, read from the object itself: its class,
@@ -179,8 +233,70 @@ impl RecorderInfo {
                 .and_then(|o| o.as_array())
                 .map(|rows| rows.iter().filter_map(optimizer).collect())
                 .unwrap_or_default(),
+            device: v.get("device").and_then(device_facts),
+            ooms: v
+                .get("ooms")
+                .and_then(|o| o.as_array())
+                .map(|rows| {
+                    rows.iter()
+                        .map(|r| {
+                            let num = |k: &str| r.get(k).and_then(|n| n.as_u64());
+                            OomSeen {
+                                time_us: r.get("time_us").and_then(|n| n.as_i64()).unwrap_or(0),
+                                device: num("device").and_then(|d| u32::try_from(d).ok()),
+                                requested: num("requested"),
+                                device_free: num("device_free"),
+                                allocated: num("allocated"),
+                            }
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
         })
     }
+}
+
+fn device_facts(d: &serde_json::Value) -> Option<DeviceFacts> {
+    let num = |k: &str| d.get(k).and_then(|n| n.as_u64());
+    let capability = d
+        .get("capability")
+        .and_then(|c| c.as_array())
+        .and_then(|c| {
+            let at = |i: usize| {
+                c.get(i)
+                    .and_then(|n| n.as_u64())
+                    .and_then(|n| u32::try_from(n).ok())
+            };
+            Some((at(0)?, at(1)?))
+        });
+    Some(DeviceFacts {
+        device_type: d
+            .get("type")
+            .and_then(|s| s.as_str())
+            .unwrap_or("cuda")
+            .to_owned(),
+        index: num("index")
+            .and_then(|n| u32::try_from(n).ok())
+            .unwrap_or(0),
+        name: d.get("name").and_then(|s| s.as_str()).map(str::to_owned),
+        total_memory: num("total_memory"),
+        capability,
+        free_at_dump: num("free_at_dump"),
+        reserved_at_dump: num("reserved_at_dump"),
+        memory_fraction: d
+            .get("memory_fraction")
+            .and_then(|f| f.as_f64())
+            .filter(|f| f.is_finite() && *f > 0.0),
+        env: d
+            .get("env")
+            .and_then(|e| e.as_object())
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                    .collect()
+            })
+            .unwrap_or_default(),
+    })
 }
 
 fn optimizer(r: &serde_json::Value) -> Option<OptimizerInfo> {
