@@ -498,13 +498,16 @@ class _Session:
         return path
 
     def note_oom(
-        self, requested: Optional[int], device_free: Optional[int], device: Optional[int] = None, allocated: Optional[int] = None
+        self, requested: Optional[int], device_free: Optional[int], device: Optional[int] = None, limit: Optional[int] = None
     ) -> None:
+        """``limit``: what the allocator may reserve, as its OOM observer
+        reports it (the device's total memory, or the memory fraction's
+        maximum when one is set)."""
         oom: Dict[str, Any] = {"time_us": _now_us(), "requested": requested, "device_free": device_free}
         if device is not None:
             oom["device"] = device
-        if allocated is not None:
-            oom["allocated"] = allocated
+        if limit is not None:
+            oom["limit"] = limit
         self.ooms.append(oom)
 
     def finish(self, write: bool = True, collect: bool = False) -> Optional[str]:

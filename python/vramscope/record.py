@@ -354,13 +354,13 @@ class _Mark:
         return False
 
 
-def _on_cuda_oom(device: int, alloc: int, device_allocated: int, device_free: int) -> None:
+def _on_cuda_oom(device: int, alloc: int, limit: int, device_free: int) -> None:
     """Allocator OOM observer: dump while the failed request is in the trace."""
     session = _current()
     if session is None or not session.settings.on_oom:
         return
     try:
-        session.note_oom(alloc, device_free, device, device_allocated)
+        session.note_oom(alloc, device_free, device, limit)
         path = session.dump(session.path(), reason="oom")
         print(f"vramscope: out of memory on cuda:{device}; snapshot written to {path}", file=sys.stderr)
     except Exception as err:  # noqa: BLE001 - an observer must not raise into the allocator

@@ -83,8 +83,10 @@ pub struct OomSeen {
     pub requested: Option<u64>,
     /// Free device memory when it failed (`cudaMemGetInfo`).
     pub device_free: Option<u64>,
-    /// Bytes the allocator had allocated then.
-    pub allocated: Option<u64>,
+    /// What the allocator could reserve: the device's total memory, or the
+    /// memory fraction's maximum when one was set (the observer's third
+    /// argument: `set_fraction ? allowed_memory_maximum : device_total`).
+    pub limit: Option<u64>,
 }
 
 /// One optimizer of the program, read from the object itself: its class,
@@ -246,7 +248,9 @@ impl RecorderInfo {
                                 device: num("device").and_then(|d| u32::try_from(d).ok()),
                                 requested: num("requested"),
                                 device_free: num("device_free"),
-                                allocated: num("allocated"),
+                                // Written `allocated` by the first recorder
+                                // that kept OOMs (it held the limit even then).
+                                limit: num("limit").or_else(|| num("allocated")),
                             }
                         })
                         .collect()
