@@ -2,10 +2,46 @@
 //! setting or change makes the failing request fit and by how much, or
 //! that none does and what must shrink.
 
+use crate::horizon::Horizon;
+use crate::must_go::MustGo;
 use crate::simulate::{RecordedOom, Run};
 
+/// Bytes as the rest of vramscope prints them (`762.00 MiB`, `1.00 GiB`):
+/// never a "0.00 GiB" for an amount that is not zero.
 fn gib(b: u64) -> String {
-    format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64)
+    vramscope_analysis::units::bytes(b)
+}
+
+/// What the search over the model found must go, as a sentence's end.
+fn gone(m: Option<&MustGo>) -> String {
+    let Some(m) = m else {
+        return ". Even with every block alive then gone, the replay does not serve the request"
+            .into();
+    };
+    let list: Vec<String> = m
+        .sites
+        .iter()
+        .map(|s| {
+            format!(
+                "{} at {} ({} block{})",
+                gib(s.bytes),
+                s.site,
+                s.blocks,
+                if s.blocks == 1 { "" } else { "s" }
+            )
+        })
+        .collect();
+    format!(
+        ". Replayed {} without them, the request is served once {} of the biggest holders' memory is gone: {}{}",
+        if m.label == "recorded" { "with the recorded settings".to_string() } else { format!("with {}", m.label) },
+        gib(m.bytes),
+        list.join(", "),
+        if m.least {
+            "; with its last block kept, it still fails"
+        } else {
+            " (the least the search found; fewer blocks were not all tried)"
+        }
+    )
 }
 
 /// "fits on a 79.06 GiB device (3.10 GiB to spare)" or "runs out of memory
@@ -26,21 +62,60 @@ fn verdict(r: &Run, capacity: Option<u64>) -> String {
     }
 }
 
-fn holders(o: &RecordedOom) -> String {
-    if o.holders.is_empty() {
-        return String::new();
+/// Where the recording ends, said plainly after a request that fits
+/// there: the projected rest of the iteration's verdict, or what was not
+/// replayed and what would tell.
+fn beyond(best: &Run, h: &Horizon, cap: u64) -> String {
+    let which = match h.iteration {
+        Some(k) => format!("in iteration {k}"),
+        None => "before the first iteration".to_string(),
+    };
+    match (&best.projection, h.from_iteration) {
+        (Some(p), Some(j)) => {
+            let how = format!(
+                "projected from iteration {j} (its entries from the one matching the failing request to its end, \
+                 sizes scaled per site as the {} aligned allocations of both measured, ×{:.2} at the median{})",
+                h.aligned,
+                h.ratio,
+                if h.frees_left_out > 0 {
+                    format!("; {} of its frees free blocks from before it and are left out, so the projection errs high", h.frees_left_out)
+                } else {
+                    String::new()
+                }
+            );
+            match p.oom {
+                None => format!(
+                    ". The recording ends there, {which}; the rest of that iteration, {how}, peaks at {} reserved: \
+                     the whole iteration fits, {} to spare (a projection, not a replay; later iterations were not recorded)",
+                    gib(p.peak_reserved),
+                    gib(cap.saturating_sub(p.peak_reserved))
+                ),
+                Some((_, size)) => format!(
+                    ", but the recording ends there, {which}, and the rest of that iteration, {how}, runs out of memory: \
+                     a request of {}{} fails. It does not fit (a projection, not a replay)",
+                    gib(size),
+                    p.oom_site
+                        .as_ref()
+                        .map(|s| format!(" at {s}"))
+                        .unwrap_or_default()
+                ),
+            }
+        }
+        _ => format!(
+            ". That is all that can be said: the recording ends there, {which}, so nothing after the failing request \
+             was replayed and the rest of the step may ask for more ({}). To know, record a whole iteration with the \
+             change (vramscope.record(..., dump_at=...) writes a snapshot before memory runs out) or run \
+             `vramscope estimate` on the model at the new size",
+            h.why_not.as_deref().unwrap_or("no projection could be made")
+        ),
     }
-    let list: Vec<String> = o
-        .holders
-        .iter()
-        .map(|s| format!("{} ({})", s.site, gib(s.bytes)))
-        .collect();
-    format!("; the biggest holders: {}", list.join(", "))
 }
 
 pub(crate) fn answer(
     runs: &[Run],
     oom: Option<&RecordedOom>,
+    horizon: Option<&Horizon>,
+    must_go: Option<&MustGo>,
     capacity: Option<u64>,
     changed: bool,
 ) -> String {
@@ -51,14 +126,25 @@ pub(crate) fn answer(
     match (oom, capacity) {
         (Some(o), Some(cap)) => {
             if let Some(best) = fit {
-                format!(
-                    "the failing request of {} fits on the same {} device with {}: peak reserved {}, {} to spare",
+                // A projected OOM outranks a fit that only reaches the end
+                // of the recording: prefer a run whose projection fits.
+                let best = runs[1..]
+                    .iter()
+                    .filter(|r| r.replayed.oom.is_none())
+                    .find(|r| r.projection.as_ref().is_some_and(|p| p.oom.is_none()))
+                    .unwrap_or(best);
+                let head = format!(
+                    "the failing request of {} at entry {} fits on the same {} device with {} (peak reserved {} in the recorded part)",
                     gib(o.request),
+                    o.entry,
                     gib(cap),
                     best.label,
                     gib(best.replayed.simulated_peak_reserved),
-                    gib(cap.saturating_sub(best.replayed.simulated_peak_reserved))
-                )
+                );
+                match horizon {
+                    Some(h) => format!("{head}{}", beyond(best, h, cap)),
+                    None => head,
+                }
             } else if o.request > cap {
                 format!(
                     "no setting helps: the request alone ({}) is larger than the {} PyTorch can have on this device; \
@@ -89,18 +175,18 @@ pub(crate) fn answer(
                         gib(r.reserved_at_oom.saturating_sub(r.allocated_at_oom)),
                         gib(request),
                         gib((r.reserved_at_oom + request).saturating_sub(cap)),
-                        holders(o)
+                        gone(must_go)
                     );
                 }
                 format!(
                     "no {} tried makes the request of {} fit on a {} device: {} allocated plus the request \
-                     exceed it by {}; that much of what is allocated must go{}",
+                     exceed it by {}{}",
                     if changed { "setting or change" } else { "setting" },
                     gib(o.request),
                     gib(cap),
                     gib(r.allocated_at_oom),
                     gib(need),
-                    holders(o)
+                    gone(must_go)
                 )
             }
         }

@@ -15,7 +15,9 @@
 mod answer;
 mod error;
 mod expandable;
+pub mod horizon;
 mod model;
+mod must_go;
 mod release;
 mod replay;
 mod seed;
@@ -25,6 +27,9 @@ mod start;
 
 pub use error::SimulateError;
 pub use model::{Allocator, OutOfMemory, SegmentEvent};
+pub use must_go::{GoneSite, MustGo};
 pub use replay::{replay, ReplaySetup, Replayed};
 pub use settings::{SettingError, Settings};
-pub use simulate::{modelled, simulate, RecordedOom, Run, SimulateOptions, Simulation, SWEEP};
+pub use simulate::{
+    modelled, simulate, Projected, RecordedOom, Run, SimulateOptions, Simulation, SWEEP,
+};

@@ -9,6 +9,7 @@ use serde::Serialize;
 use vramscope_analysis::whatif::Edits;
 use vramscope_snapshot::{Action, Snapshot};
 
+use crate::horizon::Tail;
 use crate::model::{Allocator, OutOfMemory, SegmentEvent};
 use crate::settings::Settings;
 use crate::start::{reserved_before, seed};
@@ -41,6 +42,11 @@ pub struct Replayed {
     pub oom: Option<(usize, u64)>,
     /// Allocated when that request failed.
     pub allocated_at_oom: u64,
+    /// The first projected request the model could not serve: the earlier
+    /// iteration's entry it was copied from and its rounded size (only
+    /// with a [`Tail`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub projected_oom: Option<(usize, u64)>,
     /// Reserved when that request failed, after the allocator released
     /// every cached segment it could (what live blocks pin).
     pub reserved_at_oom: u64,
@@ -73,6 +79,9 @@ pub struct ReplaySetup<'a> {
     pub edits: Option<&'a Edits>,
     /// Points of the reserved curve to keep (0: none).
     pub curve_points: usize,
+    /// Replay the recorded entries before `tail.cut`, then these projected
+    /// ones ([`crate::horizon`]).
+    pub tail: Option<&'a Tail>,
 }
 
 /// Replay device `device` of `snap` under `settings`.
@@ -117,7 +126,8 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
     let mut oom = None;
     let mut allocated_at_oom = 0;
     let mut reserved_at_oom = 0;
-    for i in 0..t.len() {
+    let end = setup.tail.map_or(t.len(), |x| x.cut.min(t.len()));
+    for i in 0..end {
         if empty_cache.binary_search(&i).is_ok() {
             // The program called torch.cuda.empty_cache() here: so does
             // the model, whatever its settings.
@@ -203,8 +213,33 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
             max_err = max_err.max(err);
         }
     }
+    let mut projected_oom = None;
+    for x in setup.tail.map(|x| x.entries.as_slice()).unwrap_or(&[]) {
+        if x.free {
+            if let Some((p, _)) = addr_of.remove(&x.addr) {
+                a.free(p);
+            }
+            continue;
+        }
+        if edits.drop_alloc.contains(&x.from) {
+            continue;
+        }
+        let size = match edits.scale_alloc.get(&x.from) {
+            Some(f) => ((x.size as f64 * f) as u64).max(1),
+            None => x.size,
+        };
+        match a.malloc(size, x.stream) {
+            Ok(p) => {
+                addr_of.insert(x.addr, (p, size));
+            }
+            Err(e) => {
+                projected_oom.get_or_insert((x.from, e.size));
+            }
+        }
+    }
     let simulated = a.events.clone();
     Replayed {
+        projected_oom,
         entries: t.len(),
         recorded_segment_events: recorded.len(),
         simulated_segment_events: simulated.len(),

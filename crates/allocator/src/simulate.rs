@@ -64,6 +64,23 @@ pub struct Run {
     pub changed: bool,
     #[serde(flatten)]
     pub replayed: Replayed,
+    /// Where the recorded part fits but the recording ends at the OOM: the
+    /// replay with the rest of the interrupted iteration projected
+    /// ([`crate::horizon`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub projection: Option<Projected>,
+}
+
+/// A run carried on past the end of the recording by a projection.
+#[derive(Clone, Debug, Serialize)]
+pub struct Projected {
+    pub peak_reserved: u64,
+    pub peak_allocated: u64,
+    /// The first projected request that fails: the earlier iteration's
+    /// entry it copies, and its size.
+    pub oom: Option<(usize, u64)>,
+    /// Where that request is made (`file.py:42 in f`).
+    pub oom_site: Option<String>,
 }
 
 /// The out-of-memory error a file records.
@@ -90,6 +107,13 @@ pub struct Simulation {
     /// Recorded settings first (the program as recorded), the others by
     /// whether they run out of memory, then by simulated peak reserved.
     pub runs: Vec<Run>,
+    /// Where the recording ends, for a file that ends at an OOM: what a
+    /// run that fits there can and cannot be said to fit.
+    pub horizon: Option<crate::horizon::Horizon>,
+    /// When no run serves the failing request: the least of the biggest
+    /// holders' memory that must go for it to, found by replay, under the
+    /// recorded settings and under the best other run.
+    pub must_go: Vec<crate::must_go::MustGo>,
     /// One sentence: which settings fit, or what must shrink.
     pub answer: String,
 }
@@ -208,6 +232,10 @@ pub fn simulate(snap: &Snapshot, opts: &SimulateOptions) -> Result<Simulation, S
             variants.push((label, s, changed));
         }
     }
+    let horizon = recorded_oom
+        .as_ref()
+        .map(|o| crate::horizon::horizon(snap, device, o.entry));
+    let tail = horizon.as_ref().and_then(|h| h.tail.as_ref());
     // Each replay is independent: one thread each, all cores busy.
     let edits = &edits;
     let mut runs: Vec<Run> = std::thread::scope(|scope| {
@@ -215,17 +243,41 @@ pub fn simulate(snap: &Snapshot, opts: &SimulateOptions) -> Result<Simulation, S
             .into_iter()
             .map(|(label, settings, changed)| {
                 scope.spawn(move || {
-                    let setup = ReplaySetup {
+                    let mut setup = ReplaySetup {
                         capacity,
                         edits: changed.then_some(edits),
                         curve_points: opts.curve_points,
+                        tail: None,
                     };
                     let replayed = replay(snap, device, settings.clone(), &setup);
+                    // Fits where the recording ends: carried on through the
+                    // projected rest of the iteration, if there is one.
+                    let projection = match (&replayed.oom, tail) {
+                        (None, Some(tail)) => {
+                            setup.tail = Some(tail);
+                            setup.curve_points = 0;
+                            let p = replay(snap, device, settings.clone(), &setup);
+                            let oom = p.projected_oom.or(p.oom);
+                            let t = snap.trace(device);
+                            let oom_site = oom
+                                .and_then(|(e, _)| t.and_then(|t| t.stack.get(e).copied()))
+                                .and_then(|s| vramscope_analysis::sites::site_frame(snap, s))
+                                .map(|f| vramscope_analysis::sites::frame_label(snap, f));
+                            Some(Projected {
+                                peak_reserved: p.simulated_peak_reserved,
+                                peak_allocated: p.simulated_peak_allocated,
+                                oom,
+                                oom_site,
+                            })
+                        }
+                        _ => None,
+                    };
                     Run {
                         label,
                         settings,
                         changed,
                         replayed,
+                        projection,
                     }
                 })
             })
@@ -233,13 +285,57 @@ pub fn simulate(snap: &Snapshot, opts: &SimulateOptions) -> Result<Simulation, S
         handles.into_iter().filter_map(|h| h.join().ok()).collect()
     });
     runs[1..].sort_by_key(|r| (r.replayed.oom.is_some(), r.replayed.simulated_peak_reserved));
-    let answer = crate::answer::answer(&runs, recorded_oom.as_ref(), capacity, changed);
+    let mut must_go = Vec::new();
+    if let (Some(o), Some(cap)) = (&recorded_oom, capacity) {
+        if runs.iter().all(|r| r.replayed.oom.is_some()) {
+            // The recorded settings (with the changes, if any) and the best
+            // other run, each searched on its own thread.
+            let picks: Vec<&Run> = runs
+                .iter()
+                .filter(|r| r.changed == changed)
+                .take(2)
+                .collect();
+            must_go = std::thread::scope(|scope| {
+                let handles: Vec<_> = picks
+                    .into_iter()
+                    .map(|r| {
+                        scope.spawn(move || {
+                            crate::must_go::Search {
+                                snap,
+                                device,
+                                settings: &r.settings,
+                                edits: r.changed.then_some(edits),
+                                capacity: cap,
+                                oom: o.entry,
+                                label: &r.label,
+                            }
+                            .run()
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .filter_map(|h| h.join().ok().flatten())
+                    .collect()
+            });
+        }
+    }
+    let answer = crate::answer::answer(
+        &runs,
+        recorded_oom.as_ref(),
+        horizon.as_ref(),
+        must_go.first(),
+        capacity,
+        changed,
+    );
     Ok(Simulation {
         device,
         capacity,
         recorded_oom,
         changes: edits.matched.clone(),
         runs,
+        horizon,
+        must_go,
         answer,
     })
 }

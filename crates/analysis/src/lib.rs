@@ -28,6 +28,7 @@ pub mod gates;
 pub mod iterations;
 pub mod leaks;
 pub mod lifetimes;
+pub mod oom;
 pub mod optimizers;
 pub mod replay;
 pub mod segments;

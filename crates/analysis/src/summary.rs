@@ -194,40 +194,27 @@ pub struct Oom {
     /// Why it failed, in one sentence from the figures above (and the
     /// largest free block when the trace ends at this OOM).
     pub cause: String,
+    /// Each cause that holds, the dominant first, with its bytes.
+    pub diagnosis: crate::oom::OomDiagnosis,
 }
 
-/// Why an OOM happened, from what the file holds. The device's total
-/// memory is not in PyTorch's files, so memory taken outside this
-/// allocator (other processes, NCCL, another allocator) is named as
-/// unknown rather than guessed.
-fn oom_cause(
-    request: u64,
-    free: Option<u64>,
-    allocated: u64,
-    reserved: u64,
-    largest_free: Option<u64>,
-) -> String {
-    use crate::units::bytes;
-    let cached = reserved.saturating_sub(allocated);
-    let outside = "The device's total memory is not in the file, so how much of it other processes or libraries held cannot be told.";
-    match free {
-        Some(free) if request > free + cached => format!(
-            "capacity: the request is larger than free plus cached memory ({} + {}); releasing the cache would not help. {outside}",
-            bytes(free),
-            bytes(cached)
-        ),
-        Some(_) if cached >= request && largest_free.is_some_and(|l| l < request) => format!(
-            "fragmentation: {} is cached but unallocated, more than the request, yet the largest free block is {}; a new segment of the request's size did not fit in what the device had free. {outside}",
-            bytes(cached),
-            bytes(largest_free.unwrap_or(0))
-        ),
-        Some(free) => format!(
-            "fragmentation: free plus cached memory ({} + {}) would have held the request, but not as one piece: the device's free memory was smaller than the new segment it needed, and cached blocks are bound to segments that live blocks pin. {outside}",
-            bytes(free),
-            bytes(cached)
-        ),
-        None => format!("the file does not say how much was free on the device; {outside}"),
-    }
+/// The device's total memory and the memory fraction's limit, where the
+/// recorder stored them (PyTorch's files hold neither).
+pub fn device_limits(snap: &Snapshot, device: u32) -> (Option<u64>, Option<u64>) {
+    let Some(d) = snap
+        .source
+        .recorder
+        .as_ref()
+        .and_then(|r| r.device.as_ref())
+        .filter(|d| d.index == device)
+    else {
+        return (None, None);
+    };
+    let limit = match (d.total_memory, d.memory_fraction) {
+        (Some(t), Some(f)) if f < 1.0 => Some((t as f64 * f) as u64),
+        _ => None,
+    };
+    (d.total_memory, limit)
 }
 
 fn time_at(t: &DeviceTrace, i: usize) -> Option<i64> {
@@ -329,18 +316,37 @@ pub fn summarize_device_with(
                 reserved_bytes: reserved.get(i).copied().unwrap_or(end_reserved),
                 top_holders: group_by_site(snap, &holders, opts.top_sites),
                 by_category: by_category(&holders),
-                cause: {
+                diagnosis: {
                     let allocated = i
                         .checked_sub(1)
                         .map_or(replay.initial_bytes, |j| allocated[j]);
                     let reserved = reserved.get(i).copied().unwrap_or(end_reserved);
                     // The dump's free blocks are the OOM's when nothing
                     // but OOMs follows it in the trace.
-                    let last = (i..t.len()).all(|j| t.action[j] == Action::Oom);
+                    let last =
+                        (i..t.len()).all(|j| matches!(t.action[j], Action::Oom | Action::Snapshot));
                     let largest = last.then_some(end.fragmentation.largest_free_block);
-                    oom_cause(t.size[i], t.device_free_at(i), allocated, reserved, largest)
+                    let pinned = last.then(|| crate::oom::pinned(snap, device, t.size[i]));
+                    let (total, limit) = device_limits(snap, device);
+                    crate::oom::diagnose(
+                        &crate::oom::OomFigures {
+                            request: t.size[i],
+                            allocated,
+                            reserved,
+                            free: t.device_free_at(i),
+                            total,
+                            limit,
+                            largest_free: largest,
+                        },
+                        pinned.as_ref(),
+                    )
                 },
+                cause: String::new(),
             }
+        })
+        .map(|mut o: Oom| {
+            o.cause = o.diagnosis.sentence.clone();
+            o
         })
         .collect();
     let (name, caching_allocator) = device_name(snap, device);

@@ -47,10 +47,31 @@ pub fn simulate_text(s: &Simulation, name: &str) -> String {
     );
     for r in &s.runs {
         let x = &r.replayed;
-        let oom = x
+        let mut oom = x
             .oom
             .map(|(i, n)| format!("  OOM at entry {i} ({})", bytes(n)))
             .unwrap_or_default();
+        // Past the end of the recording only a projection speaks.
+        match (&r.projection, &s.horizon) {
+            (Some(p), _) => {
+                let _ = match p.oom {
+                    Some((_, n)) => write!(
+                        oom,
+                        "  projected: OOM later in the iteration ({})",
+                        bytes(n)
+                    ),
+                    None => write!(
+                        oom,
+                        "  projected: the iteration peaks at {}",
+                        bytes(p.peak_reserved)
+                    ),
+                };
+            }
+            (None, Some(_)) if x.oom.is_none() => {
+                oom.push_str("  fits up to where the recording ends")
+            }
+            _ => {}
+        }
         let _ = writeln!(
             o,
             "{:>14} {:>14} {:>8} {:>8}  {}{oom}",
