@@ -482,8 +482,19 @@ async function testReport(browser, snap) {
         if (snap.replayDisproves) {
           // The H200 ran out of memory under expandable segments too: the
           // panel must not advise it, and must say why.
-          assert(!text.includes('usually avoids it'), `#panel-oom advises what the replay disproves: "${short(text, 300)}"`);
-          assert(text.includes('does not avoid it here') && text.includes('fragmentation'), `#panel-oom: "${short(text, 300)}"`);
+          assert(!text.includes('usually avoids it') && !text.includes('expandable_segments:True usually'), `#panel-oom advises what the replay disproves: "${short(text, 300)}"`);
+          assert(text.includes('fragmentation: 762.00 MiB allocated'), `#panel-oom: "${short(text, 300)}"`);
+          // What must go, found by replay: 25 of the 6 MiB blocks.
+          assert(text.includes('150.00 MiB of the biggest holders') && text.includes('(25 blocks)'), `#panel-oom: "${short(text, 600)}"`);
+          const facts = await textOf(page, '#facts');
+          assert(facts.includes('out of memory') && facts.includes('fragmentation'), `#facts: "${short(facts, 300)}"`);
+        }
+        if (snap.expectOutside) {
+          // The recorder stored the device's total: the first view and
+          // the panel name the memory held outside PyTorch.
+          const facts = await textOf(page, '#facts');
+          assert(facts.includes(snap.expectOutside + ' held outside PyTorch'), `#facts: "${short(facts, 300)}"`);
+          assert(text.includes('Also memory outside this allocator: ' + snap.expectOutside), `#panel-oom: "${short(text, 600)}"`);
         }
         return `requested ${fmtBytes(req)}`;
       });
@@ -739,6 +750,9 @@ async function main() {
   // A fragmentation OOM recorded on a real H200 (tests/fixtures/gpu).
   snaps.push({ name: 'gpu_oom_frag_default', file: path.join(repoRoot, 'tests', 'fixtures', 'gpu', 'oom_frag_default.pickle.gz'),
     expectOom: true, replayDisproves: true });
+  // The same OOM recorded by vramscope.record, which stores the device's total memory.
+  snaps.push({ name: 'gpu_facts_frag_default', file: path.join(repoRoot, 'tests', 'fixtures', 'gpu', 'facts_frag_default.pickle.gz'),
+    expectOom: true, expectOutside: '136.80 GiB' });
   // A file cut in the middle of its trace (a job killed while writing).
   const cut = path.join(outDir, 'synth_cut_20000.pickle');
   snaps.push({ name: 'synth_cut_20000', file: cut, expectCut: true,

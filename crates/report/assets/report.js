@@ -844,37 +844,18 @@
       const e = o.event_index;
       p.appendChild(el('h3', null, 'Out of memory #' + (i + 1) + ' at ' + eventTime(e)));
       const seg = showSegmentsQuiet(e - 1);
-      const cached = o.reserved_bytes - o.allocated_bytes;
-      const ex = el('div', 'explain');
-      const req = o.requested_bytes, free = o.device_free_bytes;
-      let why = 'An allocation of ' + fmtBytes(req) + ' failed. ';
-      if (free !== null) why += 'The device had ' + fmtBytes(free) + ' free; ';
-      why += 'PyTorch had reserved ' + fmtBytes(o.reserved_bytes) + ', of which ' + fmtBytes(o.allocated_bytes) + ' was allocated and ' + fmtBytes(cached) + ' cached but free (largest free block ' + fmtBytes(seg.largestFree) + '). ';
-      if (free !== null && req > free + cached) {
-        why += 'The request is larger than all memory left, free plus cached: releasing the cache (empty_cache) would not help. Make the tensor smaller (batch size, sequence length, chunking) or free what the holders below keep alive.';
-      } else {
-        // Generic advice never contradicts the replay: where the what-if
-        // ran this OOM under expandable segments and it failed there too,
-        // the advice is the what-if's answer, not the setting.
-        const w = model.info.whatif;
-        const replayed = w && w.recorded_oom && w.recorded_oom.entry === e;
-        const exp = replayed ? w.runs.filter((r) => /expandable_segments:True/.test(r.label)) : [];
-        const expFails = exp.length > 0 && exp.every((r) => r.oom);
-        const tip = expFails ? ' expandable_segments:True does not avoid it here: the replay runs out of memory with it too (see below).'
-          : ' PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True usually avoids it.';
-        if (cached >= req && seg.largestFree < req) {
-          why += 'Enough memory was cached, but in pieces smaller than the request: fragmentation.' + tip;
-        } else {
-          why += 'Free plus cached memory would have sufficed; the allocator could not combine it in time.' + (expFails ? tip : ' Lower the peak, or set expandable_segments:True.');
-        }
-      }
+      // Why, as the analysis diagnosed it (the dominant cause first, with
+      // its bytes); advice on settings comes only from the replay below,
+      // so it never contradicts what the replay found.
+      const ex = el('div', 'explain'); ex.classList.add('oom-cause');
+      const why = o.cause;
       ex.textContent = why; p.appendChild(ex);
       p.appendChild(kvTable([
         ['requested', fmtBytes(o.requested_bytes)],
         ['free on device', o.device_free_bytes === null ? 'not recorded' : fmtBytes(o.device_free_bytes)],
         ['allocated', fmtBytes(o.allocated_bytes)], ['reserved', fmtBytes(o.reserved_bytes)],
         ['largest cached free block', fmtBytes(seg.largestFree)],
-      ]));
+      ].concat(o.diagnosis.outside_bytes !== null ? [['held outside PyTorch', fmtBytes(o.diagnosis.outside_bytes) + ' of ' + fmtBytes(o.diagnosis.device_total_bytes)]] : [])));
       p.appendChild(sitesTable('Biggest holders', o.top_holders, o.allocated_bytes));
       const w = model.info.whatif;
       if (w && w.recorded_oom && w.recorded_oom.entry === e) {
@@ -1002,7 +983,14 @@
     add('at the end', fmtBytes(s.end.allocated_bytes) + ' allocated' + (s.caching_allocator ? ' / ' + fmtBytes(s.end.reserved_bytes) + ' reserved' : ''));
     add('events', fmtCount(s.events.total) + (s.events.span_us !== null ? ' over ' + fmtDur(s.events.span_us) : ''));
     if (s.caching_allocator) add('cached free', fmtBytes(s.end.fragmentation.cached_free_bytes) + ' (largest ' + fmtBytes(s.end.fragmentation.largest_free_block) + ')');
-    if (s.ooms.length) add('out of memory', s.ooms.length + ' event(s)', 'warn');
+    if (s.ooms.length) {
+      // The first view names why: the first OOM's dominant cause.
+      const d = s.ooms[0].diagnosis, kind = (d.causes[0] || {}).kind;
+      const names = { too_large: 'a request larger than the device', outside: 'memory held outside PyTorch', capacity: 'capacity', fragmentation: 'fragmentation' };
+      let v = s.ooms.length + ' event(s)' + (kind ? ': ' + names[kind] : '');
+      if (d.outside_bytes && kind !== 'outside') v += '; ' + fmtBytes(d.outside_bytes) + ' held outside PyTorch';
+      add('out of memory', v, 'warn');
+    }
     // What a damaged file lost and figures that contradict each other:
     // above everything, never only in the File tab.
     const b = $('banner'); b.textContent = '';
