@@ -211,6 +211,13 @@ fn the_cublas_workspaces_are_workspaces_not_gradients_or_activations() {
     let bytes = |c: &str| end.iter().find(|e| e.0 == c).map_or(0, |e| e.1);
     assert_eq!(bytes("workspace"), 2 * (32 << 20), "{end:?}");
     assert_eq!(bytes("parameter"), 111_312_896, "{end:?}");
+    // CUBLAS_WORKSPACE_CONFIG=:1024:2 (2 MiB per handle), stored by the
+    // recorder: two 2 MiB workspaces and cuBLASLt's 1 MiB, nothing else.
+    let (end, rules) = at_end("facts_cublas_ws2m.pickle");
+    let bytes = |c: &str| end.iter().find(|e| e.0 == c).map_or(0, |e| e.1);
+    assert_eq!(bytes("workspace"), 2 * (2 << 20) + (1 << 20), "{end:?}");
+    assert_eq!(bytes("gradient") + bytes("activation"), 0, "{end:?}");
+    assert_eq!(rules, ["workspace_size"]);
 }
 
 /// A fragmentation OOM on a really full H200 (380 × 6 MiB tensors, two of

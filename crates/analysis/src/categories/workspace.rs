@@ -33,6 +33,58 @@ const CUBLAS_SIZES: [u64; 2] = [32 << 20, 8_519_680];
 /// cuBLASLt's default workspace (`CUBLASLT_WORKSPACE_SIZE`, 1024 KiB).
 const CUBLASLT_SIZE: u64 = 1 << 20;
 
+/// The workspace sizes of the recording: cuBLAS's (from
+/// `CUBLAS_WORKSPACE_CONFIG` or the device's compute capability, where the
+/// recorder stored them; else both defaults) and cuBLASLt's.
+struct Sizes {
+    cublas: Vec<u64>,
+    lt: u64,
+}
+
+impl Sizes {
+    fn of(snap: &Snapshot) -> Sizes {
+        let facts = snap.source.recorder.as_ref().and_then(|r| r.device.as_ref());
+        let config = facts
+            .and_then(|d| d.env("CUBLAS_WORKSPACE_CONFIG"))
+            .and_then(parse_workspace_config);
+        let cublas = match (config, facts.and_then(|d| d.capability)) {
+            (Some(n), _) => vec![n],
+            (None, Some((major, _))) if major >= 9 => vec![CUBLAS_SIZES[0]],
+            (None, Some(_)) => vec![CUBLAS_SIZES[1]],
+            (None, None) => CUBLAS_SIZES.to_vec(),
+        };
+        let lt = facts
+            .and_then(|d| d.env("CUBLASLT_WORKSPACE_SIZE"))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map_or(CUBLASLT_SIZE, |kib| kib << 10);
+        Sizes { cublas, lt }
+    }
+
+    fn is_cublas(&self, size: u64) -> bool {
+        self.cublas.contains(&size)
+    }
+}
+
+/// `CUBLAS_WORKSPACE_CONFIG` as `parseChosenWorkspaceSize` reads it: every
+/// `:SIZE:COUNT` pair (SIZE in KiB) adds SIZE × COUNT
+/// (aten/src/ATen/cuda/CublasHandlePool.cpp); `None` when no pair parses.
+pub(crate) fn parse_workspace_config(v: &str) -> Option<u64> {
+    let nums: Vec<&str> = v.split(':').collect();
+    let mut total = 0u64;
+    let mut found = false;
+    let mut i = 1;
+    while i + 1 < nums.len() {
+        if let (Ok(size), Ok(count)) = (nums[i].parse::<u64>(), nums[i + 1].parse::<u64>()) {
+            total += size * 1024 * count;
+            found = true;
+            i += 2;
+        } else {
+            i += 1;
+        }
+    }
+    (found && total > 0).then_some(total)
+}
+
 /// C++ functions that allocate a workspace.
 const WORKSPACE_FRAMES: &[&str] = &[
     "setWorkspaceForHandle",
@@ -90,6 +142,7 @@ fn by_size(
     c: &mut Categories,
     open: &dyn Fn(&Categories, usize) -> bool,
 ) {
+    let sizes = Sizes::of(snap);
     // First and last run of forward and of backward.
     let mut runs: HashMap<Phase, (u32, u32)> = HashMap::default();
     for (i, &p) in ph.phase.iter().enumerate() {
@@ -118,8 +171,8 @@ fn by_size(
             continue;
         }
         let size = rounded(l.size[b]);
-        let lt = size == CUBLASLT_SIZE;
-        if !lt && !CUBLAS_SIZES.contains(&size) {
+        let lt = size == sizes.lt;
+        if !lt && !sizes.is_cublas(size) {
             continue;
         }
         first.entry((p, t.stream[i], lt)).or_insert(b);
@@ -139,8 +192,8 @@ fn by_size(
             continue;
         }
         let size = rounded(l.size[b]);
-        let lt = size == CUBLASLT_SIZE;
-        if !lt && !CUBLAS_SIZES.contains(&size) {
+        let lt = size == sizes.lt;
+        if !lt && !sizes.is_cublas(size) {
             continue;
         }
         let p = if snap.stacks.get(l.stack[b]).is_empty() {
@@ -167,10 +220,23 @@ fn by_size(
     }
     // Workspaces the frames named count as found.
     let cublas_found = first.keys().any(|k| !k.2)
-        || (0..l.len()).any(|b| c.category[b] == Category::Workspace && l.size[b] != CUBLASLT_SIZE);
+        || (0..l.len()).any(|b| c.category[b] == Category::Workspace && l.size[b] != sizes.lt);
     for (&(_, _, lt), &b) in &first {
         if !lt || cublas_found {
             set(c, b, Rule::WorkspaceSize);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_workspace_config;
+
+    #[test]
+    fn workspace_config_as_pytorch_reads_it() {
+        assert_eq!(parse_workspace_config(":4096:8"), Some(32 << 20));
+        assert_eq!(parse_workspace_config(":4096:2:16:8"), Some(8_519_680));
+        assert_eq!(parse_workspace_config(":1024:2"), Some(2 << 20));
+        assert_eq!(parse_workspace_config("nonsense"), None);
     }
 }
