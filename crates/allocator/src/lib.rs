@@ -16,6 +16,7 @@ mod answer;
 mod error;
 mod expandable;
 pub mod horizon;
+pub mod limit;
 mod model;
 mod must_go;
 mod release;

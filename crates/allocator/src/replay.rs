@@ -268,7 +268,10 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
 /// request's own release leads to (a `segment_alloc`/`segment_map` or an
 /// `oom`: inside `malloc`, PyTorch frees cached segments only to make room
 /// for the request it serves), or whose stack passes through `empty_cache`.
-fn empty_cache_calls(snap: &Snapshot, t: &vramscope_snapshot::DeviceTrace) -> Vec<usize> {
+pub(crate) fn empty_cache_calls(
+    snap: &Snapshot,
+    t: &vramscope_snapshot::DeviceTrace,
+) -> Vec<usize> {
     let through_empty_cache = |i: usize| {
         snap.stacks.get(t.stack[i]).iter().any(|&f| {
             let (_, _, name) = vramscope_analysis::sites::frame_location(snap, snap.frames.get(f));

@@ -110,6 +110,9 @@ pub struct Simulation {
     /// Where the recording ends, for a file that ends at an OOM: what a
     /// run that fits there can and cannot be said to fit.
     pub horizon: Option<crate::horizon::Horizon>,
+    /// What the trace's release-and-retry bursts say of the device's limit
+    /// (the capacity when neither an OOM nor `--capacity` gives one).
+    pub seen_limit: Option<crate::limit::SeenLimit>,
     /// When no run serves the failing request: the least of the biggest
     /// holders' memory that must go for it to, found by replay, under the
     /// recorded settings and under the best other run.
@@ -185,12 +188,23 @@ pub fn simulate(snap: &Snapshot, opts: &SimulateOptions) -> Result<Simulation, S
         .or(facts.and_then(|d| d.memory_fraction).filter(|f| *f < 1.0))
         .or(recorded.memory_fraction);
     let recorded_oom = recorded_oom(snap, device);
+    // Release-and-retry bursts: the device was full (not under garbage
+    // collection, which releases before any cudaMalloc fails).
+    let seen_limit = snap
+        .trace(device)
+        .filter(|_| {
+            !(recorded.garbage_collection_threshold > 0.0 && recorded.memory_fraction.is_some())
+        })
+        .and_then(|t| {
+            crate::limit::seen_limit(snap, device, &crate::replay::empty_cache_calls(snap, t))
+        });
     let capacity = opts
         .capacity
         .or(recorded_oom.as_ref().and_then(|o| o.capacity))
         .or(facts
             .and_then(|d| d.total_memory)
-            .filter(|_| recorded.memory_fraction.is_some()));
+            .filter(|_| recorded.memory_fraction.is_some()))
+        .or(seen_limit.as_ref().map(|l| l.capacity()));
     if recorded.memory_fraction.is_some() && capacity.is_none() {
         return Err(SimulateError::Change(
             "a memory fraction limits a share of the device's memory, which this file does not record: \
@@ -335,6 +349,7 @@ pub fn simulate(snap: &Snapshot, opts: &SimulateOptions) -> Result<Simulation, S
         changes: edits.matched.clone(),
         runs,
         horizon,
+        seen_limit,
         must_go,
         answer,
     })

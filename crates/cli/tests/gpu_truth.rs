@@ -342,3 +342,62 @@ fn summary_measures_the_memory_held_outside_pytorch() {
         assert_eq!(d["causes"][1]["kind"], "capacity", "{name}");
     }
 }
+
+/// Batch 16 on a GPU left with a little less than its peak reserved:
+/// cudaMalloc failed, PyTorch released its cache and retried, and the run
+/// went on without an OOM (`facts_cycle_b16l*`, PyTorch's
+/// `num_alloc_retries` 1, 1, 2). The release-and-retry bursts bound what
+/// PyTorch could reserve; replayed under that limit the model makes every
+/// recorded segment event, and without it most of them go astray.
+#[test]
+fn release_and_retry_bursts_give_the_limit_the_replay_respects() {
+    for (name, retries) in [
+        ("facts_cycle_b16l33", 1),
+        ("facts_cycle_b16l32", 1),
+        ("facts_cycle_b16l31", 2),
+    ] {
+        let file = path(&format!("{name}.pickle"));
+        let real = truth(name);
+        assert_eq!(
+            real["stats"]["num_alloc_retries"].as_u64(),
+            Some(retries),
+            "{name}"
+        );
+        assert_eq!(real["fit"].as_bool(), Some(true), "{name}");
+        let sim = json_of(&["simulate", "--json", "-q", &file]);
+        let limit = &sim["seen_limit"];
+        assert_eq!(
+            limit["retries"].as_array().map(Vec::len),
+            Some(retries as usize),
+            "{name}"
+        );
+        assert_eq!(limit["consistent"].as_bool(), Some(true), "{name}");
+        let (lo, hi) = (
+            limit["at_least"].as_u64().expect("at_least"),
+            limit["below"].as_u64().expect("below"),
+        );
+        assert_eq!(sim["capacity"].as_u64(), Some(hi - 1), "{name}");
+        let r = &sim["runs"][0];
+        let recorded = r["recorded_segment_events"].as_u64().expect("recorded");
+        assert_eq!(
+            r["matched_segment_events"].as_u64(),
+            Some(recorded),
+            "{name}"
+        );
+        assert_eq!(
+            r["simulated_segment_events"].as_u64(),
+            Some(recorded),
+            "{name}"
+        );
+        assert!(
+            lo <= r["simulated_peak_reserved"].as_u64().expect("peak"),
+            "{name}"
+        );
+        let unlimited = json_of(&["simulate", "--json", "-q", &file, "--capacity", "1TiB"]);
+        let u = &unlimited["runs"][0];
+        assert!(
+            u["matched_segment_events"].as_u64().expect("matched") < recorded,
+            "{name}: the limit made no difference"
+        );
+    }
+}

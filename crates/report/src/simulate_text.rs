@@ -11,6 +11,27 @@ pub fn simulate_text(s: &Simulation, name: &str) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "{name} · device {} · allocator what-if", s.device);
     match s.capacity {
+        Some(c)
+            if s.recorded_oom.is_none()
+                && s.seen_limit.as_ref().is_some_and(|l| l.capacity() == c) =>
+        {
+            let l = s.seen_limit.as_ref().expect("checked");
+            // Bounds a few KiB apart print alike: then in bytes.
+            let (lo, hi) = if bytes(l.at_least) == bytes(l.below) {
+                (format!("{} B", l.at_least), format!("{} B", l.below))
+            } else {
+                (bytes(l.at_least), bytes(l.below))
+            };
+            let _ = writeln!(
+                o,
+                "device memory for PyTorch: {} (cudaMalloc failed {} time(s) and PyTorch released its cache to retry: it could reserve at least {} and less than {}{})",
+                bytes(c),
+                l.retries.len(),
+                lo,
+                hi,
+                if l.consistent { "" } else { "; the bursts disagree, as when memory held outside PyTorch changed: the lower bound is used" }
+            );
+        }
         Some(c) => {
             let _ = writeln!(o, "device memory for PyTorch: {}", bytes(c));
         }

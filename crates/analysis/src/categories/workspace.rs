@@ -43,7 +43,11 @@ struct Sizes {
 
 impl Sizes {
     fn of(snap: &Snapshot) -> Sizes {
-        let facts = snap.source.recorder.as_ref().and_then(|r| r.device.as_ref());
+        let facts = snap
+            .source
+            .recorder
+            .as_ref()
+            .and_then(|r| r.device.as_ref());
         let config = facts
             .and_then(|d| d.env("CUBLAS_WORKSPACE_CONFIG"))
             .and_then(parse_workspace_config);
