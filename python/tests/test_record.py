@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 import traceback
 from pathlib import Path
 from types import SimpleNamespace
@@ -399,6 +400,12 @@ class FakeCuda:
         monkeypatch.setattr(m, "_snapshot", self.snapshot)
         monkeypatch.setattr(m, "_set_memory_metadata", self.metadata.append, raising=False)
         monkeypatch.setattr(m, "_memory_metadata_supported", lambda: True, raising=False)
+        # The device as an H200 would report it (what PyTorch's file leaves out).
+        props = types.SimpleNamespace(name="NVIDIA H200", total_memory=150_109_880_320, major=9, minor=0)
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i=0: props)
+        monkeypatch.setattr(torch.cuda, "mem_get_info", lambda i=0: (559_022_080, 150_109_880_320))
+        monkeypatch.setattr(torch.cuda, "memory_reserved", lambda i=0: 2_663_383_040)
+        monkeypatch.setattr(m, "get_per_process_memory_fraction", lambda i=0: 1.0, raising=False)
         monkeypatch.setattr(torch._C, "_cuda_attach_out_of_memory_observer", self.attach)
         monkeypatch.setattr(importlib.import_module("vramscope._cuda"), "_observer", {"attached": False, "queued": False})
 
@@ -429,8 +436,18 @@ def test_cuda_path_calls_and_oom_observer_guard(tmp_path: Path, monkeypatch: pyt
             pass
         vr.step()
         cuda.allocate(2048)
-        cuda.observers[0](0, 1 << 30, 0, 0)  # the allocator reports an OOM
-        assert load_snapshot(out)["device_traces"][0][0]["size"] == 2048
+        monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":1024:2")
+        cuda.observers[0](0, 1 << 30, 150_109_880_320, 559_022_080)  # the allocator reports an OOM
+        written = load_snapshot(out)
+        assert written["device_traces"][0][0]["size"] == 2048
+        # What the diagnosis needs beside the trace: the device's total and
+        # free memory, the fraction, the workspace setting, the OOM itself.
+        dev = written["vramscope"]["device"]
+        assert (dev["name"], dev["total_memory"], dev["capability"]) == ("NVIDIA H200", 150_109_880_320, [9, 0])
+        assert (dev["free_at_dump"], dev["reserved_at_dump"], dev["memory_fraction"]) == (559_022_080, 2_663_383_040, 1.0)
+        assert dev["env"]["CUBLAS_WORKSPACE_CONFIG"] == ":1024:2"
+        (oom,) = written["vramscope"]["ooms"]
+        assert (oom["requested"], oom["device_free"], oom["limit"], oom["device"]) == (1 << 30, 559_022_080, 150_109_880_320, 0)
     assert cuda.calls[-1] == dict(enabled=None)
     assert cuda.metadata == ["fwd", ""]
     snap = load_snapshot(out)

@@ -94,6 +94,10 @@ pub struct RecordedOom {
     pub capacity: Option<u64>,
     /// The sites holding the most memory when it failed.
     pub holders: Vec<Site>,
+    /// The device's total memory and what was held outside PyTorch then
+    /// (total − reserved − free), where the recorder stored the total.
+    pub device_total: Option<u64>,
+    pub outside: Option<u64>,
 }
 
 /// What `simulate` found.
@@ -362,10 +366,13 @@ fn recorded_oom(snap: &Snapshot, device: u32) -> Option<RecordedOom> {
     let reserved = crate::start::reserved_before(snap, device, i + 1);
     let capacity = t.device_free_at(i).map(|free| reserved + free);
     let live = vramscope_analysis::Replay::new(snap, device).live_after(t, i.checked_sub(1));
+    let (device_total, _) = vramscope_analysis::summary::device_limits(snap, device);
     Some(RecordedOom {
         entry: i,
         request: t.size[i],
         capacity,
         holders: vramscope_analysis::sites::group_by_site(snap, &live, 3),
+        device_total,
+        outside: device_total.zip(capacity).map(|(t, c)| t.saturating_sub(c)),
     })
 }

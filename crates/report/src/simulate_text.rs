@@ -33,7 +33,20 @@ pub fn simulate_text(s: &Simulation, name: &str) -> String {
             );
         }
         Some(c) => {
-            let _ = writeln!(o, "device memory for PyTorch: {}", bytes(c));
+            let outside = s
+                .recorded_oom
+                .as_ref()
+                .filter(|r| r.capacity == Some(c))
+                .and_then(|r| r.device_total.zip(r.outside))
+                .map(|(t, x)| {
+                    format!(
+                        " (of the device's {}: {} was held outside PyTorch when it ran out)",
+                        bytes(t),
+                        bytes(x)
+                    )
+                })
+                .unwrap_or_default();
+            let _ = writeln!(o, "device memory for PyTorch: {}{outside}", bytes(c));
         }
         None => {
             let _ = writeln!(
