@@ -32,7 +32,7 @@ fn gone(m: Option<&MustGo>) -> String {
         })
         .collect();
     format!(
-        ". Replayed {} without them, the request is served once {} of the biggest holders' memory is gone: {}{}",
+        ". Replayed {}, the request is served once these {} of the biggest holders' memory are gone: {}{}",
         if m.label == "recorded" { "with the recorded settings".to_string() } else { format!("with {}", m.label) },
         gib(m.bytes),
         list.join(", "),
