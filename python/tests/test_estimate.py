@@ -150,3 +150,43 @@ def test_an_instance_over_another_models_parameters_is_refused(cnn: nn.Module) -
     stranger = torch.optim.SGD([nn.Parameter(torch.ones(3, 5))], lr=0.1)
     with pytest.raises(ValueError, match=r"tensor of shape \(3, 5\) that is not a parameter of the model"):
         cnn_estimate(cnn, stranger)
+
+
+GPU = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "gpu"
+
+
+@pytest.mark.parametrize("variant,tolerance", [("default", 0.03), ("fused", 0.03), ("math", 0.05)])
+def test_the_cuda_trace_predicts_the_gpus_peak(variant: str, tolerance: float, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GPT the H100/H200 recordings ran (tests/fixtures/gpu/programs),
+    2 AdamW steps at batch 16 x 512, estimated for CUDA without a GPU, against
+    what the GPU measured (estimate_truth_h100.json): the memory-efficient
+    attention kernel CUDA picks for fp32 (not the math one meta would run),
+    AdamW's foreach path, `fused=True`, the math backend under
+    `sdpa_kernel`, and the cuBLAS/cuBLASLt workspaces."""
+    import json
+    import pickle
+    import sys
+
+    monkeypatch.setenv("GOUT", str(tmp_path))  # common.py makes its output folder on import
+    monkeypatch.syspath_prepend(str(GPU / "programs"))
+    sys.modules.pop("common", None)
+    from common import GPT, VOCAB, loss_fn  # type: ignore[import-not-found]
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    truth = {r["variant"]: r for r in json.loads((GPU / "estimate_truth_h100.json").read_text())["variants_batch16"]}
+    torch.manual_seed(0)
+    model = GPT()
+    x = torch.randint(0, VOCAB, (16, 512))
+    y = torch.randint(0, VOCAB, (16, 512))
+    options = {"fused": True} if variant == "fused" else {}
+    with sdpa_kernel(SDPBackend.MATH) if variant == "math" else torch.enable_grad():
+        est = vramscope.estimate(model, (x,), torch.optim.AdamW, loss_fn=loss_fn, targets=(y,), steps=2, device="cuda", gpu="H100-80GB", path=tmp_path / "e.pickle", **options)
+    real = truth[variant]["peak_allocated"]
+    err = est.peak_bytes / real - 1
+    print(f"{variant}: estimated {est.peak_bytes}, the H100 measured {real} ({err:+.2%})")
+    assert abs(err) <= tolerance, (variant, est.peak_bytes, real)
+    # Two cuBLAS workspaces of 32 MiB (forward's and autograd's thread) and cuBLASLt's 1 MiB.
+    assert est.by_category["workspace"] == 2 * (32 << 20) + (1 << 20)
+    meta = pickle.loads((tmp_path / "e.pickle").read_bytes())["vramscope"]["estimate"]
+    assert meta["sdpa"] == ({"math": 12} if variant == "math" else {"efficient": 12})  # 6 blocks x 2 steps
+    assert meta["capability"] == [9, 0]

@@ -26,6 +26,7 @@ peak is the sum of the tensors PyTorch creates.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import pickle
@@ -137,12 +138,16 @@ class _Recorder:
                 self.events[self.alloc_event[key]]["category"] = category
 
 
-def _mode(rec: _Recorder) -> Any:
+def _mode(rec: _Recorder, cuda: Any = None) -> Any:
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
 
     class Track(TorchDispatchMode):
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if cuda is not None:
+                instead = cuda.before(func, args, kwargs or {}, rec)
+                if instead is not None:
+                    return instead
             out = func(*args, **(kwargs or {}))
             for t in tree_leaves(out):
                 rec.track(t)
@@ -166,13 +171,18 @@ _ACCEPTED = (
 )
 
 
-def _traced_optimizer(optimizer: Any, model: Any, params: Mapping[str, Any], options: Dict[str, Any]) -> Optional[Any]:
+def _traced_optimizer(
+    optimizer: Any, model: Any, params: Mapping[str, Any], options: Dict[str, Any], cuda_path: bool = False
+) -> Optional[Any]:
     """The optimizer the trace steps, over ``params`` (name -> traced
     parameter, names as ``model.named_parameters()`` gives them); ``None``
     when ``optimizer`` is ``None``.
 
     ``options`` (the estimate's ``**optimizer_options``) are passed to a
     class or factory; for an instance they override every group's options.
+    ``cuda_path``: a class gets ``foreach=True`` where CUDA would default
+    to it (an instance's groups say what they say; ``foreach=None`` there
+    is resolved by PyTorch on the traced, meta, parameters).
 
     Raises:
         TypeError: ``optimizer`` is none of the accepted kinds, or the
@@ -187,6 +197,10 @@ def _traced_optimizer(optimizer: Any, model: Any, params: Mapping[str, Any], opt
     if isinstance(optimizer, torch.optim.Optimizer):
         return _rebuild(optimizer, model, params, options)
     if callable(optimizer):  # a class is callable too
+        if cuda_path and isinstance(optimizer, type):
+            from ._cuda_trace import cuda_path_options
+
+            options = cuda_path_options(optimizer, options)
         return optimizer([p for p in params.values() if p.requires_grad], **options)
     raise TypeError(f"optimizer={optimizer!r}: expected {_ACCEPTED}")
 
@@ -256,6 +270,7 @@ def estimate(
     targets: Sequence[Any] = (),
     steps: int = 2,
     device: str = "cuda",
+    gpu: Optional[str] = None,
     path: Optional[str | os.PathLike] = None,
     **optimizer_options: Any,
 ) -> Estimate:
@@ -278,9 +293,16 @@ def estimate(
         targets: tensors passed to ``loss_fn`` after the output (labels),
             replaced by meta tensors like the inputs.
         steps: training iterations (2 shows the optimizer state in place).
-        device: whose accounting to predict: ``"cuda"`` (default) rounds
-            every block up to 512 bytes as the CUDA caching allocator does;
-            ``"cpu"`` counts exact bytes, as the CPU allocator does.
+        device: whose accounting to predict: ``"cuda"`` (default) runs
+            what the CUDA build would (fused attention kernels as
+            ``select_sdp_backend`` picks them, ``sdpa_kernel(...)``
+            respected; ``foreach`` optimizers; ``fused=True`` allowed; the
+            cuBLAS/cuBLASLt workspaces) and rounds every block up to 512
+            bytes as the CUDA caching allocator does; ``"cpu"`` counts exact
+            bytes, as the CPU allocator does.
+        gpu: the GPU's name (``"H100-80GB"``, ``"A100"``): its compute
+            capability decides the attention kernels and the workspace size.
+            Default: a Hopper GPU.
         path: where the snapshot goes (default: a temporary file).
         **optimizer_options: passed to ``optimizer`` (``lr=1e-3``, ...); for
             an instance, they override every group's options.
@@ -293,7 +315,12 @@ def estimate(
     if device not in ("cuda", "cpu"):
         raise ValueError(f"device={device!r}: expected 'cuda' or 'cpu'")
     rec = _Recorder(512 if device == "cuda" else 1)
-    mode = _mode(rec)
+    cuda = None
+    if device == "cuda":
+        from ._cuda_trace import Cuda, capability_of, fused_on_meta, sdpa_as_on_cuda
+
+        cuda = Cuda(capability_of(gpu))
+    mode = _mode(rec, cuda)
     meta = torch.device("meta")
 
     def on_meta(t: Any, category: str) -> Any:
@@ -305,14 +332,18 @@ def estimate(
         return m
 
     annotations: List[Dict[str, Any]] = []
-    with mode:
+    on_cuda = contextlib.ExitStack()
+    if cuda is not None:
+        on_cuda.enter_context(fused_on_meta())
+        on_cuda.enter_context(sdpa_as_on_cuda(cuda))
+    with on_cuda, mode:
         # Only shapes, strides and dtypes are read from the real tensors: an
         # operation on them would be traced as an allocation.
         params = {n: torch.nn.Parameter(on_meta(p, "parameter"), requires_grad=p.requires_grad) for n, p in model.named_parameters()}
         buffers = {n: on_meta(b, "parameter") for n, b in model.named_buffers()}
         inputs = tuple(on_meta(x, "input") for x in example_inputs)
         labels = tuple(on_meta(y, "input") for y in targets)
-        opt = _traced_optimizer(optimizer, model, params, optimizer_options)
+        opt = _traced_optimizer(optimizer, model, params, optimizer_options, cuda_path=cuda is not None)
         state = {**params, **buffers}
         for step in range(max(1, int(steps))):
             annotations.append({"name": f"ProfilerStep#{step + 1}", "stage": "START", "device": 0, "time_us": rec._tick()})
@@ -324,9 +355,14 @@ def estimate(
                     p.grad = None
             out = functional_call(model, state, inputs)
             loss = loss_fn(out, *labels) if loss_fn is not None else (out if isinstance(out, torch.Tensor) else out[0]).sum()
+            # The output is not kept through backward: the loss holds what
+            # backward needs, and training loops (a train_step function,
+            # HF Trainer's compute_loss, Lightning's training_step) let the
+            # output go before loss.backward().
+            del out
             rec.phase = "backward"
             loss.backward()
-            del out, loss
+            del loss
             rec.recategorize([p.grad for p in params.values()], "gradient")
             if opt is not None:
                 rec.phase = "optimizer"
@@ -361,6 +397,14 @@ def estimate(
             "allocator_settings": {},
             "vramscope": {"recorder": "estimate-meta-trace", "steps": int(steps), "torch": str(torch.__version__)},
         }
+        if cuda is not None:
+            names = {0: "math", 1: "flash", 2: "efficient"}
+            snap["vramscope"]["estimate"] = {
+                "gpu": gpu,
+                "capability": list(cuda.capability),
+                "sdpa": {names.get(k, str(k)): v for k, v in cuda.sdp.items()},
+                "workspace_bytes": cuda.cublas,
+            }
     if path is None:
         fd, tmp = tempfile.mkstemp(prefix="vramscope-estimate-", suffix=".pickle")
         os.close(fd)
