@@ -91,7 +91,15 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
     let edits = setup.edits.unwrap_or(&no_edits);
     let empty = Default::default();
     let t = snap.trace(device).unwrap_or(&empty);
+    // An estimate's trace gives each block a segment of its own: they are
+    // not segments the allocator made, and nothing to compare against.
+    let estimate = snap
+        .source
+        .recorder
+        .as_ref()
+        .is_some_and(|r| r.name == "estimate-meta-trace");
     let recorded: Vec<SegmentEvent> = (0..t.len())
+        .filter(|_| !estimate)
         .filter_map(|i| match t.action[i] {
             Action::SegmentAlloc => Some(SegmentEvent::Alloc(t.size[i])),
             Action::SegmentFree => Some(SegmentEvent::Free(t.size[i])),
@@ -179,8 +187,8 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
                     requested -= n;
                 }
             }
-            Action::SegmentAlloc | Action::SegmentMap => rec_reserved += t.size[i],
-            Action::SegmentFree | Action::SegmentUnmap => {
+            Action::SegmentAlloc | Action::SegmentMap if !estimate => rec_reserved += t.size[i],
+            Action::SegmentFree | Action::SegmentUnmap if !estimate => {
                 rec_reserved = rec_reserved.saturating_sub(t.size[i])
             }
             _ => {}

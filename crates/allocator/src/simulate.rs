@@ -123,6 +123,9 @@ pub struct Simulation {
     pub must_go: Vec<crate::must_go::MustGo>,
     /// One sentence: which settings fit, or what must shrink.
     pub answer: String,
+    /// The trace is an estimate's (`vramscope.estimate(device="cuda")`),
+    /// not a recording: nothing to check the model against.
+    pub from_estimate: bool,
 }
 
 /// The changes `opts` asks for, in order: drops, frees, scales.
@@ -159,6 +162,10 @@ pub fn modelled(snap: &Snapshot) -> Result<(), SimulateError> {
         )));
     }
     match &snap.source.recorder {
+        // An estimate traced for CUDA (`vramscope.estimate(device="cuda")`):
+        // its allocations and frees are what CUDA would be asked for, and
+        // the model turns them into reserved memory.
+        Some(r) if r.name == "estimate-meta-trace" => Ok(()),
         Some(r) if r.name != "cuda-allocator-history" => Err(SimulateError::NotCudaTrace(format!(
             "this snapshot was recorded by vramscope's {} backend, not by the CUDA caching allocator: the model \
              replays CUDA allocator traces only",
@@ -356,6 +363,11 @@ pub fn simulate(snap: &Snapshot, opts: &SimulateOptions) -> Result<Simulation, S
         seen_limit,
         must_go,
         answer,
+        from_estimate: snap
+            .source
+            .recorder
+            .as_ref()
+            .is_some_and(|r| r.name == "estimate-meta-trace"),
     })
 }
 

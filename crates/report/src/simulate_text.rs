@@ -135,7 +135,12 @@ pub fn simulate_text(s: &Simulation, name: &str) -> String {
                 bytes(x.initial_reserved)
             );
         }
-        if x.recorded_segment_events > 0 {
+        if s.from_estimate {
+            let _ = writeln!(
+                o,
+                "\nan estimate's trace: the allocations and frees CUDA would be asked for, turned into segments by the model"
+            );
+        } else if x.recorded_segment_events > 0 {
             let _ = writeln!(
                 o,
                 "\nthe model against the file (recorded settings): {} of {} segment events reproduced in order, reserved within {:.2}% after every request",
