@@ -97,7 +97,7 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
         .source
         .recorder
         .as_ref()
-        .is_some_and(|r| r.name == "estimate-meta-trace");
+        .is_some_and(|r| r.is_estimate());
     let recorded: Vec<SegmentEvent> = (0..t.len())
         .filter(|_| !estimate)
         .filter_map(|i| match t.action[i] {

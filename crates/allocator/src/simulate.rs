@@ -165,7 +165,7 @@ pub fn modelled(snap: &Snapshot) -> Result<(), SimulateError> {
         // An estimate traced for CUDA (`vramscope.estimate(device="cuda")`):
         // its allocations and frees are what CUDA would be asked for, and
         // the model turns them into reserved memory.
-        Some(r) if r.name == "estimate-meta-trace" => Ok(()),
+        Some(r) if r.is_estimate() => Ok(()),
         Some(r) if r.name != "cuda-allocator-history" => Err(SimulateError::NotCudaTrace(format!(
             "this snapshot was recorded by vramscope's {} backend, not by the CUDA caching allocator: the model \
              replays CUDA allocator traces only",
@@ -191,8 +191,7 @@ pub fn simulate(snap: &Snapshot, opts: &SimulateOptions) -> Result<Simulation, S
         .source
         .recorder
         .as_ref()
-        .and_then(|r| r.device.as_ref())
-        .filter(|d| d.index == device);
+        .and_then(|r| r.device_facts(device));
     // A fraction of 1.0 is PyTorch's "none set": only a smaller one limits.
     recorded.memory_fraction = opts
         .fraction
@@ -367,7 +366,7 @@ pub fn simulate(snap: &Snapshot, opts: &SimulateOptions) -> Result<Simulation, S
             .source
             .recorder
             .as_ref()
-            .is_some_and(|r| r.name == "estimate-meta-trace"),
+            .is_some_and(|r| r.is_estimate()),
     })
 }
 

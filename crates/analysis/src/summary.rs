@@ -205,8 +205,7 @@ pub fn device_limits(snap: &Snapshot, device: u32) -> (Option<u64>, Option<u64>)
         .source
         .recorder
         .as_ref()
-        .and_then(|r| r.device.as_ref())
-        .filter(|d| d.index == device)
+        .and_then(|r| r.device_facts(device))
     else {
         return (None, None);
     };

@@ -64,6 +64,19 @@ pub struct DeviceFacts {
     pub env: Vec<(String, String)>,
 }
 
+impl RecorderInfo {
+    /// Written by `vramscope.estimate` (a trace of what CUDA would be
+    /// asked for), not recorded from a running program.
+    pub fn is_estimate(&self) -> bool {
+        self.name == "estimate-meta-trace"
+    }
+
+    /// The device facts, if the recorder stored them for `device`.
+    pub fn device_facts(&self, device: u32) -> Option<&DeviceFacts> {
+        self.device.as_ref().filter(|d| d.index == device)
+    }
+}
+
 impl DeviceFacts {
     /// An environment setting, if it was set.
     pub fn env(&self, name: &str) -> Option<&str> {
