@@ -114,7 +114,7 @@ pub fn horizon(snap: &Snapshot, device: u32, end: usize) -> Horizon {
         .collect();
     h.allocations = mine.len();
     // The complete iteration that aligns best; the latest on a tie.
-    let mut best: Option<(usize, u32, Vec<(usize, usize)>)> = None;
+    let mut best: Option<(usize, u32, Pairs)> = None;
     for it in its.complete().filter(|it| it.number < k) {
         let theirs: Vec<usize> = (it.start..it.end).filter(|&i| is_alloc(i)).collect();
         let pairs = align(t, &mine, &theirs, |i| {
@@ -172,12 +172,15 @@ pub fn horizon(snap: &Snapshot, device: u32, end: usize) -> Horizon {
 /// failing request (`mine`'s last) is PyTorch's `oom` entry, which carries
 /// no stack: it pairs with the earlier iteration's allocation right after
 /// the last one aligned, the one the same code made next.
+/// Aligned (interrupted entry, earlier entry) index pairs.
+type Pairs = Vec<(usize, usize)>;
+
 fn align(
     t: &DeviceTrace,
     mine: &[usize],
     theirs: &[usize],
     stacked: impl Fn(usize) -> bool,
-) -> Vec<(usize, usize)> {
+) -> Pairs {
     let mut pairs = Vec::new();
     let mut at = 0;
     let Some((&failing, before)) = mine.split_last() else {

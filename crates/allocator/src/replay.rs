@@ -154,16 +154,7 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
             // An `oom` entry is the request that failed when the trace was
             // recorded: tried again here. If it fits, its lifetime is
             // unknown: it is freed at once, so what follows replays as recorded.
-            Action::Alloc | Action::Oom => match {
-                // PyTorch records a segment_alloc just before the request
-                // that made it.
-                if i > 0 && t.action[i - 1] == Action::SegmentAlloc {
-                    a.hint_segment(t.size[i - 1], t.addr[i - 1]);
-                }
-                let got = a.malloc(size, t.stream[i]);
-                a.hint = None;
-                got
-            } {
+            Action::Alloc | Action::Oom => match malloc_hinted(&mut a, t, i, size) {
                 Ok(p) if t.action[i] == Action::Oom => a.free(p),
                 Ok(p) => {
                     requested += size;
@@ -324,6 +315,23 @@ pub(crate) fn empty_cache_calls(
         }
     }
     calls
+}
+
+/// Requests `size` for entry `i`, placing it where the recording says its
+/// segment went: PyTorch records a segment_alloc just before the request
+/// that made it.
+fn malloc_hinted(
+    a: &mut Allocator,
+    t: &vramscope_snapshot::DeviceTrace,
+    i: usize,
+    size: u64,
+) -> Result<u64, OutOfMemory> {
+    if i > 0 && t.action[i - 1] == Action::SegmentAlloc {
+        a.hint_segment(t.size[i - 1], t.addr[i - 1]);
+    }
+    let got = a.malloc(size, t.stream[i]);
+    a.hint = None;
+    got
 }
 
 /// Length of the longest common subsequence (two rows of the table).

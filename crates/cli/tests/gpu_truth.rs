@@ -242,7 +242,7 @@ fn a_fragmentation_oom_is_called_fragmentation_with_figures_that_add_up() {
     let gone = &j["must_go"][0];
     assert_eq!(gone["label"], "recorded");
     assert_eq!(gone["blocks"].as_u64(), Some(25), "{gone}");
-    assert_eq!(gone["bytes"].as_u64(), Some(25 * 6 << 20), "{gone}");
+    assert_eq!(gone["bytes"].as_u64(), Some((25 * 6) << 20), "{gone}");
     assert_eq!(gone["least"].as_bool(), Some(true), "{gone}");
     assert!(
         answer.contains("150.00 MiB at /home/user/gpt/oom_run.py:34 in <module> (25 blocks)"),
