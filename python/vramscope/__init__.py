@@ -167,6 +167,16 @@ class Snapshot:
         )
         return out if text else json.loads(out)
 
+    def fit(self, total: Union[int, str], *, outside: Union[int, str, None] = None, settings: Optional[str] = None, device: Optional[int] = None) -> dict:
+        """Will an estimate's trace (`vramscope.estimate(device="cuda")`)
+        fit on a GPU of `total` bytes? Replayed through the allocator model
+        without a limit (under `settings`, ``PYTORCH_CUDA_ALLOC_CONF``
+        syntax), its peak reserved against `total` less `outside` (memory
+        the process holds outside the caching allocator, default 768 MiB).
+        Returns a dict: ``verdict`` ("fits", "too_close", "does_not_fit"),
+        ``peak_reserved``, ``usable``, ``margin``, ``sentence``."""
+        return json.loads(self._n.fit(_size(total), _size(outside), settings, device))
+
     def to_arrow(self, table: Optional[str] = None):
         """The snapshot as pyarrow tables, the columns of `vramscope export
         --format parquet` (docs/parquet-schema.md): ``table`` is "events",

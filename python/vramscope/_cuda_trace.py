@@ -59,10 +59,40 @@ GPUS: Dict[str, Tuple[int, int]] = {
 _MATMULS = ("mm.default", "addmm.default", "bmm.default", "baddbmm.default", "_addmm_activation.default")
 
 
-def capability_of(gpu: Optional[str]) -> Tuple[int, int]:
-    """Compute capability of a GPU named like ``"H100-80GB"``; Hopper's
-    (9, 0) when no GPU is named."""
+# ``torch.cuda.get_device_properties(0).total_memory`` as measured on the
+# project's GPUs (tests/fixtures/gpu): what the name's "80GB" really is.
+MEASURED_TOTAL: Dict[str, int] = {
+    "H100-80GB": 85_017_493_504,  # NVIDIA H100 80GB HBM3 (estimate_truth_h100.json)
+    "H200": 150_109_880_320,  # NVIDIA H200 (facts_*.pickle.gz)
+}
+
+
+def gpu_memory(gpu: Any) -> Tuple[Optional[int], str]:
+    """(total bytes, where that comes from) for ``gpu``: bytes as given,
+    a name measured on the project's GPUs, or the memory in a name
+    (``"A100-40GB"``) as that many GiB less the 1.03% the H100 80GB keeps
+    for itself (79.18 of 80 GiB). ``(None, ...)`` when nothing says."""
+    import re
+
     if gpu is None:
+        return None, "no GPU named"
+    if isinstance(gpu, int):
+        return gpu, "as given"
+    key = str(gpu).upper().replace(" ", "").replace("NVIDIA", "")
+    for name, total in MEASURED_TOTAL.items():
+        if key == name or key.replace("_", "-") == name or (name == "H100-80GB" and key == "H100"):
+            return total, f"measured on an {name}"
+    m = re.search(r"(\d+)GB", key)
+    if m:
+        gib = int(m.group(1))
+        return int(gib * (1 << 30) * (85_017_493_504 / (80 << 30))), f"from the name ({gib} GiB less what the H100 80GB keeps; pass the bytes for the exact figure)"
+    return None, f"the name {gpu!r} gives no memory size; pass gpu=<total bytes> or a name with one (\"A100-40GB\")"
+
+
+def capability_of(gpu: Any) -> Tuple[int, int]:
+    """Compute capability of a GPU named like ``"H100-80GB"``; Hopper's
+    (9, 0) when no GPU is named (or only its bytes)."""
+    if gpu is None or isinstance(gpu, int):
         return (9, 0)
     key = gpu.upper().replace(" ", "").replace("NVIDIA", "")
     for name in sorted(GPUS, key=len, reverse=True):
@@ -105,6 +135,56 @@ def workspace_sizes(capability: Tuple[int, int]) -> Tuple[int, int]:
     return cublas, lt
 
 
+_ATTENTION_BACKWARDS = (
+    "_efficient_attention_backward",
+    "_scaled_dot_product_efficient_attention_backward",
+    "_flash_attention_backward",
+    "_scaled_dot_product_flash_attention_backward",
+)
+
+
+def _up(n: int, m: int) -> int:
+    return (n + m - 1) // m * m
+
+
+def _efficient_backward_scratch(b: int, h: int, m: int, k: int, dtype: Any) -> list:
+    """The memory-efficient kernel's backward scratch, in its order
+    (aten/src/ATen/native/transformers/cuda/attention_backward.cu,
+    ``_efficient_attention_backward``, and mem_eff_attention/kernel_backward.h):
+
+    * ``delta``: the kernel computes it for fp16/bf16 into a (B, H, M) fp32
+      tensor; for fp32 (``kKernelComputesDelta`` false) it is
+      ``(grad_out * out).sum(-1).transpose(-2, -1).contiguous()``: a
+      B·M·H·K product and a B·M·H sum, freed once the contiguous copy exists.
+    * the workspace, ``workspace_size()`` bytes: ``kNeedsAccumGradQ`` holds
+      from sm70 on (split keys), so each (batch, head) gets
+      ``ceil(M/kBlockSizeI) * ceil(K/kBlockSizeJ)`` GradQTempStorage tiles
+      (a 16-byte header and kBlockSizeI·kBlockSizeJ floats), aligned to 4
+      floats. Blocks of 64×64 are taken (the kernels for K ≤ 64; larger
+      heads use larger blocks, within a tile's rounding of this). gK/gV need
+      staging only for half types with K above the block (not modelled).
+    """
+    import torch
+
+    steps: list = []
+    if dtype == torch.float32:
+        steps += [b * m * h * k * 4, b * m * h * 4, b * h * m * 4, -1, -2]
+    else:
+        steps += [b * h * m * 4]
+    tiles = -(-m // 64) * -(-k // 64)
+    steps.append(b * h * _up(tiles * (4 + 64 * 64), 4) * 4)
+    return steps
+
+
+def _flash_backward_scratch(b: int, h: int, m: int, k: int) -> list:
+    """FlashAttention-2's backward scratch (flash_attn/flash_api.cpp,
+    ``mha_bwd``): ``softmax_d`` (B, H, M rounded to 128) and ``dq_accum``
+    (B, M rounded to 128, H, K rounded to 32 up to 128 and to 64 above), both fp32."""
+    mr = _up(m, 128)
+    kr = _up(k, 32 if k <= 128 else 64)
+    return [b * h * mr * 4, b * mr * h * kr * 4]
+
+
 class Cuda:
     """The CUDA-only behaviour a trace adds: the SDPA choice, and a
     workspace the first time each phase's thread runs a matmul."""
@@ -115,13 +195,26 @@ class Cuda:
         self.threads_seen: set = set()
         self.lt_made = False
         self.keep: list = []  # the workspaces, alive to the end
+        self.held: list = []  # scratch made before an operation, freed after it
+        self.autocast: Any = None  # vramscope._autocast.Autocast, when tracing under it
         self.sdp: Dict[int, int] = {}  # backend -> calls
 
     def before(self, func: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], rec: Any) -> Optional[Any]:
         """Run before ``func`` in the dispatch mode: a result to return
         instead of calling it, or ``None``."""
         name = str(getattr(func, "_overloadname", ""))
-        op = f"{getattr(func, '__name__', '').split('.')[0]}.{name}"
+        base = getattr(func, "__name__", "").split(".")[0]
+        op = f"{base}.{name}"
+        if base in _ATTENTION_BACKWARDS:
+            # Both kernels run on a (B, L, H, K) gradient of the output,
+            # copied by ``grad_out.contiguous()`` when it is not laid out so
+            # (it is not when the output was transposed back, as
+            # nn.MultiheadAttention does); the copy lives through the call.
+            g = args[0]
+            if base.startswith("_scaled"):
+                g = g.transpose(1, 2)
+            if not g.is_contiguous():
+                self.held.append(self._workspace(g.numel() * g.element_size(), rec, "temporary", keep=False))
         if op in _MATMULS:
             thread = "backward" if rec.phase == "backward" else "forward"
             if thread not in self.threads_seen:
@@ -132,12 +225,41 @@ class Cuda:
                 self._workspace(self.lt, rec)
         return None
 
-    def _workspace(self, size: int, rec: Any) -> None:
+    def after(self, func: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], rec: Any) -> None:
+        """Run after ``func`` made its outputs: the scratch its CUDA kernel
+        allocates and frees inside itself, which no meta kernel shows."""
+        name = getattr(func, "__name__", "").split(".")[0]
+        if name in _ATTENTION_BACKWARDS:
+            # The SDPA-level ops take (B, H, L, K); the kernel-level ones (B, L, H, K).
+            q = args[1]
+            b, h, m, k = (int(q.shape[i]) for i in ((0, 1, 2, 3) if name.startswith("_scaled") else (0, 2, 1, 3)))
+            steps = _efficient_backward_scratch(b, h, m, k, q.dtype) if "efficient" in name else _flash_backward_scratch(b, h, m, k)
+            self._scratch(steps, rec)
+        self.held.clear()
+
+    def _scratch(self, steps: list, rec: Any) -> None:
+        """Allocations (a size) and frees (``-i``: the i-th allocation, from
+        1) in the kernel's order, all freed at the end."""
+        import torch
+
+        made: list = []
+        for step in steps:
+            if step > 0:
+                t = torch.empty(step, dtype=torch.uint8, device="meta")
+                rec.track(t, "temporary")
+                made.append(t)
+            else:
+                made[-step - 1] = None
+        made.clear()
+
+    def _workspace(self, size: int, rec: Any, category: str = "workspace", keep: bool = True) -> Any:
         import torch
 
         t = torch.empty(size, dtype=torch.uint8, device="meta")
-        rec.track(t, "workspace")
-        self.keep.append(t)
+        rec.track(t, category)
+        if keep:
+            self.keep.append(t)
+        return t
 
 
 @contextlib.contextmanager
@@ -152,6 +274,10 @@ def sdpa_as_on_cuda(cuda: Cuda) -> Iterator[None]:
     aten = torch.ops.aten
 
     def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        ac = cuda.autocast
+        if ac is not None and ac.enabled:
+            # scaled_dot_product_attention is on CUDA autocast's lower-precision list.
+            query, key, value = (ac.cast_one(t, ac.dtype) for t in (query, key, value))
         choice = _MATH
         if not enable_gqa and query.dim() == 4 and key.shape[-2] == value.shape[-2]:
             choice = sdp_choice((query, key, value, attn_mask), {}, cuda.capability)

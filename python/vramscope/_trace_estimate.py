@@ -33,7 +33,7 @@ import pickle
 import sys
 import tempfile
 import weakref
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 __all__ = ["estimate", "Estimate"]
 
@@ -43,7 +43,11 @@ _SKIP_FILES = ("torch/utils/_python_dispatch.py", "vramscope/_trace_estimate.py"
 class Estimate:
     """The result of :func:`estimate`: ``peak_bytes``, ``by_category`` (at
     the peak), ``path`` (the snapshot written) and ``snapshot`` (a
-    :class:`vramscope.Snapshot`)."""
+    :class:`vramscope.Snapshot`). For ``device="cuda"`` also
+    ``peak_reserved_bytes`` (the trace replayed through the caching
+    allocator's model), ``fit`` (the verdict for ``gpu=``, a dict with
+    ``verdict`` and ``sentence``; ``None`` without a GPU's memory) and
+    ``max_batch`` (with ``max_batch_for=``)."""
 
     def __init__(self, path: str, snapshot: Any) -> None:
         self.path = path
@@ -52,13 +56,22 @@ class Estimate:
         self.peak_bytes: int = int(dev["peak"]["allocated_bytes"])
         self.by_category: Dict[str, int] = {c["category"]: int(c["bytes"]) for c in dev["peak"].get("by_category") or []}
         self.summary = dev
+        # Set for device="cuda" (vramscope._fit_estimate).
+        self.peak_reserved_bytes: Optional[int] = None
+        self.fit: Optional[Dict[str, Any]] = None
+        self.max_batch: Optional[Dict[str, Any]] = None
 
     def report(self, path: Optional[str | os.PathLike] = None) -> Any:
         return self.snapshot.report(path)
 
     def __repr__(self) -> str:
         cats = ", ".join(f"{k} {v}" for k, v in sorted(self.by_category.items(), key=lambda kv: -kv[1]))
-        return f"<vramscope.Estimate peak {self.peak_bytes} bytes ({cats})>"
+        more = f", peak reserved {self.peak_reserved_bytes}" if self.peak_reserved_bytes is not None else ""
+        if self.fit is not None:
+            more += f", {self.fit['verdict']}"
+        if self.max_batch is not None:
+            more += f", max batch {self.max_batch['batch']}"
+        return f"<vramscope.Estimate peak {self.peak_bytes} bytes ({cats}){more}>"
 
 
 class _Recorder:
@@ -151,6 +164,8 @@ def _mode(rec: _Recorder, cuda: Any = None) -> Any:
             out = func(*args, **(kwargs or {}))
             for t in tree_leaves(out):
                 rec.track(t)
+            if cuda is not None:
+                cuda.after(func, args, kwargs or {}, rec)
             return out
 
     return Track()
@@ -270,7 +285,13 @@ def estimate(
     targets: Sequence[Any] = (),
     steps: int = 2,
     device: str = "cuda",
-    gpu: Optional[str] = None,
+    gpu: Union[str, int, None] = None,
+    settings: Optional[str] = None,
+    outside_bytes: Optional[int] = None,
+    inference: bool = False,
+    autocast: Any = None,
+    max_batch_for: Union[str, int, None] = None,
+    batch_dim: int = 0,
     path: Optional[str | os.PathLike] = None,
     **optimizer_options: Any,
 ) -> Estimate:
@@ -300,20 +321,71 @@ def estimate(
             cuBLAS/cuBLASLt workspaces) and rounds every block up to 512
             bytes as the CUDA caching allocator does; ``"cpu"`` counts exact
             bytes, as the CPU allocator does.
-        gpu: the GPU's name (``"H100-80GB"``, ``"A100"``): its compute
-            capability decides the attention kernels and the workspace size.
-            Default: a Hopper GPU.
+        gpu: the GPU, by name (``"H100-80GB"``, ``"A100-40GB"``) or total
+            bytes: its compute capability decides the attention kernels and
+            the workspace size (default: a Hopper GPU), its memory the
+            verdict (``est.fit``): the trace replayed through the caching
+            allocator's model, peak reserved against the GPU's total less
+            ``outside_bytes``.
+        settings: allocator settings for the replay, in
+            ``PYTORCH_CUDA_ALLOC_CONF`` syntax (``"expandable_segments:True"``).
+        outside_bytes: memory the process holds outside the caching
+            allocator (CUDA context, kernels); default 768 MiB, a little
+            above what the project's H100 and H200 measured.
+        inference: forward passes only, under ``torch.no_grad()`` (no
+            loss, backward or optimizer).
+        autocast: ``torch.bfloat16`` or ``torch.float16`` (``True``:
+            bfloat16): forward and loss run as under
+            ``torch.autocast(device_type="cuda", dtype=...)``, by CUDA's
+            autocast lists (vramscope._autocast), weights cast once per step.
+        max_batch_for: a GPU (as ``gpu``): also search the largest batch
+            that fits it (``est.max_batch``), re-tracing with every input
+            and target resized along ``batch_dim``.
+        batch_dim: the batch dimension of the inputs and targets.
         path: where the snapshot goes (default: a temporary file).
         **optimizer_options: passed to ``optimizer`` (``lr=1e-3``, ...); for
             an instance, they override every group's options.
     """
-    import torch
-    from torch.func import functional_call
-
     from . import load
+    from ._fit_estimate import attach_fit, search_max_batch
 
     if device not in ("cuda", "cpu"):
         raise ValueError(f"device={device!r}: expected 'cuda' or 'cpu'")
+    from ._autocast import autocast_dtype
+
+    cast = autocast_dtype(autocast)
+    if device == "cpu" and (gpu is not None or max_batch_for is not None):
+        raise ValueError("gpu= and max_batch_for= are for device='cuda': the CPU has no caching allocator to replay")
+
+    def trace(inputs: Sequence[Any], labels: Sequence[Any], where: Optional[str | os.PathLike]) -> Estimate:
+        out = _trace(model, inputs, optimizer, loss_fn, labels, steps, device, gpu, inference, cast, where, optimizer_options)
+        return Estimate(out, load(out))
+
+    est = trace(example_inputs, targets, path)
+    if device == "cuda":
+        attach_fit(est, gpu, settings, outside_bytes)
+        if max_batch_for is not None:
+            search_max_batch(est, trace, example_inputs, targets, batch_dim, max_batch_for, settings, outside_bytes)
+    return est
+
+
+def _trace(
+    model: Any,
+    example_inputs: Sequence[Any],
+    optimizer: Any,
+    loss_fn: Optional[Callable[..., Any]],
+    targets: Sequence[Any],
+    steps: int,
+    device: str,
+    gpu: Union[str, int, None],
+    inference: bool,
+    cast: Any,
+    path: Optional[str | os.PathLike],
+    optimizer_options: Dict[str, Any],
+) -> str:
+    """Trace ``steps`` iterations; the snapshot's path."""
+    import torch
+    from torch.func import functional_call
     rec = _Recorder(512 if device == "cuda" else 1)
     cuda = None
     if device == "cuda":
@@ -333,7 +405,14 @@ def estimate(
 
     annotations: List[Dict[str, Any]] = []
     on_cuda = contextlib.ExitStack()
+    ac = None
+    if cast is not None:
+        from ._autocast import Autocast
+
+        ac = Autocast(cast)
+        on_cuda.enter_context(ac.mode)
     if cuda is not None:
+        cuda.autocast = ac
         on_cuda.enter_context(fused_on_meta())
         on_cuda.enter_context(sdpa_as_on_cuda(cuda))
     with on_cuda, mode:
@@ -343,7 +422,7 @@ def estimate(
         buffers = {n: on_meta(b, "parameter") for n, b in model.named_buffers()}
         inputs = tuple(on_meta(x, "input") for x in example_inputs)
         labels = tuple(on_meta(y, "input") for y in targets)
-        opt = _traced_optimizer(optimizer, model, params, optimizer_options, cuda_path=cuda is not None)
+        opt = None if inference else _traced_optimizer(optimizer, model, params, optimizer_options, cuda_path=cuda is not None)
         state = {**params, **buffers}
         for step in range(max(1, int(steps))):
             annotations.append({"name": f"ProfilerStep#{step + 1}", "stage": "START", "device": 0, "time_us": rec._tick()})
@@ -353,8 +432,20 @@ def estimate(
             else:
                 for p in params.values():
                     p.grad = None
+            if ac is not None:
+                ac.region(True)
+            if inference:
+                with torch.no_grad():
+                    out = functional_call(model, state, inputs)
+                del out
+                if ac is not None:
+                    ac.region(False)
+                annotations.append({"name": f"ProfilerStep#{step + 1}", "stage": "END", "device": 0, "time_us": rec._tick()})
+                continue
             out = functional_call(model, state, inputs)
             loss = loss_fn(out, *labels) if loss_fn is not None else (out if isinstance(out, torch.Tensor) else out[0]).sum()
+            if ac is not None:
+                ac.region(False)  # torch.autocast's exit: the weights' casts are let go
             # The output is not kept through backward: the loss holds what
             # backward needs, and training loops (a train_step function,
             # HF Trainer's compute_loss, Lightning's training_step) let the
@@ -395,7 +486,7 @@ def estimate(
             "device_traces": [list(rec.events)],
             "external_annotations": annotations,
             "allocator_settings": {},
-            "vramscope": {"recorder": "estimate-meta-trace", "steps": int(steps), "torch": str(torch.__version__)},
+            "vramscope": {"recorder": "estimate-meta-trace", "steps": int(steps), "inference": bool(inference), "autocast": str(cast).replace("torch.", "") if cast is not None else None, "torch": str(torch.__version__)},
         }
         if cuda is not None:
             names = {0: "math", 1: "flash", 2: "efficient"}
@@ -412,4 +503,4 @@ def estimate(
     path = os.fspath(path)
     with open(path, "wb") as f:
         pickle.dump(snap, f, protocol=pickle.DEFAULT_PROTOCOL)
-    return Estimate(path, load(path))
+    return path

@@ -15,6 +15,7 @@
 mod answer;
 mod error;
 mod expandable;
+pub mod fit;
 pub mod horizon;
 pub mod limit;
 mod model;
@@ -27,6 +28,7 @@ mod simulate;
 mod start;
 
 pub use error::SimulateError;
+pub use fit::{fit, Fit, FitOptions, Verdict};
 pub use model::{Allocator, OutOfMemory, SegmentEvent};
 pub use must_go::{GoneSite, MustGo};
 pub use replay::{replay, ReplaySetup, Replayed};

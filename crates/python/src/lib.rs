@@ -190,6 +190,30 @@ impl Snapshot {
         }))
     }
 
+    /// An estimate's verdict for a GPU of `total` bytes as JSON text: its
+    /// trace replayed without a limit, the peak reserved held against
+    /// `total − outside` ([`vramscope_allocator::fit`]).
+    #[pyo3(signature = (total, outside=None, settings=None, device=None))]
+    fn fit(
+        &self,
+        py: Python<'_>,
+        total: u64,
+        outside: Option<u64>,
+        settings: Option<String>,
+        device: Option<u32>,
+    ) -> PyResult<String> {
+        let opts = vramscope_allocator::FitOptions {
+            device,
+            total,
+            outside,
+            settings,
+        };
+        let f = py
+            .detach(|| vramscope_allocator::fit(&self.inner, &opts))
+            .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?;
+        Ok(serde_json::to_string_pretty(&f).unwrap_or_default())
+    }
+
     /// `vramscope simulate` as JSON text (or terminal text): the trace
     /// replayed through the allocator model under other settings and
     /// program changes.
@@ -301,6 +325,12 @@ fn leak_options(
 }
 
 /// Bytes from a size for people: `12GiB`, `1.5GB`, `1MiB/iter`.
+/// Bytes as vramscope writes them everywhere ("1.50 GiB").
+#[pyfunction]
+fn format_bytes(n: u64) -> String {
+    vramscope_analysis::units::bytes(n)
+}
+
 #[pyfunction]
 fn parse_bytes(s: &str) -> PyResult<u64> {
     vramscope_analysis::units::parse_bytes(s).map_err(PyValueError::new_err)
@@ -534,6 +564,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(loads, m)?)?;
     m.add_function(wrap_pyfunction!(cli, m)?)?;
     m.add_function(wrap_pyfunction!(parse_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(format_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(cycles_analyze, m)?)?;
     m.add_function(wrap_pyfunction!(cycles_merge, m)?)?;
     m.add_function(wrap_pyfunction!(cycles_html, m)?)?;
