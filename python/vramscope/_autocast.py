@@ -47,7 +47,6 @@ class Autocast:
     ``region()`` clears the weight cache, as leaving ``torch.autocast`` does."""
 
     def __init__(self, dtype: Any) -> None:
-        import torch
         from torch.overrides import TorchFunctionMode
 
         self.dtype = dtype
@@ -57,17 +56,7 @@ class Autocast:
 
         class Mode(TorchFunctionMode):
             def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-                kwargs = kwargs or {}
-                if outer.enabled:
-                    name = getattr(func, "__name__", "")
-                    special = _to_float(name, args, kwargs)
-                    if special is not None:
-                        return special
-                    if name in _LOWER:
-                        args, kwargs = outer._cast(args, kwargs, outer.dtype)
-                    elif name in _FP32:
-                        args, kwargs = outer._cast(args, kwargs, torch.float32)
-                return func(*args, **kwargs)
+                return outer.policy(getattr(func, "__name__", ""), args, kwargs or {}, func)
 
         self.mode = Mode()
 
@@ -88,12 +77,69 @@ class Autocast:
         return t.to(dtype)
 
     def _cast(self, args: Any, kwargs: Dict[str, Any], dtype: Any) -> Any:
-        return tuple(self._deep(a, dtype) for a in args), {k: self._deep(v, dtype) for k, v in kwargs.items()}
+        # Last argument first: the autocast wrappers cast their arguments in
+        # a C++ call's argument list, which GCC evaluates right to left
+        # (a linear's bias, then its weight, then its input, as the GPU's
+        # allocator history shows).
+        kw = {k: self._deep(v, dtype) for k, v in reversed(list(kwargs.items()))}
+        cast = [self._deep(a, dtype) for a in reversed(args)]
+        return tuple(reversed(cast)), dict(reversed(list(kw.items())))
 
     def _deep(self, v: Any, dtype: Any) -> Any:
         if isinstance(v, (list, tuple)):
             return type(v)(self._deep(x, dtype) for x in v)
         return self.cast_one(v, dtype)
+
+    def policy(self, name: str, args: Any, kwargs: Dict[str, Any], call: Any) -> Any:
+        """Call ``call`` as autocast would for the function ``name``."""
+        import torch
+
+        given = kwargs.get("dtype") is not None or (name in ("softmax", "log_softmax") and len(args) > 2 and args[2] is not None)
+        if self.enabled and not given:
+            # fp32_set_opt_dtype leaves a dtype the caller gave.
+            special = _to_float(name, args, kwargs)
+            if special is not None:
+                return special
+            if name in _LOWER:
+                args, kwargs = self._cast(args, kwargs, self.dtype)
+            elif name in _FP32:
+                args, kwargs = self._cast(args, kwargs, torch.float32)
+        return call(*args, **kwargs)
+
+    def patched(self) -> Any:
+        """The functions of ``torch.nn.functional`` and ``torch`` on the
+        lists, wrapped while tracing: a Python function such as
+        ``F.multi_head_attention_forward`` runs its body with the function
+        mode switched off, and calls ``linear``, ``softmax``, ``torch.bmm``
+        through these names."""
+        import contextlib
+
+        import torch
+        import torch.nn.functional as F
+
+        outer = self
+
+        @contextlib.contextmanager
+        def swap() -> Any:
+            saved = []
+            for mod in (F, torch):
+                for name in sorted(_LOWER | _FP32):
+                    orig = mod.__dict__.get(name)
+                    if orig is None or not callable(orig) or name == "scaled_dot_product_attention":
+                        continue
+
+                    def wrapper(*args: Any, __orig: Any = orig, __name: str = name, **kwargs: Any) -> Any:
+                        return outer.policy(__name, args, kwargs, __orig)
+
+                    saved.append((mod, name, orig))
+                    setattr(mod, name, wrapper)
+            try:
+                yield
+            finally:
+                for mod, name, orig in reversed(saved):
+                    setattr(mod, name, orig)
+
+        return swap()
 
     def region(self, on: bool) -> None:
         """Enter (``True``) or leave the autocast region."""
@@ -110,11 +156,20 @@ def _half(t: Any) -> bool:
 
 def _to_float(name: str, args: Any, kwargs: Dict[str, Any]) -> Any:
     """softmax, log-softmax and cross-entropy on a half input, as CUDA runs
-    them under autocast: ``fp32_set_opt_dtype`` calls them with
-    ``dtype=float``, which on CUDA is ``_softmax(x, dim, half_to_float=True)``
-    (aten/src/ATen/native/SoftMax.cpp): an fp32 output straight from the
-    half input, no fp32 copy of it, and a backward that gives the gradient
-    in the input's dtype. ``None`` where this does not apply."""
+    them under autocast (``None`` where the lists' policy applies as is):
+
+    * ``F.cross_entropy`` is ``cross_entropy_loss``, which calls
+      ``log_softmax(input, dim, input.scalar_type())``: the dtype is given,
+      so autocast's ``fp32_set_opt_dtype`` leaves it, and the log-softmax
+      runs in the half type; ``nll_loss`` (fp32 list) then casts it up to
+      fp32 (the H200's history: a bf16 log-softmax, then its fp32 copy).
+    * ``softmax``/``log_softmax`` of an fp16 input get ``dtype=float``,
+      which CUDA runs as ``_softmax(x, dim, half_to_float=True)``
+      (aten/src/ATen/native/SoftMax.cpp): an fp32 output straight from the
+      half input. A bfloat16 input is first copied to fp32 (that path is
+      for ``Half`` only): the fp32 list's cast, as for any other op."""
+    import torch
+
     if name not in ("softmax", "log_softmax", "cross_entropy") or not args or not _half(args[0]):
         return None
     x = args[0]
@@ -123,11 +178,13 @@ def _to_float(name: str, args: Any, kwargs: Dict[str, Any]) -> Any:
 
         if float(kwargs.get("label_smoothing", 0.0) or 0.0) != 0.0 or len(args) > 2:
             return None
-        logp = _SoftmaxToFloat.apply(x, 1 if x.dim() > 1 else 0, True)
+        logp = torch.log_softmax(x, 1 if x.dim() > 1 else 0, dtype=x.dtype)
         rest = {k: v for k, v in kwargs.items() if k in ("weight", "ignore_index", "reduction")}
-        return F.nll_loss(logp, args[1], **rest)
+        return F.nll_loss(logp.float(), args[1], **rest)
+    if x.dtype != torch.float16:
+        return None
     dim = args[1] if len(args) > 1 else kwargs.get("dim")
-    if dim is None or kwargs.get("dtype") not in (None,):
+    if dim is None or kwargs.get("dtype") is not None:
         return None
     return _SoftmaxToFloat.apply(x, int(dim), name == "log_softmax")
 

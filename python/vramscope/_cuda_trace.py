@@ -36,6 +36,8 @@ import os
 import sys
 from typing import Any, Dict, Iterator, Optional, Tuple
 
+from ._cuda_kernels import SMS, ATTENTION_BACKWARDS, efficient_backward_scratch, flash_backward_scratch, reduce_scratch, threads_per_sm
+
 # SDPBackend values (torch.nn.attention.SDPBackend).
 _MATH, _FLASH, _EFFICIENT = 0, 1, 2
 
@@ -55,6 +57,9 @@ GPUS: Dict[str, Tuple[int, int]] = {
     "V100": (7, 0),
     "T4": (7, 5),
 }
+
+# Backward kernels that copy a gradient that is not contiguous.
+_CONTIGUOUS_GRAD = ("native_layer_norm_backward",)
 
 _MATMULS = ("mm.default", "addmm.default", "bmm.default", "baddbmm.default", "_addmm_activation.default")
 
@@ -87,6 +92,18 @@ def gpu_memory(gpu: Any) -> Tuple[Optional[int], str]:
         gib = int(m.group(1))
         return int(gib * (1 << 30) * (85_017_493_504 / (80 << 30))), f"from the name ({gib} GiB less what the H100 80GB keeps; pass the bytes for the exact figure)"
     return None, f"the name {gpu!r} gives no memory size; pass gpu=<total bytes> or a name with one (\"A100-40GB\")"
+
+
+def sms_of(gpu: Any) -> int:
+    """Streaming multiprocessors of a GPU named like ``"H100-80GB"``;
+    the H100's 132 when no GPU is named (or only its bytes)."""
+    if gpu is None or isinstance(gpu, int):
+        return 132
+    key = str(gpu).upper().replace(" ", "").replace("NVIDIA", "")
+    for name in sorted(SMS, key=len, reverse=True):
+        if key.startswith(name):
+            return SMS[name]
+    return 132
 
 
 def capability_of(gpu: Any) -> Tuple[int, int]:
@@ -135,62 +152,13 @@ def workspace_sizes(capability: Tuple[int, int]) -> Tuple[int, int]:
     return cublas, lt
 
 
-_ATTENTION_BACKWARDS = (
-    "_efficient_attention_backward",
-    "_scaled_dot_product_efficient_attention_backward",
-    "_flash_attention_backward",
-    "_scaled_dot_product_flash_attention_backward",
-)
-
-
-def _up(n: int, m: int) -> int:
-    return (n + m - 1) // m * m
-
-
-def _efficient_backward_scratch(b: int, h: int, m: int, k: int, dtype: Any) -> list:
-    """The memory-efficient kernel's backward scratch, in its order
-    (aten/src/ATen/native/transformers/cuda/attention_backward.cu,
-    ``_efficient_attention_backward``, and mem_eff_attention/kernel_backward.h):
-
-    * ``delta``: the kernel computes it for fp16/bf16 into a (B, H, M) fp32
-      tensor; for fp32 (``kKernelComputesDelta`` false) it is
-      ``(grad_out * out).sum(-1).transpose(-2, -1).contiguous()``: a
-      B·M·H·K product and a B·M·H sum, freed once the contiguous copy exists.
-    * the workspace, ``workspace_size()`` bytes: ``kNeedsAccumGradQ`` holds
-      from sm70 on (split keys), so each (batch, head) gets
-      ``ceil(M/kBlockSizeI) * ceil(K/kBlockSizeJ)`` GradQTempStorage tiles
-      (a 16-byte header and kBlockSizeI·kBlockSizeJ floats), aligned to 4
-      floats. Blocks of 64×64 are taken (the kernels for K ≤ 64; larger
-      heads use larger blocks, within a tile's rounding of this). gK/gV need
-      staging only for half types with K above the block (not modelled).
-    """
-    import torch
-
-    steps: list = []
-    if dtype == torch.float32:
-        steps += [b * m * h * k * 4, b * m * h * 4, b * h * m * 4, -1, -2]
-    else:
-        steps += [b * h * m * 4]
-    tiles = -(-m // 64) * -(-k // 64)
-    steps.append(b * h * _up(tiles * (4 + 64 * 64), 4) * 4)
-    return steps
-
-
-def _flash_backward_scratch(b: int, h: int, m: int, k: int) -> list:
-    """FlashAttention-2's backward scratch (flash_attn/flash_api.cpp,
-    ``mha_bwd``): ``softmax_d`` (B, H, M rounded to 128) and ``dq_accum``
-    (B, M rounded to 128, H, K rounded to 32 up to 128 and to 64 above), both fp32."""
-    mr = _up(m, 128)
-    kr = _up(k, 32 if k <= 128 else 64)
-    return [b * h * mr * 4, b * mr * h * kr * 4]
-
-
 class Cuda:
     """The CUDA-only behaviour a trace adds: the SDPA choice, and a
     workspace the first time each phase's thread runs a matmul."""
 
-    def __init__(self, capability: Tuple[int, int]) -> None:
+    def __init__(self, capability: Tuple[int, int], sms: int = 132) -> None:
         self.capability = capability
+        self.sms = sms
         self.cublas, self.lt = workspace_sizes(capability)
         self.threads_seen: set = set()
         self.lt_made = False
@@ -202,38 +170,62 @@ class Cuda:
     def before(self, func: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], rec: Any) -> Optional[Any]:
         """Run before ``func`` in the dispatch mode: a result to return
         instead of calling it, or ``None``."""
-        name = str(getattr(func, "_overloadname", ""))
         base = getattr(func, "__name__", "").split(".")[0]
-        op = f"{base}.{name}"
-        if base in _ATTENTION_BACKWARDS:
-            # Both kernels run on a (B, L, H, K) gradient of the output,
-            # copied by ``grad_out.contiguous()`` when it is not laid out so
-            # (it is not when the output was transposed back, as
+        if base in ATTENTION_BACKWARDS and "efficient" in base:
+            # The memory-efficient kernel runs on a (B, L, H, K) gradient of
+            # the output, copied by ``grad_out.contiguous()`` when it is not
+            # laid out so (it is not when the output was transposed back, as
             # nn.MultiheadAttention does); the copy lives through the call.
+            # Flash attention needs only the last dimension contiguous.
             g = args[0]
             if base.startswith("_scaled"):
                 g = g.transpose(1, 2)
             if not g.is_contiguous():
                 self.held.append(self._workspace(g.numel() * g.element_size(), rec, "temporary", keep=False))
-        if op in _MATMULS:
-            thread = "backward" if rec.phase == "backward" else "forward"
-            if thread not in self.threads_seen:
-                self.threads_seen.add(thread)
-                self._workspace(self.cublas, rec)
-            if not self.lt_made and op.startswith("addmm"):
-                self.lt_made = True
-                self._workspace(self.lt, rec)
+        elif base in _CONTIGUOUS_GRAD and args and not args[0].is_contiguous():
+            # The CUDA kernels take a contiguous gradient (``dY.expect_contiguous()``
+            # in layer_norm_backward_cuda): a copy for the call when it is not.
+            g = args[0]
+            self.held.append(self._workspace(g.numel() * g.element_size(), rec, "temporary", keep=False))
         return None
+
+    def untracked(self, func: Any, out: Any) -> Tuple[Any, ...]:
+        """Outputs that are not device memory on CUDA: the memory-efficient
+        kernel's philox seed and offset are CPU tensors when there is no
+        dropout (``at::empty({}, at::dtype(at::kLong))``), meta ones here
+        (flash attention's are on the device, 8 bytes each)."""
+        name = getattr(func, "__name__", "").split(".")[0]
+        if name == "_scaled_dot_product_efficient_attention" and isinstance(out, tuple) and len(out) >= 4:
+            return (out[2], out[3])
+        return ()
 
     def after(self, func: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], rec: Any) -> None:
         """Run after ``func`` made its outputs: the scratch its CUDA kernel
         allocates and frees inside itself, which no meta kernel shows."""
         name = getattr(func, "__name__", "").split(".")[0]
-        if name in _ATTENTION_BACKWARDS:
+        if f"{name}.{getattr(func, '_overloadname', '')}" in _MATMULS:
+            # The handle's workspace comes when the matmul runs, after its
+            # output is allocated (getCurrentCUDABlasHandle → setWorkspaceForHandle).
+            thread = "backward" if rec.phase == "backward" else "forward"
+            if thread not in self.threads_seen:
+                self.threads_seen.add(thread)
+                self._workspace(self.cublas, rec)
+            if not self.lt_made and name.startswith("addmm"):
+                self.lt_made = True
+                self._workspace(self.lt, rec)
+        if name in ATTENTION_BACKWARDS:
             # The SDPA-level ops take (B, H, L, K); the kernel-level ones (B, L, H, K).
             q = args[1]
             b, h, m, k = (int(q.shape[i]) for i in ((0, 1, 2, 3) if name.startswith("_scaled") else (0, 2, 1, 3)))
-            steps = _efficient_backward_scratch(b, h, m, k, q.dtype) if "efficient" in name else _flash_backward_scratch(b, h, m, k)
+            steps = efficient_backward_scratch(b, h, m, k, q.dtype) if "efficient" in name else flash_backward_scratch(b, h, m, k)
+            self._scratch(steps, rec)
+        elif name in ("sum", "mean") and args and getattr(args[0], "is_floating_point", lambda: False)():
+            x = args[0]
+            dims = args[1] if len(args) > 1 and args[1] is not None else kwargs.get("dim") or []
+            if isinstance(dims, int):
+                dims = [dims]
+            acc = 8 if x.element_size() == 8 else 4
+            steps = reduce_scratch(tuple(x.shape), tuple(x.stride()), list(dims), x.element_size(), acc, self.sms, threads_per_sm(self.capability))
             self._scratch(steps, rec)
         self.held.clear()
 
@@ -250,7 +242,8 @@ class Cuda:
                 made.append(t)
             else:
                 made[-step - 1] = None
-        made.clear()
+        while made:  # the last made is freed first, as C++ destroys locals
+            made.pop()
 
     def _workspace(self, size: int, rec: Any, category: str = "workspace", keep: bool = True) -> Any:
         import torch
@@ -284,7 +277,7 @@ def sdpa_as_on_cuda(cuda: Cuda) -> Iterator[None]:
         cuda.sdp[choice] = cuda.sdp.get(choice, 0) + 1
         grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
         if choice == _FLASH:
-            return aten._scaled_dot_product_flash_attention(query, key, value, dropout_p, is_causal, grad, scale=scale)[0]
+            return aten._scaled_dot_product_flash_attention(query, key, value, dropout_p, is_causal, False, scale=scale)[0]
         if choice == _EFFICIENT:
             return aten._scaled_dot_product_efficient_attention(
                 query, key, value, attn_mask, grad, dropout_p, is_causal, scale=scale

@@ -271,6 +271,16 @@ pub(crate) fn empty_cache_calls(
     snap: &Snapshot,
     t: &vramscope_snapshot::DeviceTrace,
 ) -> Vec<usize> {
+    // An estimate's segments are its blocks, one each (`vramscope.estimate`
+    // writes no allocator's segments): their frees are no empty_cache().
+    if snap
+        .source
+        .recorder
+        .as_ref()
+        .is_some_and(|r| r.is_estimate())
+    {
+        return Vec::new();
+    }
     let through_empty_cache = |i: usize| {
         snap.stacks.get(t.stack[i]).iter().any(|&f| {
             let (_, _, name) = vramscope_analysis::sites::frame_location(snap, snap.frames.get(f));

@@ -200,10 +200,18 @@ pub fn simulate(snap: &Snapshot, opts: &SimulateOptions) -> Result<Simulation, S
     let recorded_oom = recorded_oom(snap, device);
     // Release-and-retry bursts: the device was full (not under garbage
     // collection, which releases before any cudaMalloc fails).
+    // An estimate's segment events are its blocks': no bursts to read.
+    let estimate = snap
+        .source
+        .recorder
+        .as_ref()
+        .is_some_and(|r| r.is_estimate());
     let seen_limit = snap
         .trace(device)
         .filter(|_| {
-            !(recorded.garbage_collection_threshold > 0.0 && recorded.memory_fraction.is_some())
+            !estimate
+                && !(recorded.garbage_collection_threshold > 0.0
+                    && recorded.memory_fraction.is_some())
         })
         .and_then(|t| {
             crate::limit::seen_limit(snap, device, &crate::replay::empty_cache_calls(snap, t))
