@@ -305,3 +305,19 @@ def test_reduction_scratch_is_the_gpus() -> None:
     assert bias(32768, 512) == [134_217_728, 16]
     # Few rows: one block per output, no global buffer.
     assert bias(512, 512) == []
+
+
+def test_dropout_keeps_a_bool_mask_as_cudas_fused_kernel_does() -> None:
+    """On CUDA, dropout in training is ``native_dropout``: a 1-byte mask
+    for backward. On meta the composite path would keep a noise tensor in
+    the input's dtype (4 bytes an element in fp32)."""
+    import pickle
+    import tempfile
+
+    model = nn.Sequential(nn.Linear(256, 256), nn.Dropout(0.1), nn.Linear(256, 256))
+    x = torch.empty(64, 256)
+    path = Path(tempfile.mkdtemp()) / "d.pickle"
+    vramscope.estimate(model, (x,), torch.optim.SGD, lr=0.1, steps=1, device="cuda", path=path)
+    sizes = [e["size"] for e in pickle.loads(path.read_bytes())["device_traces"][0] if e["action"] == "alloc" and e.get("category") == "activation"]
+    assert 64 * 256 in sizes  # the bool mask
+    assert sizes.count(64 * 256 * 4) == 3  # the two linears' outputs and the dropout's; no fp32 noise

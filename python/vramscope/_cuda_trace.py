@@ -292,6 +292,32 @@ def sdpa_as_on_cuda(cuda: Cuda) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def dropout_as_on_cuda() -> Iterator[None]:
+    """``F.dropout`` in training as CUDA runs it: ``at::native::dropout``
+    takes the fused ``native_dropout`` kernel for CUDA tensors
+    (``is_fused_kernel_acceptable``, aten/src/ATen/native/Dropout.cpp), which
+    keeps a bool mask for backward, 1 byte an element. On meta it takes the
+    composite path, whose noise tensor is in the input's dtype (4 bytes in
+    fp32)."""
+    import torch
+    import torch.nn.functional as F
+
+    original = F.dropout
+
+    def dropout(input: Any, p: float = 0.5, training: bool = True, inplace: bool = False) -> Any:
+        if not (training and 0.0 < p < 1.0 and isinstance(input, torch.Tensor) and input.is_floating_point() and input.numel() > 0):
+            return original(input, p, training, inplace)
+        out = torch.native_dropout(input, p, True)[0]
+        return input.copy_(out) if inplace else out
+
+    F.dropout = dropout
+    try:
+        yield
+    finally:
+        F.dropout = original
+
+
+@contextlib.contextmanager
 def fused_on_meta() -> Iterator[None]:
     """Let ``fused=True`` optimizers take meta parameters while tracing."""
     mods = [m for n, m in list(sys.modules.items()) if n.startswith(("torch.optim", "torch.utils._foreach_utils"))]

@@ -465,7 +465,7 @@ def _trace(
     rec = _Recorder(512 if device == "cuda" else 1)
     cuda = None
     if device == "cuda":
-        from ._cuda_trace import Cuda, capability_of, fused_on_meta, sdpa_as_on_cuda, sms_of
+        from ._cuda_trace import Cuda, capability_of, dropout_as_on_cuda, fused_on_meta, sdpa_as_on_cuda, sms_of
 
         cuda = Cuda(capability_of(gpu), sms_of(gpu))
     mode = _mode(rec, cuda, inplace=_inplace_counts())
@@ -492,6 +492,7 @@ def _trace(
         cuda.autocast = ac
         on_cuda.enter_context(fused_on_meta())
         on_cuda.enter_context(sdpa_as_on_cuda(cuda))
+        on_cuda.enter_context(dropout_as_on_cuda())
     with on_cuda, mode:
         # Only shapes, strides and dtypes are read from the real tensors: an
         # operation on them would be traced as an allocation.
