@@ -272,8 +272,13 @@ def sdpa_as_on_cuda(cuda: Cuda) -> Iterator[None]:
             # scaled_dot_product_attention is on CUDA autocast's lower-precision list.
             query, key, value = (ac.cast_one(t, ac.dtype) for t in (query, key, value))
         choice = _MATH
-        if not enable_gqa and query.dim() == 4 and key.shape[-2] == value.shape[-2]:
+        if query.dim() == 4 and key.shape[-2] == value.shape[-2]:
             choice = sdp_choice((query, key, value, attn_mask), {}, cuda.capability)
+            if enable_gqa and key.shape[-3] != query.shape[-3] and choice == _EFFICIENT:
+                # Grouped-query attention: flash attention takes fewer key/value
+                # heads, memory-efficient attention does not
+                # (check_batch_size_and_num_heads_dense<false>, sdp_utils.cpp).
+                choice = _MATH
         cuda.sdp[choice] = cuda.sdp.get(choice, 0) + 1
         grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
         if choice == _FLASH:

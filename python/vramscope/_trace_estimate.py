@@ -99,6 +99,7 @@ class _Recorder:
         self.time = 0
         self.phase = "setup"
         self.alloc_event: Dict[int, int] = {}  # key -> index of its alloc event
+        self.assumed: List[List[Dict[str, Any]]] = []  # stacks where a bool was read as true
 
     def _tick(self) -> int:
         self.time += 1
@@ -186,8 +187,18 @@ def _mode(rec: _Recorder, cuda: Any = None, inplace: Optional[Dict[str, Tuple[in
     def counts(t: Any) -> Tuple[int, int]:
         return int(t._use_count()), int(torch._C._storage_Use_Count(t.untyped_storage()._cdata))
 
+    scalar = torch.ops.aten._local_scalar_dense.default
+
     class Track(TorchDispatchMode):
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if func is scalar and args and isinstance(args[0], torch.Tensor) and args[0].dtype == torch.bool:
+                # A check on values (`if (mask == 0).all():`) has no value to
+                # read on meta. Read as true, which is what the checks models
+                # make before training take on ordinary batches (Transformers'
+                # "no packed sequences" when use_cache=False); noted in the
+                # snapshot with where it was read.
+                rec.assumed.append(rec._frames()[:3])
+                return True
             if func is add and len(args) == 2 and not kwargs and all(isinstance(a, torch.Tensor) for a in args):
                 old, new = args
                 if probe is not None:
@@ -564,7 +575,7 @@ def _trace(
             "device_traces": [list(rec.events)],
             "external_annotations": annotations,
             "allocator_settings": {},
-            "vramscope": {"recorder": "estimate-meta-trace", "steps": int(steps), "inference": bool(inference), "autocast": str(cast).replace("torch.", "") if cast is not None else None, "torch": str(torch.__version__)},
+            "vramscope": {"recorder": "estimate-meta-trace", "assumed_true": rec.assumed[:20], "steps": int(steps), "inference": bool(inference), "autocast": str(cast).replace("torch.", "") if cast is not None else None, "torch": str(torch.__version__)},
         }
         if cuda is not None:
             names = {0: "math", 1: "flash", 2: "efficient"}

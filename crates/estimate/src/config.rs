@@ -82,7 +82,7 @@ impl NormKind {
 
 /// The architecture of a decoder (or encoder) transformer, as far as memory
 /// is concerned.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ModelConfig {
     /// `model_type`, when the config names one.
     pub model_type: Option<String>,
@@ -116,6 +116,19 @@ pub struct ModelConfig {
     pub mlp_bias: bool,
     /// Learned absolute position embeddings (`max_positions` × hidden).
     pub learned_positions: bool,
+    /// The MLP's activation as the config names it (`gelu_new`, `silu`, ...).
+    pub activation: Option<String>,
+    /// Dropout on the residual branches (`resid_pdrop`, `hidden_dropout_prob`,
+    /// `hidden_dropout`, `dropout`), and on the embeddings (`embd_pdrop`).
+    pub resid_dropout: f64,
+    pub embd_dropout: f64,
+    /// Dropout on the attention weights (`attn_pdrop`, `attention_dropout`,
+    /// `attention_probs_dropout_prob`).
+    pub attn_dropout: f64,
+    /// `use_cache` (default true, as in Transformers).
+    pub use_cache: bool,
+    /// A GPT-2-style family (fused q/k/v, LayerNorm, learned positions).
+    pub gpt2_style: bool,
 }
 
 const GATED_FAMILIES: &[&str] = &[
@@ -274,7 +287,31 @@ impl ModelConfig {
                 "max_position_embeddings (or n_positions), needed for learned position embeddings",
             ));
         }
+        let prob = |keys: &[&str]| {
+            keys.iter()
+                .find_map(|k| m.get(*k).and_then(Value::as_f64))
+                .unwrap_or(0.0)
+        };
+        let resid_dropout = prob(&[
+            "resid_pdrop",
+            "hidden_dropout_prob",
+            "hidden_dropout",
+            "dropout",
+        ]);
+        let embd_dropout = prob(&["embd_pdrop", "embed_dropout"]);
+        let attn_dropout = prob(&[
+            "attn_pdrop",
+            "attention_dropout",
+            "attention_probs_dropout_prob",
+        ]);
+        let use_cache = boolean(m, "use_cache")?.unwrap_or(true);
         Ok(ModelConfig {
+            activation: activation.clone(),
+            resid_dropout,
+            embd_dropout,
+            attn_dropout,
+            use_cache,
+            gpt2_style,
             model_type,
             hidden_size,
             num_layers,

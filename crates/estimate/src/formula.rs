@@ -65,7 +65,15 @@ impl Plan<'_> {
             Regime::Training
         };
         let structural = o.config.as_ref().map(|c| {
-            activations::structural(c, batch, o.seq, self.act_bytes, regime, o.fused_attention)
+            activations::structural(
+                c,
+                batch,
+                o.seq,
+                self.act_bytes,
+                regime,
+                o.fused_attention,
+                o.mixed_precision,
+            )
         });
         let empirical = activations::empirical_bytes(self.n, batch, o.seq, self.act_bytes);
         let kv_cache = match (&o.config, o.kv_cache) {

@@ -139,9 +139,11 @@ fn lora_trains_only_the_adapters() {
     assert_eq!(c.gradients, t * 4);
     assert_eq!(c.optimizer_state, t * 8);
     assert_eq!(c.optimizer_intermediates, t * 4);
-    // One token: 28 layers × (34·1536 + 5·12·1)·4/2, embedding 1536·4,
-    // logits 151936·4 + fp32 copy 151936·4.
-    assert_eq!(c.activations, 28 * 104_568 + 6_144 + 1_215_488);
+    // One token, fp32, attention not fused: per layer the two RMSNorms
+    // 2·(4h + 2·4h) = 36,864, q/k/v 4·(1536 + 2·256) = 8,192 and the output
+    // 4·1536 = 6,144, the softmax 4·12·1 = 48, the gated MLP 4·4·8960 =
+    // 143,360: 194,608. The final RMSNorm 18,432; the log-softmax 151936·4.
+    assert_eq!(c.activations, 28 * 194_608 + 18_432 + 607_744);
     assert_eq!(e.peak_phase, Phase::OptimizerStep);
     assert_eq!(e.total, 6_262_020_096);
 
@@ -187,9 +189,12 @@ fn inference_with_kv_cache() {
     );
     // 2 · 28 layers · 1 · 1024 tokens · 2 kv heads · 128 · 2 bytes.
     assert_eq!(c.kv_cache, 29_360_128);
-    // One layer 1024·(34·1536 + 5·12·1024) + hidden 1024·1536·2 + logits 1024·151936·2.
-    assert_eq!(c.activations, 116_391_936 + 3_145_728 + 311_164_928);
-    assert_eq!(e.total, 3_547_491_328);
+    // One layer of 1024 tokens in bf16: norms 2·(4h + 2·2h) = 24,576, q/k/v
+    // and the output 2·2048 + 2·1536 = 7,168, the softmax 2·12·1024 =
+    // 24,576, the MLP 4·2·8960 = 71,680: 128,000 a token. Hidden state
+    // 1024·1536·2, logits 1024·151936·2.
+    assert_eq!(c.activations, 1024 * 128_000 + 3_145_728 + 311_164_928);
+    assert_eq!(e.total, 3_562_171_392);
     assert_eq!(e.peak_phase, Phase::Forward);
 }
 
@@ -208,15 +213,17 @@ fn checkpointing_keeps_layer_inputs_and_one_layer() {
     })
     .unwrap();
     let (s, b, h) = (512u64, 2u64, 1536u64);
-    let layer = s * b * (34 * h + 5 * 12 * s) * 4 / 2;
-    let logits = b * s * 151_936 * 8;
+    // Per token: 194,560 + the softmax 4·12·s (see lora_trains_only_the_adapters).
+    let layer = s * b * (194_560 + 4 * 12 * s);
+    let final_norm = s * b * 18_432;
+    let logits = b * s * 151_936 * 4;
     assert_eq!(
         full.components.activations,
-        28 * layer + s * b * h * 4 + logits
+        28 * layer + final_norm + logits
     );
     assert_eq!(
         ckpt.components.activations,
-        28 * s * b * h * 4 + layer + s * b * h * 4 + logits
+        28 * s * b * h * 4 + layer + final_norm + logits
     );
     assert!(ckpt.components.activations < full.components.activations);
     let fused = estimate(&EstimateOptions {
@@ -226,7 +233,7 @@ fn checkpointing_keeps_layer_inputs_and_one_layer() {
     .unwrap();
     assert_eq!(
         fused.components.activations,
-        28 * (s * b * 34 * h * 4 / 2) + s * b * h * 4 + logits
+        28 * s * b * 194_560 + final_norm + logits
     );
     // Here the optimizer step holds the peak either way.
     assert!(ckpt.total <= full.total);

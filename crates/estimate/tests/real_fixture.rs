@@ -27,15 +27,17 @@ fn cs336_medium_training_estimate() {
     assert_eq!(e.params, n);
     assert_eq!(e.components.parameters, 4 * n);
     assert_eq!(e.components.optimizer_state, 8 * n);
-    // 24 layers × 1024·4·(34·1024 + 5·16·1024)·4/2 + embedding 1024·4·1024·4
-    // + logits 4·1024·10000·(4 + 4).
-    let layers = 24 * 1024 * 4 * (34 * 1024 + 5 * 16 * 1024) * 2;
-    let activations = layers + 1024 * 4 * 1024 * 4 + 4 * 1024 * 10_000 * 8;
+    // Per token and layer (fp32, RMSNorm, attention not fused, SwiGLU):
+    // norms 2·(4h + 2·4h) = 24,576, q/k/v and the output 4·(3h + h) =
+    // 16,384, the softmax 4·16·1024 = 65,536, the MLP 4·4·4096 = 65,536:
+    // 172,032. The final norm 12,288 a token; the log-softmax 4·10000.
+    let tokens = 4 * 1024u64;
+    let activations = 24 * tokens * 172_032 + tokens * 12_288 + tokens * 40_000;
     assert_eq!(e.components.activations, activations);
     assert_eq!(e.activation_model, ActivationModel::Structural);
     assert_eq!(e.peak_phase, Phase::ForwardBackward);
     assert_eq!(e.total, 12 * n + activations);
-    assert_eq!(e.total, 28_373_889_024);
+    assert_eq!(e.total, 22_203_805_696);
 
     let err = e.total as f64 / REAL_PEAK as f64 - 1.0;
     println!(
@@ -43,9 +45,12 @@ fn cs336_medium_training_estimate() {
         e.total,
         100.0 * err
     );
-    // The published per-layer constant counts dropout masks and a 4h GELU
-    // MLP; this model has neither, and the estimate comes out high.
-    assert!((0.10..0.25).contains(&err), "relative error {err}");
+    // The model's own code keeps more than PyTorch's modules would: its SiLU
+    // is `x * sigmoid(x)`, which keeps the sigmoid too (1.44 GiB over the 24
+    // layers at the peak, model.py:532 in the snapshot), and its attention
+    // keeps more than the softmax. The formula counts what PyTorch's and
+    // Transformers' modules keep, and comes out 8% low here.
+    assert!((-0.12..-0.04).contains(&err), "relative error {err}");
     // The static part alone (weights, AdamW states) is far below the peak,
     // so the activations matter: the empirical model is reported too.
     assert!(12 * n < REAL_PEAK);
