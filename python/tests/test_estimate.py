@@ -321,3 +321,16 @@ def test_dropout_keeps_a_bool_mask_as_cudas_fused_kernel_does() -> None:
     sizes = [e["size"] for e in pickle.loads(path.read_bytes())["device_traces"][0] if e["action"] == "alloc" and e.get("category") == "activation"]
     assert 64 * 256 in sizes  # the bool mask
     assert sizes.count(64 * 256 * 4) == 3  # the two linears' outputs and the dropout's; no fp32 noise
+
+
+def test_the_largest_batch_for_inference_and_along_another_dimension(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """inference=True searches forward passes (far more fit than in
+    training); batch_dim=1 searches the sequence length instead."""
+    common = _gpt(monkeypatch, tmp_path)
+    model = common.GPT()
+    infer = vramscope.estimate(model, (_tokens(16),), inference=True, device="cuda", max_batch_for="H100-80GB").max_batch
+    assert infer["batch"] > 4 * 520, infer["sentence"]
+    # A sequence length search: the GPT's position table stops at 1024 tokens.
+    x = torch.empty(1, 64, dtype=torch.long, device="meta")
+    seq = vramscope.estimate(model, (x,), inference=True, device="cuda", max_batch_for=2 << 30, batch_dim=1).max_batch
+    assert 64 <= seq["limit"] and seq["tried"][0]["batch"] == 64, seq
