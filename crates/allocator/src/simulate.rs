@@ -209,9 +209,9 @@ pub fn simulate(snap: &Snapshot, opts: &SimulateOptions) -> Result<Simulation, S
     let seen_limit = snap
         .trace(device)
         .filter(|_| {
-            !estimate
-                && !(recorded.garbage_collection_threshold > 0.0
-                    && recorded.memory_fraction.is_some())
+            let collecting =
+                recorded.garbage_collection_threshold > 0.0 && recorded.memory_fraction.is_some();
+            !(estimate || collecting)
         })
         .and_then(|t| {
             crate::limit::seen_limit(snap, device, &crate::replay::empty_cache_calls(snap, t))
