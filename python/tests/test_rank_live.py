@@ -290,7 +290,13 @@ def test_cuda_live_state_dump_at_and_oom_from_the_allocators_counters(tmp_path: 
     frames = [{"filename": "/x/train.py", "line": 12, "name": "step"}, {"filename": "/x/train.py", "line": 40, "name": "<module>"}]
     blocks: List[Dict[str, Any]] = []
     monkeypatch.setattr(torch.cuda, "memory_stats", lambda *a, **k: dict(stats))
-    monkeypatch.setattr(torch.cuda.memory, "memory_snapshot", lambda *a, **k: [{"blocks": list(blocks)}])
+    calls: List[Dict[str, Any]] = []
+
+    def memory_snapshot(mempool_id: Any = None, include_traces: bool = True) -> List[Dict[str, Any]]:
+        calls.append({"include_traces": include_traces})
+        return [{"blocks": list(blocks)}]
+
+    monkeypatch.setattr(torch.cuda.memory, "memory_snapshot", memory_snapshot)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(total_memory=10 * 2**30))
     out = tmp_path / "gpu.pickle"
     with vramscope.record(out, dump_at="90%", backend="cuda"):
@@ -310,6 +316,26 @@ def test_cuda_live_state_dump_at_and_oom_from_the_allocators_counters(tmp_path: 
     assert [(o["requested"], o["device_free"]) for o in state["ooms"]] == [(5 * 2**30, 10**9)]
     assert [d["reason"] for d in state["dumps"]] == ["dump_at", "oom"]
     assert (tmp_path / "gpu.dump_at.pickle").exists()
+    # The blocks, never the allocator's history (PyTorch 2.10+ builds the
+    # whole history unless told not to).
+    assert calls and all(c == {"include_traces": False} for c in calls), calls
+
+
+def test_publishing_backs_off_to_one_percent_of_the_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A state that costs 5 ms to take is published every 0.5 s at most,
+    whatever interval was asked for, and the state says so."""
+    import vramscope._live as live
+
+    monkeypatch.setattr(live, "state", lambda session, seq=0, on_watcher=False: {"seq": seq, "publish_us": 5000})
+    watcher = live.Watcher(SimpleNamespace(owner=None), f"file:{tmp_path / 'state.json'}", interval=0.01, dump_at=None)
+    try:
+        st = watcher.publish()
+        assert watcher.effective_interval == pytest.approx(0.5)
+        assert st["publish_interval_us"] == 500_000
+        monkeypatch.setattr(live, "state", lambda session, seq=0, on_watcher=False: {"seq": seq, "publish_us": 20})
+        assert watcher.publish()["publish_interval_us"] == 10_000  # cheap again: the interval asked for
+    finally:
+        watcher.halt()
 
 
 def test_live_categories_count_what_was_alive_before_the_recording(tmp_path: Path) -> None:

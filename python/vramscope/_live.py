@@ -34,6 +34,9 @@ TOP_SITES = 20
 STACK_FRAMES = 16
 ITERATIONS_KEPT = 200
 DUMP_AT_POLL_S = 0.05
+# The most of the wall time publishing may take: when taking the state costs
+# more than this share of the interval, the interval grows to match.
+MAX_PUBLISH_SHARE = 0.01
 # Frames of these libraries are not where the program asked for memory.
 _LIBRARY_PARTS = ("/torch/", "/vramscope/", "\\torch\\", "\\vramscope\\", "<frozen ")
 
@@ -269,6 +272,9 @@ class Watcher:
                 self.registry = self._register()
         self.seq = 0
         self.publish_us: Deque[int] = collections.deque(maxlen=1000)
+        # The interval in force: ``interval``, or longer where publishing
+        # would take more than MAX_PUBLISH_SHARE of the time.
+        self.effective_interval = self.interval
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="vramscope-watch", daemon=True)
         self._thread.start()
@@ -307,8 +313,8 @@ class Watcher:
                 if self.dump_at is not None:
                     self._check_threshold()
                 if self.publishing and now >= next_publish:
-                    next_publish = now + self.interval
                     self.publish()
+                    next_publish = now + self.effective_interval
             except Exception as err:  # noqa: BLE001 - never take the program down
                 if repr(err) not in reported:  # once each, not twice a second
                     reported.add(repr(err))
@@ -331,6 +337,9 @@ class Watcher:
         self.seq += 1
         st = state(self.session, self.seq, on_watcher=True)
         self.publish_us.append(st["publish_us"])
+        # Back off: the program's thread waits on the GIL while this runs.
+        self.effective_interval = max(self.interval, st["publish_us"] / 1e6 / MAX_PUBLISH_SHARE)
+        st["publish_interval_us"] = int(self.effective_interval * 1e6)
         line = (json.dumps(st, separators=(",", ":")) + "\n").encode()
         if self.server is not None:
             self.server.send(line)
