@@ -316,3 +316,46 @@ def test_diff_of_clean_and_leaky_runs_names_the_leaking_site_first(runs: Dict[st
     # Iterations of one file: what iteration 10 holds that iteration 3 did not.
     d = diff_json(capfd, str(runs["append"]), "--at-a", "iter:3", "--at-b", "iter:10")
     assert d["grown"][0]["bytes"] == 7 * BATCH * 1024 * 4
+
+
+def test_the_leak_shows_the_path_that_keeps_its_tensors(tmp_path: Path) -> None:
+    """One line allocates through two paths: `forward` called by the
+    training step (freed each step) and by `validate` (its outputs kept in
+    a list). The finding shows a stack through `validate` and names where
+    the two paths part."""
+    script = tmp_path / "val.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        from torch import nn
+        model = nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 512))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        kept = []
+
+        def forward(x):
+            return model(x)
+
+        def train_step():
+            opt.zero_grad()
+            forward(torch.randn(256, 64)).square().mean().backward()
+            opt.step()
+
+        def validate():
+            with torch.no_grad():
+                kept.append(forward(torch.randn(64, 64)))
+
+        for _ in range(8):
+            train_step()
+            validate()
+    """))
+    out = tmp_path / "val.pickle"
+    r = run_python(["-m", "vramscope", "run", "-q", "--no-report", "-o", str(out), str(script)], cwd=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    found = [f for f in vramscope.load(out).leaks()["findings"] if f["severity"] == "leak"]
+    assert found, "no leak found"
+    site = found[0]["sites"][0]
+    print(found[0]["explanation"])
+    assert any("in validate" in line for line in site["stack"]), site["stack"]
+    assert not any("in train_step" in line for line in site["stack"]), site["stack"]
+    kept, freed = site["leaking_path"]
+    assert kept.endswith("in validate") and freed.endswith("in train_step"), site["leaking_path"]
+    assert "allocated through" in found[0]["explanation"] and "in validate" in found[0]["explanation"]

@@ -1,14 +1,14 @@
 //! The findings in words: a title, an explanation with the figures and
 //! evidence, and the fix, for each kind of finding.
 
-use vramscope_snapshot::Snapshot;
+use vramscope_snapshot::{FrameId, Snapshot, StackId};
 
 use super::findings::{Context, HeldScan, Role, SiteSeries};
 use super::series::Shape;
 use super::source::Sources;
 use super::{Finding, FindingKind, Severity, SiteEvidence};
 use crate::optimizers;
-use crate::sites::{frame_label, frame_location, stack_lines};
+use crate::sites::{frame_label, frame_location, is_noise, stack_lines};
 use crate::units::bytes;
 
 impl Context<'_> {
@@ -47,14 +47,18 @@ impl Context<'_> {
             }
             None => ("<no stack recorded>".to_owned(), String::new(), 0),
         };
-        let stack = stack_lines(self.snap, s.example.1);
+        let shown = s.shown_stack();
+        let stack = stack_lines(self.snap, shown);
         let held_by = self.holders.held_by(
             self.lifetimes,
             self.trace,
             (0..self.lifetimes.len()).filter(|&b| self.sites.of_block[b] == site),
-            &user_files(self.snap, s.example.1),
+            &user_files(self.snap, shown),
             src,
         );
+        let path = (s.leak_example.0 > 0 && s.freed_example.0 > 0)
+            .then(|| leaking_path(self.snap, s.leak_example.1, s.freed_example.1))
+            .flatten();
         SiteEvidence {
             held_by,
             code: src
@@ -80,6 +84,7 @@ impl Context<'_> {
             gc_freed_blocks: s.gc_freed,
             gc_freed_bytes: s.gc_freed_bytes,
             stack,
+            leaking_path: path,
             category: s
                 .category()
                 .filter(|c| *c != crate::categories::Category::Unknown),
@@ -119,6 +124,13 @@ pub(super) fn growth_finding(
     let ev = ev;
     let n = ctx.complete;
     let first = &ev[0];
+    let path = first
+        .leaking_path
+        .as_ref()
+        .map(|(kept, freed)| {
+            format!(" The blocks that stay were allocated through {kept}; those the same line allocated through {freed} were freed.")
+        })
+        .unwrap_or_default();
     let total: u64 = ev
         .iter()
         .map(|e| e.live_bytes.last().copied().unwrap_or(0))
@@ -176,7 +188,7 @@ pub(super) fn growth_finding(
             severity: Severity::Leak,
             title: format!("{} grows by {} per iteration{held_title}", first.site, bytes(per as u64)),
             explanation: format!(
-                "The activations of the module call at {} are kept from one iteration to the next: {} more at the end of each iteration, {} by the end of iteration {n}; {} of them outlived the iteration after theirs. {why}",
+                "The activations of the module call at {} are kept from one iteration to the next: {} more at the end of each iteration, {} by the end of iteration {n}; {} of them outlived the iteration after theirs.{path} {why}",
                 first.site,
                 bytes(per as u64),
                 bytes(total),
@@ -224,7 +236,7 @@ pub(super) fn growth_finding(
             severity: Severity::Leak,
             title: format!("{} grows by {} per iteration{held_title}", first.site, bytes(per as u64)),
             explanation: format!(
-                "The tensors allocated at {}{code} are kept from one iteration to the next: {} more are alive at the end of each iteration, {} by the end of iteration {n}; {} of them outlived the iteration after theirs.{keeper}{why}",
+                "The tensors allocated at {}{code} are kept from one iteration to the next: {} more are alive at the end of each iteration, {} by the end of iteration {n}; {} of them outlived the iteration after theirs.{path}{keeper}{why}",
                 first.site,
                 bytes(per as u64),
                 bytes(total),
@@ -615,4 +627,29 @@ mod tests {
         assert_eq!(with_item("other += loss", "total"), None);
         assert_eq!(with_item("total = loss", "total"), None);
     }
+}
+
+/// Where a leaking stack and a freeing one of the same site part: the first
+/// frame, from the site outwards, that is not the same in both, as
+/// (`file:line in function` of the leaking path, of the freeing one).
+/// `None` when the stacks do not part (the same path both kept and freed).
+fn leaking_path(snap: &Snapshot, leaked: StackId, freed: StackId) -> Option<(String, String)> {
+    let user = |s: StackId| -> Vec<FrameId> {
+        snap.stacks
+            .get(s)
+            .iter()
+            .copied()
+            .filter(|&f| {
+                let (file, _, name) = frame_location(snap, snap.frames.get(f));
+                !is_noise(&file, &name)
+            })
+            .collect()
+    };
+    let (a, b) = (user(leaked), user(freed));
+    // Innermost first: compare from the outermost end of the shorter one's
+    // common inner part, i.e. walk both from the innermost frame.
+    a.iter()
+        .zip(b.iter())
+        .find(|(x, y)| x != y)
+        .map(|(&x, &y)| (frame_label(snap, x), frame_label(snap, y)))
 }

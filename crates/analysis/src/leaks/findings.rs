@@ -317,7 +317,7 @@ pub(super) fn analyze(ctx: &Context, src: &mut Sources) -> Vec<Finding> {
         if ctx.lifetimes.category[b].is_some() {
             return roles.of_block(ctx.lifetimes, b);
         }
-        roles.of_stack(st.example.1)
+        roles.of_stack(st.shown_stack())
     };
     let wanted: HashSet<u32> = held
         .as_ref()

@@ -148,8 +148,14 @@ pub struct SiteEvidence {
     /// Blocks freed while the cycle collector ran.
     pub gc_freed_blocks: u64,
     pub gc_freed_bytes: u64,
-    /// Stack of the largest block, innermost first.
+    /// Stack of the largest block that leaked (of the largest block when
+    /// none outlived its iteration), innermost first.
     pub stack: Vec<String>,
+    /// Where the leaking allocations' path parts from that of the freed
+    /// ones of the same line: (the leaking frame, the freeing one), e.g.
+    /// (`train.py:28 in validate`, `train.py:20 in train_step`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leaking_path: Option<(String, String)>,
     /// What the site's memory is (the category of most of its bytes that
     /// outlived their iteration), `null` when unknown.
     pub category: Option<crate::categories::Category>,

@@ -21,6 +21,12 @@ pub struct SiteStats {
     pub first_block: u32,
     /// Stack of the largest block, and its size.
     pub example: (u64, StackId),
+    /// The same for the blocks that outlived their iteration (size 0 when
+    /// none did), and the stack of the largest block that did not: one line
+    /// can allocate through two paths, one that keeps its tensors and one
+    /// that frees them (`forward` called from `validate` and from `train`).
+    pub leak_example: (u64, StackId),
+    pub freed_example: (u64, StackId),
     /// Blocks born in iteration k ≥ 1 and still alive after k + 1 ended.
     pub outliving: u64,
     pub outliving_bytes: u64,
@@ -37,6 +43,15 @@ pub struct SiteStats {
 }
 
 impl SiteStats {
+    /// The stack to show: of a block that leaked when any did.
+    pub fn shown_stack(&self) -> StackId {
+        if self.leak_example.0 > 0 {
+            self.leak_example.1
+        } else {
+            self.example.1
+        }
+    }
+
     /// What the site's memory is: the category of most of its bytes that
     /// outlived their iteration (all of them when none did).
     pub fn category(&self) -> Option<crate::categories::Category> {
@@ -132,6 +147,9 @@ impl SiteTable {
             }
             let (born, died) = (bi.born[b], bi.died[b]);
             if born >= 1 && born < complete && died > born + 1 {
+                if size > s.leak_example.0 {
+                    s.leak_example = (size, stack);
+                }
                 if s.outliving == 0 {
                     s.outliving_iterations = (born, born);
                 }
@@ -140,6 +158,8 @@ impl SiteTable {
                 s.outliving_category_bytes[cat] += size;
                 let r = &mut s.outliving_iterations;
                 *r = (r.0.min(born), r.1.max(born));
+            } else if born >= 1 && died <= born + 1 && size > s.freed_example.0 {
+                s.freed_example = (size, stack);
             }
             // Blocks from before the recording that a collection freed were
             // garbage before the first iteration: not a cycle the training
