@@ -606,29 +606,6 @@ fn short_file(f: &str) -> String {
     parts.into_iter().rev().collect::<Vec<_>>().join("/")
 }
 
-#[cfg(test)]
-mod tests {
-    use super::with_item;
-
-    #[test]
-    fn accumulations_rewritten_to_keep_numbers() {
-        assert_eq!(
-            with_item("total_loss += loss", "total_loss").as_deref(),
-            Some("total_loss += loss.item()")
-        );
-        assert_eq!(
-            with_item("total = total + model(x).sum()", "total").as_deref(),
-            Some("total = total + (model(x).sum()).item()")
-        );
-        assert_eq!(
-            with_item("total_loss += val_loss  # the bug", "total_loss").as_deref(),
-            Some("total_loss += val_loss.item()")
-        );
-        assert_eq!(with_item("other += loss", "total"), None);
-        assert_eq!(with_item("total = loss", "total"), None);
-    }
-}
-
 /// Where a leaking stack and a freeing one of the same site part: the first
 /// frame, from the site outwards, that is not the same in both, as
 /// (`file:line in function` of the leaking path, of the freeing one).
@@ -652,4 +629,27 @@ fn leaking_path(snap: &Snapshot, leaked: StackId, freed: StackId) -> Option<(Str
         .zip(b.iter())
         .find(|(x, y)| x != y)
         .map(|(&x, &y)| (frame_label(snap, x), frame_label(snap, y)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_item;
+
+    #[test]
+    fn accumulations_rewritten_to_keep_numbers() {
+        assert_eq!(
+            with_item("total_loss += loss", "total_loss").as_deref(),
+            Some("total_loss += loss.item()")
+        );
+        assert_eq!(
+            with_item("total = total + model(x).sum()", "total").as_deref(),
+            Some("total = total + (model(x).sum()).item()")
+        );
+        assert_eq!(
+            with_item("total_loss += val_loss  # the bug", "total_loss").as_deref(),
+            Some("total_loss += val_loss.item()")
+        );
+        assert_eq!(with_item("other += loss", "total"), None);
+        assert_eq!(with_item("total = loss", "total"), None);
+    }
 }
