@@ -12,7 +12,7 @@
 //! reconstructs that from data flow.
 
 use vramscope_snapshot::hash::FxHashMap as HashMap;
-use vramscope_snapshot::{Action, DeviceTrace, Snapshot, Tag, NO_TIME};
+use vramscope_snapshot::{Action, DeviceTrace, Snapshot, StrId, Tag, NO_TIME};
 
 use super::{Categories, Category, CategoryOptions, Rule, Source};
 use crate::lifetimes::{Lifetimes, BEFORE_WINDOW, NO_BLOCK};
@@ -38,7 +38,24 @@ pub(super) fn given_labels(
         return given;
     }
     let tags: Vec<&Tag> = snap.tags.iter().filter(|g| g.device == device).collect();
-    if t.user_metadata.is_none() && tags.is_empty() {
+    // The category each event's metadata names, read once per distinct
+    // string (a million events share a handful), and nothing to replay
+    // when none names one and no tag was taken.
+    let mut by_string: HashMap<StrId, Option<Category>> = HashMap::default();
+    let meta_category: Vec<Option<Category>> = t
+        .user_metadata
+        .as_ref()
+        .map(|m| {
+            m.iter()
+                .map(|&s| {
+                    *by_string
+                        .entry(s)
+                        .or_insert_with(|| tagged_category(snap.str(s)))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if tags.is_empty() && meta_category.iter().all(Option::is_none) {
         return given;
     }
     // The block alive at each address as the trace is replayed, to resolve
@@ -72,18 +89,16 @@ pub(super) fn given_labels(
             apply_tags_before(Some(t.time_us[i]), &live, c, &mut given);
         }
         let block = l.event_block[i];
-        let meta = t.user_metadata.as_ref().map(|m| snap.str(m[i]));
+        let meta = meta_category.get(i).copied().flatten();
         match t.action[i] {
             Action::Alloc => {
                 live.insert(t.addr[i], block);
-                if let Some(cat) = meta.and_then(tagged_category) {
+                if let Some(cat) = meta {
                     label(c, &mut given, block as usize, cat, Source::Recorder);
                 }
             }
             Action::Annotate => {
-                if let (Some(&b), Some(cat)) =
-                    (live.get(&t.addr[i]), meta.and_then(tagged_category))
-                {
+                if let (Some(&b), Some(cat)) = (live.get(&t.addr[i]), meta) {
                     label(c, &mut given, b as usize, cat, Source::Recorder);
                 }
             }

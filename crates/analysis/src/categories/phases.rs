@@ -123,6 +123,11 @@ impl Phases {
         let stacked = t.category.is_none()
             && (0..n).any(|i| t.action[i] == Action::Alloc && !is_empty(snap, t.stack[i]));
         let mut stacks = StackPhases::new(snap);
+        // The phase each metadata string names, read once per string.
+        let mut tag_of: vramscope_snapshot::hash::FxHashMap<
+            vramscope_snapshot::StrId,
+            Option<Phase>,
+        > = Default::default();
         let windows = scope_windows(snap, t);
         let is_free = |a: Action| matches!(a, Action::FreeRequested | Action::FreeCompleted);
         let free_time_stacks = t.category.is_none()
@@ -135,10 +140,11 @@ impl Phases {
             if !counts {
                 continue;
             }
-            let tag = t
-                .user_metadata
-                .as_ref()
-                .and_then(|m| tagged_phase(snap.str(m[i])));
+            let tag = t.user_metadata.as_ref().and_then(|m| {
+                *tag_of
+                    .entry(m[i])
+                    .or_insert_with(|| tagged_phase(snap.str(m[i])))
+            });
             marks[i] = tag.or_else(|| {
                 let s = t.stack[i];
                 if is_empty(snap, s) {
