@@ -402,6 +402,8 @@ def test_vramscope_live_once_json_reads_the_running_recording(tmp_path: Path) ->
 _STRESS = textwrap.dedent(
     """
     import json, sys, torch, vramscope
+    import vramscope._live
+    vramscope._live.MAX_PUBLISH_SHARE = 1.0  # no back-off: a state every 2 ms, as stressful as it gets
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64))
     opt = torch.optim.Adam(model.parameters())

@@ -275,6 +275,7 @@ class Watcher:
         # The interval in force: ``interval``, or longer where publishing
         # would take more than MAX_PUBLISH_SHARE of the time.
         self.effective_interval = self.interval
+        self._publish_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="vramscope-watch", daemon=True)
         self._thread.start()
@@ -334,6 +335,12 @@ class Watcher:
                 raise
 
     def publish(self) -> Dict[str, Any]:
+        # The watcher's thread publishes, and so do close() and callers on
+        # other threads: one at a time (they share the file's temporary name).
+        with self._publish_lock:
+            return self._publish()
+
+    def _publish(self) -> Dict[str, Any]:
         self.seq += 1
         st = state(self.session, self.seq, on_watcher=True)
         self.publish_us.append(st["publish_us"])
