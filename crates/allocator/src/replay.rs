@@ -93,11 +93,7 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
     let t = snap.trace(device).unwrap_or(&empty);
     // An estimate's trace gives each block a segment of its own: they are
     // not segments the allocator made, and nothing to compare against.
-    let estimate = snap
-        .source
-        .recorder
-        .as_ref()
-        .is_some_and(|r| r.is_estimate());
+    let estimate = snap.is_estimate();
     let recorded: Vec<SegmentEvent> = (0..t.len())
         .filter(|_| !estimate)
         .filter_map(|i| match t.action[i] {
@@ -273,12 +269,7 @@ pub(crate) fn empty_cache_calls(
 ) -> Vec<usize> {
     // An estimate's segments are its blocks, one each (`vramscope.estimate`
     // writes no allocator's segments): their frees are no empty_cache().
-    if snap
-        .source
-        .recorder
-        .as_ref()
-        .is_some_and(|r| r.is_estimate())
-    {
+    if snap.is_estimate() {
         return Vec::new();
     }
     let through_empty_cache = |i: usize| {

@@ -178,10 +178,7 @@ pub fn modelled(snap: &Snapshot) -> Result<(), SimulateError> {
 /// Replay `snap` under the settings and changes `opts` asks for, in parallel.
 pub fn simulate(snap: &Snapshot, opts: &SimulateOptions) -> Result<Simulation, SimulateError> {
     modelled(snap)?;
-    let device = opts
-        .device
-        .or_else(|| snap.devices().first().copied())
-        .unwrap_or(0);
+    let device = snap.device_or_first(opts.device);
     let mut recorded = snap
         .allocator_settings
         .as_ref()
@@ -201,11 +198,7 @@ pub fn simulate(snap: &Snapshot, opts: &SimulateOptions) -> Result<Simulation, S
     // Release-and-retry bursts: the device was full (not under garbage
     // collection, which releases before any cudaMalloc fails).
     // An estimate's segment events are its blocks': no bursts to read.
-    let estimate = snap
-        .source
-        .recorder
-        .as_ref()
-        .is_some_and(|r| r.is_estimate());
+    let estimate = snap.is_estimate();
     let seen_limit = snap
         .trace(device)
         .filter(|_| {
@@ -370,11 +363,7 @@ pub fn simulate(snap: &Snapshot, opts: &SimulateOptions) -> Result<Simulation, S
         seen_limit,
         must_go,
         answer,
-        from_estimate: snap
-            .source
-            .recorder
-            .as_ref()
-            .is_some_and(|r| r.is_estimate()),
+        from_estimate: snap.is_estimate(),
     })
 }
 

@@ -390,4 +390,21 @@ impl Snapshot {
     pub fn str(&self, id: StrId) -> &str {
         self.strings.get(id)
     }
+
+    /// `device`, or the first device with segments or events (0 when none).
+    pub fn device_or_first(&self, device: Option<u32>) -> u32 {
+        device
+            .or_else(|| self.devices().first().copied())
+            .unwrap_or(0)
+    }
+
+    /// Whether this is an estimate's trace (`vramscope.estimate`): the
+    /// requests a run would make, each block its own segment, no
+    /// allocator's segments.
+    pub fn is_estimate(&self) -> bool {
+        self.source
+            .recorder
+            .as_ref()
+            .is_some_and(|r| r.is_estimate())
+    }
 }
