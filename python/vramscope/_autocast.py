@@ -23,6 +23,7 @@ forward.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Dict, Optional
 
 _LOWER = frozenset(
@@ -186,10 +187,12 @@ def _to_float(name: str, args: Any, kwargs: Dict[str, Any]) -> Any:
     dim = args[1] if len(args) > 1 else kwargs.get("dim")
     if dim is None or kwargs.get("dtype") is not None:
         return None
-    return _SoftmaxToFloat.apply(x, int(dim), name == "log_softmax")
+    return _softmax_to_float().apply(x, int(dim), name == "log_softmax")
 
 
+@functools.lru_cache(maxsize=None)
 def _softmax_to_float() -> Any:
+    """The autograd function (made once: torch is imported lazily)."""
     import torch
 
     class SoftmaxToFloat(torch.autograd.Function):
@@ -210,19 +213,6 @@ def _softmax_to_float() -> Any:
             return torch.empty(out.shape, dtype=ctx.in_dtype, device=out.device), None, None
 
     return SoftmaxToFloat
-
-
-class _Lazy:
-    def __init__(self) -> None:
-        self.cls: Any = None
-
-    def apply(self, *args: Any) -> Any:
-        if self.cls is None:
-            self.cls = _softmax_to_float()
-        return self.cls.apply(*args)
-
-
-_SoftmaxToFloat = _Lazy()
 
 
 def autocast_dtype(value: Any) -> Optional[Any]:

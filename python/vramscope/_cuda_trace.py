@@ -61,6 +61,11 @@ GPUS: Dict[str, Tuple[int, int]] = {
 # Backward kernels that copy a gradient that is not contiguous.
 _CONTIGUOUS_GRAD = ("native_layer_norm_backward",)
 
+def _op(func: Any) -> str:
+    """An ATen operator's name without its overload (``aten.mm.default`` → ``mm``)."""
+    return str(getattr(func, "__name__", "")).split(".")[0]
+
+
 _MATMULS = ("mm.default", "addmm.default", "bmm.default", "baddbmm.default", "_addmm_activation.default")
 
 
@@ -83,7 +88,7 @@ def gpu_memory(gpu: Any) -> Tuple[Optional[int], str]:
         return None, "no GPU named"
     if isinstance(gpu, int):
         return gpu, "as given"
-    key = str(gpu).upper().replace(" ", "").replace("NVIDIA", "")
+    key = _key(gpu)
     for name, total in MEASURED_TOTAL.items():
         if key == name or key.replace("_", "-") == name or (name == "H100-80GB" and key == "H100"):
             return total, f"measured on an {name}"
@@ -94,16 +99,27 @@ def gpu_memory(gpu: Any) -> Tuple[Optional[int], str]:
     return None, f"the name {gpu!r} gives no memory size; pass gpu=<total bytes> or a name with one (\"A100-40GB\")"
 
 
+def _key(gpu: Any) -> str:
+    """A GPU's name as the tables spell it: ``"NVIDIA H100 80GB"`` → ``"H10080GB"``."""
+    return str(gpu).upper().replace(" ", "").replace("NVIDIA", "")
+
+
+def _by_name(table: Dict[str, Any], gpu: Any) -> Optional[Any]:
+    """The entry of ``table`` whose name is the longest prefix of ``gpu``'s."""
+    key = _key(gpu)
+    for name in sorted(table, key=len, reverse=True):
+        if key.startswith(name):
+            return table[name]
+    return None
+
+
 def sms_of(gpu: Any) -> int:
     """Streaming multiprocessors of a GPU named like ``"H100-80GB"``;
     the H100's 132 when no GPU is named (or only its bytes)."""
     if gpu is None or isinstance(gpu, int):
         return 132
-    key = str(gpu).upper().replace(" ", "").replace("NVIDIA", "")
-    for name in sorted(SMS, key=len, reverse=True):
-        if key.startswith(name):
-            return SMS[name]
-    return 132
+    found = _by_name(SMS, gpu)
+    return 132 if found is None else found
 
 
 def capability_of(gpu: Any) -> Tuple[int, int]:
@@ -111,11 +127,10 @@ def capability_of(gpu: Any) -> Tuple[int, int]:
     (9, 0) when no GPU is named (or only its bytes)."""
     if gpu is None or isinstance(gpu, int):
         return (9, 0)
-    key = gpu.upper().replace(" ", "").replace("NVIDIA", "")
-    for name in sorted(GPUS, key=len, reverse=True):
-        if key.startswith(name):
-            return GPUS[name]
-    raise ValueError(f"gpu={gpu!r}: unknown GPU; expected one of {', '.join(sorted(GPUS))}")
+    found = _by_name(GPUS, gpu)
+    if found is None:
+        raise ValueError(f"gpu={gpu!r}: unknown GPU; expected one of {', '.join(sorted(GPUS))}")
+    return found
 
 
 def sdp_choice(args: Tuple[Any, ...], kwargs: Dict[str, Any], capability: Tuple[int, int]) -> int:
@@ -170,23 +185,21 @@ class Cuda:
     def before(self, func: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], rec: Any) -> Optional[Any]:
         """Run before ``func`` in the dispatch mode: a result to return
         instead of calling it, or ``None``."""
-        base = getattr(func, "__name__", "").split(".")[0]
+        base = _op(func)
+        grad = None
         if base in ATTENTION_BACKWARDS and "efficient" in base:
             # The memory-efficient kernel runs on a (B, L, H, K) gradient of
             # the output, copied by ``grad_out.contiguous()`` when it is not
             # laid out so (it is not when the output was transposed back, as
-            # nn.MultiheadAttention does); the copy lives through the call.
-            # Flash attention needs only the last dimension contiguous.
-            g = args[0]
-            if base.startswith("_scaled"):
-                g = g.transpose(1, 2)
-            if not g.is_contiguous():
-                self.held.append(self._workspace(g.numel() * g.element_size(), rec, "temporary", keep=False))
-        elif base in _CONTIGUOUS_GRAD and args and not args[0].is_contiguous():
-            # The CUDA kernels take a contiguous gradient (``dY.expect_contiguous()``
-            # in layer_norm_backward_cuda): a copy for the call when it is not.
-            g = args[0]
-            self.held.append(self._workspace(g.numel() * g.element_size(), rec, "temporary", keep=False))
+            # nn.MultiheadAttention does). Flash attention needs only the
+            # last dimension contiguous.
+            grad = args[0].transpose(1, 2) if base.startswith("_scaled") else args[0]
+        elif base in _CONTIGUOUS_GRAD and args:
+            # ``dY.expect_contiguous()`` in layer_norm_backward_cuda.
+            grad = args[0]
+        if grad is not None and not grad.is_contiguous():
+            # The copy lives through the call.
+            self.held.append(self._workspace(grad.numel() * grad.element_size(), rec, "temporary", keep=False))
         return None
 
     def untracked(self, func: Any, out: Any) -> Tuple[Any, ...]:
@@ -194,7 +207,7 @@ class Cuda:
         kernel's philox seed and offset are CPU tensors when there is no
         dropout (``at::empty({}, at::dtype(at::kLong))``), meta ones here
         (flash attention's are on the device, 8 bytes each)."""
-        name = getattr(func, "__name__", "").split(".")[0]
+        name = _op(func)
         if name == "_scaled_dot_product_efficient_attention" and isinstance(out, tuple) and len(out) >= 4:
             return (out[2], out[3])
         return ()
@@ -202,7 +215,7 @@ class Cuda:
     def after(self, func: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], rec: Any) -> None:
         """Run after ``func`` made its outputs: the scratch its CUDA kernel
         allocates and frees inside itself, which no meta kernel shows."""
-        name = getattr(func, "__name__", "").split(".")[0]
+        name = _op(func)
         if f"{name}.{getattr(func, '_overloadname', '')}" in _MATMULS:
             # The handle's workspace comes when the matmul runs, after its
             # output is allocated (getCurrentCUDABlasHandle → setWorkspaceForHandle).

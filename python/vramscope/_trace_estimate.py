@@ -36,6 +36,7 @@ convolution workspaces, oneDNN), and memory outside PyTorch's allocator.
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import os
 import pickle
@@ -226,13 +227,15 @@ def _mode(rec: _Recorder, cuda: Any = None, inplace: Optional[Dict[str, Tuple[in
     return Track()
 
 
+@functools.lru_cache(maxsize=None)
 def _inplace_counts() -> Dict[str, Tuple[int, int]]:
     """The use counts (tensor, storage) the first operand of an in-place
     addition reads inside the tracking mode where CUDA would add in place:
     "accumulate", the engine's sum of the gradients of two ``select``s of
     one tensor (the ``q, k, v`` of an attention's packed projection);
     "bias", ``F.linear``'s bias on a 3-D input that is not contiguous (the
-    transposed input of ``nn.MultiheadAttention(batch_first=True)``)."""
+    transposed input of ``nn.MultiheadAttention(batch_first=True)``).
+    They are PyTorch's, the same for every trace of the process: read once."""
     import torch
     import torch.nn.functional as F
 
