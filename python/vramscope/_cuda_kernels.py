@@ -137,8 +137,8 @@ def reduce_scratch(
         dim0, dim1, step_stride = n_out, n_in, out_stride
     vec_out = 1
     if step_stride == 1:
-        if fastest and dim0 > 128 and len(red) >= 1:
-            dim0 //= 4  # vectorize along input
+        if fastest and dim0 > 128:
+            dim0 //= 4  # vectorize along input (one coalesced reduced dimension)
         elif not fastest:
             vec_out = 4
             while vec_out > 1 and (n_out % vec_out or any(int(strides[d]) % vec_out for d in keep if int(strides[d]) != 1)):

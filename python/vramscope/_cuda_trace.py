@@ -245,14 +245,10 @@ class Cuda:
     def _scratch(self, steps: list, rec: Any) -> None:
         """Allocations (a size) and frees (``-i``: the i-th allocation, from
         1) in the kernel's order, all freed at the end."""
-        import torch
-
         made: list = []
         for step in steps:
             if step > 0:
-                t = torch.empty(step, dtype=torch.uint8, device="meta")
-                rec.track(t, "temporary")
-                made.append(t)
+                made.append(self._workspace(step, rec, "temporary", keep=False))
             else:
                 made[-step - 1] = None
         while made:  # the last made is freed first, as C++ destroys locals
