@@ -623,8 +623,7 @@ fn leaking_path(snap: &Snapshot, leaked: StackId, freed: StackId) -> Option<(Str
             .collect()
     };
     let (a, b) = (user(leaked), user(freed));
-    // Innermost first: compare from the outermost end of the shorter one's
-    // common inner part, i.e. walk both from the innermost frame.
+    // Stacks are innermost first: walk both outwards from the site.
     a.iter()
         .zip(b.iter())
         .find(|(x, y)| x != y)
