@@ -243,10 +243,29 @@ fn event_stats(t: &DeviceTrace) -> EventStats {
     }
 }
 
+/// Traces from this many events on are labelled on a second thread while
+/// the replay runs (the two are independent; below this, a thread costs
+/// more than it saves).
+const PARALLEL_EVENTS: usize = 100_000;
+
 /// Summarise one device.
 pub fn summarize_device(snap: &Snapshot, device: u32, opts: &SummaryOptions) -> DeviceSummary {
-    let labelled = opts.categories.then(|| Labelled::new(snap, device));
-    summarize_device_with(snap, device, opts, labelled.as_ref())
+    let large = snap
+        .trace(device)
+        .is_some_and(|t| t.len() >= PARALLEL_EVENTS);
+    if !opts.categories || !large {
+        let labelled = opts.categories.then(|| Labelled::new(snap, device));
+        return summarize_device_with(snap, device, opts, labelled.as_ref());
+    }
+    // The labels and the replay are independent: on two cores at once.
+    std::thread::scope(|s| {
+        let labelling = s.spawn(|| Labelled::new(snap, device));
+        let replayed = Replayed::new(snap, device);
+        let labelled = labelling
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p));
+        summarize_replayed(snap, device, opts, Some(&labelled), replayed)
+    })
 }
 
 /// [`summarize_device`] with the device's labelled blocks computed by the
@@ -257,17 +276,54 @@ pub fn summarize_device_with(
     opts: &SummaryOptions,
     labelled: Option<&Labelled>,
 ) -> DeviceSummary {
+    summarize_replayed(snap, device, opts, labelled, Replayed::new(snap, device))
+}
+
+/// What the summary takes from the replay: the peak, the OOMs and the
+/// blocks alive at the peak, at the end and before each detailed OOM.
+struct Replayed {
+    replay: Replay,
+    oom_idx: Vec<usize>,
+    /// Live blocks at the peak, the end, then before each detailed OOM.
+    lives: std::vec::IntoIter<Vec<crate::replay::LiveBlock>>,
+}
+
+impl Replayed {
+    fn new(snap: &Snapshot, device: u32) -> Replayed {
+        let empty = DeviceTrace::default();
+        let t = snap.trace(device).unwrap_or(&empty);
+        let replay = Replay::new(snap, device);
+        let oom_idx: Vec<usize> = (0..t.len())
+            .filter(|&i| t.action[i] == Action::Oom)
+            .collect();
+        // Holders are listed for the first OOMs only: later ones usually repeat them.
+        let detailed = oom_idx.len().min(MAX_DETAILED_OOMS);
+        let mut points = vec![replay.peak_index, t.len().checked_sub(1)];
+        points.extend(oom_idx[..detailed].iter().map(|&i| i.checked_sub(1)));
+        let lives = replay.live_at_points(t, &points).into_iter();
+        Replayed {
+            replay,
+            oom_idx,
+            lives,
+        }
+    }
+}
+
+fn summarize_replayed(
+    snap: &Snapshot,
+    device: u32,
+    opts: &SummaryOptions,
+    labelled: Option<&Labelled>,
+    replayed: Replayed,
+) -> DeviceSummary {
     let empty = DeviceTrace::default();
     let t = snap.trace(device).unwrap_or(&empty);
-    let replay = Replay::new(snap, device);
-    let oom_idx: Vec<usize> = (0..t.len())
-        .filter(|&i| t.action[i] == Action::Oom)
-        .collect();
-    // Holders are listed for the first OOMs only: later ones usually repeat them.
+    let Replayed {
+        replay,
+        oom_idx,
+        mut lives,
+    } = replayed;
     let detailed = oom_idx.len().min(MAX_DETAILED_OOMS);
-    let mut points = vec![replay.peak_index, t.len().checked_sub(1)];
-    points.extend(oom_idx[..detailed].iter().map(|&i| i.checked_sub(1)));
-    let mut lives = replay.live_at_points(t, &points).into_iter();
     let peak_live = lives.next().unwrap_or_default();
     let end_live = lives.next().unwrap_or_default();
     let by_category =

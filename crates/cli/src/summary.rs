@@ -59,8 +59,9 @@ pub fn run(a: Args) -> Result<(), CliError> {
     let r = output::print(&text);
     if timing {
         eprintln!(
-            "timing: after output peak RSS {} MiB",
-            peak_rss_kib() / 1024
+            "timing: after output peak RSS {} MiB at {:?}",
+            peak_rss_kib() / 1024,
+            t0.elapsed()
         );
     }
     r

@@ -94,6 +94,13 @@ impl Value {
     pub fn is_none(self) -> bool {
         self.tag() == T_NONE
     }
+
+    /// Whether this is something the pickle asked to construct or call
+    /// (an [`Opaque`]): a tag test with no document lookup.
+    #[inline(always)]
+    pub fn is_opaque(self) -> bool {
+        self.tag() == T_OPAQUE
+    }
 }
 
 impl fmt::Debug for Value {

@@ -147,6 +147,7 @@ fn decode_inner(
         truncated: doc.truncated.is_some(),
         recorder: d.recorder,
     };
+    drop_aside(doc);
     Ok(Snapshot {
         strings: d.strings,
         frames: d.frames,
@@ -159,6 +160,21 @@ fn decode_inner(
         allocator_settings: d.allocator_settings,
         source,
     })
+}
+
+/// Documents from this size on are freed on another thread.
+const DROP_ASIDE_BYTES: usize = 64 << 20;
+
+/// Free a large decoded document on another thread: returning a few hundred
+/// MB of arenas to the kernel takes tens of milliseconds that the caller,
+/// who has the model now, need not wait for.
+fn drop_aside(doc: vramscope_pickle::Document) {
+    if doc.heap_bytes() >= DROP_ASIDE_BYTES {
+        // A failed spawn drops the closure, and the document with it, here.
+        let _ = std::thread::Builder::new()
+            .name("vramscope-free".into())
+            .spawn(move || drop(doc));
+    }
 }
 
 /// What a reader must know about how the file was recorded, if anything.

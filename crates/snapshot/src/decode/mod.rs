@@ -291,7 +291,7 @@ impl<'d> Decoder<'d> {
     /// a field holding one is treated as absent.
     #[inline]
     fn is_opaque(&self, v: Value) -> bool {
-        matches!(self.doc.get(v), Val::Opaque(_))
+        v.is_opaque()
     }
 
     fn found(&self, v: Value) -> String {

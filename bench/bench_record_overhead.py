@@ -1,0 +1,227 @@
+"""What vramscope's own Python work costs a short, CPU-bound training step.
+
+On CUDA, ``vramscope.record`` is PyTorch's allocator history plus vramscope's
+Python: global module and optimizer hooks (the Tagger: parameters, gradients,
+optimizer state, the batch, and the ``phase=`` allocation metadata around the
+forward and the optimizer step) and ``vramscope.step()`` at the end of each
+iteration. The history is PyTorch's cost; this measures the rest, on the CPU,
+on the GPT of ``../shared/fixtures/gpu/programs/common.py`` made small
+(d=64, 6 layers, batch 2 x 64 tokens: about 50 module calls a step), in
+alternating rounds so drift cancels:
+
+* ``none``: no hooks;
+* ``hooks``: two no-op global module hooks and two optimizer hooks, the floor
+  for any recorder that sees module calls (PyTorch's slow call path);
+* ``tagger``: vramscope's hooks as on the CPU (no metadata);
+* ``tagger+meta``: as on CUDA: the ``phase=`` metadata set and restored
+  through functions that cost what PyTorch's do (a C call each);
+* ``record``: ``vramscope.record(backend="allocator")`` with
+  ``vramscope.step()`` each iteration, beside ``allocator``: the same
+  recorder with vramscope's hooks and step work left out.
+
+    .venv/bin/python bench/bench_record_overhead.py [--steps 200] [--rounds 6]
+
+Prints each configuration's median step time, its cost over the one below it
+per step and per module call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "python"))
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import vramscope  # noqa: E402
+from vramscope import _hooks  # noqa: E402
+from vramscope._tags import Tagger  # noqa: E402
+
+VOCAB = 512
+
+
+class Block(nn.Module):
+    def __init__(self, d: int, h: int) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d)
+        self.attn = nn.MultiheadAttention(d, h, batch_first=True)
+        self.ln2 = nn.LayerNorm(d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def forward(self, x):
+        y = self.ln1(x)
+        x = x + self.attn(y, y, y, need_weights=False)[0]
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, d: int = 64, layers: int = 6, heads: int = 4) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, d)
+        self.pos = nn.Embedding(256, d)
+        self.blocks = nn.ModuleList(Block(d, heads) for _ in range(layers))
+        self.ln = nn.LayerNorm(d)
+        self.head = nn.Linear(d, VOCAB, bias=False)
+
+    def forward(self, idx):
+        x = self.emb(idx) + self.pos(torch.arange(idx.shape[1]))
+        for b in self.blocks:
+            x = b(x)
+        return self.head(self.ln(x))
+
+
+def train_step(model, opt, x, y) -> None:
+    loss = F.cross_entropy(model(x).reshape(-1, VOCAB), y.reshape(-1))
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+class _Meta:
+    """Stand-ins for ``torch.cuda.memory._set_memory_metadata`` /
+    ``_get_memory_metadata``: one C call each (``str`` methods)."""
+
+    def __init__(self) -> None:
+        self.value = ""
+
+    def set(self, s: str) -> None:
+        self.value = str(s)
+
+    def get(self) -> str:
+        return str(self.value)
+
+
+@contextlib.contextmanager
+def noop_hooks():
+    from torch.nn.modules import module as nn_module
+    from torch.optim import optimizer as optim
+
+    def pre(m, a):
+        return None
+
+    def post(m, a, o):
+        return None
+
+    def spre(o, a, k):
+        return None
+
+    hs = [nn_module.register_module_forward_pre_hook(pre),
+          nn_module.register_module_forward_hook(post, always_call=True),
+          optim.register_optimizer_step_pre_hook(spre),
+          optim.register_optimizer_step_post_hook(spre)]
+    try:
+        yield
+    finally:
+        for h in hs:
+            h.remove()
+
+
+@contextlib.contextmanager
+def tagger(meta: bool):
+    t = Tagger(cuda=False)
+    if meta:
+        m = _Meta()
+        t._set_meta, t._get_meta = m.set, m.get
+    t.install()
+    try:
+        yield
+    finally:
+        t.uninstall()
+
+
+@contextlib.contextmanager
+def recording(path: str, hooks: bool):
+    if hooks:
+        with vramscope.record(path, backend="allocator"):
+            yield True
+        return
+    # The same recorder without vramscope's hooks and step work.
+    with vramscope.record(path, backend="allocator"):
+        _hooks.deactivate(_hooks._active)
+        yield False
+
+
+def median_step(model, opt, batches, steps: int, stepping: bool) -> float:
+    times = []
+    for i in range(steps):
+        x, y = batches[i % len(batches)]
+        t = time.perf_counter()
+        train_step(model, opt, x, y)
+        if stepping:
+            vramscope.step()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def module_calls(model, batch) -> int:
+    n = [0]
+
+    def count(m, a):
+        n[0] += 1
+
+    from torch.nn.modules import module as nn_module
+
+    h = nn_module.register_module_forward_pre_hook(count)
+    try:
+        model(batch)
+    finally:
+        h.remove()
+    return n[0]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=6)
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = GPT()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    g = torch.Generator().manual_seed(0)
+    batches = [(torch.randint(0, VOCAB, (2, 64), generator=g), torch.randint(0, VOCAB, (2, 64), generator=g))
+               for _ in range(8)]
+    calls = module_calls(model, batches[0][0])
+    tmp = tempfile.mkdtemp(prefix="vramscope-bench-")
+    path = os.path.join(tmp, "r.pickle")
+    configs = {
+        "none": lambda: contextlib.nullcontext(False),
+        "hooks": noop_hooks,
+        "tagger": lambda: tagger(False),
+        "tagger+meta": lambda: tagger(True),
+        "allocator": lambda: recording(path, False),
+        "record": lambda: recording(path, True),
+    }
+    median_step(model, opt, batches, 20, False)  # warm-up
+    times = {k: [] for k in configs}
+    for r in range(a.rounds):
+        order = list(configs) if r % 2 == 0 else list(reversed(configs))
+        for k in order:
+            with configs[k]() as stepping:
+                times[k].append(median_step(model, opt, batches, a.steps, bool(stepping)))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print(f"CPU, torch {torch.__version__}, 1 thread; {calls} module calls a step; "
+          f"median of {a.rounds} rounds x {a.steps} steps")
+    print(f"{'configuration':14s} {'ms/step':>9s} {'over':>12s} {'µs/step':>9s} {'µs/call':>8s} {'ratio':>7s}")
+    base = {"hooks": "none", "tagger": "none", "tagger+meta": "none", "record": "allocator"}
+    for k, v in med.items():
+        b = base.get(k)
+        if b is None:
+            print(f"{k:14s} {v * 1e3:9.3f}")
+            continue
+        d = v - med[b]
+        print(f"{k:14s} {v * 1e3:9.3f} {b:>12s} {d * 1e6:9.1f} {d * 1e6 / calls:8.2f} {v / med[b]:7.3f}")
+
+
+if __name__ == "__main__":
+    main()
