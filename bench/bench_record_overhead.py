@@ -6,7 +6,7 @@ optimizer state, the batch, and the ``phase=`` allocation metadata around the
 forward and the optimizer step) and ``vramscope.step()`` at the end of each
 iteration. The history is PyTorch's cost; this measures the rest, on the CPU,
 on the GPT of ``../shared/fixtures/gpu/programs/common.py`` made small
-(d=64, 6 layers, batch 2 x 64 tokens: about 50 module calls a step), in
+(d=32, 6 layers, vocabulary 128, batch 2 x 16 tokens: 53 module calls a step), in
 alternating rounds so drift cancels:
 
 * ``none``: no hooks;
@@ -47,7 +47,7 @@ import vramscope  # noqa: E402
 from vramscope import _hooks  # noqa: E402
 from vramscope._tags import Tagger  # noqa: E402
 
-VOCAB = 512
+VOCAB = 128
 
 
 class Block(nn.Module):
@@ -65,7 +65,7 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, d: int = 64, layers: int = 6, heads: int = 4) -> None:
+    def __init__(self, d: int = 32, layers: int = 6, heads: int = 2) -> None:
         super().__init__()
         self.emb = nn.Embedding(VOCAB, d)
         self.pos = nn.Embedding(256, d)
@@ -179,17 +179,74 @@ def module_calls(model, batch) -> int:
     return n[0]
 
 
+def per_call_costs(reps: int = 2000) -> None:
+    """Cost per module call, from the forward of 200 ``nn.Identity`` (no
+    tensor work), the best of 7 timings: no hooks, no-op global hooks,
+    vramscope's hooks; and per optimizer step, the Tagger's work at a step
+    of the GPT's AdamW (78 parameters) with new gradients (``set_to_none``)
+    and with the same ones."""
+    import timeit
+
+    chain = nn.Sequential(*[nn.Identity() for _ in range(200)])
+    x = torch.zeros(1)
+    calls = 201
+
+    def fwd():
+        with torch.no_grad():
+            chain(x)
+
+    def best(ctx) -> float:
+        with ctx:
+            return min(timeit.repeat(fwd, number=reps // 10, repeat=7)) / (reps // 10)
+
+    t_none = best(contextlib.nullcontext())
+    t_hooks = best(noop_hooks())
+    t_tag = best(tagger(True))
+    print(f"per module call: PyTorch's hook path {(t_hooks - t_none) / calls * 1e9:6.0f} ns, "
+          f"vramscope's hooks {(t_tag - t_none) / calls * 1e9:6.0f} ns "
+          f"({(t_tag - t_hooks) / calls * 1e9:.0f} ns of vramscope's own)")
+    model = GPT()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    params = list(model.parameters())
+    t = Tagger(cuda=False)
+    t._tag_optimizer(opt, everything=True)
+    t._optimizers.add(opt)
+    t._stepped.add(opt)
+    for p in params:
+        p.grad = torch.zeros_like(p)
+
+    def same():
+        t._step_pre(opt, (), {})
+        t._step_post(opt, (), {})
+
+    def new():
+        for p in params:
+            p.grad = torch.zeros_like(p)
+        same()
+
+    def grads_only():
+        for p in params:
+            p.grad = torch.zeros_like(p)
+
+    n = 200
+    t_same = min(timeit.repeat(same, number=n, repeat=5)) / n
+    t_new = (min(timeit.repeat(new, number=n, repeat=5)) - min(timeit.repeat(grads_only, number=n, repeat=5))) / n
+    print(f"per optimizer step ({len(params)} parameters): {t_same * 1e6:6.1f} µs with the same gradients, "
+          f"{t_new * 1e6:6.1f} µs with new ones")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=6)
     a = ap.parse_args()
     torch.set_num_threads(1)
+    per_call_costs()
     torch.manual_seed(0)
     model = GPT()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     g = torch.Generator().manual_seed(0)
-    batches = [(torch.randint(0, VOCAB, (2, 64), generator=g), torch.randint(0, VOCAB, (2, 64), generator=g))
+    batches = [(torch.randint(0, VOCAB, (2, 16), generator=g), torch.randint(0, VOCAB, (2, 16), generator=g))
                for _ in range(8)]
     calls = module_calls(model, batches[0][0])
     tmp = tempfile.mkdtemp(prefix="vramscope-bench-")

@@ -435,3 +435,35 @@ def test_publishing_while_the_program_frees_gradients_never_crashes(tmp_path: Pa
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert int(proc.stdout.split()[-1]) >= 50
     assert (tmp_path / "s.dump_at.pickle").exists()
+
+
+def test_a_cuda_step_reads_the_allocators_counters_once_without_flattening(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``vramscope.step()`` on CUDA reads allocated and reserved bytes in one
+    call of ``memory_stats_as_nested_dict`` (one C++ call), never
+    ``memory_stats()``, which flattens and sorts every statistic in Python
+    (0.25 ms a call on an H200; two calls a step before)."""
+    from test_record import FakeCuda
+
+    cuda = FakeCuda(monkeypatch)
+    cuda.initialized = True
+    nested_calls: List[int] = []
+    now = {"allocated": 0, "reserved": 0}
+
+    def nested(device: Any = None) -> Dict[str, Any]:
+        nested_calls.append(1)
+        return {"allocated_bytes": {"all": {"current": now["allocated"]}}, "reserved_bytes": {"all": {"current": now["reserved"]}}}
+
+    def flat(*a: Any, **k: Any) -> Dict[str, Any]:
+        raise AssertionError("memory_stats() called at a step")
+
+    monkeypatch.setattr(torch.cuda, "memory_stats_as_nested_dict", nested)
+    monkeypatch.setattr(torch.cuda, "memory_stats", flat)
+    with vramscope.record(tmp_path / "gpu.pickle", backend="cuda"):
+        for i in range(1, 4):
+            now["allocated"], now["reserved"] = i * 2**20, i * 3 * 2**20
+            cuda.allocate(2**20)
+            before = len(nested_calls)
+            vramscope.step()
+            assert len(nested_calls) - before == 1
+        state = vramscope.live_state()
+    assert [(it["allocated"], it["reserved"]) for it in state["iterations"]] == [(i * 2**20, i * 3 * 2**20) for i in range(1, 4)]

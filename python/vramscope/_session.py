@@ -181,7 +181,7 @@ class _Session:
         """Note iteration ``n``'s figures; returns ``(allocated, reserved)``
         now. One read of the totals where they are the counters."""
         now, _peak, window = self.backend.totals(reset_window=True)
-        allocated, reserved = self.backend.counters() if self.kind in ("cuda", "xpu") else (now, now)
+        allocated, reserved = (now, self.backend.reserved_now) if self.kind in ("cuda", "xpu") else (now, now)
         self.iterations.append({"n": n, "end_us": _now_us(), "allocated": allocated, "reserved": reserved, "peak": max(window, allocated)})
         return allocated, reserved
 

@@ -61,6 +61,8 @@ class Tagger:
         # optimizer may be gone when the snapshot is written).
         self._described: Dict[int, Dict[str, Any]] = {}
         self._seen: set = set()
+        # Parameter id -> the gradient tensor last named (weakly held).
+        self._grads: Dict[int, Any] = {}
         self._modules: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self._local = threading.local()
         # ``(mark, stamp, stack)`` of a recorder that stamps stacks on
@@ -221,10 +223,20 @@ class Tagger:
         import torch
 
         state = opt.state
+        grads = self._grads
         for group in opt.param_groups:
             for p in group["params"]:
-                if p.grad is not None:
-                    self.tag(p.grad, "gradient")
+                g = p.grad
+                if g is not None:
+                    # The same gradient tensor as at the last step (no
+                    # zero_grad, or set_to_none=False) is already named.
+                    seen = grads.get(id(p))
+                    if everything or seen is None or seen() is not g:
+                        self.tag(g, "gradient")
+                        try:
+                            grads[id(p)] = weakref.ref(g)
+                        except TypeError:
+                            pass
                 if not everything:
                     continue
                 self.tag(p, "parameter")
@@ -372,9 +384,10 @@ def _local(t: Any) -> Any:
     parameters and gradients), the tensor inside ``torch.func``'s wrappers
     (``grad``, ``vmap``: parameters given to ``functional_call``), else
     ``t``."""
-    local = getattr(t, "_local_tensor", None)
-    if local is not None:
-        return local
+    if type(t) not in _plain():  # (a plain tensor's missing attribute costs an exception)
+        local = getattr(t, "_local_tensor", None)
+        if local is not None:
+            return local
     unwrap = _functorch()
     if unwrap is not None:
         wrapped, inner = unwrap
@@ -398,3 +411,14 @@ def _functorch() -> Optional[tuple]:
 
 
 _FUNCTORCH: Optional[tuple] = None
+_PLAIN: tuple = ()
+
+
+def _plain() -> tuple:
+    """``torch.Tensor`` and ``torch.nn.Parameter``: types with no local shard."""
+    global _PLAIN
+    if not _PLAIN:
+        import torch
+
+        _PLAIN = (torch.Tensor, torch.nn.Parameter)
+    return _PLAIN
