@@ -15,7 +15,7 @@
 //! part, program changes included (they apply by the earlier entries'
 //! sites), and its result is marked as a projection.
 
-use std::collections::HashMap;
+use vramscope_snapshot::hash::FxHashMap as HashMap;
 
 use serde::Serialize;
 use vramscope_analysis::iterations::find_iterations;
@@ -147,7 +147,7 @@ pub fn horizon(snap: &Snapshot, device: u32, end: usize) -> Horizon {
     };
     // Blocks of the interrupted iteration still allocated at the failing
     // request: what the earlier iteration's later frees may free.
-    let mut live: HashMap<u64, usize> = HashMap::new();
+    let mut live: HashMap<u64, usize> = HashMap::default();
     for i in current.start..end {
         match t.action[i] {
             Action::Alloc => {
@@ -228,7 +228,7 @@ fn project(
     let Some(&(cut, first)) = pairs.last() else {
         return (Tail::default(), 1.0, 0);
     };
-    let mut by_stack: HashMap<_, Vec<f64>> = HashMap::new();
+    let mut by_stack: HashMap<_, Vec<f64>> = HashMap::default();
     let mut all = Vec::new();
     for &(m, e) in &pairs[..pairs.len() - 1] {
         if t.size[e] > 0 {

@@ -10,7 +10,9 @@
 //! ([`crate::expandable`] holds the expandable-segment path);
 //! [`crate::release`] gives it back.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+
+use vramscope_snapshot::hash::FxHashMap as HashMap;
 
 use crate::settings::{Settings, MIN_BLOCK, SMALL_SIZE};
 
@@ -132,7 +134,7 @@ impl Allocator {
             settings,
             capacity,
             fraction_limit: None,
-            blocks: HashMap::new(),
+            blocks: HashMap::default(),
             free: [BTreeSet::new(), BTreeSet::new()],
             unmapped: [BTreeSet::new(), BTreeSet::new()],
             expandables: Vec::new(),

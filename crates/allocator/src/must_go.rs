@@ -10,7 +10,7 @@
 //! let the replay serve the request. That prefix less its last block is
 //! replayed too: when it fails, the answer is the least of its kind.
 
-use std::collections::HashMap;
+use vramscope_snapshot::hash::FxHashMap as HashMap;
 
 use serde::Serialize;
 use vramscope_analysis::sites::{frame_label, site_frame};
@@ -97,8 +97,8 @@ impl Search<'_> {
                 None => e.drop_seed.contains(&b.addr),
             })
         };
-        let mut site_of = HashMap::new();
-        let mut by_site: HashMap<Option<_>, (u64, Vec<LiveBlock>)> = HashMap::new();
+        let mut site_of = HashMap::default();
+        let mut by_site: HashMap<Option<_>, (u64, Vec<LiveBlock>)> = HashMap::default();
         for b in live.into_iter().filter(|b| !already(b)) {
             let key = *site_of
                 .entry(b.stack)
@@ -116,7 +116,7 @@ impl Search<'_> {
         }
         let blocks: Vec<LiveBlock> = order.iter().map(|x| x.1).collect();
         let mut replays = 0;
-        let mut memo: HashMap<usize, bool> = HashMap::new();
+        let mut memo: HashMap<usize, bool> = HashMap::default();
         let mut fits = |k: usize, replays: &mut usize| -> bool {
             *memo.entry(k).or_insert_with(|| {
                 *replays += 1;

@@ -3,7 +3,7 @@
 //! `free` (frees are applied when completed, as the allocator does). The
 //! recorded segment events and reserved curve are set beside the model's.
 
-use std::collections::HashMap;
+use vramscope_snapshot::hash::FxHashMap as HashMap;
 
 use serde::Serialize;
 use vramscope_analysis::whatif::Edits;
@@ -111,7 +111,7 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
         a.fraction_limit = Some((f * c as f64) as u64);
     }
     // Recorded address → the model's address and the bytes requested.
-    let mut addr_of: HashMap<u64, (u64, u64)> = HashMap::new();
+    let mut addr_of: HashMap<u64, (u64, u64)> = HashMap::default();
     let seed_misses = seed(&mut a, snap, device, &mut addr_of, edits);
     let mut requested: u64 = addr_of.values().map(|v| v.1).sum();
     let recorded_oom = (0..t.len()).find(|&i| t.action[i] == Action::Oom);

@@ -3,7 +3,9 @@
 //! only the last entries, so most traces start long after the program
 //! did), and in them the blocks in use then.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use vramscope_snapshot::hash::FxHashMap as HashMap;
 
 use vramscope_analysis::whatif::Edits;
 use vramscope_snapshot::{Action, Snapshot};
@@ -44,7 +46,7 @@ pub(crate) fn seed(
     let empty = Default::default();
     let t = snap.trace(device).unwrap_or(&empty);
     let small_segment = crate::settings::SMALL_BUFFER;
-    let mut made_in_trace = std::collections::HashSet::new();
+    let mut made_in_trace = vramscope_snapshot::hash::FxHashSet::default();
     let mut freed_first: Vec<(u64, u64, u64)> = Vec::new();
     for i in 0..t.len() {
         match t.action[i] {
@@ -82,7 +84,7 @@ pub(crate) fn seed(
         a.seed_expandable(stream, small, &ranges);
     }
     // Blocks in use at the start.
-    let mut seen = std::collections::HashSet::new();
+    let mut seen = vramscope_snapshot::hash::FxHashSet::default();
     let mut in_use: Vec<(u64, u64)> = Vec::new();
     for i in 0..t.len() {
         match t.action[i] {
