@@ -13,12 +13,18 @@ Standard library only. Usual invocation from the repository root:
     .venv/bin/python bench/bench_summary.py                       # synth, 1,000,000 entries
     .venv/bin/python bench/bench_summary.py --entries 100000,1000000 --json bench/out/results.json
     .venv/bin/python bench/bench_summary.py --files tests/fixtures/real/magma27_cs336_windows.pickle.gz
+    .venv/bin/python bench/bench_summary.py --entries 1000000,10000000 --stacks python,cpp --skip _memory_viz
+
+Beside the whole-process figures, vramscope's own stages (load, summary;
+``VRAMSCOPE_TIMING=1``) are read from one more run of each configuration,
+so a stage that got slower shows even where the total hides it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import os
 import platform
 import shutil
@@ -112,13 +118,13 @@ def ensure_binary(force: bool) -> None:
         sys.exit(f"bench: '{' '.join(cmd)}' failed (exit {r.returncode})")
 
 
-def generate(entries: int) -> Path:
+def generate(entries: int, stacks: str = "python") -> Path:
     OUT_DIR.mkdir(parents=True, exist_ok=True)
-    out = OUT_DIR / f"synth_{entries}.pickle"
+    out = OUT_DIR / (f"synth_{entries}.pickle" if stacks == "python" else f"synth_{entries}_{stacks}.pickle")
     if out.exists() and out.stat().st_size > 0:
         log(f"using existing {out.relative_to(REPO)}")
         return out
-    cmd = [str(BIN), "synth", "--entries", str(entries), "--stacks", "python",
+    cmd = [str(BIN), "synth", "--entries", str(entries), "--stacks", stacks,
            "--seed", "1", "-o", str(out)]
     log(f"generating: {' '.join(cmd)}")
     t0 = time.perf_counter()
@@ -198,7 +204,23 @@ def measure(cmd: list[str], repeat: int) -> dict:
     }
 
 
-def bench_file(path: Path, python: str, repeat: int, have_torch: bool) -> dict:
+TIMING = re.compile(r"timing: load ([0-9.]+)(ms|s|µs) .*summary ([0-9.]+)(ms|s|µs)")
+
+
+def stages(cmd: list[str]) -> dict | None:
+    """vramscope's own stage times (ms) from one run with VRAMSCOPE_TIMING=1."""
+    env = dict(os.environ, VRAMSCOPE_TIMING="1")
+    r = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+    m = TIMING.search(r.stderr or "")
+    if r.returncode != 0 or not m:
+        return None
+    scale = {"s": 1e3, "ms": 1.0, "µs": 1e-3}
+    return {"load_ms": float(m.group(1)) * scale[m.group(2)],
+            "summary_ms": float(m.group(3)) * scale[m.group(4)]}
+
+
+def bench_file(path: Path, python: str, repeat: int, have_torch: bool, skip: tuple = ()) -> dict:
     size = path.stat().st_size
     log(f"\n{path}  ({size / 1e6:.1f} MB)")
     warm_cache(path)
@@ -214,6 +236,9 @@ def bench_file(path: Path, python: str, repeat: int, have_torch: bool) -> dict:
         if tool == "_memory_viz" and not have_torch:
             result["tools"][tool] = {"ok": False, "skipped": "torch not installed"}
             continue
+        if tool in skip:
+            result["tools"][tool] = {"ok": False, "skipped": "--skip"}
+            continue
         log(f"  {TOOL_LABELS[tool]} x{repeat} ...")
         r = measure(cmds[tool], repeat)
         if tool == "vramscope" and r["ok"]:
@@ -221,6 +246,8 @@ def bench_file(path: Path, python: str, repeat: int, have_torch: bool) -> dict:
             if problem:
                 r = {"ok": False, "exit": 0, "error": f"failed ({problem})",
                      "stderr_tail": "", "cmd": cmds[tool]}
+        if r["ok"] and tool.startswith("vramscope"):
+            r["stages"] = stages(cmds[tool])
         if r["ok"]:
             log(f"    median {r['wall_s_median']:.3f} s, peak RSS {r['peak_rss_kib_max'] / 1024:.1f} MB")
         else:
@@ -293,7 +320,7 @@ def markdown(results: list[dict], machine: dict, repeat: int) -> str:
         lines.append("| " + " | ".join(row) + " |")
 
     lines.append("")
-    head = ["file", "_memory_viz stats / vramscope (time)", "pickle.load / vramscope (time)",
+    head = ["file", "_memory_viz stats / vramscope (time)", "pickle.load / vramscope (time; target >= 8x)",
             "vramscope RSS / pickle.load RSS", "vramscope RSS / file size"]
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|")
@@ -315,12 +342,25 @@ def markdown(results: list[dict], machine: dict, repeat: int) -> str:
         ]
         lines.append("| " + " | ".join(row) + " |")
     lines.append("")
+    lines.append("vramscope's stages (one run each with VRAMSCOPE_TIMING=1), load and summary in ms:")
+    lines.append("")
+    lines.append("| file | load | summary | load, --no-categories | summary, --no-categories |")
+    lines.append("|---|---:|---:|---:|---:|")
+    for res in results:
+        t = res["tools"]
+        cat = t["vramscope"].get("stages") or {}
+        nocat = t["vramscope-nocat"].get("stages") or {}
+        cells = [cat.get("load_ms"), cat.get("summary_ms"), nocat.get("load_ms"), nocat.get("summary_ms")]
+        lines.append("| " + " | ".join([res["name"]] + ["n/a" if c is None else f"{c:.0f}" for c in cells]) + " |")
+    lines.append("")
     lines.append("Labelling what the memory is (category inference) adds, per file:")
     for res in results:
         t = res["tools"]
-        if t["vramscope"].get("ok") and t["vramscope-nocat"].get("ok"):
-            d = t["vramscope"]["wall_s_median"] - t["vramscope-nocat"]["wall_s_median"]
-            lines.append(f"- {res['name']}: {d:+.3f} s (target: at most +0.300 s at 1M entries)")
+        cat = t["vramscope"].get("stages") or {}
+        nocat = t["vramscope-nocat"].get("stages") or {}
+        if cat and nocat:
+            d = cat["summary_ms"] - nocat["summary_ms"]
+            lines.append(f"- {res['name']}: {d:+.0f} ms in the summary stage")
     return "\n".join(lines)
 
 
@@ -343,10 +383,15 @@ def main() -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--entries", type=parse_entries, default=[1_000_000],
                     help="comma-separated synthetic snapshot sizes (default: 1000000)")
+    ap.add_argument("--stacks", default="python",
+                    help="comma-separated stack kinds of the synthetic snapshots: python, cpp (default: python)")
+    ap.add_argument("--skip", default="", help="comma-separated tools to leave out, e.g. _memory_viz")
     ap.add_argument("--files", nargs="+", type=Path, metavar="FILE",
                     help="benchmark these snapshot files instead of generating synthetic ones")
     ap.add_argument("--repeat", type=int, default=3, help="runs per tool (default: 3)")
     ap.add_argument("--json", type=Path, metavar="OUT.json", help="also save the figures as JSON")
+    ap.add_argument("--bin", type=Path, metavar="VRAMSCOPE",
+                    help="the vramscope binary to measure (default: target/release/vramscope), e.g. an earlier build")
     ap.add_argument("--rebuild", action="store_true",
                     help="run `cargo build --release -p vramscope` even if the binary exists")
     args = ap.parse_args()
@@ -354,7 +399,13 @@ def main() -> int:
         ap.error("--repeat must be at least 1")
 
     python = venv_python()
-    ensure_binary(args.rebuild)
+    global BIN
+    if args.bin is not None:
+        if not args.bin.is_file():
+            ap.error(f"--bin: not a file: {args.bin}")
+        BIN = args.bin.resolve()
+    else:
+        ensure_binary(args.rebuild)
 
     if args.files:
         files = []
@@ -363,7 +414,10 @@ def main() -> int:
                 ap.error(f"not a file: {f}")
             files.append(f.resolve())
     else:
-        files = [generate(n) for n in args.entries]
+        kinds = [k.strip() for k in args.stacks.split(",") if k.strip()]
+        if not kinds or any(k not in ("python", "cpp") for k in kinds):
+            ap.error("--stacks: python and/or cpp")
+        files = [generate(n, k) for n in args.entries for k in kinds]
 
     have_torch = run_capture([python, "-c", "import importlib.util, sys; "
                               "sys.exit(importlib.util.find_spec('torch') is None)"]) is not None
@@ -375,7 +429,11 @@ def main() -> int:
     true_bin = shutil.which("true")
     floor = measure_once([true_bin]) if true_bin else None
     machine["rss_floor_kib"] = floor["rss_kib"] if floor and floor["exit"] == 0 else None
-    results = [bench_file(f, python, args.repeat, have_torch) for f in files]
+    skip = tuple(t.strip() for t in args.skip.split(",") if t.strip())
+    unknown = [t for t in skip if t not in TOOLS]
+    if unknown:
+        ap.error(f"--skip: unknown tool(s) {', '.join(unknown)}; the tools are {', '.join(TOOLS)}")
+    results = [bench_file(f, python, args.repeat, have_torch, skip) for f in files]
 
     print()
     print(markdown(results, machine, args.repeat))
