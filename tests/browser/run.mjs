@@ -177,6 +177,37 @@ const LAUNCH_ARGS = ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-fi
   '--disable-background-networking', '--disable-component-update', '--disable-sync',
   '--disable-dev-shm-usage'];
 
+// Run in the page for one tab: every table cell of its panel, checked for
+// overlap with the next cell of its row, text spilling out, and words broken
+// across lines (a cell whose text runs over more lines than it has words).
+const TABLE_CHECK = (tab) => {
+  const panel = document.getElementById('panel-' + tab);
+  const problems = [];
+  let cells = 0;
+  const lines = (node) => {
+    const range = document.createRange(); range.selectNodeContents(node);
+    const tops = new Set([...range.getClientRects()].filter((q) => q.width > 0).map((q) => Math.round(q.top)));
+    return tops.size;
+  };
+  for (const tr of panel ? panel.querySelectorAll('table tr') : []) {
+    const row = [...tr.children].filter((c) => c.getBoundingClientRect().width > 0);
+    row.forEach((c, i) => {
+      cells++;
+      const r = c.getBoundingClientRect(), text = c.textContent.trim();
+      const where = `${tab}: "${text.slice(0, 40)}"`;
+      const next = row[i + 1];
+      if (next && r.right > next.getBoundingClientRect().left + 0.5) problems.push(`${where} overlaps the next cell`);
+      if (c.scrollWidth > c.clientWidth + 1) problems.push(`${where} spills out of its cell (${c.scrollWidth} > ${c.clientWidth} px)`);
+      if (!c.classList.contains('wrap') && text && !c.querySelector('div, ul, ol, details')) {
+        const words = text.split(/\s+/).length;
+        const n = lines(c);
+        if (n > words) problems.push(`${where} is broken over ${n} lines (${words} word(s))`);
+      }
+    });
+  }
+  return { cells, problems };
+};
+
 async function openReport(browser, htmlPath) {
   const context = await browser.newContext({ viewport: { width: 1600, height: 1000 }, deviceScaleFactor: 1 });
   const page = await context.newPage();
@@ -410,6 +441,27 @@ async function testReport(browser, snap) {
           assert(s.text.includes(XSS.script1), `#panel-${tab} lacks the literal ${XSS.script1}`);
         }
         return `${s.text.length} characters`;
+      });
+    }
+
+    // Tables at three window widths, in every tab: no cell overlaps the
+    // next one of its row, no text spills out of its cell, and no word is
+    // broken across lines except in cells marked .wrap (paths, stacks).
+    for (const width of [1280, 1500, 1920]) {
+      await check(T(`tables at ${width} px: no overlapping cells, no broken words`), async () => {
+        await page.setViewportSize({ width, height: 950 });
+        let cells = 0;
+        const problems = [];
+        for (const { tab, hidden } of tabs) {
+          if (hidden) continue;
+          await page.click(`.tabs button[data-tab="${tab}"]`);
+          const r = await page.evaluate(TABLE_CHECK, tab);
+          cells += r.cells;
+          problems.push(...r.problems);
+        }
+        await page.setViewportSize({ width: 1600, height: 1000 });
+        assert(!problems.length, `${problems.length} problem(s): ${short(problems.slice(0, 3).join(' | '), 400)}`);
+        return `${cells} cells`;
       });
     }
 

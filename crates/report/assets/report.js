@@ -166,7 +166,7 @@
     return file + ':' + t.line + ' in ' + t.name;
   }
   function siteCell(f, fallback) {
-    const td = el('td', null, f < 0 ? fallback : shortLabel(f));
+    const td = el('td', 'wrap', f < 0 ? fallback : shortLabel(f));
     if (f >= 0) td.title = frameText(f).label;
     return td;
   }
@@ -812,7 +812,7 @@
       const tr = el('tr');
       tr.appendChild(el('td', 'n', fmtBytes(r.a_bytes))); tr.appendChild(el('td', 'n', fmtBytes(r.b_bytes)));
       tr.appendChild(el('td', 'n', (r.delta > 0 ? '+' : '') + fmtBytes(r.delta)));
-      const td = el('td'); td.appendChild(siteLink(r.site)); tr.appendChild(td); tb.appendChild(tr);
+      const td = el('td', 'wrap'); td.appendChild(siteLink(r.site)); tr.appendChild(td); tb.appendChild(tr);
     }
     d.appendChild(tb); return d;
   }
@@ -964,7 +964,7 @@
       tr.appendChild(el('td', 'n', (total > 0 ? (s.bytes / total * 100).toFixed(1) : '0') + '%'));
       tr.appendChild(el('td', 'n', fmtCount(s.count)));
       const parts = (s.file || '').split(/[\\/]/);
-      const td = el('td', null, s.file && parts.length > 2 && !s.site.endsWith('(C++)') ? '…/' + parts.slice(-2).join('/') + ':' + s.line + ' in ' + s.function : s.site);
+      const td = el('td', 'wrap', s.file && parts.length > 2 && !s.site.endsWith('(C++)') ? '…/' + parts.slice(-2).join('/') + ':' + s.line + ' in ' + s.function : s.site);
       td.title = s.site; tr.appendChild(td);
       tb.appendChild(tr);
     }
