@@ -361,11 +361,45 @@ async function testReport(browser, snap) {
 
     // Peak button.
     let before = null;
-    await check(T('initial view covers the whole trace'), async () => {
+    await check(T('first view frames the work: the peak, every OOM and iteration mark inside'), async () => {
       before = await viewOf(page);
-      const [a, b] = before.eventRange;
-      assert(a <= 0 && b >= before.events, `eventRange [${a}, ${b}] for ${before.events} events`);
-      return `${before.events} events, eventRange [${a}, ${b}]`;
+      const f = await page.evaluate(() => window.vramscope.framing());
+      const inside = (x) => x === null || (x >= before.x0 && x <= before.x1);
+      assert(inside(f.peak), `peak at ${f.peak} outside [${before.x0}, ${before.x1}]`);
+      for (const x of [...f.ooms, ...f.marks, ...(f.iterations || [])]) assert(inside(x), `${x} outside [${before.x0}, ${before.x1}]`);
+      const whole = before.x0 <= f.full[0] && before.x1 >= f.full[1];
+      if (!f.iterations) assert(whole, `no iterations but the view [${before.x0}, ${before.x1}] is not the whole trace ${f.full}`);
+      if (snap.expectFramed) {
+        assert(!whole && f.activity, `the idle head is shown: view [${before.x0}, ${before.x1}], trace ${f.full}`);
+        assert((before.x1 - before.x0) < 0.5 * (f.full[1] - f.full[0]), `the work takes only ${((before.x1 - before.x0) / (f.full[1] - f.full[0]) * 100).toFixed(0)}% of the trace in the first view`);
+        assert(/Reset zoom/.test(f.note), `no note says what is left out: "${f.note}"`);
+      }
+      return whole ? `whole trace, ${before.events} events` : `${((before.x1 - before.x0) / (f.full[1] - f.full[0]) * 100).toFixed(0)}% of the trace: ${f.note}`;
+    });
+    if (oomsInSummary.length) {
+      await check(T('an OOM file opens on its OOM panel, the verdict in the strip'), async () => {
+        const r = await page.evaluate(() => ({ tab: document.querySelector('.tabs button.active').dataset.tab, verdict: (document.getElementById('verdict') || {}).textContent || '' }));
+        assert(r.tab === 'oom', `opens on "${r.tab}"`);
+        const cause = oomsInSummary[0] && oomsInSummary[0].cause;
+        assert(cause && r.verdict.includes(cause), `verdict "${short(r.verdict, 120)}" lacks the cause "${short(cause || '', 120)}"`);
+        return short(r.verdict, 80);
+      });
+    }
+    await check(T('the legend names what is drawn, with its bytes at the peak'), async () => {
+      const d = summary.devices[0];
+      const r = await page.evaluate(() => ({ color: document.getElementById('color-by').value,
+        items: [...document.querySelectorAll('#legend > span')].map((x) => x.textContent) }));
+      const known = (d.peak.by_category || []).filter((c) => c.category !== 'unknown').reduce((t, c) => t + c.bytes, 0);
+      const want = known > 0 && known * 2 >= d.peak.allocated_bytes ? 'category' : 'site';
+      assert(r.color === want, `coloured by ${r.color}, expected by ${want} (labelled ${known} of ${d.peak.allocated_bytes} bytes at the peak)`);
+      await page.selectOption('#color-by', 'site');
+      const sites = await page.evaluate(() => ({ hash: location.hash,
+        items: [...document.querySelectorAll('#legend .site-item, #legend > span')].map((x) => x.textContent) }));
+      assert(/color=site/.test(sites.hash), `the choice is not in the URL: "${sites.hash}"`);
+      const named = sites.items.filter((t) => /[0-9.]+ (B|KiB|MiB|GiB)$/.test(t));
+      if (d.peak.allocated_bytes > 0) assert(named.length > 0, `no site with its bytes in the legend: ${sites.items.join(' | ')}`);
+      await page.selectOption('#color-by', r.color);
+      return `${r.color}; by site: ${short(named.slice(0, 3).join(' | '), 120)}`;
     });
     const biggest = await page.evaluate(() => window.vramscope.biggestAtPeak()).catch((e) => ({ error: String(e) }));
     await page.click('#btn-peak');
@@ -476,7 +510,7 @@ async function testReport(browser, snap) {
       });
       const want = summaryCategories(summary);
       assert(r.legend.length > 0, 'no category in the legend');
-      assert(JSON.stringify(r.legend) === JSON.stringify(r.present), `legend ${r.legend} vs allocations ${r.present}`);
+      assert(JSON.stringify([...r.legend].sort()) === JSON.stringify([...r.present].sort()), `legend ${r.legend} vs allocations ${r.present}`);
       for (const c of want) assert(r.legend.includes(c), `${c} is alive at the peak or the end but not in the legend ${r.legend}`);
       return r.legend.join(', ');
     });
@@ -799,6 +833,9 @@ async function main() {
       vramscope(['synth', '-o', clean, '--entries', '20000', '--seed', '7']);
       vramscope(['synth', '-o', leaky, '--entries', '20000', '--seed', '7', '--leak', '64MiB']);
     } });
+  // Eight training steps after 4.3 s of setup (H200): the first view shows the steps.
+  snaps.push({ name: 'gpu_settings_default', file: path.join(repoRoot, 'tests', 'fixtures', 'gpu', 'settings_default.pickle.gz'),
+    expectFramed: true });
   // A fragmentation OOM recorded on a real H200 (tests/fixtures/gpu).
   snaps.push({ name: 'gpu_oom_frag_default', file: path.join(repoRoot, 'tests', 'fixtures', 'gpu', 'oom_frag_default.pickle.gz'),
     expectOom: true, replayDisproves: true });

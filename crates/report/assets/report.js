@@ -231,6 +231,48 @@
     [view.x0, view.x1] = fullX();
     view.y0 = 0; view.y1 = Math.max(model.maxAlloc, showReserved ? model.maxReserved : 0, 1) * 1.05;
   }
+  // The first event at or after time t (µs from the first event).
+  function eventAtTime(t) {
+    const tm = model.time; let lo = 0, hi = model.nE;
+    while (lo < hi) { const mid = (lo + hi) >> 1; if (tm[mid] < t) lo = mid + 1; else hi = mid; }
+    return lo;
+  }
+  // The first view: the recorded work. A file with iterations opens on them
+  // (with the peak, every OOM and every iteration mark inside), its idle head
+  // and tail (model setup, seconds of loading) one click away (Reset zoom);
+  // without iterations, or where they are most of the trace, the whole trace.
+  function activityX() {
+    const full = fullX(), m = model;
+    const its = (m.info.leaks && m.info.leaks.iterations) || [];
+    if (!its.length || m.nE < 2) return full;
+    let lo = its[0].start, hi = Math.min(m.nE - 1, Math.max(its[0].start, its[its.length - 1].end - 1));
+    const take = (e) => { if (e !== null && e !== undefined && e >= 0 && e < m.nE) { lo = Math.min(lo, e); hi = Math.max(hi, e); } };
+    take(m.peakEvent);
+    for (const o of m.info.ooms) take(o.event);
+    if (m.time && m.info.t_first_us !== null) {
+      for (const a of m.info.annotations) if (a.stage === 'Start') take(Math.min(m.nE - 1, eventAtTime(a.time_us - m.info.t_first_us)));
+    }
+    const p0 = posOfEvent(lo), p1 = posOfEvent(hi), pad = Math.max((p1 - p0) * 0.03, 1);
+    const x0 = Math.max(full[0], p0 - pad), x1 = Math.min(full[1], p1 + pad);
+    return x1 - x0 > 0.8 * (full[1] - full[0]) ? full : [x0, x1];
+  }
+  // What the first view leaves out, for the note beside the buttons.
+  let activity = null; // the first view's x range when it leaves something out
+  function viewNote() {
+    const n = $('view-note'); if (!n) return;
+    const full = fullX();
+    const cut = !!activity && view.x0 === activity[0] && view.x1 === activity[1];
+    const head = eventAt(view.x0), tail = model.nE - eventAt(view.x1);
+    n.textContent = cut ? 'showing the iterations; ' + (hasTime()
+      ? fmtDur(view.x0 - full[0]) + ' before' + (tail > 0 ? ', ' + fmtDur(full[1] - view.x1) + ' after' : '')
+      : fmtCount(head) + ' events before' + (tail > 0 ? ', ' + fmtCount(tail) + ' after' : '')) + ' (Reset zoom: the whole trace)' : '';
+  }
+  function firstView() {
+    resetView();
+    [view.x0, view.x1] = activityX();
+    const full = fullX();
+    activity = view.x0 !== full[0] || view.x1 !== full[1] ? [view.x0, view.x1] : null;
+  }
 
   // ---------- rendering ----------
   const plot = $('plot'), ctx = plot.getContext('2d');
@@ -268,6 +310,7 @@
   }
 
   function render() {
+    viewNote();
     const t0 = performance.now();
     const ar = area(), W = ar.w, Hh = ar.h;
     if (W <= 0 || Hh <= 0) return;
@@ -990,6 +1033,12 @@
       let v = s.ooms.length + ' event(s)' + (kind ? ': ' + names[kind] : '');
       if (d.outside_bytes && kind !== 'outside') v += '; ' + fmtBytes(d.outside_bytes) + ' held outside PyTorch';
       add('out of memory', v, 'warn');
+      // The verdict itself, in the strip every view shows.
+      const verdict = el('div', 'verdict'); verdict.id = 'verdict';
+      verdict.appendChild(el('span', 'k', 'why'));
+      verdict.appendChild(el('span', null, s.ooms[0].cause));
+      verdict.title = s.ooms[0].cause;
+      f.appendChild(verdict);
     }
     // What a damaged file lost and figures that contradict each other:
     // above everything, never only in the File tab.
@@ -1016,20 +1065,49 @@
     p.appendChild(el('h3', null, 'Peak: alive by allocation site'));
     p.appendChild(sitesTable('', model.summary.peak.top_sites, model.summary.peak.allocated_bytes));
   }
+  // Sites alive at the peak, largest first: [frame (-1: no stack), bytes].
+  function peakSites() {
+    const by = new Map();
+    for (const a of liveAt(model.peakEvent === null ? -1 : model.peakEvent)) {
+      const st = model.stack[a], f = st === 0xffffffff ? -1 : siteFrameOfStack[st];
+      by.set(f, (by.get(f) || 0) + model.size[a]);
+    }
+    return [...by.entries()].sort((x, y) => y[1] - x[1]);
+  }
+  const LEGEND_SITES = 8;
+  // The legend names what is drawn: each category (or the largest sites)
+  // with its colour and its bytes at the peak, largest first, then the rest.
   function showLegend() {
     const lg = $('legend'); lg.textContent = '';
-    const item = (col, text) => { const sp = el('span'); const sw = el('span', 'sw'); sw.style.background = col; sp.appendChild(sw); sp.appendChild(document.createTextNode(text)); lg.appendChild(sp); return sp; };
+    const item = (col, text, bytes) => {
+      const sp = el('span'); const sw = el('span', 'sw'); sw.style.background = col; sp.appendChild(sw);
+      sp.appendChild(document.createTextNode(text));
+      if (bytes !== undefined) sp.appendChild(el('span', 'lb', ' ' + fmtBytes(bytes)));
+      lg.appendChild(sp); return sp;
+    };
+    const atPeak = (name) => { const x = (model.summary.peak.by_category || []).find((c) => c.category === name); return x ? x.bytes : 0; };
     if (colorBy === 'category' && model.cat) {
-      for (const name of model.info.categories_present) {
+      const names = [...model.info.categories_present].sort((a, b) => atPeak(b) - atPeak(a));
+      for (const name of names) {
         const k = model.info.categories.indexOf(name);
-        const sp = item(rgba(catColor(k)), CAT_LABELS[name] || name);
+        const sp = item(rgba(catColor(k)), CAT_LABELS[name] || name, atPeak(name));
         sp.classList.add('cat-item'); sp.dataset.cat = name;
         if (highlightCat === k) sp.classList.add('on');
-        sp.title = 'click: make its allocations stand out';
+        sp.title = (CAT_LABELS[name] || name) + ' at the peak; click: make its allocations stand out';
         sp.addEventListener('click', () => toggleHighlight(k));
       }
     } else if (colorBy === 'stream') model.info.streams.forEach((s, k) => item(rgba(hashColor(k + 3)), 'stream ' + s));
-    else item(rgba(GRAY), 'no stack recorded');
+    else {
+      const sites = peakSites();
+      for (const [f, bytes] of sites.slice(0, LEGEND_SITES)) {
+        const sp = item(rgba(f < 0 ? GRAY : hashColor(f + 1)), f < 0 ? 'no stack recorded' : shortLabel(f), bytes);
+        sp.classList.add('site-item');
+        if (f >= 0) sp.title = frameText(f).label + ' (at the peak)';
+      }
+      const rest = sites.slice(LEGEND_SITES);
+      if (rest.length) item('linear-gradient(90deg,#f59e0b,#10b981,#6366f1)', 'other (' + rest.length + ' sites)', rest.reduce((t, x) => t + x[1], 0));
+      else if (!sites.length) item(rgba(GRAY), 'no stack recorded');
+    }
     item('#111827', 'reserved (segments)');
     item('rgba(37,99,235,.8)', 'peak');
     if (model.info.ooms.length) item('rgba(220,38,38,.85)', 'out of memory');
@@ -1252,7 +1330,7 @@
       zoomTo(Math.round((e0 + e1) / 2), Math.max(1, Math.round((e1 - e0) / 2)));
       miniCols = null; render();
     });
-    $('color-by').addEventListener('change', (ev) => { colorBy = ev.target.value; showLegend(); render(); });
+    $('color-by').addEventListener('change', (ev) => { colorBy = ev.target.value; rememberColor(); showLegend(); render(); });
     $('show-reserved').addEventListener('change', (ev) => { showReserved = ev.target.checked; render(); });
     let st = 0;
     $('search').addEventListener('input', (ev) => { clearTimeout(st); st = setTimeout(() => applySearch(ev.target.value), 150); });
@@ -1281,7 +1359,9 @@
     $('btn-xaxis').textContent = 'x: ' + (view.axis === 'time' ? 'time' : 'event index');
     $('btn-xaxis').disabled = !model.time;
     $('btn-oom').hidden = !model.info.ooms.length; $('tab-oom').hidden = !model.info.ooms.length;
-    resetView(); showFacts(); showLegend(); showAbout(); showDetail(-1);
+    colorBy = wantedColor();
+    $('color-by').value = colorBy;
+    firstView(); showFacts(); showLegend(); showAbout(); showDetail(-1);
     $('panel-alive').textContent = ''; $('panel-segments').textContent = '';
     $('tab-whatif').hidden = !model.info.whatif; whatifRun = 0; showWhatif();
     if (model.info.ooms.length) showOoms();
@@ -1291,12 +1371,33 @@
     if (searchText) applySearch(searchText); else render();
   }
 
+  // Colour by category where the file's allocations have categories, by
+  // site otherwise, unless the URL names one (`#color=site`; `#category`).
+  function hashParts() { return location.hash.slice(1).split(',').filter(Boolean); }
+  function wantedColor() {
+    const h = hashParts(), named = h.find((x) => x.startsWith('color='));
+    const want = named ? named.slice(6) : (h.includes('category') || h.includes('categories') ? 'category' : null);
+    if (want === 'site' || want === 'stream') return want;
+    if (want === 'category' && model.cat) return 'category';
+    // By category where labels say what most of the peak is; a file whose
+    // memory is mostly "unknown" reads better by site.
+    const s = model.summary.peak, known = (s.by_category || []).filter((c) => c.category !== 'unknown').reduce((t, c) => t + c.bytes, 0);
+    return model.cat && known * 2 >= s.allocated_bytes && known > 0 ? 'category' : 'site';
+  }
+  function rememberColor() {
+    const h = hashParts().filter((x) => !x.startsWith('color=') && x !== 'category');
+    h.push('color=' + colorBy);
+    try { history.replaceState(null, '', '#' + h.join(',')); } catch (e) { /* file:// pages may refuse: nothing lost */ }
+  }
+
   // `report.html#peak`, `#oom`, `#segments`, `#category` open a view directly
   // (links in notes, screenshots).
   function openFromHash() {
-    const h = location.hash.slice(1).split(',').filter(Boolean);
-    if (h.includes('category') && model.cat) { colorBy = 'category'; $('color-by').value = 'category'; showLegend(); }
-    if (h.includes('categories')) { colorBy = 'category'; $('color-by').value = 'category'; showLegend(); activateTab('categories'); drawCategories(); }
+    const h = hashParts();
+    if (h.includes('categories')) { activateTab('categories'); drawCategories(); }
+    // An out-of-memory file opens on its OOM: the verdict is in the strip
+    // above, the panel says why and what held the memory.
+    if (!h.length && model.info.ooms.length) activateTab('oom');
     if (h.includes('peak')) goPeak();
     if (h.includes('leaks')) activateTab('leaks');
     if (h.includes('diff') && model.info.diff) activateTab('diff');
@@ -1309,6 +1410,19 @@
   const api = {
     ready: false, metrics,
     view: () => ({ ...view, events: model.nE, peakEvent: model.peakEvent, eventRange: [eventAt(view.x0), eventAt(view.x1)] }),
+    // What the first view must hold, in x positions of the current axis:
+    // the whole trace, the peak, each OOM, each iteration mark and the
+    // iterations' first and last events.
+    framing() {
+      const m = model, marks = [];
+      if (m.time && m.info.t_first_us !== null) {
+        for (const a of m.info.annotations) if (a.stage === 'Start') marks.push(posOfEvent(Math.min(m.nE - 1, eventAtTime(a.time_us - m.info.t_first_us))));
+      }
+      const its = (m.info.leaks && m.info.leaks.iterations) || [];
+      return { full: fullX(), activity, peak: m.peakEvent === null ? null : posOfEvent(m.peakEvent), ooms: m.info.ooms.map((o) => posOfEvent(o.event)), marks,
+        iterations: its.length ? [posOfEvent(its[0].start), posOfEvent(Math.min(m.nE - 1, its[its.length - 1].end - 1))] : null,
+        color: colorBy, note: $('view-note').textContent };
+    },
     // Client coordinates (relative to the viewport) of the middle of an
     // allocation's band in the current view, or null if not visible.
     locate(a) {
