@@ -44,9 +44,10 @@ try {
       const text = (sel) => [...document.querySelectorAll(sel)].map((e) => e.textContent.trim()).filter(Boolean);
       return {
         title: document.title,
-        tab: text('.tab.active, [role=tab][aria-selected=true]'),
-        header: text('header, .strip, .verdict').slice(0, 5),
-        legend: text('.legend, .legend *').slice(0, 20),
+        tab: text('.tabs button.active'),
+        strip: text('#facts > span, #verdict').slice(0, 12),
+        note: text('#view-note'),
+        legend: text('#legend > span').slice(0, 20),
         url: location.hash,
       };
     });
