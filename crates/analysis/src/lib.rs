@@ -34,7 +34,7 @@ pub mod replay;
 pub mod segments;
 pub mod sites;
 pub mod summary;
-pub mod units;
+pub use vramscope_text::units;
 pub mod whatif;
 
 pub use categories::{Category, CategoryTotal};

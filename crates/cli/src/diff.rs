@@ -4,10 +4,11 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context};
+use vramscope_analysis::units::signed_bytes;
 use vramscope_analysis::{diff, DiffOptions, LiveBlock, Replay};
 use vramscope_report::diff::{
-    diff_html, diff_json, diff_svg, diff_text, diff_tree, signed_bytes, DiffReport, DiffSvgOptions,
-    PeakToPeak, Side,
+    diff_html, diff_json, diff_svg, diff_text, diff_tree, DiffReport, DiffSvgOptions, PeakToPeak,
+    Side,
 };
 use vramscope_report::moment::{resolve_in, Moment, ResolvedMoment};
 use vramscope_snapshot::{DeviceTrace, Snapshot};
@@ -193,7 +194,7 @@ fn subtitle(r: &DiffReport) -> String {
         }
     };
     let (a, b) = (&r.a, &r.b);
-    let change = signed_bytes(r.diff.totals.delta);
+    let change = signed_bytes(r.diff.totals.delta as f64);
     if a.file == b.file && a.device == b.device {
         format!(
             "{} · device {} · A {} → B {} · change {change}",

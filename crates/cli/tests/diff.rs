@@ -213,8 +213,11 @@ fn check_xml(s: &str) {
         if rest.starts_with('&') {
             let end = rest.find(';').expect("entity ends");
             let ent = &rest[1..end];
+            let numeric = ent
+                .strip_prefix('#')
+                .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()));
             assert!(
-                ["amp", "lt", "gt", "quot", "apos"].contains(&ent),
+                numeric || ["amp", "lt", "gt", "quot", "apos"].contains(&ent),
                 "entity {ent}"
             );
             rest = &rest[end + 1..];

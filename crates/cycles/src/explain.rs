@@ -4,7 +4,7 @@
 
 use crate::report::Step;
 
-pub use vramscope_analysis::units::{bytes, count};
+pub use vramscope_text::units::{bytes, count};
 
 /// `1 tensor`, `2 tensors`.
 pub(crate) fn plural(n: u64, one: &str, many: &str) -> String {

@@ -12,6 +12,7 @@ use crate::example::ELIDED_TYPE;
 use crate::explain::{bytes, count, plural, reference};
 use crate::layout::layout;
 use crate::report::{CycleReport, Finding, Step};
+use vramscope_text::escape::{markup, markup_lines};
 
 const CSP: &str = "default-src 'none'; style-src 'unsafe-inline'";
 /// The fill of tensor nodes.
@@ -47,31 +48,6 @@ table.steps tr.group th{background:#f3f4f6;font-weight:600;padding-top:5px}\
 table.steps td.n{color:#9ca3af;text-align:right}.repr{color:#6b7280;font-family:ui-monospace,monospace;font-size:12px}\
 ";
 
-/// Escape text for HTML/XML content and attribute values; characters XML
-/// cannot carry become U+FFFD (line breaks too, unless `keep_lines`).
-fn esc_with(s: &str, keep_lines: bool) -> String {
-    let mut o = String::with_capacity(s.len() + 8);
-    for c in s.chars() {
-        match c {
-            '&' => o.push_str("&amp;"),
-            '<' => o.push_str("&lt;"),
-            '>' => o.push_str("&gt;"),
-            '"' => o.push_str("&quot;"),
-            '\'' => o.push_str("&#39;"),
-            '\n' if keep_lines => o.push('\n'),
-            '\t' | '\n' | '\r' => o.push(' '),
-            c if (c as u32) < 0x20 || c == '\u{FFFE}' || c == '\u{FFFF}' => o.push('\u{FFFD}'),
-            c => o.push(c),
-        }
-    }
-    o
-}
-
-/// Escape text for HTML/XML content and attribute values.
-pub fn escape(s: &str) -> String {
-    esc_with(s, false)
-}
-
 /// Escaped text with `backticked` parts as `<code>`.
 fn with_code(s: &str) -> String {
     let parts: Vec<&str> = s.split('`').collect();
@@ -79,12 +55,12 @@ fn with_code(s: &str) -> String {
     let mut o = String::new();
     for (i, p) in parts.iter().enumerate() {
         if i % 2 == 1 && (balanced || i + 1 < parts.len()) {
-            let _ = write!(o, "<code>{}</code>", escape(p));
+            let _ = write!(o, "<code>{}</code>", markup(p));
         } else {
             if i % 2 == 1 {
                 o.push('`');
             }
-            o.push_str(&escape(p));
+            o.push_str(&markup(p));
         }
     }
     o
@@ -93,7 +69,7 @@ fn with_code(s: &str) -> String {
 /// The report page. `title` is shown in the tab and the header.
 pub fn report_html(r: &CycleReport, title: &str) -> String {
     let mut o = String::with_capacity(16 * 1024);
-    let t = escape(title);
+    let t = markup(title);
     let _ = write!(
         o,
         "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
@@ -130,7 +106,7 @@ pub fn report_html(r: &CycleReport, title: &str) -> String {
                 "<li><a href=\"#f{}\">{}× {}</a> <span class=\"muted\">{}</span></li>",
                 i + 1,
                 count(f.count),
-                escape(&f.title),
+                markup(&f.title),
                 bytes(f.bytes)
             );
         }
@@ -162,7 +138,7 @@ fn finding(o: &mut String, n: usize, f: &Finding) {
     let _ = writeln!(
         o,
         "<section class=\"finding\" id=\"f{n}\">\n<h2>{n}. {}</h2>",
-        escape(&f.title)
+        markup(&f.title)
     );
     let mut facts: Vec<(&str, String)> = vec![
         ("occurrences", count(f.count)),
@@ -183,7 +159,7 @@ fn finding(o: &mut String, n: usize, f: &Finding) {
     }
     o.push_str("<dl class=\"facts\">");
     for (k, v) in facts {
-        let _ = write!(o, "<div><dt>{k}</dt><dd>{}</dd></div>", escape(&v));
+        let _ = write!(o, "<div><dt>{k}</dt><dd>{}</dd></div>", markup(&v));
     }
     o.push_str("</dl>\n");
     let _ = writeln!(
@@ -239,7 +215,7 @@ fn drawing(o: &mut String, f: &Finding) {
         o,
         "<div class=\"drawing\"><svg class=\"graph\" xmlns=\"http://www.w3.org/2000/svg\" \
          width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" role=\"img\" aria-label=\"{}\">",
-        escape(&f.title),
+        markup(&f.title),
         w = lay.width,
         h = lay.height
     );
@@ -269,12 +245,12 @@ fn drawing(o: &mut String, f: &Finding) {
             o,
             "<g class=\"{class}\"><title>{}</title><path d=\"{}\"/><polygon points=\"{}\"/>\
              <text x=\"{:.1}\" y=\"{:.1}\">{}</text></g>",
-            esc_with(&tip, true),
+            markup_lines(&tip),
             r.d,
             pts.join(" "),
             r.label_at.0,
             r.label_at.1 + 3.5,
-            escape(&r.label)
+            markup(&r.label)
         );
     }
     let cycle_nodes: std::collections::HashSet<usize> = ex.cycle.iter().map(|s| s.node).collect();
@@ -296,7 +272,7 @@ fn drawing(o: &mut String, f: &Finding) {
             o,
             "<g class=\"{class}\"><title>{}</title><rect x=\"{x:.1}\" y=\"{y:.1}\" \
              width=\"{:.1}\" height=\"{:.1}\" rx=\"6\" fill=\"{fill}\"/><text>",
-            esc_with(&node_tip(f, i), true),
+            markup_lines(&node_tip(f, i)),
             p.w,
             p.h
         );
@@ -307,7 +283,7 @@ fn drawing(o: &mut String, f: &Finding) {
                 "<tspan{cls} x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</tspan>",
                 p.x,
                 y + 17.0 + 14.0 * k as f64,
-                escape(line)
+                markup(line)
             );
         }
         o.push_str("</text></g>\n");
@@ -321,14 +297,14 @@ fn step_rows(o: &mut String, f: &Finding, steps: &[Step]) {
         let label = if s.label.is_empty() {
             String::new()
         } else {
-            format!("<code>{}</code>", escape(&s.label))
+            format!("<code>{}</code>", markup(&s.label))
         };
         let _ = writeln!(
             o,
             "<tr><td class=\"n\">{}</td><td><b>{}</b> <span class=\"repr\">{}</span></td><td>{label}</td></tr>",
             k + 1,
-            escape(&s.type_name),
-            escape(repr)
+            markup(&s.type_name),
+            markup(repr)
         );
     }
 }
@@ -360,7 +336,7 @@ fn steps_table(o: &mut String, f: &Finding) {
         let _ = writeln!(
             o,
             "<tr class=\"group\"><th colspan=\"3\">Path to the tensor {}</th></tr>",
-            escape(&what)
+            markup(&what)
         );
         step_rows(o, f, p);
     }

@@ -5,7 +5,7 @@ use std::fmt::Write;
 use crate::result::{ActivationModel, Estimate, Phase};
 
 /// `1543714304` → `1,543,714,304`.
-pub use vramscope_analysis::units::{bytes, count as group};
+pub use vramscope_text::units::{bytes, count as group};
 
 /// `1.54e9` parameters → `1.54B`.
 fn short_count(n: u64) -> String {

@@ -9,7 +9,7 @@
 //! `>`, its stack under it when expanded); the latest OOMs and dumps; the
 //! keys.
 
-use vramscope_analysis::units::{bytes, signed_bytes};
+use vramscope_text::units::{bytes, signed_bytes};
 
 use crate::curve::{draw, History};
 use crate::state::State;

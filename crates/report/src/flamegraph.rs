@@ -22,7 +22,7 @@ use vramscope_snapshot::{FrameId, Snapshot, StackId};
 
 mod svg;
 
-pub use svg::{flamegraph_svg, xml_escape, FlameOptions};
+pub use svg::{flamegraph_svg, FlameOptions};
 
 /// Frames deeper than this (after noise removal) are cut at the innermost
 /// end: real stacks have at most a few hundred frames, and a hostile file

@@ -1,6 +1,6 @@
 //! Number formatting for people: binary units, thousands separators, times.
 
-pub use vramscope_analysis::units::{bytes, count, duration_us};
+pub use vramscope_text::units::{bytes, count, duration_us, signed_bytes};
 
 /// µs since the Unix epoch as `2026-11-21 21:46:43.123 UTC`.
 pub fn timestamp_us(us: i64) -> String {

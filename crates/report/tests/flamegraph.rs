@@ -11,7 +11,7 @@ use std::process::Command;
 use serde_json::{json, Value};
 use vramscope_analysis::{summarize, LiveBlock, Replay, SummaryOptions};
 use vramscope_report::flamegraph::{
-    flame_tree, flamegraph_svg, xml_escape, FlameNode, FlameOptions, FrameKind, NO_STACK,
+    flame_tree, flamegraph_svg, FlameNode, FlameOptions, FrameKind, NO_STACK,
 };
 use vramscope_snapshot::{decode_bytes, DeviceTrace, LoadOptions, Snapshot};
 
@@ -250,8 +250,8 @@ fn hostile_frame_names_are_escaped() {
         well_formed(&svg);
     }
     assert_eq!(
-        xml_escape("a<b>&\"'\u{7}\u{FFFF}"),
-        "a&lt;b&gt;&amp;&quot;&apos;\u{FFFD}\u{FFFD}"
+        vramscope_text::escape::markup("a<b>&\"'\u{7}\u{FFFF}"),
+        "a&lt;b&gt;&amp;&quot;&#39;\u{FFFD}\u{FFFD}"
     );
 }
 

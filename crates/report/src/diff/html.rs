@@ -7,9 +7,9 @@ use std::fmt::Write;
 use vramscope_analysis::{DiffGroup, DiffTotals, SiteDelta};
 
 use super::svg::{diff_svg, DiffNode, DiffSvgOptions};
-use super::{signed_bytes, sizes_text, DiffReport};
-use crate::format::{bytes, count};
-use crate::html::escape_html;
+use super::{sizes_text, DiffReport};
+use crate::format::{bytes, count, signed_bytes};
+use vramscope_text::escape::markup;
 
 const STYLE: &str = "\
 body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:24px auto;max-width:1280px;padding:0 16px;color:#1d1d1f;background:#fff}\
@@ -37,13 +37,13 @@ pub fn diff_html(r: &DiffReport, tree: &DiffNode) -> String {
          <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; img-src data:\">\n\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
          <title>{}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n<h1>Memory diff</h1>\n",
-        escape_html(&title)
+        markup(&title)
     );
     let _ = writeln!(
         o,
         "<p class=\"sides\"><b>A</b>{}<br><b>B</b>{}</p>",
-        escape_html(&r.a.describe()),
-        escape_html(&r.b.describe())
+        markup(&r.a.describe()),
+        markup(&r.b.describe())
     );
     let d = &r.diff;
     cards(&mut o, &d.totals);
@@ -79,11 +79,11 @@ pub fn diff_html(r: &DiffReport, tree: &DiffNode) -> String {
             "<h2>Peak to peak{}</h2>\n<p>A peak <b>{}</b> at {}<br>B peak <b>{}</b> at {}<br>change <b class=\"{}\">{}</b></p>",
             shown(p.by_site.len(), p.totals.sites),
             bytes(p.totals.a_bytes),
-            escape_html(&p.a.moment),
+            markup(&p.a.moment),
             bytes(p.totals.b_bytes),
-            escape_html(&p.b.moment),
+            markup(&p.b.moment),
             class(p.totals.delta),
-            signed_bytes(p.totals.delta)
+            signed_bytes(p.totals.delta as f64)
         );
         sites(&mut o, &p.by_site);
     }
@@ -130,7 +130,7 @@ fn cards(o: &mut String, t: &DiffTotals) {
         ("B allocated", bytes(t.b_bytes), blocks(t.b_blocks), ""),
         (
             "change",
-            signed_bytes(t.delta),
+            signed_bytes(t.delta as f64),
             String::new(),
             class(t.delta),
         ),
@@ -166,8 +166,8 @@ fn cards(o: &mut String, t: &DiffTotals) {
         let _ = writeln!(
             o,
             "<div class=\"card\"><div class=\"k\">{k}</div><div class=\"v {cls}\">{}</div><div class=\"k\">{}</div></div>",
-            escape_html(&v),
-            escape_html(&sub)
+            markup(&v),
+            markup(&sub)
         );
     }
     o.push_str("</div>\n");
@@ -188,8 +188,8 @@ fn groups(o: &mut String, title: &str, cls: &str, sign: char, v: &[DiffGroup], t
             "<tr><td class=\"n {cls}\">{sign}{}</td><td class=\"n\">{}</td><td><details><summary>{}</summary><div class=\"sizes\">{}</div>",
             bytes(g.bytes),
             count(g.count),
-            escape_html(&g.site),
-            escape_html(&sizes_text(g))
+            markup(&g.site),
+            markup(&sizes_text(g))
         );
         if g.stack.is_empty() {
             o.push_str("<div class=\"none\">no stack recorded</div>");
@@ -201,7 +201,7 @@ fn groups(o: &mut String, title: &str, cls: &str, sign: char, v: &[DiffGroup], t
                 } else {
                     ""
                 };
-                let _ = write!(o, "<li{site}>{}</li>", escape_html(line));
+                let _ = write!(o, "<li{site}>{}</li>", markup(line));
             }
             o.push_str("</ol>");
         }
@@ -221,10 +221,10 @@ fn sites(o: &mut String, v: &[SiteDelta]) {
             bytes(s.a_bytes),
             bytes(s.b_bytes),
             class(s.delta),
-            signed_bytes(s.delta),
+            signed_bytes(s.delta as f64),
             count(s.a_blocks),
             count(s.b_blocks),
-            escape_html(&s.site)
+            markup(&s.site)
         );
     }
     o.push_str("</table>\n");

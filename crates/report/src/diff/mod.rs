@@ -115,15 +115,6 @@ pub fn diff_json(r: &DiffReport) -> String {
     serde_json::to_string_pretty(r).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
 }
 
-/// A change in bytes with its sign: `+1.50 MiB`, `-512 B`, `0 B`.
-pub fn signed_bytes(delta: i64) -> String {
-    match delta {
-        0 => "0 B".to_owned(),
-        d if d > 0 => format!("+{}", bytes(d.unsigned_abs())),
-        d => format!("-{}", bytes(d.unsigned_abs())),
-    }
-}
-
 /// `3 × 64.00 MiB, 1 × 2.00 MiB`, with `…` when more sizes were cut.
 pub(crate) fn sizes_text(g: &vramscope_analysis::DiffGroup) -> String {
     let mut parts: Vec<String> = g
@@ -136,17 +127,4 @@ pub(crate) fn sizes_text(g: &vramscope_analysis::DiffGroup) -> String {
         parts.push("…".to_owned());
     }
     parts.join(", ")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn signs() {
-        assert_eq!(signed_bytes(0), "0 B");
-        assert_eq!(signed_bytes(1536), "+1.50 KiB");
-        assert_eq!(signed_bytes(-512), "-512 B");
-        assert_eq!(signed_bytes(i64::MIN), "-8192.00 PiB");
-    }
 }

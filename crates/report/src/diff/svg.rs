@@ -12,9 +12,10 @@ use vramscope_analysis::LiveBlock;
 use vramscope_snapshot::hash::FxHashMap as HashMap;
 use vramscope_snapshot::Snapshot;
 
-use super::signed_bytes;
-use crate::flamegraph::{flame_tree, xml_escape, FlameNode, FrameKind};
+use crate::flamegraph::{flame_tree, FlameNode, FrameKind};
+use crate::format::signed_bytes;
 use crate::format::{bytes, count};
+use vramscope_text::escape::markup;
 
 /// One frame of the merged tree.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -196,7 +197,7 @@ impl Canvas<'_> {
             blocks(n.a_count),
             bytes(n.b_bytes),
             blocks(n.b_count),
-            signed_bytes(d)
+            signed_bytes(d as f64)
         );
         let t = if self.max_change > 0.0 {
             (d.unsigned_abs() as f64 / self.max_change).sqrt()
@@ -206,7 +207,7 @@ impl Canvas<'_> {
         let _ = write!(
             self.out,
             "<g><title>{}</title><rect x=\"{x:.2}\" y=\"{y:.1}\" width=\"{w:.2}\" height=\"{:.1}\" fill=\"{}\" rx=\"2\"/>",
-            xml_escape(&tip),
+            markup(&tip),
             FRAME_H - 1.0,
             colour(d, t)
         );
@@ -216,7 +217,7 @@ impl Canvas<'_> {
                 "<text x=\"{:.2}\" y=\"{:.1}\">{}</text>",
                 x + 3.0,
                 y + 11.5,
-                xml_escape(&text)
+                markup(&text)
             );
         }
         self.out.push_str("</g>\n");
@@ -278,7 +279,7 @@ pub fn diff_svg(tree: &DiffNode, opts: &DiffSvgOptions) -> String {
         "A {} → B {} (change {}); width: the larger of A and B",
         bytes(tree.a_bytes),
         bytes(tree.b_bytes),
-        signed_bytes(tree.delta())
+        signed_bytes(tree.delta() as f64)
     );
     let subtitle = opts.subtitle.as_deref().unwrap_or(&totals);
     let subtitle = fit(subtitle, width - 2.0 * XPAD).unwrap_or_default();
@@ -293,9 +294,9 @@ pub fn diff_svg(tree: &DiffNode, opts: &DiffSvgOptions) -> String {
          <text class=\"title\" x=\"{:.1}\" y=\"24\">{}</text>\n\
          <text class=\"sub\" x=\"{:.1}\" y=\"44\">{}</text>\n",
         width / 2.0,
-        xml_escape(title),
+        markup(title),
         width / 2.0,
-        xml_escape(&subtitle)
+        markup(&subtitle)
     );
     if tree.width == 0 {
         let _ = writeln!(

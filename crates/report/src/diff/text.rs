@@ -4,8 +4,8 @@ use std::fmt::Write;
 
 use vramscope_analysis::{DiffGroup, DiffTotals, SiteDelta};
 
-use super::{signed_bytes, sizes_text, DiffReport};
-use crate::format::{bytes, count};
+use super::{sizes_text, DiffReport};
+use crate::format::{bytes, count, signed_bytes};
 
 /// Callers shown after a group's site, to tell apart stacks that share it.
 const CALLERS: usize = 2;
@@ -50,7 +50,7 @@ pub fn diff_text(r: &DiffReport) -> String {
         let _ = writeln!(o, "\nPeak to peak");
         let _ = writeln!(o, "  A peak {} at {}", bytes(p.totals.a_bytes), p.a.moment);
         let _ = writeln!(o, "  B peak {} at {}", bytes(p.totals.b_bytes), p.b.moment);
-        let _ = writeln!(o, "  change {}", signed_bytes(p.totals.delta));
+        let _ = writeln!(o, "  change {}", signed_bytes(p.totals.delta as f64));
         if p.by_site.iter().all(|s| s.delta == 0) {
             let _ = writeln!(
                 o,
@@ -89,7 +89,7 @@ fn totals(o: &mut String, t: &DiffTotals) {
         blocks(t.a_blocks),
         bytes(t.b_bytes),
         blocks(t.b_blocks),
-        signed_bytes(t.delta)
+        signed_bytes(t.delta as f64)
     );
     let _ = writeln!(
         o,
@@ -188,7 +188,7 @@ fn sites(o: &mut String, v: &[SiteDelta]) {
             "  {:>12}  {:>12}  {:>12}  {}",
             bytes(s.a_bytes),
             bytes(s.b_bytes),
-            signed_bytes(s.delta),
+            signed_bytes(s.delta as f64),
             s.site
         );
     }

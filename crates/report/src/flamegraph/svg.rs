@@ -4,6 +4,7 @@ use std::fmt::Write;
 
 use super::{FlameNode, FrameKind};
 use crate::format::{bytes, count};
+use vramscope_text::escape::markup;
 
 /// How the SVG is drawn.
 #[derive(Clone, Debug)]
@@ -31,26 +32,6 @@ impl Default for FlameOptions {
             min_width_px: 0.1,
         }
     }
-}
-
-/// Escape text for XML content and attribute values. Characters XML 1.0
-/// cannot carry at all (most control characters) become U+FFFD, so that a
-/// frame name from any file yields a well-formed document.
-pub fn xml_escape(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => o.push_str("&amp;"),
-            '<' => o.push_str("&lt;"),
-            '>' => o.push_str("&gt;"),
-            '"' => o.push_str("&quot;"),
-            '\'' => o.push_str("&apos;"),
-            '\t' | '\n' | '\r' => o.push(' '),
-            c if (c as u32) < 0x20 || c == '\u{FFFE}' || c == '\u{FFFF}' => o.push('\u{FFFD}'),
-            c => o.push(c),
-        }
-    }
-    o
 }
 
 const XPAD: f64 = 10.0;
@@ -132,7 +113,7 @@ impl Canvas<'_> {
         let _ = write!(
             self.out,
             "<g><title>{}</title><rect x=\"{x:.2}\" y=\"{y:.1}\" width=\"{w:.2}\" height=\"{:.1}\" fill=\"{}\" rx=\"2\"/>",
-            xml_escape(&tip),
+            markup(&tip),
             FRAME_H - 1.0,
             colour(n.kind, &n.name)
         );
@@ -142,7 +123,7 @@ impl Canvas<'_> {
                 "<text x=\"{:.2}\" y=\"{:.1}\">{}</text>",
                 x + 3.0,
                 y + 11.5,
-                xml_escape(&text)
+                markup(&text)
             );
         }
         self.out.push_str("</g>\n");
@@ -208,9 +189,9 @@ pub fn flamegraph_svg(tree: &FlameNode, opts: &FlameOptions) -> String {
          <text class=\"title\" x=\"{:.1}\" y=\"24\">{}</text>\n\
          <text class=\"sub\" x=\"{:.1}\" y=\"44\">{}</text>\n",
         width / 2.0,
-        xml_escape(title),
+        markup(title),
         width / 2.0,
-        xml_escape(subtitle)
+        markup(subtitle)
     );
     if tree.bytes == 0 {
         let _ = writeln!(

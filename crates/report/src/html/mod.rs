@@ -20,6 +20,7 @@ use vramscope_analysis::leaks::{find_leaks_with, LeakOptions};
 use vramscope_analysis::summary::{summarize_device_with, summary_devices, summary_of};
 use vramscope_analysis::SummaryOptions;
 use vramscope_snapshot::Snapshot;
+use vramscope_text::escape::markup;
 
 pub use blob::base64;
 
@@ -46,22 +47,6 @@ impl Default for ReportOptions {
             top_sites: 25,
         }
     }
-}
-
-/// Escape text for HTML element content and attribute values.
-pub fn escape_html(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => o.push_str("&amp;"),
-            '<' => o.push_str("&lt;"),
-            '>' => o.push_str("&gt;"),
-            '"' => o.push_str("&quot;"),
-            '\'' => o.push_str("&#39;"),
-            c => o.push(c),
-        }
-    }
-    o
 }
 
 /// A snapshot to compare against: the report gets a Diff tab with what is
@@ -209,7 +194,7 @@ pub fn report_html_against(
     let nonce = nonce_for(&bytes);
     let packed = blob::pack(&bytes);
     TEMPLATE
-        .replace("{{TITLE}}", &escape_html(&title))
+        .replace("{{TITLE}}", &markup(&title))
         .replace("{{NONCE}}", &nonce)
         .replace("{{STYLE}}", STYLE)
         .replace("{{SCRIPT}}", SCRIPT)
@@ -226,17 +211,4 @@ pub(crate) fn nonce_for(bytes: &[u8]) -> String {
     }
     h ^= bytes.len() as u64;
     format!("{h:016x}")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn escapes_markup() {
-        assert_eq!(
-            escape_html(r#"<script>alert("x")</script> & 'y'"#),
-            "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &#39;y&#39;"
-        );
-    }
 }

@@ -11,7 +11,8 @@
 use vramscope_ranks::Ranks;
 use vramscope_snapshot::{load, LoadOptions, SnapshotError};
 
-use super::{blob, escape_html, nonce_for, report_html, ReportOptions};
+use super::{blob, nonce_for, report_html, ReportOptions};
+use vramscope_text::escape::markup;
 
 const TEMPLATE: &str = include_str!("../../assets/ranks.html");
 const SCRIPT: &str = include_str!("../../assets/ranks.js");
@@ -50,7 +51,7 @@ pub fn ranks_html(r: &Ranks, pages: &[(u32, String)], title: &str) -> String {
     TEMPLATE
         .replace("'nonce-{{NONCE}}'", &policy.join(" "))
         .replace("{{NONCE}}", &nonces[0])
-        .replace("{{TITLE}}", &escape_html(title))
+        .replace("{{TITLE}}", &markup(title))
         .replace("{{SCRIPT}}", SCRIPT)
         .replace("{{PAGES}}", &embedded)
         .replace("{{DATA}}", &data)

@@ -1,4 +1,4 @@
-//! Byte counts for people, used in the explanations analyses write.
+//! Byte counts and counts for people, and sizes read from text.
 
 /// `1536` → `1.50 KiB`; bytes below 1 KiB print as `512 B`.
 pub fn bytes(n: u64) -> String {
@@ -28,10 +28,15 @@ pub fn count(n: u64) -> String {
     out
 }
 
-/// A signed amount: `+1.50 KiB`, `-512 B`.
+/// A signed amount, rounded to a whole byte: `+1.50 KiB`, `-512 B`, `0 B`
+/// (a change per iteration, the difference of two moments).
 pub fn signed_bytes(n: f64) -> String {
-    let sign = if n < 0.0 { "-" } else { "+" };
-    format!("{sign}{}", bytes(n.abs().round() as u64))
+    let whole = n.abs().round() as u64;
+    match whole {
+        0 => "0 B".to_owned(),
+        _ if n < 0.0 => format!("-{}", bytes(whole)),
+        _ => format!("+{}", bytes(whole)),
+    }
 }
 
 /// Parse a byte count for people: `12GiB`, `1.5 GB`, `512MiB`, `4096`,
@@ -109,5 +114,8 @@ mod tests {
         assert!(parse_bytes("-1GiB").is_err());
         assert_eq!(bytes(1536), "1.50 KiB");
         assert_eq!(signed_bytes(-512.0), "-512 B");
+        assert_eq!(signed_bytes(1536.0), "+1.50 KiB");
+        assert_eq!(signed_bytes(0.2), "0 B");
+        assert_eq!(signed_bytes(i64::MIN as f64), "-8192.00 PiB");
     }
 }
