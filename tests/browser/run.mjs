@@ -396,6 +396,13 @@ async function testReport(browser, snap) {
       const sites = await page.evaluate(() => ({ hash: location.hash,
         items: [...document.querySelectorAll('#legend .site-item, #legend > span')].map((x) => x.textContent) }));
       assert(/color=site/.test(sites.hash), `the choice is not in the URL: "${sites.hash}"`);
+      // Opened again from that URL: still by site, and an OOM file still on its OOM.
+      await page.reload();
+      await waitReady(page, opt.timeout);
+      const again = await page.evaluate(() => ({ color: document.getElementById('color-by').value,
+        tab: document.querySelector('.tabs button.active').dataset.tab }));
+      assert(again.color === 'site', `reopened coloured by ${again.color}`);
+      if (oomsInSummary.length) assert(again.tab === 'oom', `reopened on "${again.tab}", not on the OOM`);
       const named = sites.items.filter((t) => /[0-9.]+ (B|KiB|MiB|GiB)$/.test(t));
       if (d.peak.allocated_bytes > 0) assert(named.length > 0, `no site with its bytes in the legend: ${sites.items.join(' | ')}`);
       await page.selectOption('#color-by', r.color);

@@ -1397,7 +1397,7 @@
     if (h.includes('categories')) { activateTab('categories'); drawCategories(); }
     // An out-of-memory file opens on its OOM: the verdict is in the strip
     // above, the panel says why and what held the memory.
-    if (!h.length && model.info.ooms.length) activateTab('oom');
+    if (!h.some((x) => !x.startsWith('color=')) && model.info.ooms.length) activateTab('oom');
     if (h.includes('peak')) goPeak();
     if (h.includes('leaks')) activateTab('leaks');
     if (h.includes('diff') && model.info.diff) activateTab('diff');
