@@ -5,8 +5,8 @@ Python: global module and optimizer hooks (the Tagger: parameters, gradients,
 optimizer state, the batch, and the ``phase=`` allocation metadata around the
 forward and the optimizer step) and ``vramscope.step()`` at the end of each
 iteration. The history is PyTorch's cost; this measures the rest, on the CPU,
-on the GPT of ``../shared/fixtures/gpu/programs/common.py`` made small
-(d=32, 6 layers, vocabulary 128, batch 2 x 16 tokens: 53 module calls a step), in
+on the GPT of ``tests/fixtures/gpu/programs/common.py`` made small
+(d=32, 6 layers, batch 2 x 16 tokens: 53 module calls a step), in
 alternating rounds so drift cancels:
 
 * ``none``: no hooks;
@@ -38,54 +38,22 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "python"))
+sys.path.insert(0, str(REPO / "tests" / "fixtures" / "gpu" / "programs"))
+# The GPU programs' model, made small below; its module makes $GOUT on import.
+os.environ.setdefault("GOUT", tempfile.mkdtemp(prefix="vramscope-bench-"))
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 
 import vramscope  # noqa: E402
+from common import GPT as _GPT, VOCAB, train_step  # noqa: E402
 from vramscope import _hooks  # noqa: E402
 from vramscope._tags import Tagger  # noqa: E402
 
-VOCAB = 128
 
-
-class Block(nn.Module):
-    def __init__(self, d: int, h: int) -> None:
-        super().__init__()
-        self.ln1 = nn.LayerNorm(d)
-        self.attn = nn.MultiheadAttention(d, h, batch_first=True)
-        self.ln2 = nn.LayerNorm(d)
-        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
-
-    def forward(self, x):
-        y = self.ln1(x)
-        x = x + self.attn(y, y, y, need_weights=False)[0]
-        return x + self.mlp(self.ln2(x))
-
-
-class GPT(nn.Module):
-    def __init__(self, d: int = 32, layers: int = 6, heads: int = 2) -> None:
-        super().__init__()
-        self.emb = nn.Embedding(VOCAB, d)
-        self.pos = nn.Embedding(256, d)
-        self.blocks = nn.ModuleList(Block(d, heads) for _ in range(layers))
-        self.ln = nn.LayerNorm(d)
-        self.head = nn.Linear(d, VOCAB, bias=False)
-
-    def forward(self, idx):
-        x = self.emb(idx) + self.pos(torch.arange(idx.shape[1]))
-        for b in self.blocks:
-            x = b(x)
-        return self.head(self.ln(x))
-
-
-def train_step(model, opt, x, y) -> None:
-    loss = F.cross_entropy(model(x).reshape(-1, VOCAB), y.reshape(-1))
-    loss.backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-
+def GPT():
+    """common.py's GPT, small: d=32, 6 layers, 2 heads (53 module calls a step)."""
+    return _GPT(d=32, layers=6, heads=2, maxlen=64)
 
 class _Meta:
     """Stand-ins for ``torch.cuda.memory._set_memory_metadata`` /

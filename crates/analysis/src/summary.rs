@@ -284,6 +284,8 @@ pub fn summarize_device_with(
 struct Replayed {
     replay: Replay,
     oom_idx: Vec<usize>,
+    /// How many OOMs (the first) have their holders in `lives`.
+    detailed: usize,
     /// Live blocks at the peak, the end, then before each detailed OOM.
     lives: std::vec::IntoIter<Vec<crate::replay::LiveBlock>>,
 }
@@ -304,6 +306,7 @@ impl Replayed {
         Replayed {
             replay,
             oom_idx,
+            detailed,
             lives,
         }
     }
@@ -321,9 +324,9 @@ fn summarize_replayed(
     let Replayed {
         replay,
         oom_idx,
+        detailed,
         mut lives,
     } = replayed;
-    let detailed = oom_idx.len().min(MAX_DETAILED_OOMS);
     let peak_live = lives.next().unwrap_or_default();
     let end_live = lives.next().unwrap_or_default();
     let by_category =

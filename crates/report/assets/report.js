@@ -231,6 +231,13 @@
     [view.x0, view.x1] = fullX();
     view.y0 = 0; view.y1 = Math.max(model.maxAlloc, showReserved ? model.maxReserved : 0, 1) * 1.05;
   }
+  // The events the iteration marks (annotation starts) fall on.
+  function markEvents() {
+    const m = model, out = [];
+    if (!m.time || m.info.t_first_us === null) return out;
+    for (const a of m.info.annotations) if (a.stage === 'Start') out.push(Math.min(m.nE - 1, eventAtTime(a.time_us - m.info.t_first_us)));
+    return out;
+  }
   // The first event at or after time t (µs from the first event).
   function eventAtTime(t) {
     const tm = model.time; let lo = 0, hi = model.nE;
@@ -249,9 +256,7 @@
     const take = (e) => { if (e !== null && e !== undefined && e >= 0 && e < m.nE) { lo = Math.min(lo, e); hi = Math.max(hi, e); } };
     take(m.peakEvent);
     for (const o of m.info.ooms) take(o.event);
-    if (m.time && m.info.t_first_us !== null) {
-      for (const a of m.info.annotations) if (a.stage === 'Start') take(Math.min(m.nE - 1, eventAtTime(a.time_us - m.info.t_first_us)));
-    }
+    markEvents().forEach(take);
     const p0 = posOfEvent(lo), p1 = posOfEvent(hi), pad = Math.max((p1 - p0) * 0.03, 1);
     const x0 = Math.max(full[0], p0 - pad), x1 = Math.min(full[1], p1 + pad);
     return x1 - x0 > 0.8 * (full[1] - full[0]) ? full : [x0, x1];
@@ -260,12 +265,14 @@
   let activity = null; // the first view's x range when it leaves something out
   function viewNote() {
     const n = $('view-note'); if (!n) return;
-    const full = fullX();
-    const cut = !!activity && view.x0 === activity[0] && view.x1 === activity[1];
-    const head = eventAt(view.x0), tail = model.nE - eventAt(view.x1);
-    n.textContent = cut ? 'showing the iterations; ' + (hasTime()
-      ? fmtDur(view.x0 - full[0]) + ' before' + (tail > 0 ? ', ' + fmtDur(full[1] - view.x1) + ' after' : '')
-      : fmtCount(head) + ' events before' + (tail > 0 ? ', ' + fmtCount(tail) + ' after' : '')) + ' (Reset zoom: the whole trace)' : '';
+    let text = '';
+    if (activity && view.x0 === activity[0] && view.x1 === activity[1]) {
+      const full = fullX(), head = eventAt(view.x0), tail = model.nE - eventAt(view.x1);
+      text = 'showing the iterations; ' + (hasTime()
+        ? fmtDur(view.x0 - full[0]) + ' before' + (tail > 0 ? ', ' + fmtDur(full[1] - view.x1) + ' after' : '')
+        : fmtCount(head) + ' events before' + (tail > 0 ? ', ' + fmtCount(tail) + ' after' : '')) + ' (Reset zoom: the whole trace)';
+    }
+    if (n.textContent !== text) n.textContent = text;
   }
   function firstView() {
     resetView();
@@ -1414,10 +1421,7 @@
     // the whole trace, the peak, each OOM, each iteration mark and the
     // iterations' first and last events.
     framing() {
-      const m = model, marks = [];
-      if (m.time && m.info.t_first_us !== null) {
-        for (const a of m.info.annotations) if (a.stage === 'Start') marks.push(posOfEvent(Math.min(m.nE - 1, eventAtTime(a.time_us - m.info.t_first_us))));
-      }
+      const m = model, marks = markEvents().map(posOfEvent);
       const its = (m.info.leaks && m.info.leaks.iterations) || [];
       return { full: fullX(), activity, peak: m.peakEvent === null ? null : posOfEvent(m.peakEvent), ooms: m.info.ooms.map((o) => posOfEvent(o.event)), marks,
         iterations: its.length ? [posOfEvent(its[0].start), posOfEvent(Math.min(m.nE - 1, its[its.length - 1].end - 1))] : null,
