@@ -68,3 +68,16 @@ impl Hasher for FxHasher {
 pub type FxBuild = BuildHasherDefault<FxHasher>;
 pub type FxHashMap<K, V> = HashMap<K, V, FxBuild>;
 pub type FxHashSet<K> = HashSet<K, FxBuild>;
+
+/// The hash of a sequence of words (for content keys built on the fly).
+#[inline]
+pub fn hash_u64s(words: impl Iterator<Item = u64>) -> u64 {
+    let mut h = FxHasher::default();
+    let mut n = 0u64;
+    for w in words {
+        h.add(w);
+        n += 1;
+    }
+    h.add(n);
+    h.hash
+}

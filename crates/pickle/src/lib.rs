@@ -17,6 +17,7 @@
 //! assert_eq!(items, [1, 2]);
 //! ```
 
+mod builder;
 mod error;
 pub mod hash;
 mod ops;
@@ -26,9 +27,10 @@ mod value;
 mod vm;
 pub mod writer;
 
+pub use builder::DocumentBuilder;
 pub use error::PickleError;
 pub use value::{
-    CapacityError, ContainerId, ContainerKind, Document, DocumentBuilder, Items, Opaque, Pairs,
-    Skipped, Truncation, Val, Value, MAX_SKIPPED_RECORDS,
+    CapacityError, ContainerId, ContainerKind, Document, Items, Opaque, Pairs, Skipped, Truncation,
+    Val, Value, MAX_SKIPPED_RECORDS,
 };
 pub use vm::{parse, parse_with, ParseOptions};

@@ -10,34 +10,32 @@
 
 use std::fmt;
 
-use crate::hash::FxHashMap;
-
-const TAG_BITS: u32 = 4;
+pub(crate) const TAG_BITS: u32 = 4;
 const TAG_MASK: u64 = (1 << TAG_BITS) - 1;
 
-const T_NONE: u64 = 0;
-const T_BOOL: u64 = 1;
-const T_INT: u64 = 2; // inline, 60-bit signed
-const T_WIDE: u64 = 3; // i64 that does not fit 60 bits, index into `wide`
-const T_BIG: u64 = 4; // arbitrary precision, index into `bigs`
-const T_FLOAT: u64 = 5;
-const T_STR: u64 = 6;
-const T_BYTES: u64 = 7;
-const T_LIST: u64 = 8;
-const T_TUPLE: u64 = 9;
-const T_DICT: u64 = 10;
-const T_SET: u64 = 11;
-const T_FROZENSET: u64 = 12;
-const T_OPAQUE: u64 = 13;
-const T_BYTEARRAY: u64 = 14;
+pub(crate) const T_NONE: u64 = 0;
+pub(crate) const T_BOOL: u64 = 1;
+pub(crate) const T_INT: u64 = 2; // inline, 60-bit signed
+pub(crate) const T_WIDE: u64 = 3; // i64 that does not fit 60 bits, index into `wide`
+pub(crate) const T_BIG: u64 = 4; // arbitrary precision, index into `bigs`
+pub(crate) const T_FLOAT: u64 = 5;
+pub(crate) const T_STR: u64 = 6;
+pub(crate) const T_BYTES: u64 = 7;
+pub(crate) const T_LIST: u64 = 8;
+pub(crate) const T_TUPLE: u64 = 9;
+pub(crate) const T_DICT: u64 = 10;
+pub(crate) const T_SET: u64 = 11;
+pub(crate) const T_FROZENSET: u64 = 12;
+pub(crate) const T_OPAQUE: u64 = 13;
+pub(crate) const T_BYTEARRAY: u64 = 14;
 
-const INLINE_MIN: i64 = -(1 << 59);
-const INLINE_MAX: i64 = (1 << 59) - 1;
+pub(crate) const INLINE_MIN: i64 = -(1 << 59);
+pub(crate) const INLINE_MAX: i64 = (1 << 59) - 1;
 
 /// A packed handle to a decoded value. Cheap to copy; resolve it with
 /// [`Document::get`].
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Value(u64);
+pub struct Value(pub(crate) u64);
 
 impl Value {
     pub const NONE: Value = Value(T_NONE);
@@ -45,15 +43,15 @@ impl Value {
     pub(crate) const VACANT: Value = Value(15);
 
     #[inline]
-    fn new(tag: u64, payload: u64) -> Value {
+    pub(crate) fn new(tag: u64, payload: u64) -> Value {
         Value(tag | (payload << TAG_BITS))
     }
     #[inline]
-    fn tag(self) -> u64 {
+    pub(crate) fn tag(self) -> u64 {
         self.0 & TAG_MASK
     }
     #[inline]
-    fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         (self.0 >> TAG_BITS) as usize
     }
     #[inline]
@@ -129,8 +127,20 @@ pub enum ContainerKind {
     FrozenSet,
 }
 
+impl Container {
+    /// Items as stored in the pool: values only for a shaped dict.
+    #[inline]
+    pub(crate) fn stored_len(&self) -> u32 {
+        if self.kind == ContainerKind::Dict && self.shape != NO_SHAPE {
+            self.len / 2
+        } else {
+            self.len
+        }
+    }
+}
+
 impl ContainerKind {
-    fn tag(self) -> u64 {
+    pub(crate) fn tag(self) -> u64 {
         match self {
             ContainerKind::List => T_LIST,
             ContainerKind::Tuple => T_TUPLE,
@@ -203,42 +213,54 @@ impl Val<'_> {
 }
 
 #[derive(Clone, Copy)]
-struct Container {
-    kind: ContainerKind,
+pub(crate) struct Container {
+    pub(crate) kind: ContainerKind,
     /// Number of items (for dicts: 2 × number of pairs).
-    len: u32,
-    /// First and last chunk, or `NO_CHUNK`.
-    first: u32,
-    last: u32,
+    pub(crate) len: u32,
+    /// First and last chunk, or `NO_CHUNK`. With `last == INLINE`, the
+    /// items are one run of the pool starting at `first` (see `INLINE`).
+    pub(crate) first: u32,
+    pub(crate) last: u32,
     /// For a dict filled by one batch: its key sequence, shared with every
     /// dict of the same keys (its chunk then holds the values only).
     /// Snapshot entries are a million dicts with the same memoised keys, so
     /// this halves their storage. `NO_SHAPE` otherwise.
-    shape: u32,
+    pub(crate) shape: u32,
 }
 
-const NO_SHAPE: u32 = u32::MAX;
+pub(crate) const NO_SHAPE: u32 = u32::MAX;
 /// In a list's `shape` field: the items are all dicts, stored as bare
 /// container ids in `refs`. Frame lists (20-100 references to shared frame
 /// dicts per event) and the trace list itself take half the memory so.
-const PACKED: u32 = u32::MAX - 1;
+pub(crate) const PACKED: u32 = u32::MAX - 1;
 /// Distinct shapes kept at most; dicts beyond it are stored plainly.
-const MAX_SHAPES: usize = 1 << 16;
+pub(crate) const MAX_SHAPES: usize = 1 << 16;
 /// Strings up to this many bytes are interned by content: snapshots repeat
 /// `"N/A"` and `""` once per event as distinct objects, and identity of
 /// immutable strings carries no meaning.
-const SHORT_STR: usize = 15;
+pub(crate) const SHORT_STR: usize = 15;
 
 /// A run of a container's items in the flat pool. Most containers are filled
 /// by one SETITEMS/APPENDS and have exactly one chunk.
 #[derive(Clone, Copy)]
-struct Chunk {
-    start: u32,
-    len: u32,
-    next: u32,
+pub(crate) struct Chunk {
+    pub(crate) start: u32,
+    pub(crate) len: u32,
+    pub(crate) next: u32,
 }
 
-const NO_CHUNK: u32 = u32::MAX;
+pub(crate) const NO_CHUNK: u32 = u32::MAX;
+/// In a container's `last`: its items are one run of the pool that starts
+/// at `first`, with no [`Chunk`] record. Nearly every container is filled by
+/// one SETITEMS/APPENDS, so this saves a 12-byte chunk per container: a
+/// tenth of a big snapshot's document.
+pub(crate) const INLINE: u32 = u32::MAX - 1;
+/// Packed lists of at most this many items are shared by content (see
+/// [`crate::builder::DocumentBuilder`]); longer ones are traces, not stacks.
+pub(crate) const SHARE_MAX: usize = 512;
+/// Distinct packed lists remembered for sharing at most, so a file of
+/// all-different stacks does not grow the index without bound.
+pub(crate) const SHARE_INDEX_MAX: usize = 1 << 20;
 
 /// One construct that was skipped rather than executed.
 #[derive(Clone, Debug, PartialEq)]
@@ -262,22 +284,22 @@ pub struct Truncation {
 #[derive(Default)]
 pub struct Document {
     pub(crate) root: Option<Value>,
-    wide: Vec<i64>,
-    bigs: Vec<Box<[u8]>>,
-    floats: Vec<f64>,
-    str_data: String,
-    str_ends: Vec<u64>,
-    bytes_data: Vec<u8>,
-    bytes_ends: Vec<u64>,
-    containers: Vec<Container>,
-    chunks: Vec<Chunk>,
-    items: Vec<Value>,
+    pub(crate) wide: Vec<i64>,
+    pub(crate) bigs: Vec<Box<[u8]>>,
+    pub(crate) floats: Vec<f64>,
+    pub(crate) str_data: String,
+    pub(crate) str_ends: Vec<u64>,
+    pub(crate) bytes_data: Vec<u8>,
+    pub(crate) bytes_ends: Vec<u64>,
+    pub(crate) containers: Vec<Container>,
+    pub(crate) chunks: Vec<Chunk>,
+    pub(crate) items: Vec<Value>,
     /// Items of packed lists: dict container ids.
-    refs: Vec<u32>,
+    pub(crate) refs: Vec<u32>,
     /// Key sequences of shaped dicts: `shapes[i]` is a range of `shape_keys`.
-    shapes: Vec<(u32, u32)>,
-    shape_keys: Vec<Value>,
-    opaques: Vec<Opaque>,
+    pub(crate) shapes: Vec<(u32, u32)>,
+    pub(crate) shape_keys: Vec<Value>,
+    pub(crate) opaques: Vec<Opaque>,
     /// Executable constructs that were skipped, in file order (at most
     /// [`MAX_SKIPPED_RECORDS`] kept; `skipped_count` has the total).
     pub skipped: Vec<Skipped>,
@@ -396,15 +418,9 @@ impl Document {
     /// values alternately; prefer [`Document::pairs`].
     pub fn items(&self, c: ContainerId) -> Items<'_> {
         let k = &self.containers[c.0 as usize];
-        Items {
-            doc: self,
-            cur: &[],
-            refs: &[],
-            packed: k.shape == PACKED,
-            next_chunk: k.first,
-            keys: self.shape_of(k),
-            pending: None,
-        }
+        let mut it = self.raw_items(k);
+        it.keys = self.shape_of(k);
+        it
     }
 
     fn shape_of(&self, k: &Container) -> &[Value] {
@@ -417,15 +433,26 @@ impl Document {
 
     /// The stored items as they are in the pool (values only for a shaped dict).
     fn raw_items(&self, k: &Container) -> Items<'_> {
-        Items {
+        let packed = k.shape == PACKED;
+        let mut it = Items {
             doc: self,
             cur: &[],
             refs: &[],
-            packed: k.shape == PACKED,
+            packed,
             next_chunk: k.first,
             keys: &[],
             pending: None,
+        };
+        if k.last == INLINE {
+            let run = k.first as usize..(k.first + k.stored_len()) as usize;
+            if packed {
+                it.refs = &self.refs[run];
+            } else {
+                it.cur = &self.items[run];
+            }
+            it.next_chunk = NO_CHUNK;
         }
+        it
     }
 
     /// Key/value pairs of a dict, in insertion order (duplicates kept; the
@@ -540,333 +567,5 @@ impl Iterator for Pairs<'_> {
         let k = self.inner.next()?;
         let v = self.inner.next()?;
         Some((k, v))
-    }
-}
-
-/// Builds a [`Document`]. The pickle VM uses it, and so can other readers
-/// (JSON) that want to hand the same model to the snapshot decoder.
-#[derive(Default)]
-pub struct DocumentBuilder {
-    pub(crate) doc: Document,
-    shape_index: FxHashMap<Box<[Value]>, u32>,
-    short_strs: FxHashMap<u128, u32>,
-    scratch: Vec<Value>,
-}
-
-fn index_u32(n: usize, what: &'static str) -> Result<u64, CapacityError> {
-    if n as u64 >= (1u64 << 32) - 1 {
-        Err(CapacityError(what))
-    } else {
-        Ok(n as u64)
-    }
-}
-
-impl DocumentBuilder {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// A builder with room reserved for a pickle of `input_len` bytes.
-    /// Reserving avoids repeated reallocation of the big arenas; pages that
-    /// are never written are never made resident, so over-estimating costs
-    /// address space only.
-    pub fn for_input(input_len: usize) -> Self {
-        const MAX_ITEMS: usize = 1 << 28;
-        let mut b = Self::default();
-        b.doc.items.reserve(MAX_ITEMS.min(input_len / 2));
-        b.doc.containers.reserve(MAX_ITEMS.min(input_len / 24));
-        b.doc.chunks.reserve(MAX_ITEMS.min(input_len / 24));
-        b.doc.refs.reserve(MAX_ITEMS.min(input_len / 4));
-        b
-    }
-
-    pub fn int(&mut self, i: i64) -> Value {
-        if (INLINE_MIN..=INLINE_MAX).contains(&i) {
-            Value((i << TAG_BITS) as u64 | T_INT)
-        } else {
-            self.doc.wide.push(i);
-            Value::new(T_WIDE, (self.doc.wide.len() - 1) as u64)
-        }
-    }
-
-    /// An integer from little-endian two's complement bytes of any length.
-    #[inline]
-    pub fn int_from_le_bytes(&mut self, bytes: &[u8]) -> Value {
-        if bytes.is_empty() {
-            return self.int(0);
-        }
-        if bytes.len() <= 8 {
-            let neg = bytes[bytes.len() - 1] & 0x80 != 0;
-            let mut buf = if neg { [0xffu8; 8] } else { [0u8; 8] };
-            buf[..bytes.len()].copy_from_slice(bytes);
-            return self.int(i64::from_le_bytes(buf));
-        }
-        // Trim redundant sign-extension bytes, then see whether it fits i64.
-        let neg = bytes[bytes.len() - 1] & 0x80 != 0;
-        let pad = if neg { 0xff } else { 0 };
-        let mut n = bytes.len();
-        while n > 1 && bytes[n - 1] == pad && (bytes[n - 2] & 0x80 != 0) == neg {
-            n -= 1;
-        }
-        if n <= 8 {
-            return self.int_from_le_bytes(&bytes[..n]);
-        }
-        self.doc.bigs.push(bytes[..n].into());
-        Value::new(T_BIG, (self.doc.bigs.len() - 1) as u64)
-    }
-
-    pub fn float(&mut self, f: f64) -> Value {
-        self.doc.floats.push(f);
-        Value::new(T_FLOAT, (self.doc.floats.len() - 1) as u64)
-    }
-
-    pub fn bool(&mut self, b: bool) -> Value {
-        Value::bool(b)
-    }
-
-    pub fn str(&mut self, s: &str) -> Result<Value, CapacityError> {
-        let short = (s.len() <= SHORT_STR).then(|| {
-            let mut key = [0u8; 16];
-            key[..s.len()].copy_from_slice(s.as_bytes());
-            key[15] = s.len() as u8;
-            u128::from_le_bytes(key)
-        });
-        if let Some(&id) = short.and_then(|k| self.short_strs.get(&k)) {
-            return Ok(Value::new(T_STR, id as u64));
-        }
-        let id = index_u32(self.doc.str_ends.len(), "strings")?;
-        self.doc.str_data.push_str(s);
-        self.doc.str_ends.push(self.doc.str_data.len() as u64);
-        if let Some(k) = short {
-            self.short_strs.insert(k, id as u32);
-        }
-        Ok(Value::new(T_STR, id))
-    }
-
-    pub fn bytes(&mut self, b: &[u8], bytearray: bool) -> Result<Value, CapacityError> {
-        let id = index_u32(self.doc.bytes_ends.len(), "byte strings")?;
-        self.doc.bytes_data.extend_from_slice(b);
-        self.doc.bytes_ends.push(self.doc.bytes_data.len() as u64);
-        Ok(Value::new(
-            if bytearray { T_BYTEARRAY } else { T_BYTES },
-            id,
-        ))
-    }
-
-    pub fn opaque(&mut self, o: Opaque) -> Value {
-        self.doc.opaques.push(o);
-        Value::new(T_OPAQUE, (self.doc.opaques.len() - 1) as u64)
-    }
-
-    /// A new empty container.
-    pub fn container(&mut self, kind: ContainerKind) -> Result<Value, CapacityError> {
-        let id = index_u32(self.doc.containers.len(), "containers")?;
-        self.doc.containers.push(Container {
-            kind,
-            len: 0,
-            first: NO_CHUNK,
-            last: NO_CHUNK,
-            shape: NO_SHAPE,
-        });
-        Ok(Value::new(kind.tag(), id))
-    }
-
-    /// A new container holding `items`.
-    pub fn container_with(
-        &mut self,
-        kind: ContainerKind,
-        items: &[Value],
-    ) -> Result<Value, CapacityError> {
-        let v = self.container(kind)?;
-        if let Some(c) = v.container() {
-            self.extend(c, items)?;
-        }
-        Ok(v)
-    }
-
-    /// Append items (for dicts: alternating keys and values).
-    pub fn extend(&mut self, c: ContainerId, items: &[Value]) -> Result<(), CapacityError> {
-        if items.is_empty() {
-            return Ok(());
-        }
-        let k = self.doc.containers[c.0 as usize];
-        if k.kind == ContainerKind::List {
-            let all_dicts = items.iter().all(|v| v.tag() == T_DICT);
-            if k.shape == PACKED {
-                if all_dicts {
-                    return self.push_refs(c, items);
-                }
-                return self.make_plain_and_extend(c, items);
-            }
-            if k.len == 0 && all_dicts {
-                self.doc.containers[c.0 as usize].shape = PACKED;
-                return self.push_refs(c, items);
-            }
-        }
-        if k.kind == ContainerKind::Dict {
-            if k.shape != NO_SHAPE {
-                return self.make_plain_and_extend(c, items);
-            }
-            if k.len == 0 && items.len() >= 4 && items.len().is_multiple_of(2) {
-                if let Some(shape) = self.shape_for(items) {
-                    self.scratch.clear();
-                    self.scratch.extend(items.iter().skip(1).step_by(2));
-                    let values = std::mem::take(&mut self.scratch);
-                    let r = self.push_raw(c, &values);
-                    self.scratch = values;
-                    r?;
-                    let k = &mut self.doc.containers[c.0 as usize];
-                    k.shape = shape;
-                    k.len = items.len() as u32;
-                    return Ok(());
-                }
-            }
-        }
-        self.push_raw(c, items)
-    }
-
-    /// The shape id of the keys of `pairs`, registered if new.
-    fn shape_for(&mut self, pairs: &[Value]) -> Option<u32> {
-        self.scratch.clear();
-        self.scratch.extend(pairs.iter().step_by(2));
-        if let Some(&id) = self.shape_index.get(self.scratch.as_slice()) {
-            return Some(id);
-        }
-        if self.doc.shapes.len() >= MAX_SHAPES
-            || self.doc.shape_keys.len() + self.scratch.len() >= u32::MAX as usize
-        {
-            return None;
-        }
-        let id = self.doc.shapes.len() as u32;
-        let start = self.doc.shape_keys.len() as u32;
-        self.doc.shape_keys.extend_from_slice(&self.scratch);
-        self.doc.shapes.push((start, self.scratch.len() as u32));
-        self.shape_index.insert(self.scratch.as_slice().into(), id);
-        Some(id)
-    }
-
-    /// A shaped dict that receives more items (a second SETITEMS) or a
-    /// packed list that receives a non-dict item goes back to plain storage;
-    /// rare in practice.
-    fn make_plain_and_extend(
-        &mut self,
-        c: ContainerId,
-        items: &[Value],
-    ) -> Result<(), CapacityError> {
-        let mut all: Vec<Value> = self.doc.items(c).collect();
-        all.extend_from_slice(items);
-        let k = &mut self.doc.containers[c.0 as usize];
-        k.shape = NO_SHAPE;
-        k.len = 0;
-        k.first = NO_CHUNK;
-        k.last = NO_CHUNK;
-        self.push_raw(c, &all)
-    }
-
-    /// Append dict references to a packed list.
-    fn push_refs(&mut self, c: ContainerId, items: &[Value]) -> Result<(), CapacityError> {
-        let pool_len = self.doc.refs.len();
-        self.check_room(c, pool_len, items.len())?;
-        self.doc
-            .refs
-            .extend(items.iter().map(|v| (v.0 >> TAG_BITS) as u32));
-        self.link_chunk(c, pool_len, items.len())
-    }
-
-    /// Append to the container's chunks as stored.
-    fn push_raw(&mut self, c: ContainerId, items: &[Value]) -> Result<(), CapacityError> {
-        let pool_len = self.doc.items.len();
-        self.check_room(c, pool_len, items.len())?;
-        self.doc.items.extend_from_slice(items);
-        self.link_chunk(c, pool_len, items.len())
-    }
-
-    fn check_room(&self, c: ContainerId, pool_len: usize, n: usize) -> Result<(), CapacityError> {
-        if pool_len as u64 + n as u64 >= u32::MAX as u64 {
-            return Err(CapacityError("container items"));
-        }
-        if self.doc.containers[c.0 as usize].len as u64 + n as u64 >= u32::MAX as u64 {
-            return Err(CapacityError("items in one container"));
-        }
-        Ok(())
-    }
-
-    /// Record that `n` items were appended to `c` at `pool_len` of its pool.
-    fn link_chunk(
-        &mut self,
-        c: ContainerId,
-        pool_len: usize,
-        n: usize,
-    ) -> Result<(), CapacityError> {
-        let d = &mut self.doc;
-        let k = d.containers[c.0 as usize];
-        // Grow the last chunk in place when it ends at the pool's end (APPEND
-        // after APPEND), otherwise start a new chunk.
-        if k.last != NO_CHUNK {
-            let last = &mut d.chunks[k.last as usize];
-            if (last.start + last.len) as usize == pool_len {
-                last.len += n as u32;
-                d.containers[c.0 as usize].len += n as u32;
-                return Ok(());
-            }
-        }
-        let idx = index_u32(d.chunks.len(), "chunks")? as u32;
-        d.chunks.push(Chunk {
-            start: pool_len as u32,
-            len: n as u32,
-            next: NO_CHUNK,
-        });
-        let k = &mut d.containers[c.0 as usize];
-        if k.last == NO_CHUNK {
-            k.first = idx;
-        } else {
-            d.chunks[k.last as usize].next = idx;
-        }
-        k.last = idx;
-        k.len += n as u32;
-        Ok(())
-    }
-
-    /// The big arenas, for the prefault helper.
-    pub(crate) fn arenas(&self) -> [crate::prefault::Arena; 4] {
-        use crate::prefault::Arena;
-        [
-            Arena::of(&self.doc.items),
-            Arena::of(&self.doc.containers),
-            Arena::of(&self.doc.chunks),
-            Arena::of(&self.doc.refs),
-        ]
-    }
-
-    /// Tell the prefault helper how far each arena is used.
-    pub(crate) fn publish(&self, a: &[crate::prefault::Arena; 4]) {
-        a[0].publish(&self.doc.items);
-        a[1].publish(&self.doc.containers);
-        a[2].publish(&self.doc.chunks);
-        a[3].publish(&self.doc.refs);
-    }
-
-    /// Read access while building (the VM inspects what it built).
-    pub fn doc(&self) -> &Document {
-        &self.doc
-    }
-
-    pub(crate) fn record_skipped(&mut self, offset: u64, what: String) {
-        self.doc.skipped_count += 1;
-        if self.doc.skipped.len() < MAX_SKIPPED_RECORDS {
-            self.doc.skipped.push(Skipped { offset, what });
-        }
-    }
-
-    /// Finish with `root` as the top-level value.
-    pub fn finish(mut self, root: Value) -> Document {
-        // Give back the reserved (and partly pre-faulted) tails of the
-        // arenas; for large buffers this is an mremap, not a copy.
-        self.doc.items.shrink_to_fit();
-        self.doc.containers.shrink_to_fit();
-        self.doc.chunks.shrink_to_fit();
-        self.doc.refs.shrink_to_fit();
-        self.doc.root = Some(root);
-        self.doc
     }
 }

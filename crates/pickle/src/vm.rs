@@ -20,11 +20,12 @@
 
 use std::collections::HashMap;
 
+use crate::builder::DocumentBuilder;
 use crate::error::PickleError;
 use crate::ops::*;
 use crate::prefault;
 use crate::text;
-use crate::value::{ContainerKind, Document, DocumentBuilder, Opaque, Truncation, Val, Value};
+use crate::value::{ContainerKind, Document, Opaque, Truncation, Val, Value};
 
 /// Options for [`parse_with`]. `Default` gives the documented defaults.
 pub struct ParseOptions<'a> {
@@ -77,7 +78,7 @@ pub fn parse_with(input: &[u8], opts: &mut ParseOptions<'_>) -> Result<Document,
         let arenas = vm.b.arenas();
         let done = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|s| {
-            s.spawn(|| prefault::run(&[&arenas[0], &arenas[1], &arenas[2], &arenas[3]], &done));
+            s.spawn(|| prefault::run(&[&arenas[0], &arenas[1]], &done));
             let r = vm.run(opts, Some(&arenas));
             done.store(true, std::sync::atomic::Ordering::Relaxed);
             r
@@ -148,7 +149,7 @@ impl<'i> Vm<'i> {
     fn run(
         &mut self,
         opts: &mut ParseOptions<'_>,
-        arenas: Option<&[prefault::Arena; 4]>,
+        arenas: Option<&[prefault::Arena; 2]>,
     ) -> Result<Value, PickleError> {
         const CHECK_EVERY: usize = 1 << 20;
         let mut next_progress = opts.progress_every;
