@@ -125,3 +125,23 @@ def test_console_command_is_the_rust_cli(tmp_path):
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "vramscope: error:" in r.stderr
     h = subprocess.run([sys.executable, "-m", "vramscope", "--help"], capture_output=True, text=True)
     assert h.returncode == 0 and "report" in h.stdout
+
+
+def test_device_rule_is_the_cli_rule(tmp_path):
+    """One rule for a device the file lacks: an error naming the devices
+    present, the same sentence from Python and from the command line; an
+    empty file has no device to fall back on (it never silently means 0)."""
+    name = "magma27_cs336_windows.pickle.gz"
+    snap = vramscope.load(REAL / name)
+    assert snap.devices == [0]
+    with pytest.raises(vramscope.SnapshotError) as e:
+        snap.leaks(device=3)
+    assert str(e.value) == "device 3 has no segments or events in the file; devices present: [0]"
+    cli = subprocess.run([sys.executable, "-m", "vramscope", "leaks", str(REAL / name), "--device", "3", "-q"],
+                         capture_output=True, text=True)
+    assert cli.returncode == 2, cli.stderr
+    assert str(e.value) in cli.stderr
+    empty = tmp_path / "empty.pickle"
+    empty.write_bytes(pickle.dumps({"segments": [], "device_traces": []}))
+    with pytest.raises(vramscope.SnapshotError, match="no segments or events on any device"):
+        vramscope.load(empty).leaks()

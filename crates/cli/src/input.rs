@@ -53,26 +53,15 @@ pub(crate) fn load(file: &Path, quiet: bool) -> Result<Snapshot, CliError> {
     })
 }
 
-/// The requested device, or the first one present.
+/// The requested device, or the first one present (the library's rule,
+/// with the file named).
 pub(crate) fn pick_device(
     snap: &Snapshot,
     file: &Path,
     device: Option<u32>,
 ) -> Result<u32, CliError> {
-    let present = snap.devices();
-    match device {
-        Some(d) if present.contains(&d) => Ok(d),
-        Some(d) => Err(CliError::Invalid(anyhow!(
-            "device {d} has no segments or events in {}; devices present: {present:?}",
-            file.display()
-        ))),
-        None => present.first().copied().ok_or_else(|| {
-            CliError::Invalid(anyhow!(
-                "{} has no segments or events on any device",
-                file.display()
-            ))
-        }),
-    }
+    snap.pick_device(device)
+        .map_err(|e| CliError::Invalid(anyhow!("{}: {e}", file.display())))
 }
 
 /// The file's name for titles.

@@ -290,17 +290,10 @@ impl Snapshot {
 }
 
 impl Snapshot {
-    /// `device`, checked, or the first device with segments or events.
+    /// `device`, checked, or the first device with segments or events
+    /// (the library's rule, shared with the CLI).
     fn device_or_first(&self, device: Option<u32>) -> PyResult<u32> {
-        let devices = self.inner.devices();
-        match device {
-            Some(d) if devices.contains(&d) || devices.is_empty() => Ok(d),
-            Some(d) => Err(SnapshotError::new_err(format!(
-                "device {d} has no segments or events in {} (devices: {devices:?})",
-                self.path
-            ))),
-            None => Ok(devices.first().copied().unwrap_or(0)),
-        }
+        self.inner.pick_device(device).map_err(to_py)
     }
 
     fn display_name(&self) -> String {

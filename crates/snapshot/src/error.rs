@@ -38,4 +38,10 @@ pub enum SnapshotError {
 
     #[error("torch.save archive: {0}")]
     Archive(String),
+
+    #[error("device {device} has no segments or events in the file; devices present: {present:?}")]
+    NoSuchDevice { device: u32, present: Vec<u32> },
+
+    #[error("the file has no segments or events on any device")]
+    NoDevice,
 }

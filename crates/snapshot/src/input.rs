@@ -5,47 +5,12 @@
 use std::fs::File;
 use std::io::Read;
 use std::path::Path;
-use std::sync::Arc;
 
 use crate::decode::Decoder;
 use crate::error::SnapshotError;
 use crate::model::{Compression, Encoding, Snapshot, SourceFormat, SourceInfo};
+use crate::options::{LoadOptions, LoadProgress};
 use crate::{json, profiler, zip};
-
-/// Progress of a long load, for progress bars.
-#[derive(Clone, Copy, Debug)]
-pub struct LoadProgress {
-    pub stage: &'static str,
-    pub done: u64,
-    pub total: u64,
-}
-
-/// Options for [`load`] and [`decode_bytes`]. `Default` gives the documented defaults.
-#[derive(Clone)]
-pub struct LoadOptions {
-    /// Cap on decompressed size. Default `None`: the larger of 1 GiB and
-    /// 2000 × the compressed size, so a tiny "zip bomb" cannot allocate gigabytes.
-    pub max_decompressed_bytes: Option<u64>,
-    /// Keep what was parsed from a file that ends early (a process killed
-    /// mid-dump), with a warning. Default true.
-    pub recover_truncated: bool,
-    /// Called during long loads.
-    pub progress: Option<Arc<dyn Fn(LoadProgress) + Send + Sync>>,
-    /// Threads for decoding large traces. Default `None`: the
-    /// `VRAMSCOPE_THREADS` environment variable, else the number of cores.
-    pub threads: Option<usize>,
-}
-
-impl Default for LoadOptions {
-    fn default() -> Self {
-        LoadOptions {
-            max_decompressed_bytes: None,
-            recover_truncated: true,
-            progress: None,
-            threads: None,
-        }
-    }
-}
 
 /// Read a snapshot file (any supported layout, encoding and compression).
 pub fn load(path: &Path, opts: &LoadOptions) -> Result<Snapshot, SnapshotError> {

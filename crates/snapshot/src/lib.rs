@@ -27,15 +27,17 @@ mod intern;
 mod json;
 mod keys;
 mod model;
+mod options;
 mod profiler;
 mod recorder;
 mod repair;
 mod zip;
 
 pub use error::SnapshotError;
-pub use input::{decode_bytes, load, LoadOptions, LoadProgress};
+pub use input::{decode_bytes, load};
 pub use intern::{Frame, FrameId, FrameTable, StackId, StackTable, StrId, StringTable};
 pub use model::*;
+pub use options::{LoadOptions, LoadProgress};
 pub use recorder::{
     DeviceCounter, DeviceFacts, Holder, HolderScan, OomSeen, OptimizerInfo, RecorderInfo,
 };

@@ -373,6 +373,22 @@ impl Snapshot {
         d
     }
 
+    /// The device an analysis of one device reads: `device` when the file
+    /// has segments or events on it, else the first device that has. The
+    /// one rule for every command and the Python module: a device the file
+    /// does not have is an error, never a silent switch to another.
+    pub fn pick_device(&self, device: Option<u32>) -> Result<u32, crate::SnapshotError> {
+        let present = self.devices();
+        match device {
+            Some(d) if present.contains(&d) => Ok(d),
+            Some(d) => Err(crate::SnapshotError::NoSuchDevice { device: d, present }),
+            None => present
+                .first()
+                .copied()
+                .ok_or(crate::SnapshotError::NoDevice),
+        }
+    }
+
     /// Trace of `device` (empty if it has none).
     pub fn trace(&self, device: u32) -> Option<&DeviceTrace> {
         self.traces.get(device as usize)

@@ -30,8 +30,8 @@ mod visit;
 
 use crate::decode::Decoded;
 use crate::error::SnapshotError;
-use crate::input::LoadOptions;
 use crate::model::{Compression, Encoding, Snapshot, SourceFormat, SourceInfo};
+use crate::options::LoadOptions;
 
 /// A profiler file decoded into the snapshot model.
 pub(crate) struct Profiled {

@@ -17,8 +17,8 @@ use super::stacks::{OpFrames, NO_CALL_STACK};
 use super::values::{Cat, Num};
 use super::visit::{Event, Top};
 use crate::error::SnapshotError;
-use crate::input::{LoadOptions, LoadProgress};
 use crate::intern::{FrameTable, StackId, StackTable, StrId, StringTable};
+use crate::options::{LoadOptions, LoadProgress};
 use crate::repair::Repair;
 
 /// A `[memory]` event, as recorded.
