@@ -4,13 +4,13 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context};
+use vramscope_analysis::moment::{resolve_in, Moment, ResolvedMoment};
 use vramscope_analysis::units::signed_bytes;
 use vramscope_analysis::{diff, DiffOptions, LiveBlock, Replay};
 use vramscope_report::diff::{
     diff_html, diff_json, diff_svg, diff_text, diff_tree, DiffReport, DiffSvgOptions, PeakToPeak,
     Side,
 };
-use vramscope_report::moment::{resolve_in, Moment, ResolvedMoment};
 use vramscope_snapshot::{DeviceTrace, Snapshot};
 
 use crate::input::{display_name, load, pick_device};

@@ -4,10 +4,10 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::{anyhow, Context};
+use vramscope_analysis::moment::{resolve_in, Moment};
 use vramscope_analysis::Replay;
 use vramscope_report::flamegraph::{flame_tree, flamegraph_svg, FlameOptions};
 use vramscope_report::format::{bytes, count};
-use vramscope_report::moment::{resolve_in, Moment};
 use vramscope_snapshot::DeviceTrace;
 
 use crate::input::{display_name, load, pick_device};

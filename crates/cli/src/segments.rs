@@ -4,9 +4,10 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::anyhow;
+use vramscope_analysis::moment::{resolve_in, Moment};
+use vramscope_analysis::segments_map::at_moment;
 use vramscope_analysis::Replay;
-use vramscope_report::moment::{resolve_in, Moment};
-use vramscope_report::segments_map::{at_moment, segments_json, segments_text, MapOptions};
+use vramscope_report::{segments_json, segments_text, MapOptions};
 
 use crate::input::{display_name, load, pick_device};
 use crate::{output, CliError};

@@ -14,15 +14,15 @@ pub mod flamegraph;
 pub mod format;
 pub mod html;
 mod leaks_text;
-pub mod moment;
 mod ranks_text;
-pub mod segments_map;
+mod segments_text;
 mod simulate_text;
 mod text;
 
 pub use categories_text::{categories_json, categories_text, rule_text};
 pub use leaks_text::{leaks_json, leaks_text};
 pub use ranks_text::ranks_text;
+pub use segments_text::{segments_json, segments_text, MapOptions};
 pub use simulate_text::simulate_text;
 pub use text::summary_text;
 

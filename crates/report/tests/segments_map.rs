@@ -8,12 +8,11 @@
 use std::path::PathBuf;
 
 use serde_json::{json, Value};
+use vramscope_analysis::moment::{resolve, Moment};
 use vramscope_analysis::replay::reserved_after;
+use vramscope_analysis::segments_map::{at_end, at_moment, reconstruct, SegmentsMap};
 use vramscope_analysis::{memory_state, summarize, Replay, SummaryOptions};
-use vramscope_report::moment::{resolve, Moment};
-use vramscope_report::segments_map::{
-    at_end, at_moment, reconstruct, segments_json, segments_text, MapOptions, SegmentsMap,
-};
+use vramscope_report::{segments_json, segments_text, MapOptions};
 use vramscope_snapshot::{decode_bytes, DeviceTrace, LoadOptions, Snapshot};
 
 const MIB: u64 = 1 << 20;

@@ -1,11 +1,12 @@
 //! The terminal map: one line per segment with a bar whose cells show what
-//! fills each slice of the segment, then the device's totals.
+//! fills each slice of the segment, then the device's totals; and the
+//! `--json` form. The map itself is `vramscope_analysis::segments_map`.
 
 use std::collections::HashMap;
 use std::fmt::Write;
 
-use super::{SegmentView, SegmentsMap};
 use crate::format::{bytes, count};
+use vramscope_analysis::segments_map::{SegmentView, SegmentsMap};
 
 /// How the map is drawn.
 #[derive(Clone, Debug)]
@@ -265,4 +266,12 @@ pub fn segments_text(map: &SegmentsMap, name: &str, opts: &MapOptions) -> String
         100.0 * t.fragmentation_ratio
     );
     o
+}
+
+/// The `--json` form (pretty-printed, stable field names).
+pub fn segments_json(map: &SegmentsMap) -> String {
+    let mut s =
+        serde_json::to_string_pretty(map).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+    s.push('\n');
+    s
 }

@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use vramscope_analysis::Replay;
+use crate::Replay;
 use vramscope_snapshot::{Action, DeviceTrace, Snapshot};
 
 use super::{totals, BlockView, SegmentView, SegmentsMap, SEGMENTS_SCHEMA_VERSION};

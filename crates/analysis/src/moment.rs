@@ -7,10 +7,10 @@
 //! segment map) need the same vocabulary and the same resolution to an event
 //! index, so both live here.
 
-use vramscope_analysis::Replay;
 use vramscope_snapshot::{DeviceTrace, NO_TIME};
 
-use crate::format::{count, duration_us};
+use crate::units::{count, duration_us};
+use crate::Replay;
 
 /// What the user asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -135,7 +135,7 @@ pub fn resolve_in(
     let Moment::Iteration { number, peak } = m else {
         return resolve(m, t, replay);
     };
-    let its = vramscope_analysis::iterations::find_iterations(snap, device);
+    let its = crate::iterations::find_iterations(snap, device);
     let it = its
         .list
         .iter()
@@ -146,7 +146,7 @@ pub fn resolve_in(
         })?;
     let last = t.len().checked_sub(1);
     let point = if peak {
-        let series = vramscope_analysis::replay::allocated_series(replay, t);
+        let series = crate::replay::allocated_series(replay, t);
         (it.start..it.end).max_by_key(|&i| (series[i], std::cmp::Reverse(i)))
     } else {
         Some(it.end - 1)

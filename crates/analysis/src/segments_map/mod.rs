@@ -1,4 +1,5 @@
-//! Segments and their blocks at a moment, for the terminal map and its JSON.
+//! Segments and their blocks at a moment: the model behind `vramscope
+//! segments`, its terminal map and its JSON.
 //!
 //! At the end of a snapshot the segments and blocks are the dump itself. At
 //! an earlier moment they are reconstructed: the segment events
@@ -6,21 +7,22 @@
 //! undone backwards from the end state, the blocks alive then are placed by
 //! address within their segment, and the gaps between them are cached free.
 //!
+//! This module builds the model; `vramscope_report::segments_text` draws it.
+//!
 //! ```no_run
-//! use vramscope_report::segments_map::{at_end, segments_text, MapOptions};
+//! use vramscope_analysis::segments_map::at_end;
 //! let snap = vramscope_snapshot::load("snap.pickle".as_ref(), &Default::default())?;
-//! print!("{}", segments_text(&at_end(&snap, 0), "snap.pickle", &MapOptions::default()));
+//! let map = at_end(&snap, 0);
+//! println!("{} segments, {} bytes reserved", map.totals.segments, map.totals.reserved_bytes);
 //! # Ok::<(), vramscope_snapshot::SnapshotError>(())
 //! ```
 
 mod reconstruct;
-mod text;
 
 use serde::Serialize;
 use vramscope_snapshot::Snapshot;
 
 pub use reconstruct::reconstruct;
-pub use text::{segments_text, MapOptions};
 
 use crate::moment::ResolvedMoment;
 
@@ -47,7 +49,7 @@ pub struct SegmentsMap {
     pub segments: Vec<SegmentView>,
 }
 
-/// Totals over all segments, computed as `vramscope_analysis::memory_state` does.
+/// Totals over all segments, computed as `crate::memory_state` does.
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct Totals {
     pub segments: u64,
@@ -216,7 +218,7 @@ pub fn at_end(snap: &Snapshot, device: u32) -> SegmentsMap {
 pub fn at_moment(
     snap: &Snapshot,
     device: u32,
-    replay: &vramscope_analysis::Replay,
+    replay: &crate::Replay,
     m: &ResolvedMoment,
 ) -> SegmentsMap {
     let mut map = if m.is_end {
@@ -226,12 +228,4 @@ pub fn at_moment(
     };
     map.moment = m.description.clone();
     map
-}
-
-/// The `--json` form (pretty-printed, stable field names).
-pub fn segments_json(map: &SegmentsMap) -> String {
-    let mut s =
-        serde_json::to_string_pretty(map).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
-    s.push('\n');
-    s
 }
