@@ -24,6 +24,7 @@
 
 pub mod categories;
 pub mod diff;
+pub mod flame;
 pub mod gates;
 pub mod iterations;
 pub mod leaks;

@@ -4,12 +4,12 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context};
+use vramscope_analysis::flame::diff_tree;
 use vramscope_analysis::moment::{resolve_in, Moment, ResolvedMoment};
 use vramscope_analysis::units::signed_bytes;
 use vramscope_analysis::{diff, DiffOptions, LiveBlock, Replay};
 use vramscope_report::diff::{
-    diff_html, diff_json, diff_svg, diff_text, diff_tree, DiffReport, DiffSvgOptions, PeakToPeak,
-    Side,
+    diff_html, diff_json, diff_svg, diff_text, DiffReport, DiffSvgOptions, PeakToPeak, Side,
 };
 use vramscope_snapshot::{DeviceTrace, Snapshot};
 

@@ -4,9 +4,10 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::{anyhow, Context};
+use vramscope_analysis::flame::flame_tree;
 use vramscope_analysis::moment::{resolve_in, Moment};
 use vramscope_analysis::Replay;
-use vramscope_report::flamegraph::{flame_tree, flamegraph_svg, FlameOptions};
+use vramscope_report::flamegraph::{flamegraph_svg, FlameOptions};
 use vramscope_report::format::{bytes, count};
 use vramscope_snapshot::DeviceTrace;
 

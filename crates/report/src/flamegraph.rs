@@ -1,11 +1,11 @@
-//! Memory flamegraph: the blocks alive at a moment, merged by call stack
-//! into a tree whose frames are as wide as the bytes allocated beneath them,
-//! drawn as a self-contained static SVG (no script, no external font, no
-//! network) in the manner of Brendan Gregg's `flamegraph.pl`.
+//! The memory flamegraph: a [`FlameNode`] tree (the blocks alive at a
+//! moment, by call stack) drawn by the one renderer, coloured by what kind
+//! of code each frame is.
 //!
 //! ```no_run
+//! use vramscope_analysis::flame::flame_tree;
 //! use vramscope_analysis::Replay;
-//! use vramscope_report::flamegraph::{flame_tree, flamegraph_svg, FlameOptions};
+//! use vramscope_report::flamegraph::{flamegraph_svg, FlameOptions};
 //! let snap = vramscope_snapshot::load("snap.pickle".as_ref(), &Default::default())?;
 //! let replay = Replay::new(&snap, 0);
 //! let trace = snap.trace(0).expect("device 0 has a trace");
@@ -14,231 +14,102 @@
 //! # Ok::<(), vramscope_snapshot::SnapshotError>(())
 //! ```
 
-use serde::Serialize;
-use vramscope_analysis::sites::{frame_location, is_library, is_native, is_noise};
-use vramscope_analysis::LiveBlock;
-use vramscope_snapshot::hash::FxHashMap as HashMap;
-use vramscope_snapshot::{FrameId, Snapshot, StackId};
+use vramscope_analysis::flame::{FlameNode, FrameKind};
 
-mod svg;
+use crate::flame_svg::{draw, fnv, Chart};
+use crate::format::{bytes, count};
 
-pub use svg::{flamegraph_svg, FlameOptions};
-
-/// Frames deeper than this (after noise removal) are cut at the innermost
-/// end: real stacks have at most a few hundred frames, and a hostile file
-/// must not be able to exhaust the renderer's recursion.
-pub const MAX_DEPTH: usize = 1000;
-
-/// Label of the frame that gathers blocks allocated without a stack.
-pub const NO_STACK: &str = "<no stack recorded>";
-
-/// What kind of code a frame is; decides its colour.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FrameKind {
-    /// The tree's root (`all`).
-    Root,
-    /// Python in the user's own code.
-    User,
-    /// Python in a library (PyTorch, site-packages, the standard library).
-    Library,
-    /// C++ or interpreter frames.
-    Native,
-    /// Blocks whose allocation recorded no stack.
-    NoStack,
+/// How the SVG is drawn.
+#[derive(Clone, Debug)]
+pub struct FlameOptions {
+    /// Image width in pixels.
+    pub width: u32,
+    /// Headline; default `Memory flamegraph`.
+    pub title: Option<String>,
+    /// Second line (file, device, moment); default: the total alive.
+    pub subtitle: Option<String>,
+    /// Icicle graph: root at the top, callees below.
+    pub inverted: bool,
+    /// Frames narrower than this are not drawn; their bytes stay in their
+    /// parent's width, which then shows as the parent's remainder.
+    pub min_width_px: f64,
 }
 
-/// One frame of the merged tree.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct FlameNode {
-    /// Short text for the box: `forward (model.py:39)`.
-    pub name: String,
-    /// Full text for the tooltip: `/home/u/model.py:39 in forward`.
-    pub label: String,
-    pub kind: FrameKind,
-    /// Bytes of the blocks allocated at or beneath this frame.
-    pub bytes: u64,
-    /// Number of those blocks.
-    pub count: u64,
-    /// Callees, widest first.
-    pub children: Vec<FlameNode>,
-}
-
-impl FlameNode {
-    /// Bytes allocated by this frame itself rather than by a callee.
-    pub fn self_bytes(&self) -> u64 {
-        self.bytes
-            .saturating_sub(self.children.iter().map(|c| c.bytes).sum())
-    }
-
-    /// Depth of the deepest frame below (0 for a leaf).
-    pub fn depth(&self) -> usize {
-        self.children
-            .iter()
-            .map(|c| c.depth() + 1)
-            .max()
-            .unwrap_or(0)
-    }
-
-    /// Visit every node with its depth, parents before children.
-    pub fn walk<'a>(&'a self, f: &mut dyn FnMut(&'a FlameNode, usize)) {
-        fn go<'a>(n: &'a FlameNode, d: usize, f: &mut dyn FnMut(&'a FlameNode, usize)) {
-            f(n, d);
-            for c in &n.children {
-                go(c, d + 1, f);
-            }
-        }
-        go(self, 0, f);
-    }
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-enum Key {
-    Frame(FrameId),
-    NoStack,
-}
-
-/// A node under construction; children are found through `index`.
-struct Building {
-    key: Key,
-    bytes: u64,
-    count: u64,
-    children: Vec<usize>,
-    index: HashMap<Key, usize>,
-}
-
-/// A C++ function name without its parameter list, which is most of its
-/// length and rarely what tells frames apart in a narrow box.
-fn strip_params(name: &str) -> &str {
-    let s = name.trim_end().trim_end_matches(" const");
-    if !s.ends_with(')') {
-        return name;
-    }
-    let mut depth = 0i32;
-    for (i, c) in s.char_indices().rev() {
-        match c {
-            ')' => depth += 1,
-            '(' => {
-                depth -= 1;
-                if depth == 0 {
-                    return if i == 0 { name } else { &s[..i] };
-                }
-            }
-            _ => {}
+impl Default for FlameOptions {
+    fn default() -> Self {
+        FlameOptions {
+            width: 1200,
+            title: None,
+            subtitle: None,
+            inverted: false,
+            min_width_px: 0.1,
         }
     }
-    name
 }
 
-/// Short name, full label and kind of a frame.
-fn describe(snap: &Snapshot, fid: FrameId) -> (String, String, FrameKind, bool) {
-    let (file, line, func) = frame_location(snap, snap.frames.get(fid));
-    let noise = is_noise(&file, &func);
-    if is_native(&file, &func) {
-        let label = match (func.is_empty(), file.is_empty() || file == "??") {
-            (true, _) => file.clone(),
-            (false, true) => func.clone(),
-            (false, false) => format!("{func} at {file}:{line}"),
-        };
-        let name = if func.is_empty() {
-            file.clone()
-        } else {
-            strip_params(&func).to_owned()
-        };
-        return (name, label, FrameKind::Native, noise);
-    }
-    let base = file.rsplit(['/', '\\']).next().unwrap_or(&file);
-    let name = format!("{func} ({base}:{line})");
-    let label = format!("{file}:{line} in {func}");
-    let kind = if is_library(&file) {
-        FrameKind::Library
-    } else {
-        FrameKind::User
+/// Warm for the user's code, cool for libraries, grey for native code;
+/// the name varies the shade so neighbours stay distinguishable.
+fn colour(kind: FrameKind, name: &str) -> String {
+    let h = fnv(name);
+    let v = |k: u32| ((h >> (k * 16)) & 0xffff) as f64 / 65535.0;
+    let (r, g, b) = match kind {
+        FrameKind::User => (205.0 + 50.0 * v(0), 80.0 + 150.0 * v(1), 40.0 * v(2)),
+        FrameKind::Library => (60.0 + 60.0 * v(0), 140.0 + 60.0 * v(1), 200.0 + 55.0 * v(2)),
+        FrameKind::Native => {
+            let g = 175.0 + 45.0 * v(0);
+            (g, g, g)
+        }
+        FrameKind::NoStack => (200.0, 170.0, 225.0),
+        FrameKind::Root => (215.0, 215.0, 205.0),
     };
-    (name, label, kind, noise)
+    format!("rgb({},{},{})", r as u8, g as u8, b as u8)
 }
 
-/// Merge `blocks` by stack, outermost frame at the root, noise frames
-/// removed. The root is `all`; its bytes are the blocks' total.
-pub fn flame_tree(snap: &Snapshot, blocks: &[LiveBlock]) -> FlameNode {
-    // Thousands of blocks share a few hundred stacks: walk each stack once.
-    let mut by_stack: HashMap<StackId, (u64, u64)> = HashMap::default();
-    for b in blocks {
-        let e = by_stack.entry(b.stack).or_insert((0, 0));
-        e.0 += b.size;
-        e.1 += 1;
-    }
-    let mut stacks: Vec<(StackId, (u64, u64))> = by_stack.into_iter().collect();
-    stacks.sort_unstable_by_key(|s| s.0);
-    let mut frames: HashMap<FrameId, (String, String, FrameKind, bool)> = HashMap::default();
-    let new = |key| Building {
-        key,
-        bytes: 0,
-        count: 0,
-        children: Vec::new(),
-        index: HashMap::default(),
+/// Draw `tree` as a standalone SVG document (hover a frame for its
+/// tooltip: full location, bytes, share and block count).
+pub fn flamegraph_svg(tree: &FlameNode, opts: &FlameOptions) -> String {
+    let title = opts.title.as_deref().unwrap_or("Memory flamegraph");
+    let blocks = |n: u64| if n == 1 { "block" } else { "blocks" };
+    let total = format!(
+        "{} alive in {} {}",
+        bytes(tree.bytes),
+        count(tree.count),
+        blocks(tree.count)
+    );
+    let legend: Vec<(String, &str)> = [
+        (FrameKind::User, "your code"),
+        (FrameKind::Library, "Python libraries"),
+        (FrameKind::Native, "native (C++)"),
+        (FrameKind::NoStack, "no stack recorded"),
+    ]
+    .into_iter()
+    .map(|(kind, text)| (colour(kind, text), text))
+    .collect();
+    let chart = Chart {
+        width: opts.width,
+        min_width_px: opts.min_width_px,
+        inverted: opts.inverted,
+        class: None,
+        title,
+        subtitle: opts.subtitle.as_deref().unwrap_or(&total),
+        fit_subtitle: false,
+        empty: "Nothing is allocated at this moment.",
+        legend: &legend,
     };
-    let mut nodes = vec![new(Key::NoStack)];
-    let mut path: Vec<Key> = Vec::new();
-    for (stack, (b, n)) in stacks {
-        path.clear();
-        if stack.is_none() {
-            path.push(Key::NoStack);
-        } else {
-            for &fid in snap.stacks.get(stack).iter().rev() {
-                let d = frames.entry(fid).or_insert_with(|| describe(snap, fid));
-                if !d.3 {
-                    path.push(Key::Frame(fid));
-                }
-            }
-            path.truncate(MAX_DEPTH);
-        }
-        nodes[0].bytes += b;
-        nodes[0].count += n;
-        let mut cur = 0;
-        for &k in &path {
-            let next = match nodes[cur].index.get(&k) {
-                Some(&i) => i,
-                None => {
-                    let i = nodes.len();
-                    nodes.push(new(k));
-                    nodes[cur].index.insert(k, i);
-                    nodes[cur].children.push(i);
-                    i
-                }
-            };
-            nodes[next].bytes += b;
-            nodes[next].count += n;
-            cur = next;
-        }
-    }
-    finish(&nodes, 0, &frames)
-}
-
-type Described = HashMap<FrameId, (String, String, FrameKind, bool)>;
-
-fn finish(nodes: &[Building], i: usize, frames: &Described) -> FlameNode {
-    let n = &nodes[i];
-    let (name, label, kind) = match (i, n.key) {
-        (0, _) => ("all".to_owned(), "all".to_owned(), FrameKind::Root),
-        (_, Key::NoStack) => (NO_STACK.to_owned(), NO_STACK.to_owned(), FrameKind::NoStack),
-        (_, Key::Frame(fid)) => match frames.get(&fid) {
-            Some(d) => (d.0.clone(), d.1.clone(), d.2),
-            None => (String::new(), String::new(), FrameKind::Native),
+    let all = tree.bytes.max(1) as f64;
+    draw(
+        tree,
+        &chart,
+        |n| colour(n.kind, &n.name),
+        |n| {
+            let pct = 100.0 * n.bytes as f64 / all;
+            format!(
+                "{} — {} ({pct:.1}%), {} {}",
+                n.label,
+                bytes(n.bytes),
+                count(n.count),
+                blocks(n.count)
+            )
         },
-    };
-    let mut children: Vec<FlameNode> = n
-        .children
-        .iter()
-        .map(|&c| finish(nodes, c, frames))
-        .collect();
-    children.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.label.cmp(&b.label)));
-    FlameNode {
-        name,
-        label,
-        kind,
-        bytes: n.bytes,
-        count: n.count,
-        children,
-    }
+    )
 }

@@ -10,6 +10,7 @@
 
 mod categories_text;
 pub mod diff;
+mod flame_svg;
 pub mod flamegraph;
 pub mod format;
 pub mod html;

@@ -9,10 +9,9 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::{json, Value};
+use vramscope_analysis::flame::{flame_tree, FlameNode, FrameKind, NO_STACK};
 use vramscope_analysis::{summarize, LiveBlock, Replay, SummaryOptions};
-use vramscope_report::flamegraph::{
-    flame_tree, flamegraph_svg, FlameNode, FlameOptions, FrameKind, NO_STACK,
-};
+use vramscope_report::flamegraph::{flamegraph_svg, FlameOptions};
 use vramscope_snapshot::{decode_bytes, DeviceTrace, LoadOptions, Snapshot};
 
 fn frame(file: &str, line: u32, name: &str) -> Value {

@@ -6,9 +6,10 @@ use std::fmt::Write;
 
 use vramscope_analysis::{DiffGroup, DiffTotals, SiteDelta};
 
-use super::svg::{diff_svg, DiffNode, DiffSvgOptions};
+use super::svg::{diff_svg, DiffSvgOptions};
 use super::{sizes_text, DiffReport};
 use crate::format::{bytes, count, signed_bytes};
+use vramscope_analysis::flame::DiffNode;
 use vramscope_text::escape::markup;
 
 const STYLE: &str = "\

@@ -3,8 +3,9 @@
 //! flamegraph SVG and a self-contained HTML page.
 //!
 //! ```no_run
+//! use vramscope_analysis::flame::diff_tree;
 //! use vramscope_analysis::{diff, Replay};
-//! use vramscope_report::diff::{diff_text, diff_tree, diff_svg, DiffReport, DiffSvgOptions, Side};
+//! use vramscope_report::diff::{diff_text, diff_svg, DiffReport, DiffSvgOptions, Side};
 //! let snap = vramscope_snapshot::load("snap.pickle".as_ref(), &Default::default())?;
 //! let replay = Replay::new(&snap, 0);
 //! let trace = snap.trace(0).expect("device 0 has a trace");
@@ -30,7 +31,7 @@ use vramscope_analysis::{Diff, DiffTotals, SiteDelta};
 use crate::format::bytes;
 
 pub use html::diff_html;
-pub use svg::{diff_svg, diff_tree, DiffNode, DiffSvgOptions};
+pub use svg::{diff_svg, DiffSvgOptions};
 pub use text::diff_text;
 
 /// Version of the `vramscope diff --json` layout (docs/diff.md).
