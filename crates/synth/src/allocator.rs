@@ -4,6 +4,13 @@
 //! rounded up to 2 MiB from 10 MiB on), best-fit reuse of cached blocks,
 //! splitting when the remainder is useful, coalescing with free neighbours,
 //! and optionally expandable segments ([`crate::expandable`]).
+//!
+//! This is deliberately a second, independent implementation of the
+//! allocator that `crates/allocator` models: the generator's truth is an
+//! oracle for the reader and the replay, so the two must not share code (a
+//! bug shared would agree with itself). Change one, check the other against
+//! it (`crates/synth/tests/snapshots.rs` and `crates/cli/tests/simulate.rs`
+//! compare what is read and replayed with [`crate::SynthTruth`]).
 
 use crate::expandable::{Space, SPAN};
 use crate::stacks::StackId;
