@@ -127,13 +127,7 @@ impl DocumentBuilder {
     /// A new empty container.
     pub fn container(&mut self, kind: ContainerKind) -> Result<Value, CapacityError> {
         let id = index_u32(self.doc.containers.len(), "containers")?;
-        self.doc.containers.push(Container {
-            kind,
-            len: 0,
-            first: NO_CHUNK,
-            last: NO_CHUNK,
-            shape: NO_SHAPE,
-        });
+        self.doc.containers.push(Container::new(kind));
         Ok(Value::new(kind.tag(), id))
     }
 
@@ -156,21 +150,21 @@ impl DocumentBuilder {
             return Ok(());
         }
         let k = self.doc.containers[c.0 as usize];
-        if k.kind == ContainerKind::List {
+        if k.kind() == ContainerKind::List {
             let all_dicts = items.iter().all(|v| v.tag() == T_DICT);
-            if k.shape == PACKED {
+            if k.shape() == PACKED {
                 if all_dicts {
                     return self.push_refs(c, items);
                 }
                 return self.make_plain_and_extend(c, items);
             }
             if k.len == 0 && all_dicts {
-                self.doc.containers[c.0 as usize].shape = PACKED;
+                self.doc.containers[c.0 as usize].set_shape(PACKED);
                 return self.push_refs(c, items);
             }
         }
-        if k.kind == ContainerKind::Dict {
-            if k.shape != NO_SHAPE {
+        if k.kind() == ContainerKind::Dict {
+            if k.shape() != NO_SHAPE {
                 return self.make_plain_and_extend(c, items);
             }
             if k.len == 0 && items.len() >= 4 && items.len().is_multiple_of(2) {
@@ -182,7 +176,7 @@ impl DocumentBuilder {
                     self.scratch = values;
                     r?;
                     let k = &mut self.doc.containers[c.0 as usize];
-                    k.shape = shape;
+                    k.set_shape(shape);
                     k.len = items.len() as u32;
                     return Ok(());
                 }
@@ -222,7 +216,7 @@ impl DocumentBuilder {
         let mut all: Vec<Value> = self.doc.items(c).collect();
         all.extend_from_slice(items);
         let k = &mut self.doc.containers[c.0 as usize];
-        k.shape = NO_SHAPE;
+        k.set_shape(NO_SHAPE);
         k.len = 0;
         k.first = NO_CHUNK;
         k.last = NO_CHUNK;

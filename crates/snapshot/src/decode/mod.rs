@@ -19,10 +19,11 @@ mod segments;
 mod stack;
 mod trace;
 
+use vramscope_pickle::hash::FxHashMap;
 use vramscope_pickle::{ContainerId, Document, Val, Value};
 
 use crate::error::SnapshotError;
-use crate::intern::{FrameId, FrameTable, StackTable, StrId, StringTable};
+use crate::intern::{FrameId, FrameTable, StackId, StackTable, StrId, StringTable};
 use crate::keys::Key;
 use crate::model::*;
 use crate::repair::{describe, Repair, Repairs, Seg};
@@ -94,8 +95,14 @@ pub(crate) struct Decoder<'d> {
     /// Pickle string id → key (as u8; `Key::UNRESOLVED` until first seen).
     key_map: Vec<u8>,
     /// Pickle container id → frame or stack id: the memo identity is the
-    /// interning key, so a shared frame dict is decoded once.
-    obj_map: Vec<u32>,
+    /// interning key, so a shared frame dict is decoded once. A map, not a
+    /// vector over every container: at 10M events that vector took 67 MB
+    /// per decoding thread, for the few thousand frames a file holds.
+    obj_map: FxHashMap<u32, u32>,
+    /// Stored run of a frames list ([`Document::run_key`]) → stack id: the
+    /// lists of a training loop repeat, and share their storage, so each
+    /// distinct list is decoded once however many allocator calls made it.
+    run_map: FxHashMap<u64, StackId>,
     /// Interned string id → action (as u8; 255 until first seen).
     action_map: Vec<u8>,
     frame_buf: Vec<FrameId>,
@@ -122,7 +129,8 @@ impl<'d> Decoder<'d> {
             stacks: StackTable::default(),
             str_map: vec![UNMAPPED; doc.string_count()],
             key_map: vec![Key::UNRESOLVED; doc.string_count()],
-            obj_map: vec![UNMAPPED; doc.container_count()],
+            obj_map: FxHashMap::default(),
+            run_map: FxHashMap::default(),
             action_map: Vec::new(),
             frame_buf: Vec::new(),
             empty,

@@ -4,7 +4,7 @@
 
 use vramscope_pickle::{Val, Value};
 
-use super::{Decoder, PathErr, R, UNMAPPED};
+use super::{Decoder, PathErr, R};
 use crate::intern::{Frame, FrameId, StackId};
 use crate::keys::Key;
 use crate::repair::Seg;
@@ -27,9 +27,13 @@ impl Decoder<'_> {
                 return StackId::NONE;
             }
         };
-        let cached = self.obj_map[c.0 as usize];
-        if cached != UNMAPPED {
-            return StackId(cached);
+        let run = self.doc.run_key(c);
+        let cached = match run {
+            Some(r) => self.run_map.get(&r).copied(),
+            None => self.obj_map.get(&c.0).map(|&s| StackId(s)),
+        };
+        if let Some(s) = cached {
+            return s;
         }
         let doc = self.doc;
         let mut buf = std::mem::take(&mut self.frame_buf);
@@ -39,8 +43,7 @@ impl Decoder<'_> {
             // Shared frame dicts are resolved once; later references are a
             // lookup by memo identity.
             if let Some(fc) = f.dict() {
-                let m = self.obj_map[fc.0 as usize];
-                if m != UNMAPPED {
+                if let Some(&m) = self.obj_map.get(&fc.0) {
                     buf.push(FrameId(m));
                     continue;
                 }
@@ -57,7 +60,10 @@ impl Decoder<'_> {
             self.stacks.intern(&buf)
         };
         self.frame_buf = buf;
-        self.obj_map[c.0 as usize] = id.0;
+        match run {
+            Some(r) => self.run_map.insert(r, id),
+            None => self.obj_map.insert(c.0, id.0).map(StackId),
+        };
         id
     }
 
@@ -80,8 +86,7 @@ impl Decoder<'_> {
                 return None;
             }
         };
-        let cached = self.obj_map[c.0 as usize];
-        if cached != UNMAPPED {
+        if let Some(&cached) = self.obj_map.get(&c.0) {
             return Some(FrameId(cached));
         }
         let mut f = Frame {
@@ -104,7 +109,7 @@ impl Decoder<'_> {
             }
         }
         let id = self.frames.intern(f);
-        self.obj_map[c.0 as usize] = id.0;
+        self.obj_map.insert(c.0, id.0);
         Some(id)
     }
 
