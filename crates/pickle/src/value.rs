@@ -298,7 +298,7 @@ pub(crate) const NO_CHUNK: u32 = u32::MAX;
 /// tenth of a big snapshot's document.
 pub(crate) const INLINE: u32 = u32::MAX - 1;
 /// Packed lists of at most this many items are shared by content (see
-/// [`crate::builder::DocumentBuilder`]); longer ones are traces, not stacks.
+/// the builder's `push_refs`); longer ones are traces, not stacks.
 pub(crate) const SHARE_MAX: usize = 512;
 /// Distinct packed lists remembered for sharing at most, so a file of
 /// all-different stacks does not grow the index without bound.
