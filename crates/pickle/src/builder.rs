@@ -17,6 +17,10 @@ pub struct DocumentBuilder {
     scratch: Vec<Value>,
     /// Short packed lists by content: hash to the run of `refs` holding them.
     shared_lists: FxHashMap<u64, (u32, u32)>,
+    /// The last chunk of each chunked container, where the next run is
+    /// linked: only a container filled by several batches has one, so it
+    /// lives here rather than in every container.
+    chunk_tails: FxHashMap<u32, u32>,
 }
 
 fn index_u32(n: usize, what: &'static str) -> Result<u64, CapacityError> {
@@ -219,7 +223,8 @@ impl DocumentBuilder {
         k.set_shape(NO_SHAPE);
         k.len = 0;
         k.first = NO_CHUNK;
-        k.last = NO_CHUNK;
+        k.set_chunked(false);
+        self.chunk_tails.remove(&c.0);
         self.push_raw(c, &all)
     }
 
@@ -247,7 +252,6 @@ impl DocumentBuilder {
                 {
                     let k = &mut self.doc.containers[c.0 as usize];
                     k.first = start;
-                    k.last = INLINE;
                     k.len = len;
                     return Ok(());
                 }
@@ -294,11 +298,10 @@ impl DocumentBuilder {
         if k.first == NO_CHUNK {
             let k = &mut d.containers[c.0 as usize];
             k.first = pool_len as u32;
-            k.last = INLINE;
             k.len += n as u32;
             return Ok(());
         }
-        if k.last == INLINE {
+        if !k.chunked() {
             if (k.first + k.stored_len()) as usize == pool_len {
                 d.containers[c.0 as usize].len += n as u32;
                 return Ok(());
@@ -317,19 +320,21 @@ impl DocumentBuilder {
             });
             let k = &mut d.containers[c.0 as usize];
             k.first = idx;
-            k.last = idx + 1;
+            k.set_chunked(true);
             k.len += n as u32;
+            self.chunk_tails.insert(c.0, idx + 1);
             return Ok(());
         }
         // Grow the last chunk in place when it ends at the pool's end (APPEND
         // after APPEND), otherwise start a new chunk.
-        if k.last != NO_CHUNK {
-            let last = &mut d.chunks[k.last as usize];
-            if (last.start + last.len) as usize == pool_len {
-                last.len += n as u32;
-                d.containers[c.0 as usize].len += n as u32;
-                return Ok(());
-            }
+        let Some(&tail) = self.chunk_tails.get(&c.0) else {
+            unreachable!("a chunked container has its last chunk recorded");
+        };
+        let last = &mut d.chunks[tail as usize];
+        if (last.start + last.len) as usize == pool_len {
+            last.len += n as u32;
+            d.containers[c.0 as usize].len += n as u32;
+            return Ok(());
         }
         let idx = index_u32(d.chunks.len(), "chunks")? as u32;
         d.chunks.push(Chunk {
@@ -337,14 +342,9 @@ impl DocumentBuilder {
             len: n as u32,
             next: NO_CHUNK,
         });
-        let k = &mut d.containers[c.0 as usize];
-        if k.last == NO_CHUNK {
-            k.first = idx;
-        } else {
-            d.chunks[k.last as usize].next = idx;
-        }
-        k.last = idx;
-        k.len += n as u32;
+        d.chunks[tail as usize].next = idx;
+        d.containers[c.0 as usize].len += n as u32;
+        self.chunk_tails.insert(c.0, idx);
         Ok(())
     }
 

@@ -98,3 +98,33 @@ fn dicts_filled_in_two_batches_keep_every_pair() {
         ]
     );
 }
+
+#[test]
+fn lists_filled_in_turns_keep_every_item_in_order() {
+    // Two lists appended to alternately: each batch after the first is a
+    // new run of the pool, linked after the list's last chunk (kept by the
+    // builder, not by the container), and one that ends the pool grows it.
+    let mut b = DocumentBuilder::new();
+    let x = b.container(ContainerKind::List).unwrap();
+    let y = b.container(ContainerKind::List).unwrap();
+    let (mut want_x, mut want_y) = (Vec::new(), Vec::new());
+    for round in 0..50i64 {
+        let vx: Vec<Value> = (0..3).map(|i| b.int(round * 10 + i)).collect();
+        b.extend(x.container().unwrap(), &vx).unwrap();
+        want_x.extend_from_slice(&vx);
+        let vy = b.int(-round);
+        b.extend(y.container().unwrap(), &[vy]).unwrap();
+        want_y.push(vy);
+        if round % 7 == 0 {
+            // Twice in a row: the second batch extends the chunk in place.
+            let again = b.int(1000 + round);
+            b.extend(y.container().unwrap(), &[again]).unwrap();
+            want_y.push(again);
+        }
+    }
+    let root = b.container_with(ContainerKind::Tuple, &[x, y]).unwrap();
+    let doc = b.finish(root);
+    assert_eq!(ids(&doc, x), want_x);
+    assert_eq!(ids(&doc, y), want_y);
+    assert_eq!(doc.len(y.container().unwrap()), want_y.len());
+}
