@@ -21,6 +21,9 @@ pub struct DocumentBuilder {
     /// linked: only a container filled by several batches has one, so it
     /// lives here rather than in every container.
     chunk_tails: FxHashMap<u32, u32>,
+    /// The shape found last: a snapshot's entries come one after the other
+    /// with the same keys, so comparing with it spares the hash lookup.
+    last_shape: Option<u32>,
 }
 
 fn index_u32(n: usize, what: &'static str) -> Result<u64, CapacityError> {
@@ -191,6 +194,24 @@ impl DocumentBuilder {
 
     /// The shape id of the keys of `pairs`, registered if new.
     fn shape_for(&mut self, pairs: &[Value]) -> Option<u32> {
+        if let Some(id) = self.last_shape {
+            let (start, len) = self.doc.shapes[id as usize];
+            let keys = &self.doc.shape_keys[start as usize..(start + len) as usize];
+            if keys.len() * 2 == pairs.len()
+                && keys
+                    .iter()
+                    .zip(pairs.iter().step_by(2))
+                    .all(|(a, b)| a == b)
+            {
+                return Some(id);
+            }
+        }
+        let id = self.shape_lookup(pairs)?;
+        self.last_shape = Some(id);
+        Some(id)
+    }
+
+    fn shape_lookup(&mut self, pairs: &[Value]) -> Option<u32> {
         self.scratch.clear();
         self.scratch.extend(pairs.iter().step_by(2));
         if let Some(&id) = self.shape_index.get(self.scratch.as_slice()) {
