@@ -1,7 +1,7 @@
 """Will it fit, and the largest batch that does: an estimate held against a GPU.
 
 The verdict itself is the allocator model's (``Snapshot.fit``, Rust
-``vramscope_allocator::fit``): the estimated trace replayed without a limit,
+``vramscope_simulate::fit``): the estimated trace replayed without a limit,
 its peak reserved against the GPU's total less what the process holds
 outside the caching allocator, "too close to call" within the estimate's
 1% error. Here: which GPU, and the search over batch sizes, which needs

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use vramscope_allocator::{simulate, SimulateOptions};
+use vramscope_simulate::{simulate, SimulateOptions};
 
 use crate::{input, output, CliError};
 

@@ -32,7 +32,7 @@ fn a_real_runs_segments_are_reproduced_and_the_sweep_is_sane() {
         rec["simulated_peak_reserved"],
         rec["recorded_peak_reserved"]
     );
-    assert_eq!(runs(&j).len(), 1 + vramscope_allocator::SWEEP.len());
+    assert_eq!(runs(&j).len(), 1 + vramscope_simulate::SWEEP.len());
     for r in runs(&j) {
         let reserved = r["simulated_peak_reserved"].as_u64().expect("u64");
         let allocated = r["simulated_peak_allocated"].as_u64().expect("u64");

@@ -169,7 +169,7 @@ impl Snapshot {
 
     /// An estimate's verdict for a GPU of `total` bytes as JSON text: its
     /// trace replayed without a limit, the peak reserved held against
-    /// `total − outside` ([`vramscope_allocator::fit`]).
+    /// `total − outside` ([`vramscope_simulate::fit`]).
     #[pyo3(signature = (total, outside=None, settings=None, device=None))]
     fn fit(
         &self,
@@ -179,14 +179,14 @@ impl Snapshot {
         settings: Option<String>,
         device: Option<u32>,
     ) -> PyResult<String> {
-        let opts = vramscope_allocator::FitOptions {
+        let opts = vramscope_simulate::FitOptions {
             device,
             total,
             outside,
             settings,
         };
         let f = py
-            .detach(|| vramscope_allocator::fit(&self.inner, &opts))
+            .detach(|| vramscope_simulate::fit(&self.inner, &opts))
             .map_err(value_err)?;
         Ok(serde_json::to_string_pretty(&f).unwrap_or_default())
     }
@@ -210,7 +210,7 @@ impl Snapshot {
         fraction: Option<f64>,
     ) -> PyResult<String> {
         let device = self.device_or_first(device)?;
-        let opts = vramscope_allocator::SimulateOptions {
+        let opts = vramscope_simulate::SimulateOptions {
             device: Some(device),
             set,
             sweep,
@@ -223,7 +223,7 @@ impl Snapshot {
         };
         let name = self.display_name();
         let sim = py
-            .detach(|| vramscope_allocator::simulate(&self.inner, &opts))
+            .detach(|| vramscope_simulate::simulate(&self.inner, &opts))
             .map_err(value_err)?;
         Ok(if text {
             vramscope_report::simulate_text(&sim, &name)

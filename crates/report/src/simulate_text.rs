@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use vramscope_allocator::Simulation;
+use vramscope_simulate::Simulation;
 use vramscope_analysis::units::bytes;
 
 /// The simulation of `name` as a terminal table.

@@ -6,7 +6,7 @@
 //! and optionally expandable segments ([`crate::expandable`]).
 //!
 //! This is deliberately a second, independent implementation of the
-//! allocator that `crates/allocator` models: the generator's truth is an
+//! allocator that `crates/simulate` models: the generator's truth is an
 //! oracle for the reader and the replay, so the two must not share code (a
 //! bug shared would agree with itself). Change one, check the other against
 //! it (`crates/synth/tests/snapshots.rs` and `crates/cli/tests/simulate.rs`

@@ -1,20 +1,20 @@
 //! The report's "What-if" tab: the recorded trace replayed through the
 //! allocator model under the recorded settings and the sweep
-//! ([`vramscope_allocator::SWEEP`]), computed here so the page needs no
+//! ([`vramscope_simulate::SWEEP`]), computed here so the page needs no
 //! server. Each run keeps a reserved curve of [`CURVE_POINTS`] points (the
 //! largest value of each stretch of entries) to draw over the recorded one.
 
 use serde_json::{json, Value};
-use vramscope_allocator::{simulate, SimulateOptions};
+use vramscope_simulate::{simulate, SimulateOptions};
 use vramscope_snapshot::{Action, Snapshot};
 
 /// Points per simulated curve: enough for a panel-wide plot.
 pub const CURVE_POINTS: usize = 400;
 
 /// Whether the model applies: a CUDA caching-allocator trace
-/// ([`vramscope_allocator::modelled`]) with requests in it.
+/// ([`vramscope_simulate::modelled`]) with requests in it.
 fn applies(snap: &Snapshot, device: u32) -> bool {
-    vramscope_allocator::modelled(snap).is_ok()
+    vramscope_simulate::modelled(snap).is_ok()
         && snap
             .trace(device)
             .is_some_and(|t| t.action.contains(&Action::Alloc))

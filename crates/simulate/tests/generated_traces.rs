@@ -4,7 +4,7 @@
 //! address): with the recorded settings the model must make the same
 //! segment events, in the same order, with the same reserved bytes.
 
-use vramscope_allocator::{replay, simulate, Replayed, Settings};
+use vramscope_simulate::{replay, simulate, Replayed, Settings};
 use vramscope_snapshot::{decode_bytes, Action, Snapshot};
 use vramscope_synth::{write_snapshot, SynthOptions};
 

@@ -3,8 +3,8 @@
 //! did, and answers that never call a run "fits" past the end of its
 //! recording.
 
-use vramscope_allocator::horizon::horizon;
-use vramscope_allocator::{replay, simulate, ReplaySetup, Settings, SimulateOptions};
+use vramscope_simulate::horizon::horizon;
+use vramscope_simulate::{replay, simulate, ReplaySetup, Settings, SimulateOptions};
 use vramscope_analysis::iterations::find_iterations;
 use vramscope_snapshot::{load, Action, Snapshot};
 
@@ -70,7 +70,7 @@ fn projecting_an_iteration_from_the_one_before_gives_the_real_peak() {
     assert_eq!(projected.projected_oom, None);
 }
 
-fn halved(name: &str) -> vramscope_allocator::Simulation {
+fn halved(name: &str) -> vramscope_simulate::Simulation {
     let opts = SimulateOptions {
         scale: vec!["common.py:25=0.5".into(), "common.py:24=0.5".into()],
         ..Default::default()

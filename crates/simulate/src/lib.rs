@@ -2,7 +2,7 @@
 //! under other settings ("would it fit with `expandable_segments`?").
 //!
 //! ```
-//! use vramscope_allocator::{Allocator, Settings};
+//! use vramscope_simulate::{Allocator, Settings};
 //! let mut a = Allocator::new(Settings::default(), None);
 //! let p = a.malloc(1000, 0).unwrap();
 //! a.free(p);

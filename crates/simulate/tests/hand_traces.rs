@@ -1,7 +1,7 @@
 //! Small traces written by hand for what a generator does not make: the
 //! program's own `torch.cuda.empty_cache()` calls.
 
-use vramscope_allocator::{replay, Settings};
+use vramscope_simulate::{replay, Settings};
 use vramscope_snapshot::decode_bytes;
 
 const MIB: u64 = 1 << 20;
@@ -74,7 +74,7 @@ fn a_release_that_makes_room_for_a_request_is_the_allocators_own() {
     let r = replay(&alone, 0, Settings::default(), &Default::default());
     assert_eq!(r.empty_cache_calls, 1);
     // On a 40 MiB device the model releases the cache by itself.
-    let setup = vramscope_allocator::ReplaySetup {
+    let setup = vramscope_simulate::ReplaySetup {
         capacity: Some(40 * MIB),
         ..Default::default()
     };

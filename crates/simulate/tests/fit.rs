@@ -4,14 +4,14 @@
 //! error. On the H200's recording of the GPT at batch 64 (2 AdamW steps),
 //! whose peak reserved PyTorch measured at 11,528,044,544 bytes.
 
-use vramscope_allocator::{fit, FitOptions, Verdict};
+use vramscope_simulate::{fit, FitOptions, Verdict};
 use vramscope_snapshot::{load, LoadOptions};
 use vramscope_testdata::gpu;
 
 const PEAK: u64 = 11_528_044_544;
 const OUTSIDE: u64 = 768 << 20;
 
-fn verdict_for(total: u64, settings: Option<&str>) -> vramscope_allocator::Fit {
+fn verdict_for(total: u64, settings: Option<&str>) -> vramscope_simulate::Fit {
     let snap = load(
         &gpu("estimate_trace_b64_default.pickle.gz"),
         &LoadOptions::default(),

@@ -1,11 +1,11 @@
 //! Replays of the real snapshots in tests/fixtures/real with the settings
 //! they were recorded with, against what the allocator did.
 
-use vramscope_allocator::{replay, Settings};
+use vramscope_simulate::{replay, Settings};
 use vramscope_snapshot::{load, LoadOptions};
 use vramscope_testdata::real;
 
-fn replayed(name: &str) -> vramscope_allocator::Replayed {
+fn replayed(name: &str) -> vramscope_simulate::Replayed {
     let snap = load(&real(name), &LoadOptions::default()).expect("fixture loads");
     let settings = snap
         .allocator_settings
