@@ -1,7 +1,7 @@
 """Recording on the CPU from PyTorch's allocator itself.
 
 ``vramscope._native`` points ``libc10.so``'s calls to ``posix_memalign`` and
-``free`` at hooks (``crates/cpuhook``): every allocation of c10's CPU
+``free`` at hooks (``crates/cpu-allocator``): every allocation of c10's CPU
 allocator is seen where it happens, with its exact size and address, in
 whatever thread, kernels' scratch space included (oneDNN's buffers inside a
 convolution, which no tensor holds). Nothing runs per operator on the Python
@@ -40,7 +40,7 @@ def available() -> Optional[str]:
     try:
         from . import _native
 
-        _native.cpuhook_install()
+        _native.cpu_allocator_install()
     except (ImportError, AttributeError) as err:
         return f"vramscope._native is not built ({err})"
     except OSError as err:
@@ -58,9 +58,9 @@ class AllocatorRecorder(DispatchRecorder):
     def start(self) -> None:
         from . import _native
 
-        _native.cpuhook_install()
+        _native.cpu_allocator_install()
         # Events in the native ring: a free is 3 trace entries, an alloc 2.
-        _native.cpuhook_start(max(1, self.max_entries // 2))
+        _native.cpu_allocator_start(max(1, self.max_entries // 2))
         self._wanted = self._fast_wanted()  # type: ignore[method-assign]
         self._adopt_native()
         self._mode = _make_function_mode(self, _native)
@@ -73,7 +73,7 @@ class AllocatorRecorder(DispatchRecorder):
         from . import _native
 
         for _st, _key, size, addr in self.existing_storages():
-            _native.cpuhook_adopt(addr, size)
+            _native.cpu_allocator_adopt(addr, size)
 
     def stop(self) -> None:
         from . import _native
@@ -89,14 +89,14 @@ class AllocatorRecorder(DispatchRecorder):
                 else:
                     print("vramscope: a torch function mode entered after the recording is still active; the recorder's stays, idle", file=sys.stderr)
         finally:
-            _native.cpuhook_stop()
+            _native.cpu_allocator_stop()
 
     def _records(self) -> List[Tuple[int, int, int, int, int, str]]:
         from . import _native
 
         stack_of: Dict[int, int] = {}
         out = []
-        for kind, addr, size, t, sid in _native.cpuhook_events():
+        for kind, addr, size, t, sid in _native.cpu_allocator_events():
             if kind == _ALLOC:
                 stack_of[addr] = sid
             else:
@@ -114,7 +114,7 @@ class AllocatorRecorder(DispatchRecorder):
         if marks:
             _label(trace, sorted(marks, key=lambda m: m[1]))
         stacks = self.stack_list
-        segments = [_segment({"addr": a, "size": n, "frames": stacks[sid]}) for a, n, sid in _native.cpuhook_live() if n]
+        segments = [_segment({"addr": a, "size": n, "frames": stacks[sid]}) for a, n, sid in _native.cpu_allocator_live() if n]
         return {"segments": segments, "device_traces": [trace], "external_annotations": self.annotations()}
 
     def meta(self) -> Dict[str, Any]:
@@ -124,14 +124,14 @@ class AllocatorRecorder(DispatchRecorder):
         """``(allocated, peak, window peak)``, counted by the hooks."""
         from . import _native
 
-        a, p, w = _native.cpuhook_totals(reset_window)
+        a, p, w = _native.cpu_allocator_totals(reset_window)
         return int(a), int(p), int(w)
 
     def live_blocks(self, unstacked: bool = False) -> List[Tuple[int, int, List[Dict[str, Any]]]]:
         from . import _native
 
         stacks = self.stack_list
-        return [(a, n, stacks[sid]) for a, n, sid in _native.cpuhook_live() if n and (sid or unstacked)]
+        return [(a, n, stacks[sid]) for a, n, sid in _native.cpu_allocator_live() if n and (sid or unstacked)]
 
 
 def _make_function_mode(rec: AllocatorRecorder, native: Any) -> Any:
@@ -155,7 +155,7 @@ def _function_mode_class() -> type:
     class VramscopeStacks(TorchFunctionMode):
         def __init__(self, rec: AllocatorRecorder, native: Any) -> None:
             super().__init__()
-            self.mark, self.stamp, self.stack = native.cpuhook_mark, native.cpuhook_stamp, rec._stack
+            self.mark, self.stamp, self.stack = native.cpu_allocator_mark, native.cpu_allocator_stamp, rec._stack
             self.enter_range, self.exit_range = rec.ranges.enter, rec.ranges.exit
 
         def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:

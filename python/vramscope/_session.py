@@ -253,7 +253,7 @@ class _Session:
         if self.kind == "allocator":
             from . import _native
 
-            self.tagger.bracket = (_native.cpuhook_mark, _native.cpuhook_stamp, self.backend._stack)
+            self.tagger.bracket = (_native.cpu_allocator_mark, _native.cpu_allocator_stamp, self.backend._stack)
         self.tagger.install()
         self.compiles_at_start = compiles()
         gc.callbacks.append(self._on_gc)

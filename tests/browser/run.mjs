@@ -597,30 +597,30 @@ async function testReport(browser, snap) {
       });
     }
 
-    // What-if: the allocator model's sweep, computed when the report was
+    // Simulate: the allocator model's sweep, computed when the report was
     // written, says what `vramscope simulate --sweep` says; each run draws
     // its reserved curve over the recorded one.
     // (The generated OOM snapshot is a CUDA allocator trace: it must have one.)
-    const whatifShown = await page.isVisible('#tab-whatif');
-    if (whatifShown || snap.expectOom) {
-      await check(T('What-if tab: the sweep answers as `vramscope simulate --sweep` does, one curve per setting'), async () => {
-        assert(whatifShown, '#tab-whatif hidden although the snapshot is a CUDA allocator trace');
+    const simulateShown = await page.isVisible('#tab-simulate');
+    if (simulateShown || snap.expectOom) {
+      await check(T('Simulate tab: the sweep answers as `vramscope simulate --sweep` does, one curve per setting'), async () => {
+        assert(simulateShown, '#tab-simulate hidden although the snapshot is a CUDA allocator trace');
         const want = JSON.parse(vramscope(['simulate', file, '--json', '--sweep', '-q']));
-        await page.click('.tabs button[data-tab="whatif"]');
-        const r = await page.evaluate(() => window.vramscope.whatif());
+        await page.click('.tabs button[data-tab="simulate"]');
+        const r = await page.evaluate(() => window.vramscope.simulate());
         assert(r.answer === want.answer, `page "${short(r.answer, 120)}" vs cli "${short(want.answer, 120)}"`);
         assert(r.rows === want.runs.length && r.runs === want.runs.length, `${r.rows} rows, cli ${want.runs.length} runs`);
         assert(r.points > 1 && r.painted > 200, `${r.points} points, ${r.painted} pixels painted`);
-        const wshot = path.join(outDir, `${name}-whatif.png`);
+        const wshot = path.join(outDir, `${name}-simulate.png`);
         await page.screenshot({ path: wshot });
         console.log(`     screenshot: ${wshot}`);
         const last = want.runs.length - 1;
-        const r2 = await page.evaluate((i) => window.vramscope.whatif(i), last);
+        const r2 = await page.evaluate((i) => window.vramscope.simulate(i), last);
         assert(r2.selected === String(last) && r2.label === want.runs[last].label, `selected ${r2.selected} ${r2.label}`);
         if (oomsInSummary.length) {
           await page.click('.tabs button[data-tab="oom"]');
           const text = await textOf(page, '#panel-oom');
-          assert(text.includes(want.answer), 'the OOM panel does not state the what-if answer');
+          assert(text.includes(want.answer), 'the OOM panel does not state the simulation answer');
         }
         return short(want.answer, 100);
       });

@@ -2,7 +2,7 @@
 //! `cargo run --release -p vramscope-analysis --example categories -- FILE…`
 use vramscope_analysis::categories::categorize;
 use vramscope_analysis::lifetimes::Lifetimes;
-use vramscope_analysis::Replay;
+use vramscope_analysis::Liveness;
 
 fn main() {
     for path in std::env::args().skip(1) {
@@ -18,7 +18,7 @@ fn main() {
             let l = Lifetimes::new(&snap, d);
             let c = categorize(&snap, d, &l);
             let took = t0.elapsed();
-            let r = Replay::new(&snap, d);
+            let r = Liveness::new(&snap, d);
             let empty = Default::default();
             let t = snap.trace(d).unwrap_or(&empty);
             let pts = [r.peak_index, t.len().checked_sub(1)];

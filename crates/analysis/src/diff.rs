@@ -8,12 +8,12 @@
 //! one stack in A and five in B leave two in `grown`.
 //!
 //! ```no_run
-//! use vramscope_analysis::{diff, DiffOptions, Replay};
+//! use vramscope_analysis::{diff, DiffOptions, Liveness};
 //! let a = vramscope_snapshot::load("before.pickle".as_ref(), &Default::default())?;
 //! let b = vramscope_snapshot::load("after.pickle".as_ref(), &Default::default())?;
 //! let live = |s: &vramscope_snapshot::Snapshot| {
 //!     let t = s.trace(0).expect("device 0 has a trace");
-//!     Replay::new(s, 0).live_after(t, t.len().checked_sub(1))
+//!     Liveness::new(s, 0).live_after(t, t.len().checked_sub(1))
 //! };
 //! let d = diff(&a, &live(&a), &b, &live(&b), &DiffOptions::default());
 //! for g in &d.grown {
@@ -30,7 +30,7 @@ use serde::Serialize;
 use vramscope_snapshot::hash::FxHashMap as HashMap;
 use vramscope_snapshot::{FrameId, Snapshot, StackId};
 
-use crate::replay::LiveBlock;
+use crate::liveness::LiveBlock;
 use crate::sites::{frame_label, site_frame, stack_lines};
 
 /// Label of blocks whose allocation recorded no stack.

@@ -14,7 +14,7 @@ use serde::Serialize;
 use vramscope_snapshot::Snapshot;
 
 use crate::leaks::{find_leaks, LeakOptions, LeakReport, Severity};
-use crate::replay::Replay;
+use crate::liveness::Liveness;
 use crate::units::bytes;
 
 /// Version of the `vramscope check --json` schema.
@@ -65,7 +65,7 @@ pub fn check(
 ) -> CheckReport {
     let mut checks = Vec::new();
     if let Some(limit) = gates.max_peak {
-        let peak = Replay::new(snap, device).peak_bytes;
+        let peak = Liveness::new(snap, device).peak_bytes;
         checks.push(Check {
             name: "max_peak",
             passed: peak <= limit,

@@ -1,6 +1,6 @@
 //! Analyses of PyTorch memory snapshots.
 //!
-//! * [`replay`]: which blocks are alive after any event, the peak, blocks
+//! * [`liveness`]: which blocks are alive after any event, the peak, blocks
 //!   from before the trace window.
 //! * [`sites`]: allocation sites (the first frame in the user's code).
 //! * [`segments`]: reserved/allocated/active memory and fragmentation.
@@ -24,25 +24,25 @@
 
 pub mod categories;
 pub mod diff;
+pub mod edits;
 pub mod flame;
 pub mod gates;
 pub mod iterations;
 pub mod leaks;
 pub mod lifetimes;
+pub mod liveness;
 pub mod moment;
 pub mod oom;
 pub mod optimizers;
-pub mod replay;
 pub mod segments;
 pub mod segments_map;
 pub mod sites;
 pub mod summary;
 pub use vramscope_text::units;
-pub mod whatif;
 
 pub use categories::{Category, CategoryTotal};
 pub use diff::{diff, Diff, DiffGroup, DiffOptions, DiffTotals, SiteDelta, SizeCount};
-pub use replay::{LiveBlock, Replay};
+pub use liveness::{LiveBlock, Liveness};
 pub use segments::{memory_state, Fragmentation, MemoryState};
 pub use sites::Site;
 pub use summary::{summarize, DeviceSummary, Oom, Peak, Summary, SummaryOptions};

@@ -1,6 +1,6 @@
 //! Block lifetimes: when each block was allocated and freed, as columns.
 //!
-//! A replay answers "what is alive after event i"; leak analysis asks the
+//! The liveness walk answers "what is alive after event i"; leak analysis asks the
 //! converse, "from when to when did this block live", for every block at
 //! once. One pass over the trace pairs each `alloc` with its
 //! `free_completed`; blocks freed without an `alloc` in the window, or alive
@@ -103,7 +103,7 @@ impl Lifetimes {
             .segments_of(device)
             .flat_map(|s| snap.blocks_of(s))
             .filter(|b| b.state.is_allocated())
-            .filter(|_| crate::replay::dump_counts_from_start(snap, t));
+            .filter(|_| crate::liveness::dump_counts_from_start(snap, t));
         for b in live {
             if !open.contains_key(&b.address) {
                 let cat = (!snap.str(b.category).is_empty()).then_some(b.category);
@@ -148,12 +148,12 @@ impl Lifetimes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Replay;
+    use crate::Liveness;
 
     /// Every block counted once: the bytes alive after the last event equal
-    /// the replay's final total.
+    /// the liveness walk's final total.
     #[test]
-    fn lifetimes_agree_with_the_replay_on_a_synthetic_trace() {
+    fn lifetimes_agree_with_the_liveness_walk_on_a_synthetic_trace() {
         let mut buf = Vec::new();
         let opts = vramscope_synth::SynthOptions {
             entries: 20_000,
@@ -168,7 +168,7 @@ mod tests {
             .filter(|&b| l.alive_after(b, last))
             .map(|b| l.size[b])
             .sum();
-        let r = Replay::new(&snap, 0);
+        let r = Liveness::new(&snap, 0);
         assert_eq!(alive, r.final_bytes);
         let mid = (t.len() / 2) as u32;
         let alive_mid: u64 = (0..l.len())

@@ -10,12 +10,12 @@
 use vramscope_snapshot::{DeviceTrace, NO_TIME};
 
 use crate::units::{count, duration_us};
-use crate::Replay;
+use crate::Liveness;
 
 /// What the user asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Moment {
-    /// The replay's peak of allocated bytes.
+    /// The peak of allocated bytes over the trace.
     Peak,
     /// The moment of the dump.
     End,
@@ -98,10 +98,10 @@ impl Moment {
 /// A moment tied to the trace.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ResolvedMoment {
-    /// The point to replay to: state right after this event; `None` is the
+    /// The point to walk the trace to: state right after this event; `None` is the
     /// start of the trace window.
     pub point: Option<usize>,
-    /// The dump itself (segments and blocks are then exact, not replayed).
+    /// The dump itself (segments and blocks are then exact, not walked).
     pub is_end: bool,
     /// For people: `peak (event 1,402, +138.1 ms)`.
     pub description: String,
@@ -128,12 +128,12 @@ pub fn resolve_in(
     m: Moment,
     snap: &vramscope_snapshot::Snapshot,
     device: u32,
-    replay: &Replay,
+    liveness: &Liveness,
 ) -> Result<ResolvedMoment, String> {
     let empty = DeviceTrace::default();
     let t = snap.trace(device).unwrap_or(&empty);
     let Moment::Iteration { number, peak } = m else {
-        return resolve(m, t, replay);
+        return resolve(m, t, liveness);
     };
     let its = crate::iterations::find_iterations(snap, device);
     let it = its
@@ -146,7 +146,7 @@ pub fn resolve_in(
         })?;
     let last = t.len().checked_sub(1);
     let point = if peak {
-        let series = crate::replay::allocated_series(replay, t);
+        let series = crate::liveness::allocated_series(liveness, t);
         (it.start..it.end).max_by_key(|&i| (series[i], std::cmp::Reverse(i)))
     } else {
         Some(it.end - 1)
@@ -166,9 +166,9 @@ pub fn resolve_in(
     })
 }
 
-/// Resolve `m` against the trace `t` of a device replayed as `replay`
+/// Resolve `m` against the trace `t` of a device walked as `liveness`
 /// (iterations need the snapshot: [`resolve_in`]).
-pub fn resolve(m: Moment, t: &DeviceTrace, replay: &Replay) -> Result<ResolvedMoment, String> {
+pub fn resolve(m: Moment, t: &DeviceTrace, liveness: &Liveness) -> Result<ResolvedMoment, String> {
     let last = t.len().checked_sub(1);
     let at = |i: Option<usize>, what: &str| match i {
         Some(i) => format!("{what} (event {}{})", count(i as u64), offset_text(t, i)),
@@ -179,9 +179,9 @@ pub fn resolve(m: Moment, t: &DeviceTrace, replay: &Replay) -> Result<ResolvedMo
             return Err("an iteration needs the whole snapshot (resolve_in)".into())
         }
         Moment::Peak => ResolvedMoment {
-            point: replay.peak_index,
-            is_end: replay.peak_index.is_some() && replay.peak_index == last,
-            description: at(replay.peak_index, "peak"),
+            point: liveness.peak_index,
+            is_end: liveness.peak_index.is_some() && liveness.peak_index == last,
+            description: at(liveness.peak_index, "peak"),
         },
         Moment::End => ResolvedMoment {
             point: last,
@@ -278,7 +278,7 @@ mod tests {
             action: vec![vramscope_snapshot::Action::Alloc; 4],
             ..Default::default()
         };
-        let r = Replay::default();
+        let r = Liveness::default();
         let m = |s: &str| resolve(Moment::parse(s).expect("parses"), &t, &r);
         assert_eq!(m("100us").map(|x| x.point), Ok(Some(2)));
         assert_eq!(m("0us").map(|x| x.point), Ok(Some(0)));

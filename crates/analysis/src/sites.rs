@@ -10,7 +10,7 @@ use vramscope_snapshot::hash::FxHashMap as HashMap;
 use serde::Serialize;
 use vramscope_snapshot::{Frame, FrameId, Snapshot, StackId};
 
-use crate::replay::LiveBlock;
+use crate::liveness::LiveBlock;
 
 /// Frames PyTorch's viewer hides (names and files).
 const NOISE_NAMES: &[&str] = &[

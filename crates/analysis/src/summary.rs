@@ -8,7 +8,7 @@ use serde::Serialize;
 use vramscope_snapshot::{Action, DeviceTrace, Snapshot, NO_TIME};
 
 use crate::categories::{CategoryTotal, Labelled};
-use crate::replay::{allocated_series, reserved_after, Replay};
+use crate::liveness::{allocated_series, reserved_after, Liveness};
 use crate::segments::{memory_state, MemoryState};
 use crate::sites::{group_by_site, Site};
 
@@ -129,7 +129,7 @@ pub struct CounterCheck {
 fn counter_check(
     snap: &Snapshot,
     device: u32,
-    replay: &Replay,
+    liveness: &Liveness,
     t: &DeviceTrace,
 ) -> Option<CounterCheck> {
     let rec = snap.source.recorder.as_ref()?;
@@ -137,7 +137,7 @@ fn counter_check(
         return None;
     }
     let c = rec.counters.last()?;
-    let allocated = allocated_series(replay, t);
+    let allocated = allocated_series(liveness, t);
     // The last event at or before the reading (times are in trace order).
     let k = (0..t.len())
         .take_while(|&i| time_at(t, i).is_none_or(|x| x <= c.time_us))
@@ -146,7 +146,7 @@ fn counter_check(
         time_us: c.time_us,
         counter_allocated_bytes: c.allocated,
         counter_reserved_bytes: c.reserved,
-        recorded_allocated_bytes: k.map_or(replay.initial_bytes, |i| allocated[i]),
+        recorded_allocated_bytes: k.map_or(liveness.initial_bytes, |i| allocated[i]),
     })
 }
 
@@ -244,7 +244,7 @@ fn event_stats(t: &DeviceTrace) -> EventStats {
 }
 
 /// Traces from this many events on are labelled on a second thread while
-/// the replay runs (the two are independent; below this, a thread costs
+/// the liveness walk runs (the two are independent; below this, a thread costs
 /// more than it saves).
 const PARALLEL_EVENTS: usize = 100_000;
 
@@ -257,14 +257,14 @@ pub fn summarize_device(snap: &Snapshot, device: u32, opts: &SummaryOptions) -> 
         let labelled = opts.categories.then(|| Labelled::new(snap, device));
         return summarize_device_with(snap, device, opts, labelled.as_ref());
     }
-    // The labels and the replay are independent: on two cores at once.
+    // The labels and the liveness walk are independent: on two cores at once.
     std::thread::scope(|s| {
         let labelling = s.spawn(|| Labelled::new(snap, device));
-        let replayed = Replayed::new(snap, device);
+        let walked = Walked::new(snap, device);
         let labelled = labelling
             .join()
             .unwrap_or_else(|p| std::panic::resume_unwind(p));
-        summarize_replayed(snap, device, opts, Some(&labelled), replayed)
+        summarize_walked(snap, device, opts, Some(&labelled), walked)
     })
 }
 
@@ -276,35 +276,35 @@ pub fn summarize_device_with(
     opts: &SummaryOptions,
     labelled: Option<&Labelled>,
 ) -> DeviceSummary {
-    summarize_replayed(snap, device, opts, labelled, Replayed::new(snap, device))
+    summarize_walked(snap, device, opts, labelled, Walked::new(snap, device))
 }
 
-/// What the summary takes from the replay: the peak, the OOMs and the
+/// What the summary takes from the liveness walk: the peak, the OOMs and the
 /// blocks alive at the peak, at the end and before each detailed OOM.
-struct Replayed {
-    replay: Replay,
+struct Walked {
+    liveness: Liveness,
     oom_idx: Vec<usize>,
     /// How many OOMs (the first) have their holders in `lives`.
     detailed: usize,
     /// Live blocks at the peak, the end, then before each detailed OOM.
-    lives: std::vec::IntoIter<Vec<crate::replay::LiveBlock>>,
+    lives: std::vec::IntoIter<Vec<crate::liveness::LiveBlock>>,
 }
 
-impl Replayed {
-    fn new(snap: &Snapshot, device: u32) -> Replayed {
+impl Walked {
+    fn new(snap: &Snapshot, device: u32) -> Walked {
         let empty = DeviceTrace::default();
         let t = snap.trace(device).unwrap_or(&empty);
-        let replay = Replay::new(snap, device);
+        let liveness = Liveness::new(snap, device);
         let oom_idx: Vec<usize> = (0..t.len())
             .filter(|&i| t.action[i] == Action::Oom)
             .collect();
         // Holders are listed for the first OOMs only: later ones usually repeat them.
         let detailed = oom_idx.len().min(MAX_DETAILED_OOMS);
-        let mut points = vec![replay.peak_index, t.len().checked_sub(1)];
+        let mut points = vec![liveness.peak_index, t.len().checked_sub(1)];
         points.extend(oom_idx[..detailed].iter().map(|&i| i.checked_sub(1)));
-        let lives = replay.live_at_points(t, &points).into_iter();
-        Replayed {
-            replay,
+        let lives = liveness.live_at_points(t, &points).into_iter();
+        Walked {
+            liveness,
             oom_idx,
             detailed,
             lives,
@@ -312,30 +312,30 @@ impl Replayed {
     }
 }
 
-fn summarize_replayed(
+fn summarize_walked(
     snap: &Snapshot,
     device: u32,
     opts: &SummaryOptions,
     labelled: Option<&Labelled>,
-    replayed: Replayed,
+    walked: Walked,
 ) -> DeviceSummary {
     let empty = DeviceTrace::default();
     let t = snap.trace(device).unwrap_or(&empty);
-    let Replayed {
-        replay,
+    let Walked {
+        liveness,
         oom_idx,
         detailed,
         mut lives,
-    } = replayed;
+    } = walked;
     let peak_live = lives.next().unwrap_or_default();
     let end_live = lives.next().unwrap_or_default();
     let by_category =
-        |live: &[crate::replay::LiveBlock]| labelled.map_or_else(Vec::new, |l| l.totals(live));
+        |live: &[crate::liveness::LiveBlock]| labelled.map_or_else(Vec::new, |l| l.totals(live));
     let peak = Peak {
-        allocated_bytes: replay.peak_bytes,
-        event_index: replay.peak_index.map(|i| i as u64),
-        time_us: replay.peak_index.and_then(|i| time_at(t, i)),
-        before_window_bytes: replay.initial_bytes,
+        allocated_bytes: liveness.peak_bytes,
+        event_index: liveness.peak_index.map(|i| i as u64),
+        time_us: liveness.peak_index.and_then(|i| time_at(t, i)),
+        before_window_bytes: liveness.initial_bytes,
         top_sites: group_by_site(snap, &peak_live, opts.top_sites),
         live_blocks: peak_live.len() as u64,
         by_category: by_category(&peak_live),
@@ -351,7 +351,7 @@ fn summarize_replayed(
     let allocated = if oom_idx.is_empty() {
         Vec::new()
     } else {
-        allocated_series(&replay, t)
+        allocated_series(&liveness, t)
     };
     let end = memory_state(snap, device);
     let ooms = oom_idx
@@ -370,14 +370,14 @@ fn summarize_replayed(
                 device_free_bytes: t.device_free_at(i),
                 allocated_bytes: i
                     .checked_sub(1)
-                    .map_or(replay.initial_bytes, |j| allocated[j]),
+                    .map_or(liveness.initial_bytes, |j| allocated[j]),
                 reserved_bytes: reserved.get(i).copied().unwrap_or(end_reserved),
                 top_holders: group_by_site(snap, &holders, opts.top_sites),
                 by_category: by_category(&holders),
                 diagnosis: {
                     let allocated = i
                         .checked_sub(1)
-                        .map_or(replay.initial_bytes, |j| allocated[j]);
+                        .map_or(liveness.initial_bytes, |j| allocated[j]);
                     let reserved = reserved.get(i).copied().unwrap_or(end_reserved);
                     // The dump's free blocks are the OOM's when nothing
                     // but OOMs follows it in the trace.
@@ -410,11 +410,11 @@ fn summarize_replayed(
     let (name, caching_allocator) = device_name(snap, device);
     let trace_end: u64 = end_live.iter().map(|b| b.size).sum();
     let mut inconsistencies = Vec::new();
-    if peak_reserved_bytes < replay.peak_bytes && caching_allocator {
+    if peak_reserved_bytes < liveness.peak_bytes && caching_allocator {
         inconsistencies.push(format!(
             "reserved peaked at {}, below allocated's peak of {}: the trace misses segment events (its buffer wrapped, or the file is cut), so reserved is known only where segments were seen",
             crate::units::bytes(peak_reserved_bytes),
-            crate::units::bytes(replay.peak_bytes)
+            crate::units::bytes(liveness.peak_bytes)
         ));
     }
     if end.reserved_bytes < end.allocated_bytes {
@@ -442,7 +442,7 @@ fn summarize_replayed(
         name,
         caching_allocator,
         inconsistencies,
-        device_counter: counter_check(snap, device, &replay, t),
+        device_counter: counter_check(snap, device, &liveness, t),
         end,
         events: event_stats(t),
         peak,

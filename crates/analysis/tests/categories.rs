@@ -5,7 +5,7 @@
 use serde_json::{json, Value};
 use vramscope_analysis::categories::{categorize, Category, Rule, Source};
 use vramscope_analysis::lifetimes::Lifetimes;
-use vramscope_analysis::Replay;
+use vramscope_analysis::Liveness;
 use vramscope_snapshot::{decode_bytes, load, Snapshot};
 
 fn frame(file: &str, name: &str) -> Value {
@@ -237,7 +237,7 @@ fn real(name: &str) -> Snapshot {
 fn at_end(snap: &Snapshot) -> std::collections::HashMap<Category, u64> {
     let l = Lifetimes::new(snap, 0);
     let c = categorize(snap, 0, &l);
-    let r = Replay::new(snap, 0);
+    let r = Liveness::new(snap, 0);
     let t = snap.trace(0).expect("trace");
     let live = r.live_after(t, t.len().checked_sub(1));
     c.totals(&l, &live)

@@ -3,7 +3,7 @@
 //! hand-built snapshots and on every real fixture.
 
 use serde_json::{json, Value};
-use vramscope_analysis::{diff, Diff, DiffOptions, LiveBlock, Replay};
+use vramscope_analysis::{diff, Diff, DiffOptions, LiveBlock, Liveness};
 use vramscope_snapshot::{decode_bytes, DeviceTrace, LoadOptions, Snapshot};
 
 fn frame(file: &str, line: u32, name: &str) -> Value {
@@ -52,7 +52,7 @@ fn snapshot(base: u64, blocks: &[(u64, Vec<Value>)]) -> Snapshot {
 fn live(s: &Snapshot) -> Vec<LiveBlock> {
     let empty = DeviceTrace::default();
     let t = s.trace(0).unwrap_or(&empty);
-    Replay::new(s, 0).live_after(t, t.len().checked_sub(1))
+    Liveness::new(s, 0).live_after(t, t.len().checked_sub(1))
 }
 
 fn run(a: &Snapshot, b: &Snapshot) -> Diff {
@@ -226,9 +226,9 @@ fn every_real_snapshot_against_itself_is_empty() {
         for device in s.devices() {
             let empty = DeviceTrace::default();
             let t = s.trace(device).unwrap_or(&empty);
-            let replay = Replay::new(&s, device);
-            let points = [replay.peak_index, t.len().checked_sub(1), None];
-            let sets = replay.live_at_points(t, &points);
+            let liveness = Liveness::new(&s, device);
+            let points = [liveness.peak_index, t.len().checked_sub(1), None];
+            let sets = liveness.live_at_points(t, &points);
             for (set, what) in sets.iter().zip(["peak", "end", "start"]) {
                 let d = diff(&s, set, &s2, set, &DiffOptions::default());
                 assert_empty(&d, &format!("{name} device {device} at {what}"));
@@ -237,7 +237,7 @@ fn every_real_snapshot_against_itself_is_empty() {
             }
             assert_eq!(
                 sets[0].iter().map(|b| b.size).sum::<u64>(),
-                replay.peak_bytes,
+                liveness.peak_bytes,
                 "{name}: the peak's live set"
             );
             // Peak against end is consistent, whatever it finds.

@@ -1,4 +1,4 @@
-//! Profiler outputs replayed like snapshots give back what the profiler
+//! Profiler outputs walked like snapshots give back what the profiler
 //! recorded: the allocated and reserved curves of a Kineto trace equal its
 //! `Total Allocated` and `Total Reserved` after every `[memory]` event, an
 //! old trace's curve is the running sum of its `Bytes`, and a memory
@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use serde_json::Value;
-use vramscope_analysis::replay::{allocated_series, reserved_after, Replay};
+use vramscope_analysis::liveness::{allocated_series, reserved_after, Liveness};
 use vramscope_analysis::{summarize, SummaryOptions};
 use vramscope_snapshot::{load, Action, Snapshot, SourceFormat};
 
@@ -62,8 +62,8 @@ fn kineto_trace_curves_equal_its_totals_after_every_memory_event() {
     assert_eq!(snap.source.encoding_name(), "kineto_trace");
     assert_eq!(snap.devices(), vec![1], "host memory is left out");
     let t = snap.trace(device).expect("device 1");
-    let replay = Replay::new(&snap, device);
-    let allocated = allocated_series(&replay, t);
+    let liveness = Liveness::new(&snap, device);
+    let allocated = allocated_series(&liveness, t);
     let reserved = reserved_after(&snap, device);
 
     // One entry per recorded event, same address, size and direction: the
@@ -93,12 +93,12 @@ fn kineto_trace_curves_equal_its_totals_after_every_memory_event() {
         );
     }
     let max_total = events.iter().map(|e| int(&e.1["Total Allocated"])).max();
-    assert_eq!(Some(replay.peak_bytes as i64), max_total);
+    assert_eq!(Some(liveness.peak_bytes as i64), max_total);
     // 4,096,614,400 bytes were allocated before the trace and are never
     // freed in it: alive from the start.
     let first = events[0].1;
     let before = int(&first["Total Allocated"]) - int(&first["Bytes"]);
-    assert_eq!(replay.initial_bytes as i64, before);
+    assert_eq!(liveness.initial_bytes as i64, before);
     assert_eq!(before, 4_096_614_400);
 }
 
@@ -112,19 +112,19 @@ fn old_trace_without_addresses_curve_is_the_running_sum_of_bytes() {
 
     let snap = load_real(name);
     let t = snap.trace(0).expect("device 0");
-    let replay = Replay::new(&snap, 0);
-    let allocated = allocated_series(&replay, t);
+    let liveness = Liveness::new(&snap, 0);
+    let allocated = allocated_series(&liveness, t);
     let entries = alloc_free_entries(&snap, 0);
     assert_eq!(entries.len(), events.len());
     // Every free in this trace ends an allocation made in it.
-    assert_eq!(replay.initial_bytes, 0);
+    assert_eq!(liveness.initial_bytes, 0);
     let mut sum = 0i64;
     for (k, (&i, (_, a))) in entries.iter().zip(&events).enumerate() {
         sum += int(&a["Bytes"]);
         assert_eq!(allocated[i] as i64, sum, "event {k} (entry {i})");
     }
     assert_eq!(sum, 0, "everything allocated is freed by the end");
-    assert_eq!(replay.peak_bytes, 2_791_636_480);
+    assert_eq!(liveness.peak_bytes, 2_791_636_480);
 }
 
 /// Bytes per category name after each raw row, and the total.
@@ -190,16 +190,16 @@ fn memory_timeline_categories_at_the_peak_and_end_equal_its_rows() {
             Some(vramscope_analysis::categories::Source::Profiler)
         );
     }
-    // The replayed total after every entry never exceeds the rows' peak,
+    // The walked total after every entry never exceeds the rows' peak,
     // and it ends where the rows end.
     let t = snap.trace(0).expect("device 0");
-    let replay = Replay::new(&snap, 0);
-    let series = allocated_series(&replay, t);
+    let liveness = Liveness::new(&snap, 0);
+    let series = allocated_series(&liveness, t);
     assert_eq!(series.iter().max().map(|&x| x as i64), Some(peak_total));
     assert_eq!(series.last().map(|&x| x as i64), Some(end_total));
 }
 
-/// Bytes per category after each entry: the replay's blocks, labelled.
+/// Bytes per category after each entry: the walk's blocks, labelled.
 fn category_series(snap: &Snapshot) -> Vec<[i64; vramscope_analysis::categories::CATEGORIES]> {
     use vramscope_analysis::categories::categorize;
     use vramscope_analysis::lifetimes::{Lifetimes, BEFORE_WINDOW, NO_BLOCK};
@@ -302,11 +302,11 @@ fn made_up_trace_curves_equal_its_totals_after_every_event() {
     let snap = vramscope_snapshot::decode_bytes(&bytes, &Default::default()).expect("decodes");
     assert_eq!(snap.devices(), vec![0]);
     let t = snap.trace(0).expect("device 0");
-    let replay = Replay::new(&snap, 0);
-    let allocated = allocated_series(&replay, t);
+    let liveness = Liveness::new(&snap, 0);
+    let allocated = allocated_series(&liveness, t);
     let reserved = reserved_after(&snap, 0);
 
-    // The same-µs pair is replayed in the order its totals say.
+    // The same-µs pair is walked in the order its totals say.
     let mut expected = cuda.to_vec();
     expected.swap(5, 6);
     // Each recorded event's entry: after its segment entries, before any
@@ -347,10 +347,10 @@ fn made_up_trace_curves_equal_its_totals_after_every_event() {
         assert_eq!(t.time_us[entry_of[k]], want_us);
     }
     assert_eq!(
-        replay.initial_bytes, 1000,
+        liveness.initial_bytes, 1000,
         "allocated before the first event"
     );
-    assert_eq!(replay.peak_bytes, 8812);
+    assert_eq!(liveness.peak_bytes, 8812);
     let end = vramscope_analysis::memory_state(&snap, 0);
     assert_eq!((end.allocated_bytes, end.reserved_bytes), (8812, 9216));
     assert!(

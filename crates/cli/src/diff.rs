@@ -7,7 +7,7 @@ use anyhow::{anyhow, Context};
 use vramscope_analysis::flame::diff_tree;
 use vramscope_analysis::moment::{resolve_in, Moment, ResolvedMoment};
 use vramscope_analysis::units::signed_bytes;
-use vramscope_analysis::{diff, DiffOptions, LiveBlock, Replay};
+use vramscope_analysis::{diff, DiffOptions, LiveBlock, Liveness};
 use vramscope_report::diff::{
     diff_html, diff_json, diff_svg, diff_text, DiffReport, DiffSvgOptions, PeakToPeak, Side,
 };
@@ -67,13 +67,13 @@ pub struct Args {
     pub quiet: bool,
 }
 
-/// One loaded side: its snapshot, device, trace and replay.
+/// One loaded side: its snapshot, device, trace and liveness.
 struct Input<'s> {
     snap: &'s Snapshot,
     file: String,
     device: u32,
     trace: &'s DeviceTrace,
-    replay: Replay,
+    liveness: Liveness,
 }
 
 impl<'s> Input<'s> {
@@ -89,12 +89,12 @@ impl<'s> Input<'s> {
             file: display_name(path),
             device,
             trace: snap.trace(device).unwrap_or(empty),
-            replay: Replay::new(snap, device),
+            liveness: Liveness::new(snap, device),
         })
     }
 
     fn resolve(&self, m: Moment, flag: &str) -> Result<ResolvedMoment, CliError> {
-        resolve_in(m, self.snap, self.device, &self.replay)
+        resolve_in(m, self.snap, self.device, &self.liveness)
             .map_err(|e| CliError::Invalid(anyhow!("{flag} for {}: {e}", self.file)))
     }
 
@@ -104,7 +104,7 @@ impl<'s> Input<'s> {
 
     /// Live blocks at each point, in one pass over the trace.
     fn live(&self, points: &[Option<usize>]) -> Vec<Vec<LiveBlock>> {
-        self.replay.live_at_points(self.trace, points)
+        self.liveness.live_at_points(self.trace, points)
     }
 }
 

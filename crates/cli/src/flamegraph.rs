@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::{anyhow, Context};
 use vramscope_analysis::flame::flame_tree;
 use vramscope_analysis::moment::{resolve_in, Moment};
-use vramscope_analysis::Replay;
+use vramscope_analysis::Liveness;
 use vramscope_report::flamegraph::{flamegraph_svg, FlameOptions};
 use vramscope_report::format::{bytes, count};
 use vramscope_snapshot::DeviceTrace;
@@ -60,10 +60,10 @@ pub fn run(a: Args) -> Result<(), CliError> {
     let device = pick_device(&snap, &a.file, a.device)?;
     let empty = DeviceTrace::default();
     let trace = snap.trace(device).unwrap_or(&empty);
-    let replay = Replay::new(&snap, device);
+    let liveness = Liveness::new(&snap, device);
     let moment =
-        resolve_in(a.at, &snap, device, &replay).map_err(|e| CliError::Invalid(anyhow!(e)))?;
-    let live = replay.live_after(trace, moment.point);
+        resolve_in(a.at, &snap, device, &liveness).map_err(|e| CliError::Invalid(anyhow!(e)))?;
+    let live = liveness.live_after(trace, moment.point);
     let tree = flame_tree(&snap, &live);
     let blocks = if tree.count == 1 { "block" } else { "blocks" };
     let subtitle = format!(

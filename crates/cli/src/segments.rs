@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::anyhow;
 use vramscope_analysis::moment::{resolve_in, Moment};
 use vramscope_analysis::segments_map::at_moment;
-use vramscope_analysis::Replay;
+use vramscope_analysis::Liveness;
 use vramscope_report::{segments_json, segments_text, MapOptions};
 
 use crate::input::{display_name, load, pick_device};
@@ -44,10 +44,10 @@ pub struct Args {
 pub fn run(a: Args) -> Result<(), CliError> {
     let snap = load(&a.file, a.quiet)?;
     let device = pick_device(&snap, &a.file, a.device)?;
-    let replay = Replay::new(&snap, device);
+    let liveness = Liveness::new(&snap, device);
     let moment =
-        resolve_in(a.at, &snap, device, &replay).map_err(|e| CliError::Invalid(anyhow!(e)))?;
-    let map = at_moment(&snap, device, &replay, &moment);
+        resolve_in(a.at, &snap, device, &liveness).map_err(|e| CliError::Invalid(anyhow!(e)))?;
+    let map = at_moment(&snap, device, &liveness, &moment);
     let text = if a.json {
         segments_json(&map)
     } else {

@@ -1,5 +1,5 @@
 //! `vramscope simulate`: the allocator model replays real and generated
-//! traces, reproduces their segment events and OOMs, and its what-if
+//! traces, reproduces their segment events and OOMs, and its simulations
 //! answers obey the checks a user would make by hand.
 
 mod common;

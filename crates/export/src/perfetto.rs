@@ -21,9 +21,9 @@ use std::collections::HashMap;
 use std::io::Write;
 
 use vramscope_analysis::categories::Labelled;
-use vramscope_analysis::replay::{allocated_series, reserved_after};
+use vramscope_analysis::liveness::{allocated_series, reserved_after};
 use vramscope_analysis::sites::{frame_label, site_frame};
-use vramscope_analysis::Replay;
+use vramscope_analysis::Liveness;
 use vramscope_snapshot::{Action, Snapshot, StackId, NO_TIME};
 
 /// Lanes of allocation slices per file and device.
@@ -204,8 +204,8 @@ impl<W: Write> PerfettoWriter<W> {
         let allocated_track = self.track(&format!("{prefix} allocated"), process, true)?;
         let reserved_track = self.track(&format!("{prefix} reserved"), process, true)?;
         let events_track = self.track(&format!("{prefix} events"), process, false)?;
-        let replay = Replay::new(snap, device);
-        let series = allocated_series(&replay, t);
+        let liveness = Liveness::new(snap, device);
+        let series = allocated_series(&liveness, t);
         let reserved = reserved_after(snap, device);
         let labelled = Labelled::new(snap, device);
         let l = &labelled.lifetimes;
@@ -237,13 +237,13 @@ impl<W: Write> PerfettoWriter<W> {
                 .msg(P_TRACK_EVENT, &te);
             w.packet(&p)
         };
-        counter(self, allocated_track, ts(0), replay.initial_bytes)?;
+        counter(self, allocated_track, ts(0), liveness.initial_bytes)?;
         let mut cat_tracks: HashMap<&'static str, (u64, u64)> = HashMap::new();
         let mut lanes: Vec<(u64, Option<usize>)> = Vec::new(); // (track, block on it)
         let mut lane_of: HashMap<usize, usize> = HashMap::new();
         let mut names: HashMap<StackId, u64> = HashMap::new();
         let mut last_reserved = u64::MAX;
-        let mut prev = replay.initial_bytes;
+        let mut prev = liveness.initial_bytes;
         for i in 0..t.len() {
             let time = ts(i);
             if series[i] != prev {

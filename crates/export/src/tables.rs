@@ -3,9 +3,9 @@
 
 use vramscope_analysis::categories::Labelled;
 use vramscope_analysis::iterations::find_iterations;
-use vramscope_analysis::replay::allocated_series;
+use vramscope_analysis::liveness::allocated_series;
 use vramscope_analysis::sites::{frame_label, site_frame, stack_lines};
-use vramscope_analysis::Replay;
+use vramscope_analysis::Liveness;
 use vramscope_snapshot::{Snapshot, StackId, NO_TIME};
 
 use crate::columns::Col;
@@ -25,8 +25,8 @@ pub fn events(
     let Some(t) = snap.trace(device) else {
         return (Vec::new(), 0, 0);
     };
-    let replay = Replay::new(snap, device);
-    let series = allocated_series(&replay, t);
+    let liveness = Liveness::new(snap, device);
+    let series = allocated_series(&liveness, t);
     let iterations = find_iterations(snap, device);
     let has_iterations = !iterations.list.is_empty();
     let labelled = Labelled::new(snap, device);
@@ -40,7 +40,7 @@ pub fn events(
         .copied()
         .max()
         .unwrap_or(0)
-        .max(replay.initial_bytes);
+        .max(liveness.initial_bytes);
     let mut groups = Vec::new();
     let mut start = 0;
     while start < t.len() {
@@ -48,7 +48,7 @@ pub fn events(
         let r = start..end;
         let prev = |i: usize| {
             if i == 0 {
-                replay.initial_bytes
+                liveness.initial_bytes
             } else {
                 series[i - 1]
             }
@@ -77,7 +77,7 @@ pub fn events(
         ]);
         start = end;
     }
-    (groups, replay.initial_bytes, peak)
+    (groups, liveness.initial_bytes, peak)
 }
 
 /// Rows of the blocks table (at the dump).

@@ -6,19 +6,19 @@
 //! training loop) keep running while a snapshot is read.
 //!
 //! One module per crate it wraps: `snapshot` (the `Snapshot` class and
-//! loading), `cycles`, `cpuhook`, `ranks`; `errors` holds the one mapping
+//! loading), `cycles`, `cpu_allocator`, `ranks`; `errors` holds the one mapping
 //! from Rust errors to Python exceptions.
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-mod cpuhook;
+mod cpu_allocator;
 mod cycles;
 mod errors;
 mod ranks;
 mod snapshot;
 
-use cpuhook::*;
+use cpu_allocator::*;
 use cycles::*;
 use errors::SnapshotError;
 use snapshot::{load, loads, Snapshot};
@@ -48,15 +48,15 @@ fn cli(py: Python<'_>, args: Vec<String>) -> u8 {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     for f in [
-        wrap_pyfunction!(cpuhook_install, m)?,
-        wrap_pyfunction!(cpuhook_totals, m)?,
-        wrap_pyfunction!(cpuhook_start, m)?,
-        wrap_pyfunction!(cpuhook_stop, m)?,
-        wrap_pyfunction!(cpuhook_mark, m)?,
-        wrap_pyfunction!(cpuhook_stamp, m)?,
-        wrap_pyfunction!(cpuhook_adopt, m)?,
-        wrap_pyfunction!(cpuhook_events, m)?,
-        wrap_pyfunction!(cpuhook_live, m)?,
+        wrap_pyfunction!(cpu_allocator_install, m)?,
+        wrap_pyfunction!(cpu_allocator_totals, m)?,
+        wrap_pyfunction!(cpu_allocator_start, m)?,
+        wrap_pyfunction!(cpu_allocator_stop, m)?,
+        wrap_pyfunction!(cpu_allocator_mark, m)?,
+        wrap_pyfunction!(cpu_allocator_stamp, m)?,
+        wrap_pyfunction!(cpu_allocator_adopt, m)?,
+        wrap_pyfunction!(cpu_allocator_events, m)?,
+        wrap_pyfunction!(cpu_allocator_live, m)?,
     ] {
         m.add_function(f)?;
     }

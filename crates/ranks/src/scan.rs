@@ -130,8 +130,8 @@ fn strip(snap: &vramscope_snapshot::Snapshot, device: u32) -> (Vec<u64>, u64) {
     let Some(t) = snap.trace(device) else {
         return (Vec::new(), 1);
     };
-    let replay = vramscope_analysis::Replay::new(snap, device);
-    let series = vramscope_analysis::replay::allocated_series(&replay, t);
+    let liveness = vramscope_analysis::Liveness::new(snap, device);
+    let series = vramscope_analysis::liveness::allocated_series(&liveness, t);
     if series.is_empty() {
         return (Vec::new(), 1);
     }

@@ -907,26 +907,26 @@
         ['largest cached free block', fmtBytes(seg.largestFree)],
       ].concat(o.diagnosis.outside_bytes !== null ? [['held outside PyTorch', fmtBytes(o.diagnosis.outside_bytes) + ' of ' + fmtBytes(o.diagnosis.device_total_bytes)]] : [])));
       p.appendChild(sitesTable('Biggest holders', o.top_holders, o.allocated_bytes));
-      const w = model.info.whatif;
+      const w = model.info.simulate;
       if (w && w.recorded_oom && w.recorded_oom.entry === e) {
-        const a = el('div', 'explain'); a.className = 'explain whatif-oom';
-        a.textContent = 'Allocator what-if (the trace replayed under the settings users turn to; see the What-if tab): ' + w.answer;
+        const a = el('div', 'explain'); a.className = 'explain simulate-oom';
+        a.textContent = 'Allocator simulation (the trace replayed under the settings users turn to; see the Simulate tab): ' + w.answer;
         p.appendChild(a);
       }
     });
   }
 
-  // ---------- What-if panel ----------
+  // ---------- Simulate panel ----------
   // The trace replayed through the allocator model under the recorded
   // settings and the sweep, computed in Rust when the report was written:
   // the answer, one row per setting (click one), and its reserved curve
   // drawn over the recorded one.
-  let whatifRun = 0;
-  function showWhatif() {
-    const p = $('panel-whatif'); p.textContent = '';
-    const w = model.info.whatif; if (!w) return;
-    p.appendChild(el('h3', null, 'Allocator what-if'));
-    const ans = el('div', 'explain'); ans.id = 'whatif-answer'; ans.textContent = w.answer; p.appendChild(ans);
+  let simRun = 0;
+  function showSimulate() {
+    const p = $('panel-simulate'); p.textContent = '';
+    const w = model.info.simulate; if (!w) return;
+    p.appendChild(el('h3', null, 'Allocator simulation'));
+    const ans = el('div', 'explain'); ans.id = 'simulate-answer'; ans.textContent = w.answer; p.appendChild(ans);
     const ag = w.agreement;
     p.appendChild(el('p', 'muted', ag.recorded_segment_events > 0
       ? 'The model against this file, recorded settings: ' + fmtCount(ag.matched_segment_events) + ' of ' + fmtCount(ag.recorded_segment_events) +
@@ -934,30 +934,30 @@
       : 'The trace records no segment events: it starts with ' + fmtBytes(ag.initial_reserved) + ' reserved, and every run starts from those segments, so a setting changes only what happens after.'));
     if (w.capacity !== null) p.appendChild(el('p', 'muted', 'Device memory for PyTorch: ' + fmtBytes(w.capacity) + ' (reserved plus free when the OOM happened, or as given).'));
     const legend = el('div', 'legend');
-    for (const [name, col] of [['recorded reserved', '#9ca3af'], ['simulated: ' + w.runs[whatifRun].label.replace(/,/g, ', '), '#2563eb'], ['device memory', '#dc2626']]) {
+    for (const [name, col] of [['recorded reserved', '#9ca3af'], ['simulated: ' + w.runs[simRun].label.replace(/,/g, ', '), '#2563eb'], ['device memory', '#dc2626']]) {
       const sp = el('span'); const sw = el('span', 'sw'); sw.style.background = col; sp.appendChild(sw); sp.appendChild(document.createTextNode(name)); legend.appendChild(sp);
     }
     p.appendChild(legend);
-    const cv = el('canvas'); cv.id = 'whatif-plot'; p.appendChild(cv);
-    drawWhatif(cv);
-    const tb = el('table', 'whatif-table'); tb.id = 'whatif-table';
+    const cv = el('canvas'); cv.id = 'simulate-plot'; p.appendChild(cv);
+    drawSimulate(cv);
+    const tb = el('table', 'simulate-table'); tb.id = 'simulate-table';
     const hr = el('tr'); for (const h of ['settings', 'peak reserved', 'peak allocated', 'mallocs', 'frees', 'result']) hr.appendChild(el('th', null, h));
     tb.appendChild(hr);
     w.runs.forEach((r, i) => {
-      const tr = el('tr', 'whatif-row' + (i === whatifRun ? ' sel' : '')); tr.dataset.run = String(i);
+      const tr = el('tr', 'simulate-row' + (i === simRun ? ' sel' : '')); tr.dataset.run = String(i);
       const res = r.oom ? 'OOM at ' + fmtCount(r.oom[0]) : (w.capacity !== null ? 'fits' : 'no OOM');
       // One setting per line: the labels are PYTORCH_CUDA_ALLOC_CONF strings.
       const lab = el('td'); for (const part of r.label.split(',')) lab.appendChild(el('div', null, part));
       tr.appendChild(lab);
       for (const c of [fmtBytes(r.peak_reserved), fmtBytes(r.peak_allocated), fmtCount(r.mallocs), fmtCount(r.frees), res]) tr.appendChild(el('td', null, c));
-      tr.addEventListener('click', () => { whatifRun = i; showWhatif(); });
+      tr.addEventListener('click', () => { simRun = i; showSimulate(); });
       tb.appendChild(tr);
     });
     p.appendChild(tb);
   }
   // The recorded reserved bytes over the same stretches as a run's curve
   // (each point is the largest value of the entries since the previous).
-  function whatifSeries(run) {
+  function simulateSeries(run) {
     const m = model, pts = run.curve, rec = new Float64Array(pts.length);
     let from = 0;
     pts.forEach(([i], k) => {
@@ -966,11 +966,11 @@
     });
     return rec;
   }
-  function drawWhatif(cv) {
-    const w = model.info.whatif, run = w.runs[whatifRun], pts = run.curve;
+  function drawSimulate(cv) {
+    const w = model.info.simulate, run = w.runs[simRun], pts = run.curve;
     const dpr = window.devicePixelRatio || 1;
     cv.width = Math.max(100, Math.round(cssWidth(cv) * dpr)); cv.height = Math.round(180 * dpr); cv.style.height = '180px';
-    const c = cv.getContext('2d'), rec = whatifSeries(run);
+    const c = cv.getContext('2d'), rec = simulateSeries(run);
     // The device's memory is drawn when it is near the curves; a limit far
     // above them would flatten them.
     let top = 0; for (let k = 0; k < pts.length; k++) top = Math.max(top, pts[k][1], rec[k]);
@@ -1370,7 +1370,7 @@
     $('color-by').value = colorBy;
     firstView(); showFacts(); showLegend(); showAbout(); showDetail(-1);
     $('panel-alive').textContent = ''; $('panel-segments').textContent = '';
-    $('tab-whatif').hidden = !model.info.whatif; whatifRun = 0; showWhatif();
+    $('tab-simulate').hidden = !model.info.simulate; simRun = 0; showSimulate();
     if (model.info.ooms.length) showOoms();
     showLeaks(); showCategories();
     $('tab-diff').hidden = !model.info.diff; showDiff();
@@ -1480,14 +1480,14 @@
     zoomBy(k) { const c = (view.x0 + view.x1) / 2, w = (view.x1 - view.x0) * k / 2; view.x0 = c - w; view.x1 = c + w; render(); return metrics.lastRenderMs; },
     panBy(f) { const w = (view.x1 - view.x0) * f; view.x0 += w; view.x1 += w; render(); return metrics.lastRenderMs; },
     reset() { resetView(); render(); },
-    // The What-if panel: the run shown, its label, points, and pixels painted.
-    whatif(i) {
-      const w = model.info.whatif; if (!w) return null;
-      if (i !== undefined) { whatifRun = i; showWhatif(); }
-      const cv = $('whatif-plot'), img = cv.getContext('2d').getImageData(0, 0, cv.width, cv.height).data;
+    // The Simulate panel: the run shown, its label, points, and pixels painted.
+    simulate(i) {
+      const w = model.info.simulate; if (!w) return null;
+      if (i !== undefined) { simRun = i; showSimulate(); }
+      const cv = $('simulate-plot'), img = cv.getContext('2d').getImageData(0, 0, cv.width, cv.height).data;
       let painted = 0; for (let k = 3; k < img.length; k += 4) if (img[k]) painted++;
-      return { run: whatifRun, label: w.runs[whatifRun].label, points: w.runs[whatifRun].curve.length, runs: w.runs.length, answer: w.answer, painted,
-        rows: document.querySelectorAll('#whatif-table .whatif-row').length, selected: document.querySelector('#whatif-table .sel').dataset.run };
+      return { run: simRun, label: w.runs[simRun].label, points: w.runs[simRun].curve.length, runs: w.runs.length, answer: w.answer, painted,
+        rows: document.querySelectorAll('#simulate-table .simulate-row').length, selected: document.querySelector('#simulate-table .sel').dataset.run };
     },
   };
   window.vramscope = api;

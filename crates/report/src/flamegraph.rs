@@ -4,12 +4,12 @@
 //!
 //! ```no_run
 //! use vramscope_analysis::flame::flame_tree;
-//! use vramscope_analysis::Replay;
+//! use vramscope_analysis::Liveness;
 //! use vramscope_report::flamegraph::{flamegraph_svg, FlameOptions};
 //! let snap = vramscope_snapshot::load("snap.pickle".as_ref(), &Default::default())?;
-//! let replay = Replay::new(&snap, 0);
+//! let liveness = Liveness::new(&snap, 0);
 //! let trace = snap.trace(0).expect("device 0 has a trace");
-//! let live = replay.live_after(trace, replay.peak_index);
+//! let live = liveness.live_after(trace, liveness.peak_index);
 //! let svg = flamegraph_svg(&flame_tree(&snap, &live), &FlameOptions::default());
 //! # Ok::<(), vramscope_snapshot::SnapshotError>(())
 //! ```

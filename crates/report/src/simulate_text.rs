@@ -3,13 +3,13 @@
 
 use std::fmt::Write;
 
-use vramscope_simulate::Simulation;
 use vramscope_analysis::units::bytes;
+use vramscope_simulate::Simulation;
 
 /// The simulation of `name` as a terminal table.
 pub fn simulate_text(s: &Simulation, name: &str) -> String {
     let mut o = String::new();
-    let _ = writeln!(o, "{name} · device {} · allocator what-if", s.device);
+    let _ = writeln!(o, "{name} · device {} · allocator simulation", s.device);
     match s.capacity {
         Some(c)
             if s.recorded_oom.is_none()

@@ -10,7 +10,7 @@ use std::process::Command;
 
 use serde_json::{json, Value};
 use vramscope_analysis::flame::{flame_tree, FlameNode, FrameKind, NO_STACK};
-use vramscope_analysis::{summarize, LiveBlock, Replay, SummaryOptions};
+use vramscope_analysis::{summarize, LiveBlock, Liveness, SummaryOptions};
 use vramscope_report::flamegraph::{flamegraph_svg, FlameOptions};
 use vramscope_snapshot::{decode_bytes, DeviceTrace, LoadOptions, Snapshot};
 
@@ -50,7 +50,7 @@ fn snapshot(blocks: Vec<Value>) -> Snapshot {
 }
 
 fn live(snap: &Snapshot) -> Vec<LiveBlock> {
-    Replay::new(snap, 0).live_after(&DeviceTrace::default(), None)
+    Liveness::new(snap, 0).live_after(&DeviceTrace::default(), None)
 }
 
 /// Innermost first, as PyTorch records them.
@@ -300,10 +300,10 @@ fn real_snapshots_at_peak_add_up_to_the_summary() {
                 ..SummaryOptions::default()
             },
         );
-        let replay = Replay::new(&snap, 0);
+        let liveness = Liveness::new(&snap, 0);
         let empty = DeviceTrace::default();
         let t = snap.trace(0).unwrap_or(&empty);
-        let tree = flame_tree(&snap, &replay.live_after(t, replay.peak_index));
+        let tree = flame_tree(&snap, &liveness.live_after(t, liveness.peak_index));
         let name = f
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())

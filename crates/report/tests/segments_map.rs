@@ -8,10 +8,10 @@
 use std::path::PathBuf;
 
 use serde_json::{json, Value};
+use vramscope_analysis::liveness::reserved_after;
 use vramscope_analysis::moment::{resolve, Moment};
-use vramscope_analysis::replay::reserved_after;
 use vramscope_analysis::segments_map::{at_end, at_moment, reconstruct, SegmentsMap};
-use vramscope_analysis::{memory_state, summarize, Replay, SummaryOptions};
+use vramscope_analysis::{memory_state, summarize, Liveness, SummaryOptions};
 use vramscope_report::{segments_json, segments_text, MapOptions};
 use vramscope_snapshot::{decode_bytes, DeviceTrace, LoadOptions, Snapshot};
 
@@ -196,8 +196,8 @@ fn reconstruction_undoes_segment_events() {
             ev("segment_unmap", e + 4 * MIB, 4 * MIB),   // 12
         ]]
     }));
-    let replay = Replay::new(&snap, 0);
-    let at = |i: Option<usize>| reconstruct(&snap, 0, &replay, i);
+    let liveness = Liveness::new(&snap, 0);
+    let at = |i: Option<usize>| reconstruct(&snap, 0, &liveness, i);
     let shape = |m: &SegmentsMap| -> Vec<(u64, u64, &'static str, bool)> {
         m.segments
             .iter()
@@ -235,8 +235,8 @@ fn reconstruction_undoes_segment_events() {
     // At the last event the reconstruction is the dump.
     assert_eq!(at(Some(12)).totals, at_end(&snap, 0).totals);
     assert!(at(Some(12)).reconstructed);
-    let end = resolve(Moment::End, snap.trace(0).expect("trace"), &replay).expect("end");
-    assert!(!at_moment(&snap, 0, &replay, &end).reconstructed);
+    let end = resolve(Moment::End, snap.trace(0).expect("trace"), &liveness).expect("end");
+    assert!(!at_moment(&snap, 0, &liveness, &end).reconstructed);
 }
 
 #[test]
@@ -279,9 +279,9 @@ fn real_snapshots_match_memory_state_and_the_peak() {
 
         let empty = DeviceTrace::default();
         let tr = snap.trace(0).unwrap_or(&empty);
-        let replay = Replay::new(&snap, 0);
+        let liveness = Liveness::new(&snap, 0);
         if let Some(last) = tr.len().checked_sub(1) {
-            let r = reconstruct(&snap, 0, &replay, Some(last));
+            let r = reconstruct(&snap, 0, &liveness, Some(last));
             assert_eq!(r.unplaced_blocks, 0, "{name}: unplaced at the end");
             assert_eq!(
                 r.totals.reserved_bytes, t.reserved_bytes,
@@ -308,7 +308,7 @@ fn real_snapshots_match_memory_state_and_the_peak() {
                 ..SummaryOptions::default()
             },
         );
-        let peak = reconstruct(&snap, 0, &replay, replay.peak_index);
+        let peak = reconstruct(&snap, 0, &liveness, liveness.peak_index);
         let pt = &peak.totals;
         assert_eq!(peak.unplaced_blocks, 0, "{name}: unplaced at the peak");
         // Traces record requested sizes, as the summary's peak counts them.
@@ -320,7 +320,7 @@ fn real_snapshots_match_memory_state_and_the_peak() {
             .map(|b| b.requested_size)
             .sum();
         assert_eq!(requested, s.devices[0].peak.allocated_bytes, "{name}: peak");
-        let reserved = replay
+        let reserved = liveness
             .peak_index
             .and_then(|i| reserved_after(&snap, 0).get(i).copied())
             .unwrap_or(pt.reserved_bytes);

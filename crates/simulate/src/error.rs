@@ -9,7 +9,7 @@ pub enum SimulateError {
     Setting(#[from] SettingError),
     /// A `--drop`/`--free-early`/`--scale` site that matches nothing.
     #[error(transparent)]
-    Site(#[from] vramscope_analysis::whatif::UnknownSite),
+    Site(#[from] vramscope_analysis::edits::UnknownSite),
     /// A file the model does not describe (a CPU recording, a profiler trace).
     #[error("{0}")]
     NotCudaTrace(String),

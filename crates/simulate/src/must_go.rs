@@ -13,9 +13,9 @@
 use vramscope_snapshot::hash::FxHashMap as HashMap;
 
 use serde::Serialize;
+use vramscope_analysis::edits::Edits;
 use vramscope_analysis::sites::{frame_label, site_frame};
-use vramscope_analysis::whatif::Edits;
-use vramscope_analysis::{LiveBlock, Replay};
+use vramscope_analysis::{LiveBlock, Liveness};
 use vramscope_snapshot::Snapshot;
 
 use crate::replay::{replay, ReplaySetup};
@@ -90,7 +90,7 @@ impl Search<'_> {
     /// them all lets the request fit.
     pub fn run(&self) -> Option<MustGo> {
         let t = self.snap.trace(self.device)?;
-        let live = Replay::new(self.snap, self.device).live_after(t, self.oom.checked_sub(1));
+        let live = Liveness::new(self.snap, self.device).live_after(t, self.oom.checked_sub(1));
         let already = |b: &LiveBlock| {
             self.edits.is_some_and(|e| match b.alloc_index {
                 Some(i) => e.drop_alloc.contains(&(i as usize)),

@@ -6,7 +6,7 @@
 use vramscope_snapshot::hash::FxHashMap as HashMap;
 
 use serde::Serialize;
-use vramscope_analysis::whatif::Edits;
+use vramscope_analysis::edits::Edits;
 use vramscope_snapshot::{Action, Snapshot};
 
 use crate::horizon::Tail;
@@ -75,7 +75,7 @@ pub struct Replayed {
 pub struct ReplaySetup<'a> {
     /// Device memory PyTorch may reserve (`None`: unlimited).
     pub capacity: Option<u64>,
-    /// Program changes ([`vramscope_analysis::whatif`]).
+    /// Program changes ([`vramscope_analysis::edits`]).
     pub edits: Option<&'a Edits>,
     /// Points of the reserved curve to keep (0: none).
     pub curve_points: usize,

@@ -4,7 +4,7 @@
 //! or change makes it fit".
 
 use serde::Serialize;
-use vramscope_analysis::whatif::{resolve, Change, ChangeKind, ChangeMatch, Edits};
+use vramscope_analysis::edits::{resolve, Change, ChangeKind, ChangeMatch, Edits};
 use vramscope_analysis::Site;
 use vramscope_snapshot::{Action, Snapshot};
 
@@ -373,7 +373,7 @@ fn recorded_oom(snap: &Snapshot, device: u32) -> Option<RecordedOom> {
     // Reserved at the OOM: the dumped segments with the trace after it undone.
     let reserved = crate::start::reserved_before(snap, device, i + 1);
     let capacity = t.device_free_at(i).map(|free| reserved + free);
-    let live = vramscope_analysis::Replay::new(snap, device).live_after(t, i.checked_sub(1));
+    let live = vramscope_analysis::Liveness::new(snap, device).live_after(t, i.checked_sub(1));
     let (device_total, _) = vramscope_analysis::summary::device_limits(snap, device);
     Some(RecordedOom {
         entry: i,

@@ -3,9 +3,9 @@
 //! did, and answers that never call a run "fits" past the end of its
 //! recording.
 
+use vramscope_analysis::iterations::find_iterations;
 use vramscope_simulate::horizon::horizon;
 use vramscope_simulate::{replay, simulate, ReplaySetup, Settings, SimulateOptions};
-use vramscope_analysis::iterations::find_iterations;
 use vramscope_snapshot::{load, Action, Snapshot};
 
 fn gpu(name: &str) -> Snapshot {

@@ -4,9 +4,9 @@
 //! it is the least) removing all but the last of them does not. No answer
 //! prints a shortfall of nothing.
 
-use vramscope_simulate::{replay, simulate, ReplaySetup, Settings, SimulateOptions};
-use vramscope_analysis::whatif::Edits;
+use vramscope_analysis::edits::Edits;
 use vramscope_analysis::LiveBlock;
+use vramscope_simulate::{replay, simulate, ReplaySetup, Settings, SimulateOptions};
 use vramscope_snapshot::{decode_bytes, Snapshot};
 
 const KIB: u64 = 1 << 10;

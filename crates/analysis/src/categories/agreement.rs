@@ -9,7 +9,7 @@ use vramscope_snapshot::{DeviceTrace, Snapshot, NO_TIME};
 
 use super::{categorize_with, Categories, Category, CategoryOptions, Source};
 use crate::lifetimes::{Lifetimes, BEFORE_WINDOW, STILL_ALIVE};
-use crate::replay::{LiveBlock, Replay};
+use crate::liveness::{LiveBlock, Liveness};
 
 /// Bytes one reference label received from inference.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -89,8 +89,8 @@ pub fn agreement(snap: &Snapshot, device: u32) -> Option<Agreement> {
         return None;
     };
     let inferred = categorize_with(snap, device, &l, &CategoryOptions::inference_only());
-    let replay = Replay::new(snap, device);
-    let live = replay.live_after(t, replay.peak_index);
+    let liveness = Liveness::new(snap, device);
+    let live = liveness.live_after(t, liveness.peak_index);
     let ctx = Ctx {
         l: &l,
         refs,
@@ -141,7 +141,7 @@ impl Ctx<'_> {
                 agree_t += w;
             }
         }
-        // At the peak: the replay's live blocks, matched to their labels.
+        // At the peak: the liveness walk's live blocks, matched to their labels.
         let (mut agree_p, mut total_p, mut unlabelled) = (0u64, 0u64, 0u64);
         for lb in self.live {
             match refs.block_of(l, lb).filter(|&b| is_ref(b)) {

@@ -39,7 +39,7 @@ pub(super) fn given_labels(
     }
     let tags: Vec<&Tag> = snap.tags.iter().filter(|g| g.device == device).collect();
     // The category each event's metadata names, read once per distinct
-    // string (a million events share a handful), and nothing to replay
+    // string (a million events share a handful), and nothing to walk
     // when none names one and no tag was taken.
     let mut by_string: HashMap<StrId, Option<Category>> = HashMap::default();
     let meta_category: Vec<Option<Category>> = t
@@ -58,7 +58,7 @@ pub(super) fn given_labels(
     if tags.is_empty() && meta_category.iter().all(Option::is_none) {
         return given;
     }
-    // The block alive at each address as the trace is replayed, to resolve
+    // The block alive at each address as the trace is walked, to resolve
     // `annotate` entries and tags.
     let mut live: HashMap<u64, u32> = HashMap::default();
     for (b, &born) in l.birth.iter().enumerate() {

@@ -42,7 +42,7 @@ use vramscope_snapshot::hash::FxHashMap as HashMap;
 use vramscope_snapshot::{DeviceTrace, Snapshot};
 
 use crate::lifetimes::{Lifetimes, BEFORE_WINDOW, NO_BLOCK};
-use crate::replay::LiveBlock;
+use crate::liveness::LiveBlock;
 pub use phases::{Phase, Phases};
 
 /// The Memory Profiler's categories (`torch.profiler._memory_profiler.Category`).
@@ -279,7 +279,7 @@ pub struct CategoryTotal {
 }
 
 impl Categories {
-    /// The block a live block of a replay is (by its `alloc` event, or by
+    /// The block a live block of the liveness walk is (by its `alloc` event, or by
     /// address for blocks from before the window).
     pub fn block_of(&self, l: &Lifetimes, b: &LiveBlock) -> Option<usize> {
         match b.alloc_index {

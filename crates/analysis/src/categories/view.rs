@@ -8,7 +8,7 @@ use vramscope_snapshot::{Action, DeviceTrace, Snapshot};
 
 use super::{agreement, categorize, Agreement, Categories, Category, CategoryTotal, Rule, Source};
 use crate::lifetimes::{Lifetimes, BEFORE_WINDOW, NO_BLOCK};
-use crate::replay::Replay;
+use crate::liveness::Liveness;
 
 /// Bytes at the peak given by one rule.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -49,8 +49,8 @@ pub fn category_view(snap: &Snapshot, device: u32) -> CategoryView {
     let t = snap.trace(device).unwrap_or(&empty);
     let l = Lifetimes::new(snap, device);
     let c = categorize(snap, device, &l);
-    let replay = Replay::new(snap, device);
-    let lives = replay.live_at_points(t, &[replay.peak_index, t.len().checked_sub(1)]);
+    let liveness = Liveness::new(snap, device);
+    let lives = liveness.live_at_points(t, &[liveness.peak_index, t.len().checked_sub(1)]);
     let (peak, end) = (&lives[0], &lives[1]);
     let mut rules: Vec<RuleBytes> = Vec::new();
     for lb in peak {
@@ -78,8 +78,8 @@ pub fn category_view(snap: &Snapshot, device: u32) -> CategoryView {
     rules.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.category.cmp(&b.category)));
     CategoryView {
         device,
-        peak_bytes: replay.peak_bytes,
-        peak_event_index: replay.peak_index.map(|i| i as u64),
+        peak_bytes: liveness.peak_bytes,
+        peak_event_index: liveness.peak_index.map(|i| i as u64),
         at_peak: c.totals(&l, peak),
         at_end: c.totals(&l, end),
         max: maxima(t, &l, &c),
@@ -88,7 +88,7 @@ pub fn category_view(snap: &Snapshot, device: u32) -> CategoryView {
     }
 }
 
-/// Each category's highest total over the trace, replaying the blocks'
+/// Each category's highest total over the trace, walking the blocks'
 /// births and deaths.
 fn maxima(t: &DeviceTrace, l: &Lifetimes, c: &Categories) -> Vec<CategoryMax> {
     let mut cur = [0u64; super::CATEGORIES];

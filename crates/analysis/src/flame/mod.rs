@@ -5,11 +5,11 @@
 //!
 //! ```no_run
 //! use vramscope_analysis::flame::flame_tree;
-//! use vramscope_analysis::Replay;
+//! use vramscope_analysis::Liveness;
 //! let snap = vramscope_snapshot::load("snap.pickle".as_ref(), &Default::default())?;
-//! let replay = Replay::new(&snap, 0);
+//! let liveness = Liveness::new(&snap, 0);
 //! let trace = snap.trace(0).expect("device 0 has a trace");
-//! let live = replay.live_after(trace, replay.peak_index);
+//! let live = liveness.live_after(trace, liveness.peak_index);
 //! let tree = flame_tree(&snap, &live);
 //! println!("{} bytes alive at the peak, {} frames deep", tree.bytes, tree.depth());
 //! # Ok::<(), vramscope_snapshot::SnapshotError>(())

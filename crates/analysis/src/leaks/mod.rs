@@ -39,7 +39,7 @@ use vramscope_snapshot::{AnnotationStage, DeviceTrace, Snapshot};
 
 use crate::categories::Labelled;
 use crate::iterations::{find_iterations, Iteration, IterationSource, Iterations};
-use crate::replay::{allocated_series, Replay};
+use crate::liveness::{allocated_series, Liveness};
 use series::{BlockIterations, SiteTable};
 use source::Sources;
 
@@ -213,9 +213,9 @@ pub fn find_leaks_with(
     let empty = DeviceTrace::default();
     let t = snap.trace(device).unwrap_or(&empty);
     let its = find_iterations(snap, device);
-    let replay = Replay::new(snap, device);
-    let series = allocated_series(&replay, t);
-    let iterations = iteration_stats(&its, &series, replay.initial_bytes);
+    let liveness = Liveness::new(snap, device);
+    let series = allocated_series(&liveness, t);
+    let iterations = iteration_stats(&its, &series, liveness.initial_bytes);
     let complete = its.complete().count() as u32;
     let mut notes = Vec::new();
     if t.is_empty() {

@@ -218,13 +218,13 @@ pub fn at_end(snap: &Snapshot, device: u32) -> SegmentsMap {
 pub fn at_moment(
     snap: &Snapshot,
     device: u32,
-    replay: &crate::Replay,
+    liveness: &crate::Liveness,
     m: &ResolvedMoment,
 ) -> SegmentsMap {
     let mut map = if m.is_end {
         at_end(snap, device)
     } else {
-        reconstruct(snap, device, replay, m.point)
+        reconstruct(snap, device, liveness, m.point)
     };
     map.moment = m.description.clone();
     map

@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use crate::Replay;
+use crate::Liveness;
 use vramscope_snapshot::{Action, DeviceTrace, Snapshot};
 
 use super::{totals, BlockView, SegmentView, SegmentsMap, SEGMENTS_SCHEMA_VERSION};
@@ -123,7 +123,7 @@ fn pending_at(t: &DeviceTrace, point: Option<usize>) -> HashSet<u64> {
 pub fn reconstruct(
     snap: &Snapshot,
     device: u32,
-    replay: &Replay,
+    liveness: &Liveness,
     point: Option<usize>,
 ) -> SegmentsMap {
     let empty = DeviceTrace::default();
@@ -164,7 +164,7 @@ pub fn reconstruct(
         }
     }
     let pending = pending_at(t, point);
-    let mut live = replay.live_after(t, point);
+    let mut live = liveness.live_after(t, point);
     live.sort_unstable_by_key(|b| b.addr);
     let mut per_segment: Vec<Vec<BlockView>> = vec![Vec::new(); merged.len()];
     let (mut unplaced_blocks, mut unplaced_bytes) = (0u64, 0u64);

@@ -4,15 +4,15 @@
 //!
 //! ```no_run
 //! use vramscope_analysis::flame::diff_tree;
-//! use vramscope_analysis::{diff, Replay};
+//! use vramscope_analysis::{diff, Liveness};
 //! use vramscope_report::diff::{diff_text, diff_svg, DiffReport, DiffSvgOptions, Side};
 //! let snap = vramscope_snapshot::load("snap.pickle".as_ref(), &Default::default())?;
-//! let replay = Replay::new(&snap, 0);
+//! let liveness = Liveness::new(&snap, 0);
 //! let trace = snap.trace(0).expect("device 0 has a trace");
-//! let peak = replay.live_after(trace, replay.peak_index);
-//! let end = replay.live_after(trace, trace.len().checked_sub(1));
+//! let peak = liveness.live_after(trace, liveness.peak_index);
+//! let end = liveness.live_after(trace, trace.len().checked_sub(1));
 //! let report = DiffReport::new(
-//!     Side::new("snap.pickle", 0, "peak", replay.peak_index),
+//!     Side::new("snap.pickle", 0, "peak", liveness.peak_index),
 //!     Side::new("snap.pickle", 0, "end", trace.len().checked_sub(1)),
 //!     diff(&snap, &peak, &snap, &end, &Default::default()),
 //! );

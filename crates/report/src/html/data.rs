@@ -88,8 +88,8 @@ fn allocations(snap: &Snapshot, device: u32, t: &DeviceTrace) -> Vec<Interval> {
             _ => {}
         }
     }
-    // (As the replay counts them: not in a file cut inside its trace.)
-    let from_dump = vramscope_analysis::replay::dump_counts_from_start(snap, t);
+    // (As the liveness walk counts them: not in a file cut inside its trace.)
+    let from_dump = vramscope_analysis::liveness::dump_counts_from_start(snap, t);
     for seg in snap.segments_of(device).filter(|_| from_dump) {
         for b in snap.blocks_of(seg) {
             if b.state.is_allocated() && !open.contains_key(&b.address) {

@@ -12,7 +12,7 @@ mod blob;
 mod data;
 mod ranks;
 pub use ranks::{ranks_html, ranks_report};
-mod whatif;
+mod simulate;
 
 use serde_json::json;
 use vramscope_analysis::categories::Labelled;
@@ -66,7 +66,7 @@ pub fn report_html(snap: &Snapshot, opts: &ReportOptions) -> String {
 /// to peak, as the Diff tab's JSON.
 fn baseline_diff(snap: &Snapshot, device: u32, name: &str, base: &Baseline) -> serde_json::Value {
     use crate::diff::{DiffReport, PeakToPeak, Side};
-    use vramscope_analysis::{diff, DiffOptions, Replay};
+    use vramscope_analysis::{diff, DiffOptions, Liveness};
     let empty = vramscope_snapshot::DeviceTrace::default();
     let a_dev = if base.snap.devices().contains(&device) {
         device
@@ -77,7 +77,7 @@ fn baseline_diff(snap: &Snapshot, device: u32, name: &str, base: &Baseline) -> s
         base.snap.trace(a_dev).unwrap_or(&empty),
         snap.trace(device).unwrap_or(&empty),
     );
-    let (ra, rb) = (Replay::new(base.snap, a_dev), Replay::new(snap, device));
+    let (ra, rb) = (Liveness::new(base.snap, a_dev), Liveness::new(snap, device));
     let (ea, eb) = (ta.len().checked_sub(1), tb.len().checked_sub(1));
     let la = ra.live_at_points(ta, &[ea, ra.peak_index]);
     let lb = rb.live_at_points(tb, &[eb, rb.peak_index]);
@@ -125,12 +125,12 @@ pub fn report_html_against(
     let mut tables = data::Tables::new(snap);
     // The leak analysis (the Leaks tab) runs beside the page data.
     let leak_opts = LeakOptions::default();
-    let (devices, leaks, whatifs) = std::thread::scope(|scope| {
-        // The allocator what-if replays in parallel threads of its own.
-        let whatifs = scope.spawn(|| {
+    let (devices, leaks, simulations) = std::thread::scope(|scope| {
+        // The allocator simulation replays in parallel threads of its own.
+        let simulations = scope.spawn(|| {
             device_ids
                 .iter()
-                .map(|&d| whatif::whatif(snap, d))
+                .map(|&d| simulate::simulation(snap, d))
                 .collect::<Vec<_>>()
         });
         let leaks = scope.spawn(|| {
@@ -152,7 +152,7 @@ pub fn report_html_against(
         (
             devices,
             leaks.join().unwrap_or_default(),
-            whatifs.join().unwrap_or_default(),
+            simulations.join().unwrap_or_default(),
         )
     });
     let name = opts.title.clone().unwrap_or_default();
@@ -160,11 +160,11 @@ pub fn report_html_against(
         .into_iter()
         .zip(leaks.into_iter().map(Some).chain(std::iter::repeat(None)))
         .zip(&device_ids)
-        .zip(whatifs.into_iter().chain(std::iter::repeat(None)))
+        .zip(simulations.into_iter().chain(std::iter::repeat(None)))
         .map(|(((mut v, l), &d), w)| {
             if let Some(o) = v.as_object_mut() {
                 if let Some(w) = w {
-                    o.insert("whatif".into(), w);
+                    o.insert("simulate".into(), w);
                 }
                 if let Some(l) = l {
                     o.insert("leaks".into(), l);

@@ -15,13 +15,13 @@
 //! it gives the allocations the call made on this thread a stack id.
 //!
 //! ```no_run
-//! vramscope_cpuhook::install().expect("libc10 is loaded");
-//! vramscope_cpuhook::start(100_000);
-//! let m = vramscope_cpuhook::mark();
+//! vramscope_cpu_allocator::install().expect("libc10 is loaded");
+//! vramscope_cpu_allocator::start(100_000);
+//! let m = vramscope_cpu_allocator::mark();
 //! // ... run a PyTorch operator ...
-//! vramscope_cpuhook::stamp(m, 7);
-//! let events = vramscope_cpuhook::events();
-//! vramscope_cpuhook::stop();
+//! vramscope_cpu_allocator::stamp(m, 7);
+//! let events = vramscope_cpu_allocator::events();
+//! vramscope_cpu_allocator::stop();
 //! # let _ = events;
 //! ```
 //!

@@ -1,4 +1,4 @@
-//! The report's "What-if" tab: the recorded trace replayed through the
+//! The report's "Simulate" tab: the recorded trace replayed through the
 //! allocator model under the recorded settings and the sweep
 //! ([`vramscope_simulate::SWEEP`]), computed here so the page needs no
 //! server. Each run keeps a reserved curve of [`CURVE_POINTS`] points (the
@@ -21,7 +21,7 @@ fn applies(snap: &Snapshot, device: u32) -> bool {
 }
 
 /// The tab's data for `device`, or `None` when the model does not apply.
-pub fn whatif(snap: &Snapshot, device: u32) -> Option<Value> {
+pub fn simulation(snap: &Snapshot, device: u32) -> Option<Value> {
     if !applies(snap, device) {
         return None;
     }

@@ -1,4 +1,4 @@
-//! Replaying a device trace: which blocks are alive when, and the allocated
+//! The liveness walk of a device trace: which blocks are alive when, and the allocated
 //! total after every event.
 //!
 //! The trace is a window (PyTorch keeps the last `max_entries` events), so a
@@ -12,7 +12,7 @@ use vramscope_snapshot::hash::FxHashMap as HashMap;
 
 use vramscope_snapshot::{Action, DeviceTrace, Snapshot, StackId};
 
-/// A block alive at some point of the replay.
+/// A block alive at some point of the liveness.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LiveBlock {
     pub addr: u64,
@@ -22,9 +22,9 @@ pub struct LiveBlock {
     pub alloc_index: Option<u32>,
 }
 
-/// Blocks allocated before the trace window, and the replay's starting point.
+/// Blocks allocated before the trace window, and the walk's starting point.
 #[derive(Debug, Default)]
-pub struct Replay {
+pub struct Liveness {
     /// Live at the start of the window (freed later, or alive at the end).
     pub pre_window: Vec<LiveBlock>,
     /// Sum of `pre_window` sizes.
@@ -64,9 +64,9 @@ pub fn dump_counts_from_start(snap: &Snapshot, t: &DeviceTrace) -> bool {
     !snap.source.truncated || t.is_empty()
 }
 
-impl Replay {
+impl Liveness {
     /// Find the pre-window blocks and the peak of `device`.
-    pub fn new(snap: &Snapshot, device: u32) -> Replay {
+    pub fn new(snap: &Snapshot, device: u32) -> Liveness {
         let empty = DeviceTrace::default();
         let t = snap.trace(device).unwrap_or(&empty);
         let mut open: HashMap<u64, u32> = HashMap::default();
@@ -108,7 +108,7 @@ impl Replay {
                 peak_index = Some(i);
             }
         }
-        Replay {
+        Liveness {
             pre_window,
             initial_bytes,
             peak_bytes: peak.max(0) as u64,
@@ -162,9 +162,9 @@ impl Replay {
     }
 }
 
-/// Allocated bytes after each event (the replay's running total).
-pub fn allocated_series(replay: &Replay, t: &DeviceTrace) -> Vec<u64> {
-    let mut cur = replay.initial_bytes as i128;
+/// Allocated bytes after each event (the walk's running total).
+pub fn allocated_series(liveness: &Liveness, t: &DeviceTrace) -> Vec<u64> {
+    let mut cur = liveness.initial_bytes as i128;
     t.action
         .iter()
         .zip(&t.size)

@@ -1,4 +1,4 @@
-"""The allocator what-if and the ranks comparison from Python:
+"""The allocator simulation and the ranks comparison from Python:
 Snapshot.simulate and vramscope.ranks, the same options and answers as
 `vramscope simulate` and `vramscope ranks`."""
 
