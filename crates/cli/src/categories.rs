@@ -10,20 +10,16 @@ use crate::{input, output, CliError};
 pub struct Args {
     /// Snapshot, profiler trace or memory timeline.
     pub file: PathBuf,
-    /// Only this device (default: every device).
-    #[arg(long)]
-    pub device: Option<u32>,
+    #[command(flatten)]
+    pub common: crate::args::EveryDevice,
     /// Print JSON (schema: docs/categories.md) instead of text.
     #[arg(long)]
     pub json: bool,
-    /// No progress bar.
-    #[arg(long, short)]
-    pub quiet: bool,
 }
 
 pub fn run(a: Args) -> Result<(), CliError> {
-    let snap = input::load(&a.file, a.quiet)?;
-    let devices = match a.device {
+    let snap = input::load(&a.file, a.common.quiet)?;
+    let devices = match a.common.device {
         Some(d) => vec![input::pick_device(&snap, &a.file, Some(d))?],
         None => snap.devices(),
     };

@@ -29,18 +29,14 @@ pub struct Args {
     /// (e.g. 1MiB/iter).
     #[arg(long, value_parser = parse_bytes)]
     pub max_growth: Option<u64>,
-    /// Device (default: the first with segments or events).
-    #[arg(long)]
-    pub device: Option<u32>,
+    #[command(flatten)]
+    pub common: crate::args::OneDevice,
     /// Print JSON (schema: docs/leaks-json.md) instead of text.
     #[arg(long)]
     pub json: bool,
     /// Where to look for source files named by relative paths in the stacks.
     #[arg(long = "source-dir")]
     pub source_dirs: Vec<PathBuf>,
-    /// No progress bar.
-    #[arg(long, short)]
-    pub quiet: bool,
 }
 
 /// The check failed: exit code 3.
@@ -62,8 +58,8 @@ pub fn run(a: Args) -> Result<u8, CliError> {
             "nothing to check: give at least one of --max-peak, --max-reserved, --no-leaks, --max-growth"
         )));
     }
-    let snap = input::load(&a.file, a.quiet)?;
-    let device = input::pick_device(&snap, &a.file, a.device)?;
+    let snap = input::load(&a.file, a.common.quiet)?;
+    let device = input::pick_device(&snap, &a.file, a.common.device)?;
     let leak_opts = LeakOptions {
         source_roots: a.source_dirs.clone(),
         ..LeakOptions::default()

@@ -62,7 +62,7 @@ pub struct Args {
     /// Stacks and sites listed in each table.
     #[arg(long, default_value_t = 20)]
     pub top: usize,
-    /// No progress bar and no messages about written files.
+    /// No progress bar, and no "wrote FILE" line.
     #[arg(long, short)]
     pub quiet: bool,
 }

@@ -34,7 +34,7 @@ pub struct Args {
     /// Print what was written as JSON.
     #[arg(long)]
     pub json: bool,
-    /// No progress output.
+    /// No progress bar, and no "wrote FILE" line.
     #[arg(long, short)]
     pub quiet: bool,
 }

@@ -25,9 +25,8 @@ pub struct Args {
     /// Write the SVG here (default: standard output).
     #[arg(short, long)]
     pub output: Option<PathBuf>,
-    /// Device (default: the first with segments or events).
-    #[arg(long)]
-    pub device: Option<u32>,
+    #[command(flatten)]
+    pub common: crate::args::OneDevice,
     /// Image width in pixels.
     #[arg(long, default_value_t = 1200)]
     pub width: u32,
@@ -40,9 +39,6 @@ pub struct Args {
     /// Frames narrower than this many pixels are left out.
     #[arg(long, default_value_t = 0.1)]
     pub min_width: f64,
-    /// No progress bar.
-    #[arg(long, short)]
-    pub quiet: bool,
 }
 
 pub fn run(a: Args) -> Result<(), CliError> {
@@ -56,8 +52,8 @@ pub fn run(a: Args) -> Result<(), CliError> {
             "--min-width must be a number ≥ 0"
         )));
     }
-    let snap = load(&a.file, a.quiet)?;
-    let device = pick_device(&snap, &a.file, a.device)?;
+    let snap = load(&a.file, a.common.quiet)?;
+    let device = pick_device(&snap, &a.file, a.common.device)?;
     let empty = DeviceTrace::default();
     let trace = snap.trace(device).unwrap_or(&empty);
     let liveness = Liveness::new(&snap, device);
@@ -87,7 +83,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
             std::fs::write(path, &svg)
                 .with_context(|| format!("cannot write {}", path.display()))
                 .map_err(CliError::Io)?;
-            if !a.quiet {
+            if !a.common.quiet {
                 eprintln!(
                     "wrote {}: {} in {} {blocks} at {}",
                     path.display(),

@@ -10,9 +10,8 @@ use crate::{input, output, CliError};
 pub struct Args {
     /// Snapshot file recorded over several training iterations.
     pub file: PathBuf,
-    /// Device (default: the first with segments or events).
-    #[arg(long)]
-    pub device: Option<u32>,
+    #[command(flatten)]
+    pub common: crate::args::OneDevice,
     /// Print JSON (schema: docs/leaks-json.md) instead of text.
     #[arg(long)]
     pub json: bool,
@@ -29,9 +28,6 @@ pub struct Args {
     /// Do not read source files to quote the code of a site.
     #[arg(long)]
     pub no_source: bool,
-    /// No progress bar.
-    #[arg(long, short)]
-    pub quiet: bool,
     /// Print the `[ok]` findings (expected memory) in full, not one line each.
     #[arg(long, short)]
     pub verbose: bool,
@@ -50,8 +46,8 @@ impl Args {
 }
 
 pub fn run(a: Args) -> Result<(), CliError> {
-    let snap = input::load(&a.file, a.quiet)?;
-    let device = input::pick_device(&snap, &a.file, a.device)?;
+    let snap = input::load(&a.file, a.common.quiet)?;
+    let device = input::pick_device(&snap, &a.file, a.common.device)?;
     let report = find_leaks(&snap, device, &a.options());
     let text = if a.json {
         let mut j = vramscope_report::leaks_json(&report);

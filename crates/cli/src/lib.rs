@@ -9,6 +9,7 @@
 //! wrong; 3 a limit given to `vramscope check` or `vramscope ranks` was
 //! exceeded.
 
+mod args;
 mod categories;
 mod check;
 mod demo;

@@ -38,7 +38,7 @@ pub struct Args {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
-    /// No progress bar.
+    /// No progress bar, and no "wrote FILE" line.
     #[arg(long, short)]
     pub quiet: bool,
 }

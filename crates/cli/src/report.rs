@@ -15,9 +15,8 @@ pub struct Args {
     /// Output file. Default: the snapshot's name with `.html`, beside it.
     #[arg(short, long)]
     pub out: Option<PathBuf>,
-    /// Only this device (default: every device, with a selector).
-    #[arg(long)]
-    pub device: Option<u32>,
+    #[command(flatten)]
+    pub common: crate::args::EveryDevice,
     /// Page title (default: the snapshot's file name).
     #[arg(long)]
     pub title: Option<String>,
@@ -26,9 +25,6 @@ pub struct Args {
     /// the peaks, matched by stack and size.
     #[arg(long, value_name = "SNAPSHOT")]
     pub baseline: Option<PathBuf>,
-    /// No progress bar, and no "wrote FILE" line.
-    #[arg(long, short)]
-    pub quiet: bool,
 }
 
 /// `dir/snap.pickle` → `dir/snap.html` (`snap.pickle.gz` → `snap.html`).
@@ -61,21 +57,21 @@ pub fn write_report(
 }
 
 pub fn run(a: Args) -> Result<(), CliError> {
-    let snap = input::load(&a.file, a.quiet)?;
-    input::check_device(&snap, &a.file, a.device)?;
+    let snap = input::load(&a.file, a.common.quiet)?;
+    input::check_device(&snap, &a.file, a.common.device)?;
     let title = Some(
         a.title
             .clone()
             .unwrap_or_else(|| input::display_name(&a.file)),
     );
     let opts = ReportOptions {
-        device: a.device,
+        device: a.common.device,
         title,
         ..Default::default()
     };
     let out = a.out.clone().unwrap_or_else(|| default_output(&a.file));
     if let Some(path) = &a.baseline {
-        let base = input::load(path, a.quiet)?;
+        let base = input::load(path, a.common.quiet)?;
         let base = Baseline {
             snap: &base,
             name: input::display_name(path),
@@ -87,7 +83,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
     } else {
         write_report(&snap, &opts, &out)?;
     }
-    if !a.quiet {
+    if !a.common.quiet {
         eprintln!("wrote {}", out.display());
     }
     Ok(())

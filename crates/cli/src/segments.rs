@@ -21,9 +21,8 @@ pub struct Args {
     /// reconstructed from the trace.
     #[arg(long, default_value = "end", value_parser = Moment::parse)]
     pub at: Moment,
-    /// Device (default: the first with segments or events).
-    #[arg(long)]
-    pub device: Option<u32>,
+    #[command(flatten)]
+    pub common: crate::args::OneDevice,
     /// Cells per segment bar.
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u16).range(1..=1000))]
     pub width: u16,
@@ -36,14 +35,11 @@ pub struct Args {
     /// One line per segment, even when there are hundreds.
     #[arg(long)]
     pub no_group: bool,
-    /// No progress bar.
-    #[arg(long, short)]
-    pub quiet: bool,
 }
 
 pub fn run(a: Args) -> Result<(), CliError> {
-    let snap = load(&a.file, a.quiet)?;
-    let device = pick_device(&snap, &a.file, a.device)?;
+    let snap = load(&a.file, a.common.quiet)?;
+    let device = pick_device(&snap, &a.file, a.common.device)?;
     let liveness = Liveness::new(&snap, device);
     let moment =
         resolve_in(a.at, &snap, device, &liveness).map_err(|e| CliError::Invalid(anyhow!(e)))?;

@@ -41,20 +41,16 @@ pub struct Args {
     /// --capacity or the file.
     #[arg(long, value_name = "F")]
     pub fraction: Option<f64>,
-    /// Only this device (default: the first).
-    #[arg(long)]
-    pub device: Option<u32>,
+    #[command(flatten)]
+    pub common: crate::args::OneDevice,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
-    /// No progress bar.
-    #[arg(long, short)]
-    pub quiet: bool,
 }
 
 pub fn run(a: Args) -> Result<(), CliError> {
-    let snap = input::load(&a.file, a.quiet)?;
-    let device = match a.device {
+    let snap = input::load(&a.file, a.common.quiet)?;
+    let device = match a.common.device {
         Some(d) => Some(input::pick_device(&snap, &a.file, Some(d))?),
         None => None,
     };

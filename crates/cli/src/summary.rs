@@ -10,9 +10,8 @@ use crate::{input, output, CliError};
 pub struct Args {
     /// Snapshot file: pickle (protocol 0-5), JSON, gzip/zstd, torch.save archive.
     pub file: PathBuf,
-    /// Only this device (default: every device with segments or events).
-    #[arg(long)]
-    pub device: Option<u32>,
+    #[command(flatten)]
+    pub common: crate::args::EveryDevice,
     /// Print JSON (schema: docs/summary-json.md) instead of text.
     #[arg(long)]
     pub json: bool,
@@ -22,20 +21,17 @@ pub struct Args {
     /// Skip labelling what the memory is (parameters, gradients, ...).
     #[arg(long)]
     pub no_categories: bool,
-    /// No progress bar.
-    #[arg(long, short)]
-    pub quiet: bool,
 }
 
 pub fn run(a: Args) -> Result<(), CliError> {
     let timing = std::env::var_os("VRAMSCOPE_TIMING").is_some();
     let t0 = std::time::Instant::now();
-    let snap = input::load(&a.file, a.quiet)?;
+    let snap = input::load(&a.file, a.common.quiet)?;
     let t_load = t0.elapsed();
     let hwm_load = if timing { peak_rss_kib() } else { 0 };
-    input::check_device(&snap, &a.file, a.device)?;
+    input::check_device(&snap, &a.file, a.common.device)?;
     let opts = SummaryOptions {
-        device: a.device,
+        device: a.common.device,
         top_sites: a.top,
         categories: !a.no_categories,
     };
