@@ -12,41 +12,6 @@ pub fn categories_json(views: &[CategoryView]) -> String {
     serde_json::to_string_pretty(views).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
 }
 
-/// What a rule means, in a few words.
-pub fn rule_text(r: Rule) -> &'static str {
-    match r {
-        Rule::Given => "labelled in the file",
-        Rule::ForwardKept => "allocated in the forward pass, kept past its op",
-        Rule::WithinOp => "allocated and freed inside one op",
-        Rule::BackwardKept => "allocated in backward, alive after it",
-        Rule::BackwardFreed => "allocated and freed in the same backward",
-        Rule::OptimizerKept => "allocated by the optimizer step, kept after it",
-        Rule::OptimizerFreed => "allocated and freed inside one optimizer step",
-        Rule::BeforeForward => "made before a forward that used it, freed after",
-        Rule::MirrorsGradient => "from before the trace, the size of a gradient",
-        Rule::MirrorsParameter => "from before the trace, beside parameters of its size",
-        Rule::KeptWithoutBackward => "from before the trace, alive throughout an inference run",
-        Rule::ModelSetup => "made by model construction or loading",
-        Rule::FreedByZeroGrad => "from before the trace, freed by zero_grad",
-        Rule::ReplacedByOptimizer => "from before the trace, replaced by the optimizer step",
-        Rule::FreedInBackward => "from before the trace, freed in backward",
-        Rule::WorkspaceFrames => "a cuBLAS workspace, named by its C++ frames",
-        Rule::WorkspaceSize => {
-            "never freed, the size of a cuBLAS workspace, made by the first matmul of its thread"
-        }
-        Rule::NoEvidence => "no rule applies",
-    }
-}
-
-fn source_text(s: Option<Source>) -> &'static str {
-    match s {
-        Some(Source::Recorder) => "recorder tag",
-        Some(Source::Profiler) => "Memory Profiler",
-        Some(Source::Inferred) => "inferred",
-        None => "-",
-    }
-}
-
 fn find(v: &[CategoryTotal], c: Category) -> u64 {
     v.iter().find(|x| x.category == c).map_or(0, |x| x.bytes)
 }
@@ -121,7 +86,7 @@ pub fn categories_text(views: &[CategoryView], name: &str) -> String {
                 bytes(find(&v.at_peak, c)),
                 bytes(find(&v.at_end, c)),
                 bytes(max),
-                source_text(src)
+                Source::describe(src)
             );
         }
         let _ = writeln!(o, "  {:<18} {:>12}", "peak allocated", bytes(v.peak_bytes));
@@ -135,9 +100,9 @@ pub fn categories_text(views: &[CategoryView], name: &str) -> String {
                     count(r.blocks),
                     r.category.label(),
                     if r.rule == Rule::Given {
-                        source_text(r.source)
+                        Source::describe(r.source)
                     } else {
-                        rule_text(r.rule)
+                        r.rule.describe()
                     }
                 );
             }
@@ -145,7 +110,7 @@ pub fn categories_text(views: &[CategoryView], name: &str) -> String {
         if let Some(a) = &v.agreement {
             let against = format!(
                 "the {} ({} blocks)",
-                source_text(Some(a.reference)),
+                Source::describe(Some(a.reference)),
                 count(a.blocks)
             );
             shares(

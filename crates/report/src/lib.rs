@@ -20,7 +20,7 @@ mod segments_text;
 mod simulate_text;
 mod text;
 
-pub use categories_text::{categories_json, categories_text, rule_text};
+pub use categories_text::{categories_json, categories_text};
 pub use leaks_text::{leaks_json, leaks_text};
 pub use ranks_text::ranks_text;
 pub use segments_text::{segments_json, segments_text, MapOptions};

@@ -178,6 +178,47 @@ pub enum Rule {
     NoEvidence,
 }
 
+impl Rule {
+    /// What the rule means, in a few words (the report's and the text's
+    /// evidence column).
+    pub fn describe(self) -> &'static str {
+        match self {
+            Rule::Given => "labelled in the file",
+            Rule::ForwardKept => "allocated in the forward pass, kept past its op",
+            Rule::WithinOp => "allocated and freed inside one op",
+            Rule::BackwardKept => "allocated in backward, alive after it",
+            Rule::BackwardFreed => "allocated and freed in the same backward",
+            Rule::OptimizerKept => "allocated by the optimizer step, kept after it",
+            Rule::OptimizerFreed => "allocated and freed inside one optimizer step",
+            Rule::BeforeForward => "made before a forward that used it, freed after",
+            Rule::MirrorsGradient => "from before the trace, the size of a gradient",
+            Rule::MirrorsParameter => "from before the trace, beside parameters of its size",
+            Rule::KeptWithoutBackward => "from before the trace, alive throughout an inference run",
+            Rule::ModelSetup => "made by model construction or loading",
+            Rule::FreedByZeroGrad => "from before the trace, freed by zero_grad",
+            Rule::ReplacedByOptimizer => "from before the trace, replaced by the optimizer step",
+            Rule::FreedInBackward => "from before the trace, freed in backward",
+            Rule::WorkspaceFrames => "a cuBLAS workspace, named by its C++ frames",
+            Rule::WorkspaceSize => {
+                "never freed, the size of a cuBLAS workspace, made by the first matmul of its thread"
+            }
+            Rule::NoEvidence => "no rule applies",
+        }
+    }
+}
+
+impl Source {
+    /// Where a label came from, in a word or two; `-` for none.
+    pub fn describe(s: Option<Source>) -> &'static str {
+        match s {
+            Some(Source::Recorder) => "recorder tag",
+            Some(Source::Profiler) => "Memory Profiler",
+            Some(Source::Inferred) => "inferred",
+            None => "-",
+        }
+    }
+}
+
 /// The label of every block of a [`Lifetimes`], as columns.
 #[derive(Debug, Default)]
 pub struct Categories {
