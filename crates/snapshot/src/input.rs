@@ -71,8 +71,8 @@ fn decode_inner(
         });
     }
     let threads = opts.threads.unwrap_or_else(crate::decode::default_threads);
-    let d = Decoder::new(&doc, threads).decode()?;
-    let mut warnings = d.warnings;
+    let mut d = Decoder::new(&doc, threads).decode()?;
+    let mut warnings = std::mem::take(&mut d.warnings);
     if let Some(t) = &doc.truncated {
         warnings.insert(
             0,
@@ -108,23 +108,12 @@ fn decode_inner(
         skipped,
         skipped_count: doc.skipped_count,
         warnings,
-        repairs: d.repairs,
+        repairs: std::mem::take(&mut d.repairs),
         truncated: doc.truncated.is_some(),
-        recorder: d.recorder,
+        recorder: d.recorder.take(),
     };
     drop_aside(doc);
-    Ok(Snapshot {
-        strings: d.strings,
-        frames: d.frames,
-        stacks: d.stacks,
-        segments: d.segments,
-        blocks: d.blocks,
-        traces: d.traces,
-        annotations: d.annotations,
-        tags: d.tags,
-        allocator_settings: d.allocator_settings,
-        source,
-    })
+    Ok(d.into_snapshot(source))
 }
 
 /// Documents from this size on are freed on another thread.

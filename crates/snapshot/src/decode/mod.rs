@@ -74,6 +74,26 @@ pub(crate) struct Decoded {
     pub recorder: Option<crate::RecorderInfo>,
 }
 
+impl Decoded {
+    /// The snapshot of these tables with `source` attached: the one place a
+    /// decoded model becomes a [`Snapshot`], for snapshot and profiler files
+    /// alike. `source` takes the warnings, repairs and recorder first.
+    pub(crate) fn into_snapshot(self, source: SourceInfo) -> Snapshot {
+        Snapshot {
+            strings: self.strings,
+            frames: self.frames,
+            stacks: self.stacks,
+            segments: self.segments,
+            blocks: self.blocks,
+            traces: self.traces,
+            annotations: self.annotations,
+            tags: self.tags,
+            allocator_settings: self.allocator_settings,
+            source,
+        }
+    }
+}
+
 const UNMAPPED: u32 = u32::MAX;
 
 /// Default threads for decoding: `VRAMSCOPE_THREADS` if set (1 turns

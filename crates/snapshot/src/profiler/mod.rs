@@ -84,8 +84,8 @@ impl Profiled {
         decoded_bytes: u64,
         compression: Compression,
     ) -> Snapshot {
-        let d = self.decoded;
-        let mut warnings = d.warnings;
+        let mut d = self.decoded;
+        let mut warnings = std::mem::take(&mut d.warnings);
         if let Some(t) = &self.truncated {
             warnings.insert(
                 0,
@@ -104,21 +104,10 @@ impl Profiled {
             skipped: Vec::new(),
             skipped_count: 0,
             warnings,
-            repairs: d.repairs,
+            repairs: std::mem::take(&mut d.repairs),
             truncated: self.truncated.is_some(),
             recorder: None,
         };
-        Snapshot {
-            strings: d.strings,
-            frames: d.frames,
-            stacks: d.stacks,
-            segments: d.segments,
-            blocks: d.blocks,
-            traces: d.traces,
-            annotations: d.annotations,
-            tags: d.tags,
-            allocator_settings: d.allocator_settings,
-            source,
-        }
+        d.into_snapshot(source)
     }
 }
