@@ -164,26 +164,7 @@ pub fn resolve(snap: &Snapshot, device: u32, changes: &[Change]) -> Result<Edits
             if !(label == &c.site || label.contains(c.site.as_str())) {
                 continue;
             }
-            let (birth, death) = (l.birth[b], l.death[b]);
-            let before = birth == BEFORE_WINDOW;
-            let applied = match c.kind {
-                ChangeKind::Drop if before => edits.drop_seed.insert(l.addr[b]),
-                ChangeKind::Drop => edits.drop_alloc.insert(birth as usize),
-                ChangeKind::Scale(f) if before => edits.scale_seed.insert(l.addr[b], f).is_none(),
-                ChangeKind::Scale(f) => edits.scale_alloc.insert(birth as usize, f).is_none(),
-                ChangeKind::FreeEarly if before => false,
-                ChangeKind::FreeEarly => match ends.end_of(birth as usize) {
-                    Some(end) if death == STILL_ALIVE || (death as usize) > end => {
-                        edits
-                            .free_after
-                            .entry(end)
-                            .or_default()
-                            .push(birth as usize);
-                        true
-                    }
-                    _ => false,
-                },
-            };
+            let applied = apply(&mut edits, &ends, &l, b, &c.kind);
             if applied {
                 m.blocks += 1;
                 m.bytes += l.size[b];
@@ -206,6 +187,71 @@ pub fn resolve(snap: &Snapshot, device: u32, changes: &[Change]) -> Result<Edits
         edits.matched.push(m);
     }
     Ok(edits)
+}
+
+/// Apply `kind` to block `b` of `l`; whether it changed anything (a block
+/// from before the window cannot be freed earlier, nor one that dies
+/// within its phase).
+fn apply(edits: &mut Edits, ends: &PhaseEnds, l: &Lifetimes, b: usize, kind: &ChangeKind) -> bool {
+    let (birth, death) = (l.birth[b], l.death[b]);
+    let before = birth == BEFORE_WINDOW;
+    match *kind {
+        ChangeKind::Drop if before => edits.drop_seed.insert(l.addr[b]),
+        ChangeKind::Drop => edits.drop_alloc.insert(birth as usize),
+        ChangeKind::Scale(f) if before => edits.scale_seed.insert(l.addr[b], f).is_none(),
+        ChangeKind::Scale(f) => edits.scale_alloc.insert(birth as usize, f).is_none(),
+        ChangeKind::FreeEarly if before => false,
+        ChangeKind::FreeEarly => match ends.end_of(birth as usize) {
+            Some(end) if death == STILL_ALIVE || (death as usize) > end => {
+                edits
+                    .free_after
+                    .entry(end)
+                    .or_default()
+                    .push(birth as usize);
+                true
+            }
+            _ => false,
+        },
+    }
+}
+
+/// Edits that apply a change to chosen blocks of `l` (its block indices,
+/// each with what happens to it), recorded as one [`ChangeMatch`] whose
+/// site is `label`: how a change to memory of a kind (a category, a
+/// phase) rather than of a site is replayed.
+pub fn for_blocks(
+    snap: &Snapshot,
+    device: u32,
+    l: &Lifetimes,
+    blocks: &[(usize, ChangeKind)],
+    label: &str,
+) -> Edits {
+    let mut edits = Edits::default();
+    let empty = DeviceTrace::default();
+    let t = snap.trace(device).unwrap_or(&empty);
+    let frees = blocks.iter().any(|(_, k)| *k == ChangeKind::FreeEarly);
+    let ends = if frees {
+        PhaseEnds::new(snap, device, t)
+    } else {
+        PhaseEnds { last: Vec::new() }
+    };
+    let mut m = ChangeMatch {
+        change: Change {
+            site: label.to_owned(),
+            kind: blocks.first().map_or(ChangeKind::Drop, |(_, k)| k.clone()),
+        },
+        sites: Vec::new(),
+        blocks: 0,
+        bytes: 0,
+    };
+    for (b, kind) in blocks {
+        if *b < l.len() && apply(&mut edits, &ends, l, *b, kind) {
+            m.blocks += 1;
+            m.bytes += l.size[*b];
+        }
+    }
+    edits.matched.push(m);
+    edits
 }
 
 /// The five sites with the most bytes allocated, for an error message.

@@ -9,6 +9,7 @@
 //! wrong; 3 a limit given to `vramscope check` or `vramscope ranks` was
 //! exceeded.
 
+mod advise;
 mod args;
 mod categories;
 mod check;
@@ -71,6 +72,8 @@ enum Command {
     Estimate(estimate::Args),
     /// Replay a recorded run through a model of the CUDA caching allocator under other settings.
     Simulate(simulate::Args),
+    /// What to change so it fits, or peaks lower: ranked by the peak the allocator model predicts, each with its code.
+    Advise(advise::Args),
     /// Snapshots as Parquet tables (hive-partitioned by rank) for DuckDB, pandas, Spark, Ray.
     Export(export::Args),
     /// The rank files of one job side by side: imbalance, outliers, the worst rank against the median.
@@ -124,6 +127,7 @@ where
         Command::Leaks(a) => leaks::run(a),
         Command::Categories(a) => categories::run(a),
         Command::Simulate(a) => simulate::run(a),
+        Command::Advise(a) => advise::run(a),
         Command::Estimate(a) => estimate::run(a),
         Command::Export(a) => export::run(a),
         Command::Live(a) => live::run(a),

@@ -8,6 +8,7 @@
 //! # Ok::<(), vramscope_snapshot::SnapshotError>(())
 //! ```
 
+mod advise_text;
 mod categories_text;
 pub mod diff;
 mod flame_svg;
@@ -20,6 +21,7 @@ mod segments_text;
 mod simulate_text;
 mod text;
 
+pub use advise_text::advise_text;
 pub use categories_text::{categories_json, categories_text};
 pub use leaks_text::{leaks_json, leaks_text};
 pub use ranks_text::ranks_text;

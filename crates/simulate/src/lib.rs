@@ -12,10 +12,12 @@
 //! [`replay`] runs a snapshot's trace through the model and compares the
 //! segment events and the reserved curve with the recorded ones.
 
+pub mod advise;
 mod answer;
 mod error;
 mod expandable;
 pub mod fit;
+pub mod gpus;
 pub mod horizon;
 pub mod limit;
 mod model;
@@ -27,6 +29,7 @@ mod settings;
 mod simulate;
 mod start;
 
+pub use advise::{advise, Advice, AdviseOptions, Advising, ChangeClass, Method};
 pub use error::SimulateError;
 pub use fit::{fit, Fit, FitOptions, Verdict};
 pub use model::{Allocator, OutOfMemory, SegmentEvent};

@@ -81,6 +81,7 @@ impl Search<'_> {
             edits: Some(&edits),
             curve_points: 0,
             tail: None,
+            cold_start: false,
         };
         let r = replay(self.snap, self.device, self.settings.clone(), &setup);
         r.oom.is_none_or(|(i, _)| i > self.oom)

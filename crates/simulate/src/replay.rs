@@ -12,7 +12,7 @@ use vramscope_snapshot::{Action, Snapshot};
 use crate::horizon::Tail;
 use crate::model::{Allocator, OutOfMemory, SegmentEvent};
 use crate::settings::Settings;
-use crate::start::{reserved_before, seed};
+use crate::start::{reserved_before, seed, seed_cold};
 
 /// The outcome of a replay.
 #[derive(Clone, Debug, Serialize)]
@@ -82,6 +82,11 @@ pub struct ReplaySetup<'a> {
     /// Replay the recorded entries before `tail.cut`, then these projected
     /// ones ([`crate::horizon`]).
     pub tail: Option<&'a Tail>,
+    /// Start from an empty cache, the blocks in use when the trace starts
+    /// allocated first ([`crate::start::seed_cold`]), instead of from the
+    /// file's segments: how a program change is replayed as if made from
+    /// the program's start.
+    pub cold_start: bool,
 }
 
 /// Replay device `device` of `snap` under `settings`.
@@ -112,7 +117,11 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
     }
     // Recorded address → the model's address and the bytes requested.
     let mut addr_of: HashMap<u64, (u64, u64)> = HashMap::default();
-    let seed_misses = seed(&mut a, snap, device, &mut addr_of, edits);
+    let seed_misses = if setup.cold_start {
+        seed_cold(&mut a, snap, device, &mut addr_of, edits)
+    } else {
+        seed(&mut a, snap, device, &mut addr_of, edits)
+    };
     let mut requested: u64 = addr_of.values().map(|v| v.1).sum();
     let recorded_oom = (0..t.len()).find(|&i| t.action[i] == Action::Oom);
     let empty_cache = empty_cache_calls(snap, t);

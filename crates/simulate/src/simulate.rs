@@ -268,35 +268,13 @@ pub fn simulate(snap: &Snapshot, opts: &SimulateOptions) -> Result<Simulation, S
             .into_iter()
             .map(|(label, settings, changed)| {
                 scope.spawn(move || {
-                    let mut setup = ReplaySetup {
+                    let setup = ReplaySetup {
                         capacity,
                         edits: changed.then_some(edits),
                         curve_points: opts.curve_points,
-                        tail: None,
+                        ..Default::default()
                     };
-                    let replayed = replay(snap, device, settings.clone(), &setup);
-                    // Fits where the recording ends: carried on through the
-                    // projected rest of the iteration, if there is one.
-                    let projection = match (&replayed.oom, tail) {
-                        (None, Some(tail)) => {
-                            setup.tail = Some(tail);
-                            setup.curve_points = 0;
-                            let p = replay(snap, device, settings.clone(), &setup);
-                            let oom = p.projected_oom.or(p.oom);
-                            let t = snap.trace(device);
-                            let oom_site = oom
-                                .and_then(|(e, _)| t.and_then(|t| t.stack.get(e).copied()))
-                                .and_then(|s| vramscope_analysis::sites::site_frame(snap, s))
-                                .map(|f| vramscope_analysis::sites::frame_label(snap, f));
-                            Some(Projected {
-                                peak_reserved: p.simulated_peak_reserved,
-                                peak_allocated: p.simulated_peak_allocated,
-                                oom,
-                                oom_site,
-                            })
-                        }
-                        _ => None,
-                    };
+                    let (replayed, projection) = run_once(snap, device, &settings, setup, tail);
                     Run {
                         label,
                         settings,
@@ -365,6 +343,42 @@ pub fn simulate(snap: &Snapshot, opts: &SimulateOptions) -> Result<Simulation, S
         answer,
         from_estimate: snap.is_estimate(),
     })
+}
+
+/// One replay under `settings` as `setup` says (its `tail` is set here),
+/// and where it fits at the end
+/// of a recording cut by an OOM, its carrying on through the projected
+/// rest of the iteration (`tail`).
+pub(crate) fn run_once<'a>(
+    snap: &Snapshot,
+    device: u32,
+    settings: &Settings,
+    mut setup: ReplaySetup<'a>,
+    tail: Option<&'a crate::horizon::Tail>,
+) -> (Replayed, Option<Projected>) {
+    setup.tail = None;
+    let replayed = replay(snap, device, settings.clone(), &setup);
+    let projection = match (&replayed.oom, tail) {
+        (None, Some(tail)) => {
+            setup.tail = Some(tail);
+            setup.curve_points = 0;
+            let p = replay(snap, device, settings.clone(), &setup);
+            let oom = p.projected_oom.or(p.oom);
+            let t = snap.trace(device);
+            let oom_site = oom
+                .and_then(|(e, _)| t.and_then(|t| t.stack.get(e).copied()))
+                .and_then(|s| vramscope_analysis::sites::site_frame(snap, s))
+                .map(|f| vramscope_analysis::sites::frame_label(snap, f));
+            Some(Projected {
+                peak_reserved: p.simulated_peak_reserved,
+                peak_allocated: p.simulated_peak_allocated,
+                oom,
+                oom_site,
+            })
+        }
+        _ => None,
+    };
+    (replayed, projection)
 }
 
 fn recorded_oom(snap: &Snapshot, device: u32) -> Option<RecordedOom> {

@@ -83,31 +83,8 @@ pub(crate) fn seed(
         ranges.sort_unstable();
         a.seed_expandable(stream, small, &ranges);
     }
-    // Blocks in use at the start.
-    let mut seen = vramscope_snapshot::hash::FxHashSet::default();
-    let mut in_use: Vec<(u64, u64)> = Vec::new();
-    for i in 0..t.len() {
-        match t.action[i] {
-            Action::Alloc => {
-                seen.insert(t.addr[i]);
-            }
-            Action::FreeRequested | Action::FreeCompleted if seen.insert(t.addr[i]) => {
-                in_use.push((t.addr[i], a.settings.round_size(t.size[i])));
-            }
-            _ => {}
-        }
-    }
-    for s in snap.segments_of(device) {
-        for b in snap.blocks_of(s) {
-            if b.state == vramscope_snapshot::BlockState::ActiveAllocated
-                && !seen.contains(&b.address)
-            {
-                in_use.push((b.address, b.size));
-            }
-        }
-    }
     let mut misses = 0;
-    for (addr, size) in in_use {
+    for (addr, size, _) in in_use_at_start(a, snap, device) {
         if edits.drop_seed.contains(&addr) {
             continue;
         }
@@ -122,6 +99,74 @@ pub(crate) fn seed(
         }
     }
     // The replay's peaks start from here.
+    a.events.clear();
+    misses
+}
+
+/// Blocks in use when the trace starts, (address, size as allocated,
+/// stream): those the trace frees before any allocation at their address
+/// (their request, rounded) and those alive at the dump that the trace
+/// never allocated.
+fn in_use_at_start(a: &Allocator, snap: &Snapshot, device: u32) -> Vec<(u64, u64, u64)> {
+    let empty = Default::default();
+    let t = snap.trace(device).unwrap_or(&empty);
+    let mut seen = vramscope_snapshot::hash::FxHashSet::default();
+    let mut in_use: Vec<(u64, u64, u64)> = Vec::new();
+    for i in 0..t.len() {
+        match t.action[i] {
+            Action::Alloc => {
+                seen.insert(t.addr[i]);
+            }
+            Action::FreeRequested | Action::FreeCompleted if seen.insert(t.addr[i]) => {
+                in_use.push((t.addr[i], a.settings.round_size(t.size[i]), t.stream[i]));
+            }
+            _ => {}
+        }
+    }
+    for s in snap.segments_of(device) {
+        for b in snap.blocks_of(s) {
+            if b.state == vramscope_snapshot::BlockState::ActiveAllocated
+                && !seen.contains(&b.address)
+            {
+                in_use.push((b.address, b.size, s.stream));
+            }
+        }
+    }
+    in_use
+}
+
+/// The allocator's state when the trace starts as if the program had run
+/// its earlier part under these settings and edits: no segment from the
+/// file, the blocks in use then allocated one by one (largest first, as
+/// a program makes its weights before its batches). What a program change
+/// saves shows only so: from the file's segments, memory cached by the
+/// unchanged program stays reserved whatever the change. Returns the
+/// blocks the model could not allocate.
+pub(crate) fn seed_cold(
+    a: &mut Allocator,
+    snap: &Snapshot,
+    device: u32,
+    addr_of: &mut HashMap<u64, (u64, u64)>,
+    edits: &Edits,
+) -> usize {
+    let mut in_use = in_use_at_start(a, snap, device);
+    in_use.sort_by(|x, y| y.1.cmp(&x.1).then(x.0.cmp(&y.0)));
+    let mut misses = 0;
+    for (addr, size, stream) in in_use {
+        if edits.drop_seed.contains(&addr) {
+            continue;
+        }
+        let size = match edits.scale_seed.get(&addr) {
+            Some(f) => a.settings.round_size(((size as f64 * f) as u64).max(1)),
+            None => size,
+        };
+        match a.malloc(size, stream) {
+            Ok(p) => {
+                addr_of.insert(addr, (p, size));
+            }
+            Err(_) => misses += 1,
+        }
+    }
     a.events.clear();
     misses
 }

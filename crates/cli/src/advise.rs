@@ -1,0 +1,64 @@
+//! `vramscope advise FILE [--capacity SIZE | --gpu NAME] [--json]`.
+
+use std::path::PathBuf;
+
+use anyhow::anyhow;
+use vramscope_simulate::{advise, gpus::gpu_memory, AdviseOptions};
+
+use crate::{input, output, CliError};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Snapshot recorded on CUDA.
+    pub file: PathBuf,
+    /// Device memory PyTorch may use (e.g. 80GiB). Default: from the file's
+    /// OOM (reserved + free on the device), else the limit its
+    /// release-and-retry bursts show, else none (changes ranked by peak only).
+    #[arg(long, value_parser = vramscope_analysis::units::parse_bytes, conflicts_with = "gpu")]
+    pub capacity: Option<u64>,
+    /// The GPU to fit on, by name (H100-80GB, H200, A100-40GB): its total
+    /// memory less what the CUDA context holds outside PyTorch's allocator.
+    #[arg(long, value_name = "NAME")]
+    pub gpu: Option<String>,
+    /// The memory fraction the program set with
+    /// torch.cuda.set_per_process_memory_fraction(F), for files that do not
+    /// record it.
+    #[arg(long, value_name = "F")]
+    pub fraction: Option<f64>,
+    #[command(flatten)]
+    pub common: crate::args::OneDevice,
+    /// Print JSON (schema: docs/advise.md) instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(a: Args) -> Result<(), CliError> {
+    let capacity = match &a.gpu {
+        Some(name) => Some(
+            gpu_memory(name)
+                .map_err(|e| CliError::Invalid(anyhow!(e)))?
+                .capacity,
+        ),
+        None => a.capacity,
+    };
+    let snap = input::load(&a.file, a.common.quiet)?;
+    let device = match a.common.device {
+        Some(d) => Some(input::pick_device(&snap, &a.file, Some(d))?),
+        None => None,
+    };
+    let opts = AdviseOptions {
+        device,
+        capacity,
+        fraction: a.fraction,
+    };
+    let advising = advise(&snap, &opts).map_err(|e| CliError::Invalid(e.into()))?;
+    let text = if a.json {
+        let mut j =
+            serde_json::to_string_pretty(&advising).map_err(|e| CliError::Invalid(e.into()))?;
+        j.push('\n');
+        j
+    } else {
+        vramscope_report::advise_text(&advising, &input::display_name(&a.file))
+    };
+    output::print(&text)
+}

@@ -1,0 +1,95 @@
+//! `vramscope advise` as text: the answer first, then the changes ranked,
+//! each with its predicted peak, how it was predicted and the code to write;
+//! then the changes not offered and why.
+
+use std::fmt::Write;
+
+use vramscope_analysis::units::{bytes, signed_bytes};
+use vramscope_simulate::{Advice, Advising};
+
+fn verdict(a: &Advice) -> &'static str {
+    match a.fits {
+        Some(true) => "fits",
+        Some(false) => "does not fit",
+        None => "cannot tell",
+    }
+}
+
+/// The advice for `name` as a terminal listing.
+pub fn advise_text(a: &Advising, name: &str) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "{name} · device {} · what to change", a.device);
+    match a.capacity {
+        Some(c) => {
+            let _ = writeln!(o, "device memory for PyTorch: {}", bytes(c));
+        }
+        None => {
+            let _ = writeln!(
+                o,
+                "device memory: not known (give --capacity or --gpu to know what fits)"
+            );
+        }
+    }
+    if let Some(r) = a.oom_request {
+        let _ = writeln!(o, "the run ran out of memory asking for {}", bytes(r));
+    }
+    let _ = writeln!(o, "\n{}\n", a.answer);
+    let b = &a.baseline;
+    let _ = writeln!(
+        o,
+        "as recorded: {} {}, {} allocated{} ({})",
+        if b.fits == Some(false) {
+            "would reserve, without a limit,"
+        } else {
+            "peak reserved"
+        },
+        bytes(b.peak_reserved),
+        bytes(b.peak_allocated),
+        if a.capacity.is_some() {
+            format!(", {}", verdict(b))
+        } else {
+            String::new()
+        },
+        b.method.as_str()
+    );
+    for (i, x) in a.advice.iter().enumerate() {
+        let _ = writeln!(o, "\n{:>2}. {}", i + 1, x.change);
+        let _ = writeln!(
+            o,
+            "    {} {} ({} against as recorded){}; {}",
+            if x.fits == Some(false) {
+                "would reserve, without a limit,"
+            } else {
+                "peak reserved"
+            },
+            bytes(x.peak_reserved),
+            signed_bytes(-(x.saving as f64)),
+            if a.capacity.is_some() {
+                format!(", {}", verdict(x))
+            } else {
+                String::new()
+            },
+            x.method.as_str()
+        );
+        if x.acts_on_bytes > 0 {
+            let _ = writeln!(
+                o,
+                "    acts on {} in {} block{}",
+                bytes(x.acts_on_bytes),
+                x.acts_on_blocks,
+                if x.acts_on_blocks == 1 { "" } else { "s" }
+            );
+        }
+        let _ = writeln!(o, "    how: {}", x.how);
+        for line in x.code.lines() {
+            let _ = writeln!(o, "    | {line}");
+        }
+    }
+    if !a.not_offered.is_empty() {
+        let _ = writeln!(o, "\nnot offered:");
+        for n in &a.not_offered {
+            let _ = writeln!(o, "  {}: {}", n.change, n.why);
+        }
+    }
+    o
+}
