@@ -82,3 +82,24 @@ def test_ranks_from_python_match_the_cli(tmp_path: Path):
     assert vramscope.ranks([tmp_path], max_imbalance=1.01)["passed"] is False
     with pytest.raises(ValueError, match="rank-from"):
         vramscope.ranks(tmp_path, rank_from="(")
+
+
+def test_advise_from_python_is_the_cli_advice():
+    """Snapshot.advise ranks the same changes as `vramscope advise --json`,
+    and a GPU by name is its memory less the CUDA context."""
+    frag = ROOT / "tests" / "fixtures" / "gpu" / "oom_frag_default.pickle.gz"
+    got = vramscope.load(frag).advise()
+    cli = subprocess.run(
+        ["vramscope", "advise", str(frag), "--json", "-q"], capture_output=True, text=True, check=True
+    )
+    assert json.loads(cli.stdout) == got
+    assert got["baseline"]["fits"] is False
+    holders = next(a for a in got["advice"] if a["class"] == "free_holders")
+    assert "oom_run.py:34" in holders["change"]
+    assert holders["fits"] is None  # the recording ends at the request
+    assert all(a["method"] in ("replayed", "projected") and a["how"] for a in got["advice"])
+    on_h100 = vramscope.load(DECOMFL).advise(gpu="H100-80GB")
+    assert on_h100["capacity"] == 85_017_493_504 - (768 << 20)
+    assert "what to change" in vramscope.load(DECOMFL).advise(text=True)
+    with pytest.raises(ValueError, match="--capacity"):
+        vramscope.load(DECOMFL).advise(gpu="mystery")

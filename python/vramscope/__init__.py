@@ -167,6 +167,29 @@ class Snapshot:
         )
         return out if text else json.loads(out)
 
+    def advise(
+        self,
+        *,
+        capacity: Union[int, str, None] = None,
+        gpu: Optional[str] = None,
+        device: Optional[int] = None,
+        text: bool = False,
+        fraction: Optional[float] = None,
+    ):
+        """What to change so the run fits, or peaks lower (`vramscope advise
+        --json`): allocator settings, what pins the segments at an OOM,
+        leaks freed, half the micro-batch, 8-bit or sharded optimizer state,
+        ``foreach=False``, each replayed through the allocator model and
+        ranked by its peak reserved. Returns a dict: ``answer`` (one
+        sentence), ``baseline`` (the program as recorded, replayed),
+        ``advice`` (best first; each with ``change``, ``code``,
+        ``peak_reserved``, ``saving``, ``fits``, ``method`` and ``how``) and
+        ``not_offered`` (with why). `capacity` (bytes or ``"40GiB"``) or
+        `gpu` (``"H100-80GB"``) says what must be fitted; by default the
+        file's OOM does. ``text=True`` returns the terminal listing."""
+        out = self._n.advise(device, _size(capacity), gpu, bool(text), fraction)
+        return out if text else json.loads(out)
+
     def fit(self, total: Union[int, str], *, outside: Union[int, str, None] = None, settings: Optional[str] = None, device: Optional[int] = None) -> dict:
         """Will an estimate's trace (`vramscope.estimate(device="cuda")`)
         fit on a GPU of `total` bytes? Replayed through the allocator model

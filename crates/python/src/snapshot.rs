@@ -232,6 +232,43 @@ impl Snapshot {
         })
     }
 
+    /// `vramscope advise` as JSON text (or terminal text): the changes that
+    /// make the run fit or peak lower, ranked by the replayed peak.
+    #[pyo3(signature = (device=None, capacity=None, gpu=None, text=false, fraction=None))]
+    fn advise(
+        &self,
+        py: Python<'_>,
+        device: Option<u32>,
+        capacity: Option<u64>,
+        gpu: Option<String>,
+        text: bool,
+        fraction: Option<f64>,
+    ) -> PyResult<String> {
+        let device = self.device_or_first(device)?;
+        let capacity = match gpu {
+            Some(name) => Some(
+                vramscope_simulate::gpus::gpu_memory(&name)
+                    .map_err(pyo3::exceptions::PyValueError::new_err)?
+                    .capacity,
+            ),
+            None => capacity,
+        };
+        let opts = vramscope_simulate::AdviseOptions {
+            device: Some(device),
+            capacity,
+            fraction,
+        };
+        let name = self.display_name();
+        let advising = py
+            .detach(|| vramscope_simulate::advise(&self.inner, &opts))
+            .map_err(value_err)?;
+        Ok(if text {
+            vramscope_report::advise_text(&advising, &name)
+        } else {
+            serde_json::to_string_pretty(&advising).unwrap_or_default()
+        })
+    }
+
     /// One table (`events`, `blocks`, `segments`, `stacks`) as Parquet
     /// bytes, the schema of docs/parquet-schema.md.
     fn parquet<'py>(
