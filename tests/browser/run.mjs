@@ -376,10 +376,13 @@ async function testReport(browser, snap) {
       }
       return whole ? `whole trace, ${before.events} events` : `${((before.x1 - before.x0) / (f.full[1] - f.full[0]) * 100).toFixed(0)}% of the trace: ${f.note}`;
     });
+    // Where the allocator model applies, an OOM file opens on what to do
+    // about it; otherwise on its OOM panel.
+    const oomTab = await page.evaluate(() => { const a = window.vramscope.advise(); return a && !a.skipped ? 'advise' : 'oom'; });
     if (oomsInSummary.length) {
-      await check(T('an OOM file opens on its OOM panel, the verdict in the strip'), async () => {
+      await check(T('an OOM file opens on What to do (or its OOM panel), the verdict in the strip'), async () => {
         const r = await page.evaluate(() => ({ tab: document.querySelector('.tabs button.active').dataset.tab, verdict: (document.getElementById('verdict') || {}).textContent || '' }));
-        assert(r.tab === 'oom', `opens on "${r.tab}"`);
+        assert(r.tab === oomTab, `opens on "${r.tab}", expected "${oomTab}"`);
         const cause = oomsInSummary[0] && oomsInSummary[0].cause;
         assert(cause && r.verdict.includes(cause), `verdict "${short(r.verdict, 120)}" lacks the cause "${short(cause || '', 120)}"`);
         return short(r.verdict, 80);
@@ -402,7 +405,7 @@ async function testReport(browser, snap) {
       const again = await page.evaluate(() => ({ color: document.getElementById('color-by').value,
         tab: document.querySelector('.tabs button.active').dataset.tab }));
       assert(again.color === 'site', `reopened coloured by ${again.color}`);
-      if (oomsInSummary.length) assert(again.tab === 'oom', `reopened on "${again.tab}", not on the OOM`);
+      if (oomsInSummary.length) assert(again.tab === oomTab, `reopened on "${again.tab}", not on "${oomTab}"`);
       const named = sites.items.filter((t) => /[0-9.]+ (B|KiB|MiB|GiB)$/.test(t));
       if (d.peak.allocated_bytes > 0) assert(named.length > 0, `no site with its bytes in the legend: ${sites.items.join(' | ')}`);
       await page.selectOption('#color-by', r.color);
@@ -622,6 +625,34 @@ async function testReport(browser, snap) {
           const text = await textOf(page, '#panel-oom');
           assert(text.includes(want.answer), 'the OOM panel does not state the simulation answer');
         }
+        return short(want.answer, 100);
+      });
+    }
+
+    // What to do: the CLI's advice, row for row, each with its verdict and
+    // how it was predicted; on the H200's fragmentation OOM the first row
+    // frees the line whose kept tensors pin the segments.
+    if (simulateShown) {
+      await check(T('What to do: the ranked changes of `vramscope advise`, each with its method and code'), async () => {
+        const want = JSON.parse(vramscope(['advise', file, '--json', '-q']));
+        await page.click('.tabs button[data-tab="advise"]');
+        const r = await page.evaluate(() => window.vramscope.advise());
+        assert(r && r.visible && r.openTab === 'advise', `panel not shown: ${JSON.stringify(r && r.openTab)}`);
+        assert(r.answer === want.answer, `page "${short(r.answer || '', 120)}" vs cli "${short(want.answer, 120)}"`);
+        assert(r.rows.length === want.advice.length, `${r.rows.length} rows, cli ${want.advice.length}`);
+        const verdict = (x) => (want.capacity === null ? '' : x.fits === true ? 'fits' : x.fits === false ? 'does not fit' : 'cannot tell');
+        r.rows.forEach((row, i) => {
+          const w = want.advice[i];
+          assert(row.change === w.change && row.method === w.method && row.verdict === verdict(w), `row ${i + 1}: ${JSON.stringify(row)} vs ${JSON.stringify(w)}`);
+          assert(row.how.includes(w.how) && row.code === w.code, `row ${i + 1} how/code differ`);
+        });
+        if (snap.replayDisproves) {
+          assert(r.rows.length && r.rows[0].cls === 'free_holders' && r.rows[0].change.includes('oom_run.py:34'), `first row: ${JSON.stringify(r.rows[0])}`);
+          assert(!r.rows.some((x) => x.verdict === 'fits'), 'a row says it fits where the GPU ran out');
+        }
+        const ashot = path.join(outDir, `${name}-advise.png`);
+        await page.screenshot({ path: ashot });
+        console.log(`     screenshot: ${ashot}`);
         return short(want.answer, 100);
       });
     }

@@ -955,6 +955,43 @@
     });
     p.appendChild(tb);
   }
+  // ---------- What to do panel ----------
+  // The analysis's ranked changes (vramscope advise): each with its
+  // predicted peak, verdict, how it was predicted and the code to write.
+  function adviseVerdict(a) { return a.fits === true ? 'fits' : a.fits === false ? 'does not fit' : 'cannot tell'; }
+  function showAdvise() {
+    const p = $('panel-advise'); p.textContent = '';
+    const a = model.info.advise; if (!a) return;
+    p.appendChild(el('h3', null, 'What to do'));
+    if (a.skipped) { p.appendChild(el('p', 'muted', a.skipped)); return; }
+    const ans = el('div', 'explain'); ans.id = 'advise-answer'; ans.textContent = a.answer; p.appendChild(ans);
+    const b = a.baseline, withCap = a.capacity !== null;
+    p.appendChild(el('p', 'muted', (withCap ? 'Device memory for PyTorch: ' + fmtBytes(a.capacity) + '. ' : 'No device memory known: changes are ranked by peak only. ') +
+      'As recorded, replayed from an empty cache: ' + fmtBytes(b.peak_reserved) + ' reserved at the peak' + (withCap ? ', ' + adviseVerdict(b) : '') + '.'));
+    // One block a change (the panel is narrow): the change, its figures on
+    // one line, how it was predicted, the code.
+    const list = el('ol', 'advise-list'); list.id = 'advise-list';
+    a.advice.forEach((x) => {
+      const li = el('li', 'advise-row'); li.dataset.cls = x.class;
+      li.appendChild(el('div', 'advise-change', x.change));
+      const fig = el('div', 'advise-figures');
+      fig.appendChild(el('span', 'advise-peak', (x.fits === false ? 'would reserve ' : 'peak reserved ') + fmtBytes(x.peak_reserved)));
+      fig.appendChild(el('span', 'advise-saving', (x.saving >= 0 ? '−' : '+') + fmtBytes(Math.abs(x.saving))));
+      if (withCap) fig.appendChild(el('span', 'advise-verdict ' + (x.fits === true ? 'fits' : x.fits === false ? 'nofit' : 'unknown'), adviseVerdict(x)));
+      fig.appendChild(el('span', 'advise-method', x.method));
+      li.appendChild(fig);
+      li.appendChild(el('div', 'advise-how', 'How: ' + x.how));
+      if (x.code) li.appendChild(el('pre', 'advise-code', x.code));
+      list.appendChild(li);
+    });
+    p.appendChild(list);
+    if (a.not_offered.length) {
+      p.appendChild(el('h4', null, 'Not offered'));
+      const ul = el('ul', 'muted');
+      for (const n of a.not_offered) ul.appendChild(el('li', null, n.change + ': ' + n.why));
+      p.appendChild(ul);
+    }
+  }
   // The recorded reserved bytes over the same stretches as a run's curve
   // (each point is the largest value of the entries since the previous).
   function simulateSeries(run) {
@@ -1371,6 +1408,7 @@
     firstView(); showFacts(); showLegend(); showAbout(); showDetail(-1);
     $('panel-alive').textContent = ''; $('panel-segments').textContent = '';
     $('tab-simulate').hidden = !model.info.simulate; simRun = 0; showSimulate();
+    $('tab-advise').hidden = !model.info.advise; showAdvise();
     if (model.info.ooms.length) showOoms();
     showLeaks(); showCategories();
     $('tab-diff').hidden = !model.info.diff; showDiff();
@@ -1402,9 +1440,11 @@
   function openFromHash() {
     const h = hashParts();
     if (h.includes('categories')) { activateTab('categories'); drawCategories(); }
-    // An out-of-memory file opens on its OOM: the verdict is in the strip
-    // above, the panel says why and what held the memory.
-    if (!h.some((x) => !x.startsWith('color=')) && model.info.ooms.length) activateTab('oom');
+    // An out-of-memory file opens on what to do about it where the
+    // allocator model applies (the verdict is in the strip above), on its
+    // OOM panel (why, and what held the memory) otherwise.
+    if (!h.some((x) => !x.startsWith('color=')) && model.info.ooms.length) activateTab(model.info.advise && !model.info.advise.skipped ? 'advise' : 'oom');
+    if (h.includes('advise') && model.info.advise) activateTab('advise');
     if (h.includes('peak')) goPeak();
     if (h.includes('leaks')) activateTab('leaks');
     if (h.includes('diff') && model.info.diff) activateTab('diff');
@@ -1488,6 +1528,19 @@
       let painted = 0; for (let k = 3; k < img.length; k += 4) if (img[k]) painted++;
       return { run: simRun, label: w.runs[simRun].label, points: w.runs[simRun].curve.length, runs: w.runs.length, answer: w.answer, painted,
         rows: document.querySelectorAll('#simulate-table .simulate-row').length, selected: document.querySelector('#simulate-table .sel').dataset.run };
+    },
+    // The What to do panel as shown: the open tab, the answer, each row's
+    // change, verdict and method as the page prints them.
+    advise() {
+      const a = model.info.advise; if (!a) return null;
+      const open = document.querySelector('.tabs button.active');
+      const rows = [...document.querySelectorAll('#advise-list .advise-row')].map((li) => ({
+        cls: li.dataset.cls, change: li.querySelector('.advise-change').textContent,
+        verdict: (li.querySelector('.advise-verdict') || {}).textContent || '', method: li.querySelector('.advise-method').textContent,
+        how: li.querySelector('.advise-how').textContent, code: (li.querySelector('.advise-code') || {}).textContent || '',
+      }));
+      return { openTab: open ? open.dataset.tab : null, skipped: a.skipped || null, answer: (($('advise-answer') || {}).textContent) || null,
+        data: a, rows, visible: $('panel-advise').classList.contains('active') };
     },
   };
   window.vramscope = api;

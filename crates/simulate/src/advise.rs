@@ -138,22 +138,31 @@ struct Candidate {
 
 /// Rank the changes that make `snap`'s run fit, or peak lower.
 pub fn advise(snap: &Snapshot, opts: &AdviseOptions) -> Result<Advising, SimulateError> {
-    let sim = simulate(
-        snap,
-        &SimulateOptions {
-            device: opts.device,
-            capacity: opts.capacity,
-            fraction: opts.fraction,
-            sweep: true,
-            ..Default::default()
-        },
-    )?;
+    let sim = simulate(snap, &sweep_options(opts))?;
+    Ok(advise_with(snap, &sim))
+}
+
+/// The simulation [`advise`] starts from: the recorded settings and the
+/// sweep, on the capacity `opts` gives or the file's.
+pub fn sweep_options(opts: &AdviseOptions) -> SimulateOptions {
+    SimulateOptions {
+        device: opts.device,
+        capacity: opts.capacity,
+        fraction: opts.fraction,
+        sweep: true,
+        ..Default::default()
+    }
+}
+
+/// [`advise`] from a simulation made with [`sweep_options`] (the report
+/// has one for its Simulate tab already).
+pub fn advise_with(snap: &Snapshot, sim: &Simulation) -> Advising {
     let device = sim.device;
     let recorded = sim.runs[0].settings.clone();
     let labelled = Labelled::new(snap, device);
     let mut not_offered = Vec::new();
-    let mut candidates = settings_candidates(&sim);
-    candidates.extend(must_go_candidate(&sim));
+    let mut candidates = settings_candidates(sim);
+    candidates.extend(must_go_candidate(sim));
     candidates.extend(leak_candidates(snap, device, &labelled, &recorded));
     candidates.extend(category_candidates(
         snap,
@@ -180,18 +189,18 @@ pub fn advise(snap: &Snapshot, opts: &AdviseOptions) -> Result<Advising, Simulat
         edits: None,
         how: "the recorded trace replayed under the recorded settings".into(),
     };
-    let evaluated: Vec<(Advice, u64)> = std::thread::scope(|scope| {
-        let handles: Vec<_> = std::iter::once(&baseline_candidate)
-            .chain(candidates.iter())
-            .map(|c| scope.spawn(|| evaluate(snap, &sim, c)))
+    let mut evaluated = std::thread::scope(|scope| {
+        let handles: Vec<_> = candidates
+            .iter()
+            .map(|c| scope.spawn(|| evaluate(snap, sim, c)))
             .collect();
-        handles.into_iter().filter_map(|h| h.join().ok()).collect()
+        let baseline = evaluate(snap, sim, &baseline_candidate);
+        let rest: Vec<(Advice, u64)> = handles.into_iter().filter_map(|h| h.join().ok()).collect();
+        (baseline, rest)
     });
-    let mut evaluated = evaluated.into_iter();
-    let (mut baseline, base_peak) = evaluated.next().ok_or_else(|| {
-        SimulateError::Change("the replay of the program as recorded did not finish".into())
-    })?;
+    let (mut baseline, base_peak) = evaluated.0;
     baseline.saving = 0;
+    let evaluated = std::mem::take(&mut evaluated.1).into_iter();
     let mut advice: Vec<Advice> = evaluated
         .map(|(mut a, peak)| {
             a.saving = base_peak as i64 - peak as i64;
@@ -209,7 +218,7 @@ pub fn advise(snap: &Snapshot, opts: &AdviseOptions) -> Result<Advising, Simulat
         (rank, a.peak_reserved)
     });
     let answer = answer(&baseline, &advice, sim.capacity);
-    Ok(Advising {
+    Advising {
         device,
         capacity: sim.capacity,
         oom_request: sim.recorded_oom.as_ref().map(|o| o.request),
@@ -217,7 +226,7 @@ pub fn advise(snap: &Snapshot, opts: &AdviseOptions) -> Result<Advising, Simulat
         advice,
         not_offered,
         answer,
-    })
+    }
 }
 
 /// Replay one candidate; its answer and the peak its saving is measured on.
@@ -297,12 +306,24 @@ fn evaluate(snap: &Snapshot, sim: &Simulation, c: &Candidate) -> (Advice, u64) {
     (advice, peak_reserved)
 }
 
-/// The sweep's settings, each as an environment variable to set.
+/// The sweep's settings, each as an environment variable to set: those
+/// whose replay from the file's segments differs from the recorded
+/// settings' (peak reserved or where it runs out). A setting that changes
+/// nothing there is not replayed again: it is left out, not claimed.
 fn settings_candidates(sim: &Simulation) -> Vec<Candidate> {
+    let Some(rec) = sim.runs.first() else {
+        return Vec::new();
+    };
+    let same = |r: &crate::simulate::Run| {
+        r.replayed.simulated_peak_reserved == rec.replayed.simulated_peak_reserved
+            && r.replayed.oom == rec.replayed.oom
+            && r.projection.as_ref().map(|p| (p.peak_reserved, p.oom))
+                == rec.projection.as_ref().map(|p| (p.peak_reserved, p.oom))
+    };
     sim.runs
         .iter()
         .skip(1)
-        .filter(|r| !r.changed)
+        .filter(|r| !r.changed && !same(r))
         .map(|r| Candidate {
             class: ChangeClass::Settings,
             change: format!("allocator settings {}", r.label),

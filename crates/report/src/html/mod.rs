@@ -130,7 +130,7 @@ pub fn report_html_against(
         let simulations = scope.spawn(|| {
             device_ids
                 .iter()
-                .map(|&d| simulate::simulation(snap, d))
+                .map(|&d| simulate::simulation_and_advice(snap, d))
                 .collect::<Vec<_>>()
         });
         let leaks = scope.spawn(|| {
@@ -160,11 +160,18 @@ pub fn report_html_against(
         .into_iter()
         .zip(leaks.into_iter().map(Some).chain(std::iter::repeat(None)))
         .zip(&device_ids)
-        .zip(simulations.into_iter().chain(std::iter::repeat(None)))
-        .map(|(((mut v, l), &d), w)| {
+        .zip(
+            simulations
+                .into_iter()
+                .chain(std::iter::repeat((None, None))),
+        )
+        .map(|(((mut v, l), &d), (w, advice))| {
             if let Some(o) = v.as_object_mut() {
                 if let Some(w) = w {
                     o.insert("simulate".into(), w);
+                }
+                if let Some(a) = advice {
+                    o.insert("advise".into(), a);
                 }
                 if let Some(l) = l {
                     o.insert("leaks".into(), l);

@@ -5,11 +5,18 @@
 //! largest value of each stretch of entries) to draw over the recorded one.
 
 use serde_json::{json, Value};
-use vramscope_simulate::{simulate, SimulateOptions};
+use vramscope_simulate::advise::{advise_with, sweep_options};
+use vramscope_simulate::{simulate, AdviseOptions, SimulateOptions, Simulation};
 use vramscope_snapshot::{Action, Snapshot};
 
 /// Points per simulated curve: enough for a panel-wide plot.
 pub const CURVE_POINTS: usize = 400;
+
+/// Traces from this many entries on get no "What to do" panel data: the
+/// advice replays each change from an empty cache (a dozen replays more),
+/// which on a 10M-entry file would double the report's time; the panel
+/// then says to run `vramscope advise`.
+pub const ADVISE_MAX_ENTRIES: usize = 2_000_000;
 
 /// Whether the model applies: a CUDA caching-allocator trace
 /// ([`vramscope_simulate::modelled`]) with requests in it.
@@ -20,18 +27,27 @@ fn applies(snap: &Snapshot, device: u32) -> bool {
             .is_some_and(|t| t.action.contains(&Action::Alloc))
 }
 
-/// The tab's data for `device`, or `None` when the model does not apply.
-pub fn simulation(snap: &Snapshot, device: u32) -> Option<Value> {
+/// The Simulate tab's and the What to do panel's data for `device`, each
+/// `None` when the model does not apply: one simulation serves both.
+pub fn simulation_and_advice(snap: &Snapshot, device: u32) -> (Option<Value>, Option<Value>) {
     if !applies(snap, device) {
-        return None;
+        return (None, None);
     }
     let opts = SimulateOptions {
-        device: Some(device),
-        sweep: true,
         curve_points: CURVE_POINTS,
-        ..Default::default()
+        ..sweep_options(&AdviseOptions {
+            device: Some(device),
+            ..Default::default()
+        })
     };
-    let sim = simulate(snap, &opts).ok()?;
+    let Ok(sim) = simulate(snap, &opts) else {
+        return (None, None);
+    };
+    (simulation(&sim), advice(snap, device, &sim))
+}
+
+/// The Simulate tab's data.
+fn simulation(sim: &Simulation) -> Option<Value> {
     let runs: Vec<Value> = sim
         .runs
         .iter()
@@ -62,4 +78,18 @@ pub fn simulation(snap: &Snapshot, device: u32) -> Option<Value> {
         },
         "runs": runs,
     }))
+}
+
+/// The What to do panel's data for `device` ([`vramscope_simulate::advise`]).
+fn advice(snap: &Snapshot, device: u32, sim: &Simulation) -> Option<Value> {
+    let entries = snap.trace(device).map_or(0, |t| t.len());
+    if entries >= ADVISE_MAX_ENTRIES {
+        return Some(json!({
+            "skipped": format!(
+                "{entries} trace entries: the advice replays each change on its own, too long to make with the page; \
+                 `vramscope advise FILE` gives it"
+            ),
+        }));
+    }
+    serde_json::to_value(advise_with(snap, sim)).ok()
 }
