@@ -2,8 +2,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::anyhow;
-use vramscope_simulate::{advise, gpus::gpu_memory, AdviseOptions};
+use vramscope_simulate::{advise, AdviseOptions};
 
 use crate::{input, output, CliError};
 
@@ -33,14 +32,6 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<(), CliError> {
-    let capacity = match &a.gpu {
-        Some(name) => Some(
-            gpu_memory(name)
-                .map_err(|e| CliError::Invalid(anyhow!(e)))?
-                .capacity,
-        ),
-        None => a.capacity,
-    };
     let snap = input::load(&a.file, a.common.quiet)?;
     let device = match a.common.device {
         Some(d) => Some(input::pick_device(&snap, &a.file, Some(d))?),
@@ -48,7 +39,8 @@ pub fn run(a: Args) -> Result<(), CliError> {
     };
     let opts = AdviseOptions {
         device,
-        capacity,
+        capacity: a.capacity,
+        gpu: a.gpu,
         fraction: a.fraction,
     };
     let advising = advise(&snap, &opts).map_err(|e| CliError::Invalid(e.into()))?;

@@ -225,11 +225,9 @@ impl Snapshot {
         let sim = py
             .detach(|| vramscope_simulate::simulate(&self.inner, &opts))
             .map_err(value_err)?;
-        Ok(if text {
-            vramscope_report::simulate_text(&sim, &name)
-        } else {
-            serde_json::to_string_pretty(&sim).unwrap_or_default()
-        })
+        Ok(text_or_json(&sim, text, |s| {
+            vramscope_report::simulate_text(s, &name)
+        }))
     }
 
     /// `vramscope advise` as JSON text (or terminal text): the changes that
@@ -245,28 +243,19 @@ impl Snapshot {
         fraction: Option<f64>,
     ) -> PyResult<String> {
         let device = self.device_or_first(device)?;
-        let capacity = match gpu {
-            Some(name) => Some(
-                vramscope_simulate::gpus::gpu_memory(&name)
-                    .map_err(pyo3::exceptions::PyValueError::new_err)?
-                    .capacity,
-            ),
-            None => capacity,
-        };
         let opts = vramscope_simulate::AdviseOptions {
             device: Some(device),
             capacity,
+            gpu,
             fraction,
         };
         let name = self.display_name();
         let advising = py
             .detach(|| vramscope_simulate::advise(&self.inner, &opts))
             .map_err(value_err)?;
-        Ok(if text {
-            vramscope_report::advise_text(&advising, &name)
-        } else {
-            serde_json::to_string_pretty(&advising).unwrap_or_default()
-        })
+        Ok(text_or_json(&advising, text, |a| {
+            vramscope_report::advise_text(a, &name)
+        }))
     }
 
     /// One table (`events`, `blocks`, `segments`, `stacks`) as Parquet
@@ -358,4 +347,17 @@ pub(crate) fn loads(py: Python<'_>, data: Vec<u8>) -> PyResult<Snapshot> {
         inner,
         path: "<bytes>".into(),
     })
+}
+
+/// An answer as the terminal text `render` makes, or as pretty JSON.
+fn text_or_json<T: serde::Serialize>(
+    value: &T,
+    text: bool,
+    render: impl FnOnce(&T) -> String,
+) -> String {
+    if text {
+        render(value)
+    } else {
+        serde_json::to_string_pretty(value).unwrap_or_default()
+    }
 }

@@ -13,6 +13,9 @@ pub enum SimulateError {
     /// A file the model does not describe (a CPU recording, a profiler trace).
     #[error("{0}")]
     NotCudaTrace(String),
+    /// A GPU named by something that gives no memory size.
+    #[error("--gpu: {0}")]
+    Gpu(String),
     /// A change written wrongly (`--scale SITE` without `=FACTOR`).
     #[error("program change: {0}")]
     Change(String),

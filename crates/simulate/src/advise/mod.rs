@@ -13,12 +13,14 @@
 //! answer says so instead of "fits". A change is offered only where the
 //! trace holds what it acts on; the ones not offered are listed with why.
 
+mod candidates;
+
 use serde::Serialize;
-use vramscope_analysis::categories::{Category, Labelled, Rule};
-use vramscope_analysis::edits::{for_blocks, resolve, Change, ChangeKind, Edits};
-use vramscope_analysis::iterations::find_iterations;
-use vramscope_analysis::leaks::{find_leaks_with, LeakOptions, Severity};
+use vramscope_analysis::categories::Labelled;
+use vramscope_analysis::edits::Edits;
 use vramscope_snapshot::Snapshot;
+
+use candidates::{category_candidates, leak_candidates, must_go_candidate, settings_candidates};
 
 use crate::error::SimulateError;
 use crate::replay::ReplaySetup;
@@ -33,6 +35,9 @@ pub struct AdviseOptions {
     pub device: Option<u32>,
     /// Device memory PyTorch may use, bytes.
     pub capacity: Option<u64>,
+    /// The GPU to fit on, by name ([`crate::gpus::gpu_memory`]): its memory
+    /// less the CUDA context's, instead of `capacity`.
+    pub gpu: Option<String>,
     /// The memory fraction the program set, where the file does not say.
     pub fraction: Option<f64>,
 }
@@ -127,18 +132,26 @@ pub struct Advising {
 }
 
 /// A change to evaluate.
-struct Candidate {
-    class: ChangeClass,
-    change: String,
-    code: String,
-    settings: Settings,
-    edits: Option<Edits>,
-    how: String,
+pub(crate) struct Candidate {
+    pub(super) class: ChangeClass,
+    pub(super) change: String,
+    pub(super) code: String,
+    pub(super) settings: Settings,
+    pub(super) edits: Option<Edits>,
+    pub(super) how: String,
 }
 
 /// Rank the changes that make `snap`'s run fit, or peak lower.
 pub fn advise(snap: &Snapshot, opts: &AdviseOptions) -> Result<Advising, SimulateError> {
-    let sim = simulate(snap, &sweep_options(opts))?;
+    let mut opts = opts.clone();
+    if let Some(name) = &opts.gpu {
+        opts.capacity = Some(
+            crate::gpus::gpu_memory(name)
+                .map_err(SimulateError::Gpu)?
+                .capacity,
+        );
+    }
+    let sim = simulate(snap, &sweep_options(&opts))?;
     Ok(advise_with(snap, &sim))
 }
 
@@ -304,279 +317,6 @@ fn evaluate(snap: &Snapshot, sim: &Simulation, c: &Candidate) -> (Advice, u64) {
         how,
     };
     (advice, peak_reserved)
-}
-
-/// The sweep's settings, each as an environment variable to set: those
-/// whose replay from the file's segments differs from the recorded
-/// settings' (peak reserved or where it runs out). A setting that changes
-/// nothing there is not replayed again: it is left out, not claimed.
-fn settings_candidates(sim: &Simulation) -> Vec<Candidate> {
-    let Some(rec) = sim.runs.first() else {
-        return Vec::new();
-    };
-    let same = |r: &crate::simulate::Run| {
-        r.replayed.simulated_peak_reserved == rec.replayed.simulated_peak_reserved
-            && r.replayed.oom == rec.replayed.oom
-            && r.projection.as_ref().map(|p| (p.peak_reserved, p.oom))
-                == rec.projection.as_ref().map(|p| (p.peak_reserved, p.oom))
-    };
-    sim.runs
-        .iter()
-        .skip(1)
-        .filter(|r| !r.changed && !same(r))
-        .map(|r| Candidate {
-            class: ChangeClass::Settings,
-            change: format!("allocator settings {}", r.label),
-            code: format!("PYTORCH_CUDA_ALLOC_CONF={} python train.py", r.label),
-            settings: r.settings.clone(),
-            edits: None,
-            how: format!("the recorded trace replayed under {}", r.label),
-        })
-        .collect()
-}
-
-/// Where no setting serves the failing request: the least of the biggest
-/// holders' memory whose absence lets the replay serve it, freed.
-fn must_go_candidate(sim: &Simulation) -> Option<Candidate> {
-    use vramscope_analysis::units::bytes;
-    let m = sim.must_go.iter().find(|m| m.label == "recorded")?;
-    let mut edits = Edits::default();
-    for b in &m.gone {
-        match b.alloc_index {
-            Some(i) => {
-                edits.drop_alloc.insert(i as usize);
-            }
-            None => {
-                edits.drop_seed.insert(b.addr);
-            }
-        }
-    }
-    edits.matched.push(vramscope_analysis::edits::ChangeMatch {
-        change: Change {
-            site: "the holders at the failing request".into(),
-            kind: ChangeKind::Drop,
-        },
-        sites: m.sites.iter().map(|s| s.site.clone()).collect(),
-        blocks: m.blocks as u64,
-        bytes: m.bytes,
-    });
-    let sites: Vec<String> = m
-        .sites
-        .iter()
-        .map(|s| {
-            format!(
-                "{} at {} ({} block{})",
-                bytes(s.bytes),
-                s.site,
-                s.blocks,
-                if s.blocks == 1 { "" } else { "s" }
-            )
-        })
-        .collect();
-    let code: Vec<String> = m
-        .sites
-        .iter()
-        .map(|s| format!("del ...  # the tensors made at {} ({}), before the allocation that failed", s.site, bytes(s.bytes)))
-        .chain(std::iter::once(
-            "# or make the large tensor first, before these: their segments then pin nothing it needs".into(),
-        ))
-        .collect();
-    let recorded = sim.runs.first()?.settings.clone();
-    Some(Candidate {
-        class: ChangeClass::FreeHolders,
-        change: format!("free what pins the segments before the failing request: {}", sites.join(", ")),
-        code: code.join("\n"),
-        settings: recorded,
-        edits: Some(edits),
-        how: format!(
-            "replayed with these {} block{} gone at the failing request: the least of the biggest holders' memory \
-             the search over the model found{}",
-            m.blocks,
-            if m.blocks == 1 { "" } else { "s" },
-            if m.least { " (with one block fewer, it still fails)" } else { "" }
-        ),
-    })
-}
-
-/// Each leak or held memory `vramscope leaks` finds, freed at the end of
-/// the phase it was made in (what its fix does).
-fn leak_candidates(
-    snap: &Snapshot,
-    device: u32,
-    labelled: &Labelled,
-    recorded: &Settings,
-) -> Vec<Candidate> {
-    let opts = LeakOptions {
-        read_sources: false,
-        ..LeakOptions::default()
-    };
-    let report = find_leaks_with(snap, device, &opts, labelled);
-    report
-        .findings
-        .iter()
-        .filter(|f| f.severity != Severity::Benign && !f.sites.is_empty())
-        .filter_map(|f| {
-            let changes: Vec<Change> = f
-                .sites
-                .iter()
-                .map(|s| Change {
-                    site: s.site.clone(),
-                    kind: ChangeKind::FreeEarly,
-                })
-                .collect();
-            let edits = resolve(snap, device, &changes).ok()?;
-            (!edits.is_empty()).then(|| Candidate {
-                class: ChangeClass::FixLeak,
-                change: f.title.clone(),
-                code: f.fix.clone(),
-                settings: recorded.clone(),
-                edits: Some(edits),
-                how: format!(
-                    "replayed with the blocks of {} freed at the end of the phase that made them",
-                    f.sites
-                        .iter()
-                        .map(|s| s.site.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            })
-        })
-        .collect()
-}
-
-/// Changes to memory of a kind: the batch, the optimizer state, the
-/// optimizer step's temporaries.
-fn category_candidates(
-    snap: &Snapshot,
-    device: u32,
-    labelled: &Labelled,
-    recorded: &Settings,
-    not_offered: &mut Vec<NotOffered>,
-) -> Vec<Candidate> {
-    let l = &labelled.lifetimes;
-    let cats = &labelled.categories;
-    let blocks_of = |keep: &dyn Fn(usize) -> bool| -> Vec<usize> {
-        (0..l.len()).filter(|&b| keep(b)).collect()
-    };
-    let bytes_of = |v: &[usize]| -> u64 { v.iter().map(|&b| l.size[b]).sum() };
-    let mut out = Vec::new();
-    let with = |blocks: &[usize], kind: ChangeKind, label: &str| {
-        let v: Vec<(usize, ChangeKind)> = blocks.iter().map(|&b| (b, kind.clone())).collect();
-        for_blocks(snap, device, l, &v, label)
-    };
-
-    let batch = blocks_of(&|b| {
-        matches!(
-            cats.category.get(b),
-            Some(
-                Category::Activation
-                    | Category::Input
-                    | Category::Temporary
-                    | Category::AutogradDetail
-            )
-        )
-    });
-    let activations = batch
-        .iter()
-        .filter(|&&b| cats.category.get(b) == Some(&Category::Activation))
-        .count();
-    if activations == 0 {
-        not_offered.push(NotOffered {
-            change: "a smaller micro-batch".into(),
-            why: "no memory in this trace is labelled activations: nothing shows what grows with the batch".into(),
-        });
-    } else {
-        out.push(Candidate {
-            class: ChangeClass::HalfBatch,
-            change: "half the micro-batch, with gradient accumulation over 2 steps (the same effective batch)".into(),
-            code: "for chunk in batch.chunk(2):\n    loss = loss_fn(model(chunk)) / 2\n    loss.backward()\n\
-                   optimizer.step()\noptimizer.zero_grad(set_to_none=True)"
-                .into(),
-            settings: recorded.clone(),
-            edits: Some(with(&batch, ChangeKind::Scale(0.5), "activations, inputs, temporaries, autograd detail")),
-            how: format!(
-                "replayed with each of the {} activation, input, temporary and autograd-detail blocks ({}) at half \
-                 its size: the memory that grows with the batch; parameters, gradients and optimizer state as \
-                 recorded",
-                batch.len(),
-                vramscope_analysis::units::bytes(bytes_of(&batch))
-            ),
-        });
-    }
-
-    let state = blocks_of(&|b| cats.category.get(b) == Some(&Category::OptimizerState));
-    if state.is_empty() {
-        not_offered.push(NotOffered {
-            change: "8-bit or sharded optimizer state".into(),
-            why: "no memory in this trace is labelled optimizer state".into(),
-        });
-    } else {
-        let total = vramscope_analysis::units::bytes(bytes_of(&state));
-        out.push(Candidate {
-            class: ChangeClass::OptimizerState8bit,
-            change: "8-bit optimizer state (bitsandbytes)".into(),
-            code: "import bitsandbytes as bnb\noptimizer = bnb.optim.AdamW8bit(model.parameters(), lr=lr)".into(),
-            settings: recorded.clone(),
-            edits: Some(with(&state, ChangeKind::Scale(0.25), "optimizer state")),
-            how: format!(
-                "replayed with the optimizer state ({total}) at a quarter of its size: 8-bit moments instead of \
-                 32-bit ones"
-            ),
-        });
-        out.push(Candidate {
-            class: ChangeClass::ShardOptimizerState,
-            change: "the optimizer state sharded over 2 ranks (ZeRO-1)".into(),
-            code: "from torch.distributed.optim import ZeroRedundancyOptimizer\n\
-                   optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, lr=lr)"
-                .into(),
-            settings: recorded.clone(),
-            edits: Some(with(&state, ChangeKind::Scale(0.5), "optimizer state")),
-            how: format!(
-                "replayed with the optimizer state ({total}) at half its size on each rank (each of 2 ranks keeps \
-                 half; 1/N over N)"
-            ),
-        });
-    }
-
-    // The optimizer step's temporaries: with `foreach` (PyTorch's default
-    // on CUDA) one per parameter at once; without, one parameter's at a
-    // time. Kept: the largest of each iteration's step.
-    let step_temps = blocks_of(&|b| cats.rule.get(b) == Some(&Rule::OptimizerFreed));
-    let its = find_iterations(snap, device);
-    let mut largest: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
-    for &b in &step_temps {
-        let k = its.of_event(l.birth[b] as usize);
-        let e = largest.entry(k).or_insert(b);
-        if l.size[b] > l.size[*e] {
-            *e = b;
-        }
-    }
-    let dropped: Vec<usize> = step_temps
-        .iter()
-        .copied()
-        .filter(|b| !largest.values().any(|k| k == b))
-        .collect();
-    if dropped.is_empty() {
-        not_offered.push(NotOffered {
-            change: "foreach=False in the optimizer".into(),
-            why: "no optimizer step in this trace allocates more than one temporary".into(),
-        });
-    } else {
-        out.push(Candidate {
-            class: ChangeClass::ForeachOff,
-            change: "the optimizer without foreach (one parameter at a time)".into(),
-            code: "optimizer = torch.optim.AdamW(model.parameters(), lr=lr, foreach=False)".into(),
-            settings: recorded.clone(),
-            edits: Some(with(&dropped, ChangeKind::Drop, "optimizer step temporaries")),
-            how: format!(
-                "replayed with the optimizer step's temporaries gone but the largest of each step ({} blocks, {}): \
-                 one parameter's at a time; slower steps",
-                dropped.len(),
-                vramscope_analysis::units::bytes(bytes_of(&dropped))
-            ),
-        });
-    }
-    out
 }
 
 /// The one sentence at the top.
