@@ -152,3 +152,30 @@ fn a_gpu_by_name_is_its_memory_less_the_cuda_context() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("--capacity"), "{}", stderr(&o));
 }
+
+#[test]
+fn a_request_larger_than_the_device_is_said_first() {
+    // The demo's OOM asks for 81.37 GiB on a 79.06 GiB device: no change to
+    // the rest of the run helps, and the answer says which tensor must shrink.
+    let dir = temp_dir("advise-demo");
+    let o = vramscope(&["demo", "-o", dir.to_str().expect("utf-8")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let snap = dir.join("demo_snapshot.pickle");
+    let j = advise_json(&[snap.to_str().expect("utf-8")]);
+    check_ranked(&j);
+    let answer = j["answer"].as_str().expect("str");
+    assert!(
+        answer.starts_with("The failing request alone (81.37 GiB) is larger than the 79.06 GiB"),
+        "{answer}"
+    );
+    assert!(
+        answer.contains("model.py:173 in forward") && answer.contains("2.31 GiB"),
+        "{answer}"
+    );
+    assert!(j["oom_site"]
+        .as_str()
+        .expect("str")
+        .ends_with("model.py:173 in forward"));
+    assert!(rows(&j).iter().all(|r| r["fits"] == false), "nothing fits");
+    let _ = std::fs::remove_dir_all(&dir);
+}

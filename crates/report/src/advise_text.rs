@@ -31,7 +31,12 @@ pub fn advise_text(a: &Advising, name: &str) -> String {
         }
     }
     if let Some(r) = a.oom_request {
-        let _ = writeln!(o, "the run ran out of memory asking for {}", bytes(r));
+        let at = a
+            .oom_site
+            .as_ref()
+            .map(|s| format!(" at {s}"))
+            .unwrap_or_default();
+        let _ = writeln!(o, "the run ran out of memory asking for {}{at}", bytes(r));
     }
     let _ = writeln!(o, "\n{}\n", a.answer);
     let b = &a.baseline;

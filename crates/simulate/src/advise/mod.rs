@@ -121,6 +121,8 @@ pub struct Advising {
     pub capacity: Option<u64>,
     /// The request the file's OOM failed on, if it has one.
     pub oom_request: Option<u64>,
+    /// Where that request was made (`file.py:42 in f`).
+    pub oom_site: Option<String>,
     /// The program as recorded, replayed: the baseline of every saving.
     pub baseline: Advice,
     /// Best first: those that fit, then those that cannot be told, then the
@@ -230,11 +232,37 @@ pub fn advise_with(snap: &Snapshot, sim: &Simulation) -> Advising {
         };
         (rank, a.peak_reserved)
     });
-    let answer = answer(&baseline, &advice, sim.capacity);
+    let oom_site = sim.recorded_oom.as_ref().and_then(|o| {
+        let t = snap.trace(device)?;
+        let f = vramscope_analysis::sites::site_frame(snap, *t.stack.get(o.entry)?)?;
+        Some(vramscope_analysis::sites::frame_label(snap, f))
+    });
+    let too_large = sim
+        .recorded_oom
+        .as_ref()
+        .zip(sim.capacity)
+        .filter(|(o, c)| o.request > *c)
+        .map(|(o, c)| (o.request, c));
+    let answer = match too_large {
+        // No change to the rest of the run can help: say so first.
+        Some((request, c)) => {
+            use vramscope_analysis::units::bytes;
+            format!(
+                "The failing request alone ({}) is larger than the {} PyTorch can have: no change to the rest of the run \
+                 makes it fit; that tensor{} must shrink by at least {} (a smaller batch, sequence or dtype) or be split.",
+                bytes(request),
+                bytes(c),
+                oom_site.as_ref().map(|s| format!(", made at {s},")).unwrap_or_default(),
+                bytes(request - c)
+            )
+        }
+        None => answer(&baseline, &advice, sim.capacity),
+    };
     Advising {
         device,
         capacity: sim.capacity,
         oom_request: sim.recorded_oom.as_ref().map(|o| o.request),
+        oom_site,
         baseline,
         advice,
         not_offered,
