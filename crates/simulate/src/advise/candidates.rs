@@ -140,12 +140,21 @@ pub(super) fn leak_candidates(
                 settings: recorded.clone(),
                 edits: Some(edits),
                 how: format!(
-                    "replayed with the blocks of {} freed at the end of the phase that made them",
+                    "replayed with the blocks of {} freed at the end of the phase that made them{}",
                     f.sites
                         .iter()
                         .map(|s| s.site.as_str())
                         .collect::<Vec<_>>()
-                        .join(", ")
+                        .join(", "),
+                    if f.severity == Severity::Leak && f.bytes_per_iteration > 0.0 {
+                        format!(
+                            "; it grows by {} per iteration, so what it costs grows with the run's length beyond \
+                             the recorded iterations",
+                            vramscope_analysis::units::bytes(f.bytes_per_iteration as u64)
+                        )
+                    } else {
+                        String::new()
+                    }
                 ),
             })
         })

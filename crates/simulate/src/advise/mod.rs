@@ -221,8 +221,14 @@ pub fn advise_with(snap: &Snapshot, sim: &Simulation) -> Advising {
             a.saving = base_peak as i64 - peak as i64;
             a
         })
-        // A change that saves nothing and changes no verdict is noise.
-        .filter(|a| a.saving > 0 || (a.fits == Some(true) && baseline.fits != Some(true)))
+        // A change that saves nothing and changes no verdict is noise; but a
+        // leak is kept whatever the recording shows it saving: it grows with
+        // every iteration past the end of the recording.
+        .filter(|a| {
+            a.saving > 0
+                || a.class == ChangeClass::FixLeak
+                || (a.fits == Some(true) && baseline.fits != Some(true))
+        })
         .collect();
     advice.sort_by_key(|a| {
         let rank = match a.fits {
