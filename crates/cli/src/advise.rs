@@ -33,10 +33,7 @@ pub struct Args {
 
 pub fn run(a: Args) -> Result<(), CliError> {
     let snap = input::load(&a.file, a.common.quiet)?;
-    let device = match a.common.device {
-        Some(d) => Some(input::pick_device(&snap, &a.file, Some(d))?),
-        None => None,
-    };
+    let device = input::chosen_device(&snap, &a.file, a.common.device)?;
     let opts = AdviseOptions {
         device,
         capacity: a.capacity,
@@ -44,13 +41,8 @@ pub fn run(a: Args) -> Result<(), CliError> {
         fraction: a.fraction,
     };
     let advising = advise(&snap, &opts).map_err(|e| CliError::Invalid(e.into()))?;
-    let text = if a.json {
-        let mut j =
-            serde_json::to_string_pretty(&advising).map_err(|e| CliError::Invalid(e.into()))?;
-        j.push('\n');
-        j
-    } else {
-        vramscope_report::advise_text(&advising, &input::display_name(&a.file))
-    };
-    output::print(&text)
+    let name = input::display_name(&a.file);
+    output::print_json_or(&advising, a.json, |x| {
+        vramscope_report::advise_text(x, &name)
+    })
 }

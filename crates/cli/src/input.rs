@@ -64,6 +64,16 @@ pub(crate) fn pick_device(
         .map_err(|e| CliError::Invalid(anyhow!("{}: {e}", file.display())))
 }
 
+/// `--device` of a one-device command checked against the file: `None`
+/// leaves the choice to the library (its first device).
+pub(crate) fn chosen_device(
+    snap: &Snapshot,
+    file: &Path,
+    device: Option<u32>,
+) -> Result<Option<u32>, CliError> {
+    device.map(|d| pick_device(snap, file, Some(d))).transpose()
+}
+
 /// The file's name for titles.
 pub(crate) fn display_name(file: &Path) -> String {
     file.file_name().map_or_else(

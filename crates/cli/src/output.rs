@@ -13,6 +13,21 @@ pub fn print(text: &str) -> Result<(), CliError> {
         .map_err(|e| CliError::Io(anyhow::Error::new(e).context("writing to stdout")))
 }
 
+/// Print `value` as pretty JSON with `json`, else as the text `render`
+/// makes of it.
+pub fn print_json_or<T: serde::Serialize>(
+    value: &T,
+    json: bool,
+    render: impl FnOnce(&T) -> String,
+) -> Result<(), CliError> {
+    if !json {
+        return print(&render(value));
+    }
+    let mut j = serde_json::to_string_pretty(value).map_err(|e| CliError::Invalid(e.into()))?;
+    j.push('\n');
+    print(&j)
+}
+
 pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {
         c.downcast_ref::<std::io::Error>()

@@ -50,10 +50,7 @@ pub struct Args {
 
 pub fn run(a: Args) -> Result<(), CliError> {
     let snap = input::load(&a.file, a.common.quiet)?;
-    let device = match a.common.device {
-        Some(d) => Some(input::pick_device(&snap, &a.file, Some(d))?),
-        None => None,
-    };
+    let device = input::chosen_device(&snap, &a.file, a.common.device)?;
     let opts = SimulateOptions {
         device,
         set: a.set,
@@ -66,12 +63,6 @@ pub fn run(a: Args) -> Result<(), CliError> {
         curve_points: 0,
     };
     let sim = simulate(&snap, &opts).map_err(|e| CliError::Invalid(e.into()))?;
-    let text = if a.json {
-        let mut j = serde_json::to_string_pretty(&sim).map_err(|e| CliError::Invalid(e.into()))?;
-        j.push('\n');
-        j
-    } else {
-        vramscope_report::simulate_text(&sim, &input::display_name(&a.file))
-    };
-    output::print(&text)
+    let name = input::display_name(&a.file);
+    output::print_json_or(&sim, a.json, |x| vramscope_report::simulate_text(x, &name))
 }
