@@ -50,6 +50,21 @@ pub struct GoneSite {
     pub blocks: usize,
 }
 
+/// Edits so that the live blocks `gone` are never allocated (those from
+/// before the trace window are not there at its start).
+pub(crate) fn never_allocated(edits: &mut Edits, gone: &[LiveBlock]) {
+    for b in gone {
+        match b.alloc_index {
+            Some(i) => {
+                edits.drop_alloc.insert(i as usize);
+            }
+            None => {
+                edits.drop_seed.insert(b.addr);
+            }
+        }
+    }
+}
+
 /// What a search replays: the run's settings and changes on a device of
 /// `capacity` bytes, failing at entry `oom`.
 pub(crate) struct Search<'a> {
@@ -66,16 +81,7 @@ impl Search<'_> {
     /// Whether the request at `self.oom` is served with `gone` never allocated.
     fn fits(&self, gone: &[LiveBlock]) -> bool {
         let mut edits = self.edits.cloned().unwrap_or_default();
-        for b in gone {
-            match b.alloc_index {
-                Some(i) => {
-                    edits.drop_alloc.insert(i as usize);
-                }
-                None => {
-                    edits.drop_seed.insert(b.addr);
-                }
-            }
-        }
+        never_allocated(&mut edits, gone);
         let setup = ReplaySetup {
             capacity: Some(self.capacity),
             edits: Some(&edits),

@@ -85,12 +85,8 @@ pub(crate) fn seed(
     }
     let mut misses = 0;
     for (addr, size, _) in in_use_at_start(a, snap, device) {
-        if edits.drop_seed.contains(&addr) {
+        let Some(size) = edited_size(a, edits, addr, size) else {
             continue;
-        }
-        let size = match edits.scale_seed.get(&addr) {
-            Some(f) => a.settings.round_size(((size as f64 * f) as u64).max(1)),
-            None => size,
         };
         if a.seed_allocated(addr, size) {
             addr_of.insert(addr, (addr, size));
@@ -101,6 +97,18 @@ pub(crate) fn seed(
     // The replay's peaks start from here.
     a.events.clear();
     misses
+}
+
+/// The size a block in use at the start has under `edits` (scaled and
+/// rounded), or `None` when the edits drop it.
+fn edited_size(a: &Allocator, edits: &Edits, addr: u64, size: u64) -> Option<u64> {
+    if edits.drop_seed.contains(&addr) {
+        return None;
+    }
+    Some(match edits.scale_seed.get(&addr) {
+        Some(f) => a.settings.round_size(((size as f64 * f) as u64).max(1)),
+        None => size,
+    })
 }
 
 /// Blocks in use when the trace starts, (address, size as allocated,
@@ -153,12 +161,8 @@ pub(crate) fn seed_cold(
     in_use.sort_by(|x, y| y.1.cmp(&x.1).then(x.0.cmp(&y.0)));
     let mut misses = 0;
     for (addr, size, stream) in in_use {
-        if edits.drop_seed.contains(&addr) {
+        let Some(size) = edited_size(a, edits, addr, size) else {
             continue;
-        }
-        let size = match edits.scale_seed.get(&addr) {
-            Some(f) => a.settings.round_size(((size as f64 * f) as u64).max(1)),
-            None => size,
         };
         match a.malloc(size, stream) {
             Ok(p) => {

@@ -49,16 +49,7 @@ pub(super) fn must_go_candidate(sim: &Simulation) -> Option<Candidate> {
     use vramscope_analysis::units::bytes;
     let m = sim.must_go.iter().find(|m| m.label == "recorded")?;
     let mut edits = Edits::default();
-    for b in &m.gone {
-        match b.alloc_index {
-            Some(i) => {
-                edits.drop_alloc.insert(i as usize);
-            }
-            None => {
-                edits.drop_seed.insert(b.addr);
-            }
-        }
-    }
+    crate::must_go::never_allocated(&mut edits, &m.gone);
     edits.matched.push(vramscope_analysis::edits::ChangeMatch {
         change: Change {
             site: "the holders at the failing request".into(),
