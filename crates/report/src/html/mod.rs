@@ -130,7 +130,8 @@ pub fn report_html_against(
         let simulations = scope.spawn(|| {
             device_ids
                 .iter()
-                .map(|&d| simulate::simulation_and_advice(snap, d))
+                .zip(&labelled)
+                .map(|(&d, l)| simulate::simulation_and_advice(snap, d, l))
                 .collect::<Vec<_>>()
         });
         let leaks = scope.spawn(|| {

@@ -5,6 +5,7 @@
 //! largest value of each stretch of entries) to draw over the recorded one.
 
 use serde_json::{json, Value};
+use vramscope_analysis::categories::Labelled;
 use vramscope_simulate::advise::{advise_with, sweep_options};
 use vramscope_simulate::{simulate, AdviseOptions, SimulateOptions, Simulation};
 use vramscope_snapshot::{Action, Snapshot};
@@ -29,7 +30,11 @@ fn applies(snap: &Snapshot, device: u32) -> bool {
 
 /// The Simulate tab's and the What to do panel's data for `device`, each
 /// `None` when the model does not apply: one simulation serves both.
-pub fn simulation_and_advice(snap: &Snapshot, device: u32) -> (Option<Value>, Option<Value>) {
+pub fn simulation_and_advice(
+    snap: &Snapshot,
+    device: u32,
+    labelled: &Labelled,
+) -> (Option<Value>, Option<Value>) {
     if !applies(snap, device) {
         return (None, None);
     }
@@ -43,7 +48,7 @@ pub fn simulation_and_advice(snap: &Snapshot, device: u32) -> (Option<Value>, Op
     let Ok(sim) = simulate(snap, &opts) else {
         return (None, None);
     };
-    (simulation(&sim), advice(snap, device, &sim))
+    (simulation(&sim), advice(snap, device, &sim, labelled))
 }
 
 /// The Simulate tab's data.
@@ -81,7 +86,7 @@ fn simulation(sim: &Simulation) -> Option<Value> {
 }
 
 /// The What to do panel's data for `device` ([`vramscope_simulate::advise`]).
-fn advice(snap: &Snapshot, device: u32, sim: &Simulation) -> Option<Value> {
+fn advice(snap: &Snapshot, device: u32, sim: &Simulation, labelled: &Labelled) -> Option<Value> {
     let entries = snap.trace(device).map_or(0, |t| t.len());
     if entries >= ADVISE_MAX_ENTRIES {
         return Some(json!({
@@ -91,5 +96,5 @@ fn advice(snap: &Snapshot, device: u32, sim: &Simulation) -> Option<Value> {
             ),
         }));
     }
-    serde_json::to_value(advise_with(snap, sim)).ok()
+    serde_json::to_value(advise_with(snap, sim, labelled)).ok()
 }

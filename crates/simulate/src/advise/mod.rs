@@ -154,7 +154,8 @@ pub fn advise(snap: &Snapshot, opts: &AdviseOptions) -> Result<Advising, Simulat
         );
     }
     let sim = simulate(snap, &sweep_options(&opts))?;
-    Ok(advise_with(snap, &sim))
+    let labelled = Labelled::new(snap, sim.device);
+    Ok(advise_with(snap, &sim, &labelled))
 }
 
 /// The simulation [`advise`] starts from: the recorded settings and the
@@ -169,20 +170,19 @@ pub fn sweep_options(opts: &AdviseOptions) -> SimulateOptions {
     }
 }
 
-/// [`advise`] from a simulation made with [`sweep_options`] (the report
-/// has one for its Simulate tab already).
-pub fn advise_with(snap: &Snapshot, sim: &Simulation) -> Advising {
+/// [`advise`] from a simulation made with [`sweep_options`] and the
+/// device's labelled blocks (the report has both already).
+pub fn advise_with(snap: &Snapshot, sim: &Simulation, labelled: &Labelled) -> Advising {
     let device = sim.device;
     let recorded = sim.runs[0].settings.clone();
-    let labelled = Labelled::new(snap, device);
     let mut not_offered = Vec::new();
     let mut candidates = settings_candidates(sim);
     candidates.extend(must_go_candidate(sim));
-    candidates.extend(leak_candidates(snap, device, &labelled, &recorded));
+    candidates.extend(leak_candidates(snap, device, labelled, &recorded));
     candidates.extend(category_candidates(
         snap,
         device,
-        &labelled,
+        labelled,
         &recorded,
         &mut not_offered,
     ));
