@@ -254,6 +254,60 @@ pub fn for_blocks(
     edits
 }
 
+/// The highest allocated bytes of a trace of `entries` events with
+/// `edits` applied, each block its own allocation: how a change is replayed
+/// on a trace recorded without a caching allocator (vramscope's CPU
+/// recorders), where the peak the program reaches is its peak allocated.
+/// With no edits it is the trace's own peak allocated.
+pub fn peak_allocated(l: &Lifetimes, entries: usize, edits: &Edits) -> u64 {
+    let mut early: HashMap<usize, usize> = HashMap::new();
+    for (&end, births) in &edits.free_after {
+        for &k in births {
+            early.insert(k, end);
+        }
+    }
+    // delta[i]: the change of allocated bytes at event i.
+    let mut delta = vec![0i64; entries + 1];
+    let mut at_start: i64 = 0;
+    for b in 0..l.len() {
+        let (birth, before) = (l.birth[b] as usize, l.birth[b] == BEFORE_WINDOW);
+        let (dropped, factor) = if before {
+            (
+                edits.drop_seed.contains(&l.addr[b]),
+                edits.scale_seed.get(&l.addr[b]),
+            )
+        } else {
+            (
+                edits.drop_alloc.contains(&birth),
+                edits.scale_alloc.get(&birth),
+            )
+        };
+        if dropped {
+            continue;
+        }
+        let size = factor.map_or(l.size[b], |f| ((l.size[b] as f64 * f) as u64).max(1)) as i64;
+        let end = match early.get(&birth).filter(|_| !before) {
+            Some(&e) => Some(e),
+            None => (l.death[b] != STILL_ALIVE).then_some(l.death[b] as usize),
+        };
+        if before {
+            at_start += size;
+        } else if let Some(d) = delta.get_mut(birth) {
+            *d += size;
+        }
+        if let Some(d) = end.and_then(|e| delta.get_mut(e)) {
+            *d -= size;
+        }
+    }
+    let mut now = at_start;
+    let mut peak = at_start;
+    for d in delta {
+        now += d;
+        peak = peak.max(now);
+    }
+    peak.max(0) as u64
+}
+
 /// The five sites with the most bytes allocated, for an error message.
 fn largest_sites(l: &Lifetimes, labels: &[String]) -> String {
     let mut bytes: HashMap<&str, u64> = HashMap::new();

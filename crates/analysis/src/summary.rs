@@ -456,6 +456,12 @@ fn summarize_walked(
 
 /// The device's name and whether a caching allocator served it, from what
 /// recorded the file.
+/// Whether `device`'s memory went through a caching allocator (CUDA, XPU),
+/// or each tensor was its own allocation (vramscope's CPU recorders).
+pub fn caching_allocator(snap: &Snapshot, device: u32) -> bool {
+    device_name(snap, device).1
+}
+
 fn device_name(snap: &Snapshot, device: u32) -> (String, bool) {
     let Some(rec) = snap.source.recorder.as_ref() else {
         return (format!("device {device}"), true);

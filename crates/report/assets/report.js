@@ -967,7 +967,9 @@
     const ans = el('div', 'explain'); ans.id = 'advise-answer'; ans.textContent = a.answer; p.appendChild(ans);
     const b = a.baseline, withCap = a.capacity !== null;
     p.appendChild(el('p', 'muted', (withCap ? 'Device memory for PyTorch: ' + fmtBytes(a.capacity) + '. ' : 'No device memory known: changes are ranked by peak only. ') +
-      'As recorded, replayed from an empty cache: ' + fmtBytes(b.peak_reserved) + ' reserved at the peak' + (withCap ? ', ' + adviseVerdict(b) : '') + '.'));
+      (a.caching_allocator === false
+        ? 'As recorded, counted without a caching allocator: ' + fmtBytes(b.peak_reserved) + ' allocated at the peak'
+        : 'As recorded, replayed from an empty cache: ' + fmtBytes(b.peak_reserved) + ' reserved at the peak') + (withCap ? ', ' + adviseVerdict(b) : '') + '.'));
     // One block a change (the panel is narrow): the change, its figures on
     // one line, how it was predicted, the code.
     const list = el('ol', 'advise-list'); list.id = 'advise-list';
@@ -975,7 +977,7 @@
       const li = el('li', 'advise-row'); li.dataset.cls = x.class;
       li.appendChild(el('div', 'advise-change', x.change));
       const fig = el('div', 'advise-figures');
-      fig.appendChild(el('span', 'advise-peak', (x.fits === false ? 'would reserve ' : 'peak reserved ') + fmtBytes(x.peak_reserved)));
+      fig.appendChild(el('span', 'advise-peak', (x.fits === false ? (a.caching_allocator === false ? 'would allocate ' : 'would reserve ') : (a.caching_allocator === false ? 'peak allocated ' : 'peak reserved ')) + fmtBytes(x.peak_reserved)));
       fig.appendChild(el('span', 'advise-saving', (x.saving >= 0 ? '−' : '+') + fmtBytes(Math.abs(x.saving))));
       if (withCap) fig.appendChild(el('span', 'advise-verdict ' + (x.fits === true ? 'fits' : x.fits === false ? 'nofit' : 'unknown'), adviseVerdict(x)));
       fig.appendChild(el('span', 'advise-method', x.method));

@@ -40,16 +40,23 @@ pub fn advise_text(a: &Advising, name: &str) -> String {
     }
     let _ = writeln!(o, "\n{}\n", a.answer);
     let b = &a.baseline;
+    // Without a caching allocator the peak is allocated memory: one figure.
+    let peak = |x: &Advice| match (x.fits == Some(false), a.caching_allocator) {
+        (true, true) => "would reserve, without a limit,",
+        (true, false) => "would allocate, without a limit,",
+        (false, true) => "peak reserved",
+        (false, false) => "peak allocated",
+    };
+    let allocated = if a.caching_allocator {
+        format!(", {} allocated", bytes(b.peak_allocated))
+    } else {
+        " (no caching allocator: reserved is allocated)".to_owned()
+    };
     let _ = writeln!(
         o,
-        "as recorded: {} {}, {} allocated{} ({})",
-        if b.fits == Some(false) {
-            "would reserve, without a limit,"
-        } else {
-            "peak reserved"
-        },
+        "as recorded: {} {}{allocated}{} ({})",
+        peak(b),
         bytes(b.peak_reserved),
-        bytes(b.peak_allocated),
         if a.capacity.is_some() {
             format!(", {}", verdict(b))
         } else {
@@ -62,11 +69,7 @@ pub fn advise_text(a: &Advising, name: &str) -> String {
         let _ = writeln!(
             o,
             "    {} {} ({} against as recorded){}; {}",
-            if x.fits == Some(false) {
-                "would reserve, without a limit,"
-            } else {
-                "peak reserved"
-            },
+            peak(x),
             bytes(x.peak_reserved),
             signed_bytes(-(x.saving as f64)),
             if a.capacity.is_some() {
@@ -79,10 +82,10 @@ pub fn advise_text(a: &Advising, name: &str) -> String {
         if x.acts_on_bytes > 0 {
             let _ = writeln!(
                 o,
-                "    acts on {} in {} block{}",
-                bytes(x.acts_on_bytes),
+                "    acts on {} block{} ({} allocated over the trace)",
                 x.acts_on_blocks,
-                if x.acts_on_blocks == 1 { "" } else { "s" }
+                if x.acts_on_blocks == 1 { "" } else { "s" },
+                bytes(x.acts_on_bytes)
             );
         }
         let _ = writeln!(o, "    how: {}", x.how);

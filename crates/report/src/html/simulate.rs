@@ -36,7 +36,17 @@ pub fn simulation_and_advice(
     labelled: &Labelled,
 ) -> (Option<Value>, Option<Value>) {
     if !applies(snap, device) {
-        return (None, None);
+        // Without a caching allocator there is nothing to simulate, but the
+        // program changes are still counted.
+        let counted = vramscope_simulate::advise::counted_applies(snap, device)
+            && snap.trace(device).map_or(0, |t| t.len()) < ADVISE_MAX_ENTRIES;
+        return match counted {
+            true => (
+                None,
+                serde_json::to_value(vramscope_simulate::advise::advise_counted(snap, device, None, labelled)).ok(),
+            ),
+            false => (None, None),
+        };
     }
     let opts = SimulateOptions {
         curve_points: CURVE_POINTS,

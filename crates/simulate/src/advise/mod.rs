@@ -14,6 +14,9 @@
 //! trace holds what it acts on; the ones not offered are listed with why.
 
 mod candidates;
+mod counted;
+
+pub use counted::{advise_counted, counted_applies};
 
 use serde::Serialize;
 use vramscope_analysis::categories::Labelled;
@@ -118,6 +121,11 @@ pub struct NotOffered {
 #[derive(Clone, Debug, Serialize)]
 pub struct Advising {
     pub device: u32,
+    /// Whether the trace went through a caching allocator (CUDA): each
+    /// change is then replayed by the allocator model. False for a
+    /// recording without one (the CPU): each peak is the allocated memory
+    /// counted with the change applied, and reserved is the same.
+    pub caching_allocator: bool,
     pub capacity: Option<u64>,
     /// The request the file's OOM failed on, if it has one.
     pub oom_request: Option<u64>,
@@ -153,6 +161,15 @@ pub fn advise(snap: &Snapshot, opts: &AdviseOptions) -> Result<Advising, Simulat
                 .capacity,
         );
     }
+    if let Err(e) = crate::simulate::modelled(snap) {
+        // Recorded without a caching allocator (the CPU): the peak is
+        // allocated memory, counted with each change applied.
+        let device = snap.device_or_first(opts.device);
+        return match counted_applies(snap, device) {
+            true => Ok(advise_counted(snap, device, opts.capacity, &Labelled::new(snap, device))),
+            false => Err(e),
+        };
+    }
     let sim = simulate(snap, &sweep_options(&opts))?;
     let labelled = Labelled::new(snap, sim.device);
     Ok(advise_with(snap, &sim, &labelled))
@@ -186,16 +203,7 @@ pub fn advise_with(snap: &Snapshot, sim: &Simulation, labelled: &Labelled) -> Ad
         &recorded,
         &mut not_offered,
     ));
-    not_offered.push(NotOffered {
-        change: "activation checkpointing".into(),
-        why: "not yet predicted: it needs the module each activation belongs to and when backward remakes it"
-            .into(),
-    });
-    not_offered.push(NotOffered {
-        change: "bf16 / fp16 mixed precision".into(),
-        why: "a snapshot records sizes, not dtypes: whether the activations are already 16-bit cannot be told"
-            .into(),
-    });
+    not_yet_predicted(&mut not_offered);
     let baseline_candidate = Candidate {
         class: ChangeClass::Settings,
         change: "the program as recorded".into(),
@@ -204,7 +212,7 @@ pub fn advise_with(snap: &Snapshot, sim: &Simulation, labelled: &Labelled) -> Ad
         edits: None,
         how: "the recorded trace replayed under the recorded settings".into(),
     };
-    let mut evaluated = std::thread::scope(|scope| {
+    let evaluated = std::thread::scope(|scope| {
         let handles: Vec<_> = candidates
             .iter()
             .map(|c| scope.spawn(|| evaluate(snap, sim, c)))
@@ -213,31 +221,7 @@ pub fn advise_with(snap: &Snapshot, sim: &Simulation, labelled: &Labelled) -> Ad
         let rest: Vec<(Advice, u64)> = handles.into_iter().filter_map(|h| h.join().ok()).collect();
         (baseline, rest)
     });
-    let (mut baseline, base_peak) = evaluated.0;
-    baseline.saving = 0;
-    let evaluated = std::mem::take(&mut evaluated.1).into_iter();
-    let mut advice: Vec<Advice> = evaluated
-        .map(|(mut a, peak)| {
-            a.saving = base_peak as i64 - peak as i64;
-            a
-        })
-        // A change that saves nothing and changes no verdict is noise; but a
-        // leak is kept whatever the recording shows it saving: it grows with
-        // every iteration past the end of the recording.
-        .filter(|a| {
-            a.saving > 0
-                || a.class == ChangeClass::FixLeak
-                || (a.fits == Some(true) && baseline.fits != Some(true))
-        })
-        .collect();
-    advice.sort_by_key(|a| {
-        let rank = match a.fits {
-            Some(true) => 0,
-            None => 1,
-            Some(false) => 2,
-        };
-        (rank, a.peak_reserved)
-    });
+    let (baseline, advice) = rank(evaluated.0, evaluated.1);
     let oom_site = sim.recorded_oom.as_ref().and_then(|o| {
         let t = snap.trace(device)?;
         let f = vramscope_analysis::sites::site_frame(snap, *t.stack.get(o.entry)?)?;
@@ -262,10 +246,11 @@ pub fn advise_with(snap: &Snapshot, sim: &Simulation, labelled: &Labelled) -> Ad
                 bytes(request - c)
             )
         }
-        None => answer(&baseline, &advice, sim.capacity),
+        None => answer(&baseline, &advice, sim.capacity, "peak reserved"),
     };
     Advising {
         device,
+        caching_allocator: true,
         capacity: sim.capacity,
         oom_request: sim.recorded_oom.as_ref().map(|o| o.request),
         oom_site,
@@ -274,6 +259,52 @@ pub fn advise_with(snap: &Snapshot, sim: &Simulation, labelled: &Labelled) -> Ad
         not_offered,
         answer,
     }
+}
+
+/// The changes no trace can predict yet, and why.
+fn not_yet_predicted(not_offered: &mut Vec<NotOffered>) {
+    not_offered.push(NotOffered {
+        change: "activation checkpointing".into(),
+        why: "not yet predicted: it needs the module each activation belongs to and when backward remakes it"
+            .into(),
+    });
+    not_offered.push(NotOffered {
+        change: "bf16 / fp16 mixed precision".into(),
+        why: "a snapshot records sizes, not dtypes: whether the activations are already 16-bit cannot be told"
+            .into(),
+    });
+}
+
+/// Each answer's saving against the baseline; those that matter, best
+/// first: those that fit, then those that cannot be told, then the
+/// others, each by predicted peak.
+fn rank(baseline: (Advice, u64), evaluated: Vec<(Advice, u64)>) -> (Advice, Vec<Advice>) {
+    let (mut baseline, base_peak) = baseline;
+    baseline.saving = 0;
+    let mut advice: Vec<Advice> = evaluated
+        .into_iter()
+        .map(|(mut a, peak)| {
+            a.saving = base_peak as i64 - peak as i64;
+            a
+        })
+        // A change that saves nothing and changes no verdict is noise; but a
+        // leak is kept whatever the recording shows it saving: it grows with
+        // every iteration past the end of the recording.
+        .filter(|a| {
+            a.saving > 0
+                || a.class == ChangeClass::FixLeak
+                || (a.fits == Some(true) && baseline.fits != Some(true))
+        })
+        .collect();
+    advice.sort_by_key(|a| {
+        let rank = match a.fits {
+            Some(true) => 0,
+            None => 1,
+            Some(false) => 2,
+        };
+        (rank, a.peak_reserved)
+    });
+    (baseline, advice)
 }
 
 /// Replay one candidate; its answer and the peak its saving is measured on.
@@ -354,7 +385,7 @@ fn evaluate(snap: &Snapshot, sim: &Simulation, c: &Candidate) -> (Advice, u64) {
 }
 
 /// The one sentence at the top.
-fn answer(baseline: &Advice, advice: &[Advice], capacity: Option<u64>) -> String {
+fn answer(baseline: &Advice, advice: &[Advice], capacity: Option<u64>, peak: &str) -> String {
     use vramscope_analysis::units::bytes;
     let Some(best) = advice.first() else {
         return "No change tried lowers the peak of this run.".into();
@@ -362,7 +393,7 @@ fn answer(baseline: &Advice, advice: &[Advice], capacity: Option<u64>) -> String
     let fitting = advice.iter().filter(|a| a.fits == Some(true)).count();
     match (capacity, baseline.fits) {
         (Some(c), Some(true)) => format!(
-            "It fits in {} as recorded; the change that lowers the peak most is {}: {} peak reserved ({} less, {}).",
+            "It fits in {} as recorded; the change that lowers the peak most is {}: {} {peak} ({} less, {}).",
             bytes(c),
             best.change,
             bytes(best.peak_reserved),
@@ -370,7 +401,7 @@ fn answer(baseline: &Advice, advice: &[Advice], capacity: Option<u64>) -> String
             best.method.as_str()
         ),
         (Some(c), _) if fitting > 0 => format!(
-            "{fitting} of {} changes make it fit in {}; the best is {}: {} peak reserved ({}).",
+            "{fitting} of {} changes make it fit in {}; the best is {}: {} {peak} ({}).",
             advice.len(),
             bytes(c),
             best.change,
@@ -388,7 +419,7 @@ fn answer(baseline: &Advice, advice: &[Advice], capacity: Option<u64>) -> String
             best.method.as_str()
         ),
         (Some(c), _) => format!(
-            "None of the {} changes tried fits in {}; the lowest need is with {}: {} reserved without a limit ({}).",
+            "None of the {} changes tried fits in {}; the lowest need is with {}: {} {peak} without a limit ({}).",
             advice.len(),
             bytes(c),
             best.change,
@@ -396,7 +427,7 @@ fn answer(baseline: &Advice, advice: &[Advice], capacity: Option<u64>) -> String
             best.method.as_str()
         ),
         (None, _) => format!(
-            "The change that lowers the peak most is {}: {} peak reserved ({} less, {}); give --capacity to know \
+            "The change that lowers the peak most is {}: {} {peak} ({} less, {}); give --capacity to know \
              what fits.",
             best.change,
             bytes(best.peak_reserved),

@@ -1,0 +1,100 @@
+//! Advice for a trace recorded without a caching allocator (vramscope's CPU
+//! recorders): each tensor is its own allocation, so the memory a run
+//! needs is its peak allocated, and a change is replayed by counting the
+//! allocated bytes event by event with the change applied
+//! ([`vramscope_analysis::edits::peak_allocated`]). Allocator settings and
+//! what pins segments mean nothing there; the program changes are the
+//! same as on CUDA.
+
+use vramscope_analysis::categories::Labelled;
+use vramscope_analysis::edits::peak_allocated;
+use vramscope_snapshot::Snapshot;
+
+use super::candidates::{category_candidates, leak_candidates};
+use super::{answer, not_yet_predicted, rank, Advice, Advising, Candidate, ChangeClass, Method};
+use super::NotOffered;
+use crate::settings::Settings;
+
+/// Whether `device`'s trace is one [`advise_counted`] answers for: a
+/// memory snapshot recorded without a caching allocator.
+pub fn counted_applies(snap: &Snapshot, device: u32) -> bool {
+    snap.source.format == vramscope_snapshot::SourceFormat::Snapshot
+        && !vramscope_analysis::summary::caching_allocator(snap, device)
+        && snap.trace(device).is_some_and(|t| !t.is_empty())
+}
+
+/// Rank the changes for `device` of a trace without a caching allocator,
+/// from its labelled blocks ([`Labelled::new`]).
+pub fn advise_counted(
+    snap: &Snapshot,
+    device: u32,
+    capacity: Option<u64>,
+    labelled: &Labelled,
+) -> Advising {
+    let recorded = Settings::default();
+    let mut not_offered = vec![NotOffered {
+        change: "allocator settings (PYTORCH_CUDA_ALLOC_CONF)".into(),
+        why: "recorded without a caching allocator: each tensor was its own allocation, nothing was cached to tune"
+            .into(),
+    }];
+    let mut candidates = leak_candidates(snap, device, labelled, &recorded);
+    candidates.extend(category_candidates(
+        snap,
+        device,
+        labelled,
+        &recorded,
+        &mut not_offered,
+    ));
+    not_yet_predicted(&mut not_offered);
+    let entries = snap.trace(device).map_or(0, |t| t.len());
+    let l = &labelled.lifetimes;
+    let evaluate = |c: &Candidate| -> (Advice, u64) {
+        let no_edits = Default::default();
+        let edits = c.edits.as_ref().unwrap_or(&no_edits);
+        let peak = peak_allocated(l, entries, edits);
+        let (acts_on_blocks, acts_on_bytes) = edits
+            .matched
+            .iter()
+            .fold((0, 0), |(n, b), m| (n + m.blocks, b + m.bytes));
+        let advice = Advice {
+            class: c.class,
+            change: c.change.clone(),
+            code: c.code.clone(),
+            acts_on_bytes,
+            acts_on_blocks,
+            peak_reserved: peak,
+            peak_allocated: peak,
+            saving: 0,
+            fits: capacity.map(|cap| peak <= cap),
+            method: Method::Replayed,
+            how: format!(
+                "{}; allocated bytes counted event by event, each tensor its own allocation as recorded (no caching \
+                 allocator)",
+                c.how.replacen("replayed", "the recorded trace", 1)
+            ),
+        };
+        (advice, peak)
+    };
+    let baseline = evaluate(&Candidate {
+        class: ChangeClass::Settings,
+        change: "the program as recorded".into(),
+        code: String::new(),
+        settings: recorded.clone(),
+        edits: None,
+        how: "the recorded trace".into(),
+    });
+    let evaluated = candidates.iter().map(evaluate).collect();
+    let (baseline, advice) = rank(baseline, evaluated);
+    let answer = answer(&baseline, &advice, capacity, "peak allocated");
+    Advising {
+        device,
+        caching_allocator: false,
+        capacity,
+        oom_request: None,
+        oom_site: None,
+        baseline,
+        advice,
+        not_offered,
+        answer,
+    }
+}
