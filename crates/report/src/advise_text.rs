@@ -93,6 +93,20 @@ pub fn advise_text(a: &Advising, name: &str) -> String {
             let _ = writeln!(o, "    | {line}");
         }
     }
+    if !a.no_gain.is_empty() {
+        let _ = writeln!(o, "\ntried, lowers no peak here:");
+        for x in &a.no_gain {
+            let _ = writeln!(
+                o,
+                "  {}: {} {} ({} against as recorded; {})",
+                x.change,
+                peak(x),
+                bytes(x.peak_reserved),
+                signed_bytes(-(x.saving as f64)),
+                x.method.as_str()
+            );
+        }
+    }
     if !a.not_offered.is_empty() {
         let _ = writeln!(o, "\nnot offered:");
         for n in &a.not_offered {

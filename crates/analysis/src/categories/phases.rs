@@ -132,11 +132,32 @@ impl Phases {
         let is_free = |a: Action| matches!(a, Action::FreeRequested | Action::FreeCompleted);
         let free_time_stacks = t.category.is_none()
             && (0..n).any(|i| is_free(t.action[i]) && !is_empty(snap, t.stack[i]));
+        // A free whose stack is its block's allocation stack says where the
+        // block was made, not where it was freed (vramscope's CPU recorder
+        // writes frees that way): no evidence of the phase at the free.
+        let mut alloc_stack: vramscope_snapshot::hash::FxHashMap<u64, vramscope_snapshot::StackId> =
+            Default::default();
         for i in 0..n {
             // Where a free happened is evidence too (`zero_grad` freeing the
             // gradients, an optimizer replacing its state, backward freeing
             // what forward saved), when recorded.
-            let counts = t.action[i] == Action::Alloc || (free_time_stacks && is_free(t.action[i]));
+            let counts = match t.action[i] {
+                Action::Alloc => {
+                    if free_time_stacks {
+                        alloc_stack.insert(t.addr[i], t.stack[i]);
+                    }
+                    true
+                }
+                a if free_time_stacks && is_free(a) => {
+                    let made = if a == Action::FreeCompleted {
+                        alloc_stack.remove(&t.addr[i])
+                    } else {
+                        alloc_stack.get(&t.addr[i]).copied()
+                    };
+                    made != Some(t.stack[i])
+                }
+                _ => false,
+            };
             if !counts {
                 continue;
             }

@@ -6,11 +6,10 @@
 
 use vramscope_analysis::categories::{Category, Labelled, Rule};
 use vramscope_analysis::edits::{for_blocks, resolve, Change, ChangeKind, Edits};
-use vramscope_analysis::iterations::find_iterations;
 use vramscope_analysis::leaks::{find_leaks_with, LeakOptions, Severity};
 use vramscope_snapshot::Snapshot;
 
-use super::{Candidate, ChangeClass, NotOffered};
+use super::{Candidate, ChangeClass, Method, NotOffered};
 use crate::settings::Settings;
 use crate::simulate::Simulation;
 
@@ -37,6 +36,7 @@ pub(super) fn settings_candidates(sim: &Simulation) -> Vec<Candidate> {
             change: format!("allocator settings {}", r.label),
             code: format!("PYTORCH_CUDA_ALLOC_CONF={} python train.py", r.label),
             settings: r.settings.clone(),
+            method: Method::Replayed,
             edits: None,
             how: format!("the recorded trace replayed under {}", r.label),
         })
@@ -86,6 +86,7 @@ pub(super) fn must_go_candidate(sim: &Simulation) -> Option<Candidate> {
         change: format!("free what pins the segments before the failing request: {}", sites.join(", ")),
         code: code.join("\n"),
         settings: recorded,
+        method: Method::Replayed,
         edits: Some(edits),
         how: format!(
             "replayed with these {} block{} gone at the failing request: the least of the biggest holders' memory \
@@ -119,7 +120,10 @@ pub(super) fn leak_candidates(
                 .sites
                 .iter()
                 .map(|s| Change {
-                    site: s.site.clone(),
+                    // A leak's site may name the callee its blocks came
+                    // through (`train.py:92 in main → module.py:1787 in
+                    // _wrapped_call_impl`); the blocks are the line's.
+                    site: s.site.split(" → ").next().unwrap_or(&s.site).to_owned(),
                     kind: ChangeKind::FreeEarly,
                 })
                 .collect();
@@ -129,6 +133,7 @@ pub(super) fn leak_candidates(
                 change: f.title.clone(),
                 code: f.fix.clone(),
                 settings: recorded.clone(),
+                method: Method::Replayed,
                 edits: Some(edits),
                 how: format!(
                     "replayed with the blocks of {} freed at the end of the phase that made them{}",
@@ -152,8 +157,7 @@ pub(super) fn leak_candidates(
         .collect()
 }
 
-/// Changes to memory of a kind: the batch, the optimizer state, the
-/// optimizer step's temporaries.
+/// Changes to memory of a kind: the batch, the optimizer state.
 pub(super) fn category_candidates(
     snap: &Snapshot,
     device: u32,
@@ -182,7 +186,7 @@ pub(super) fn category_candidates(
                     | Category::Temporary
                     | Category::AutogradDetail
             )
-        )
+        ) && cats.rule.get(b) != Some(&Rule::OptimizerFreed)
     });
     let activations = batch
         .iter()
@@ -201,6 +205,7 @@ pub(super) fn category_candidates(
                    optimizer.step()\noptimizer.zero_grad(set_to_none=True)"
                 .into(),
             settings: recorded.clone(),
+            method: Method::Replayed,
             edits: Some(with(&batch, ChangeKind::Scale(0.5), "activations, inputs, temporaries, autograd detail")),
             how: format!(
                 "replayed with each of the {} activation, input, temporary and autograd-detail blocks ({}) at half \
@@ -225,6 +230,7 @@ pub(super) fn category_candidates(
             change: "8-bit optimizer state (bitsandbytes)".into(),
             code: "import bitsandbytes as bnb\noptimizer = bnb.optim.AdamW8bit(model.parameters(), lr=lr)".into(),
             settings: recorded.clone(),
+            method: Method::Replayed,
             edits: Some(with(&state, ChangeKind::Scale(0.25), "optimizer state")),
             how: format!(
                 "replayed with the optimizer state ({total}) at a quarter of its size: 8-bit moments instead of \
@@ -238,6 +244,7 @@ pub(super) fn category_candidates(
                    optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, lr=lr)"
                 .into(),
             settings: recorded.clone(),
+            method: Method::Replayed,
             edits: Some(with(&state, ChangeKind::Scale(0.5), "optimizer state")),
             how: format!(
                 "replayed with the optimizer state ({total}) at half its size on each rank (each of 2 ranks keeps \
@@ -246,43 +253,5 @@ pub(super) fn category_candidates(
         });
     }
 
-    // The optimizer step's temporaries: with `foreach` (PyTorch's default
-    // on CUDA) one per parameter at once; without, one parameter's at a
-    // time. Kept: the largest of each iteration's step.
-    let step_temps = blocks_of(&|b| cats.rule.get(b) == Some(&Rule::OptimizerFreed));
-    let its = find_iterations(snap, device);
-    let mut largest: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
-    for &b in &step_temps {
-        let k = its.of_event(l.birth[b] as usize);
-        let e = largest.entry(k).or_insert(b);
-        if l.size[b] > l.size[*e] {
-            *e = b;
-        }
-    }
-    let dropped: Vec<usize> = step_temps
-        .iter()
-        .copied()
-        .filter(|b| !largest.values().any(|k| k == b))
-        .collect();
-    if dropped.is_empty() {
-        not_offered.push(NotOffered {
-            change: "foreach=False in the optimizer".into(),
-            why: "no optimizer step in this trace allocates more than one temporary".into(),
-        });
-    } else {
-        out.push(Candidate {
-            class: ChangeClass::ForeachOff,
-            change: "the optimizer without foreach (one parameter at a time)".into(),
-            code: "optimizer = torch.optim.AdamW(model.parameters(), lr=lr, foreach=False)".into(),
-            settings: recorded.clone(),
-            edits: Some(with(&dropped, ChangeKind::Drop, "optimizer step temporaries")),
-            how: format!(
-                "replayed with the optimizer step's temporaries gone but the largest of each step ({} blocks, {}): \
-                 one parameter's at a time; slower steps",
-                dropped.len(),
-                vramscope_analysis::units::bytes(bytes_of(&dropped))
-            ),
-        });
-    }
     out
 }

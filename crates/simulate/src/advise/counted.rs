@@ -45,6 +45,13 @@ pub fn advise_counted(
         &recorded,
         &mut not_offered,
     ));
+    candidates.extend(super::foreach::foreach_candidate(
+        snap,
+        device,
+        labelled,
+        &recorded,
+        &mut not_offered,
+    ));
     not_yet_predicted(&mut not_offered);
     let entries = snap.trace(device).map_or(0, |t| t.len());
     let l = &labelled.lifetimes;
@@ -66,7 +73,7 @@ pub fn advise_counted(
             peak_allocated: peak,
             saving: 0,
             fits: capacity.map(|cap| peak <= cap),
-            method: Method::Replayed,
+            method: c.method,
             how: format!(
                 "{}; allocated bytes counted event by event, each tensor its own allocation as recorded (no caching \
                  allocator)",
@@ -81,10 +88,11 @@ pub fn advise_counted(
         code: String::new(),
         settings: recorded.clone(),
         edits: None,
+        method: Method::Replayed,
         how: "the recorded trace".into(),
     });
     let evaluated = candidates.iter().map(evaluate).collect();
-    let (baseline, advice) = rank(baseline, evaluated);
+    let (baseline, advice, no_gain) = rank(baseline, evaluated);
     let answer = answer(&baseline, &advice, capacity, "peak allocated");
     Advising {
         device,
@@ -94,6 +102,7 @@ pub fn advise_counted(
         oom_site: None,
         baseline,
         advice,
+        no_gain,
         not_offered,
         answer,
     }

@@ -15,6 +15,7 @@
 
 mod candidates;
 mod counted;
+mod foreach;
 
 pub use counted::{advise_counted, counted_applies};
 
@@ -54,6 +55,10 @@ pub enum Method {
     /// Replayed, then carried on through the rest of the iteration the
     /// out-of-memory error interrupted, projected from an earlier one.
     Projected,
+    /// Replayed with what the change allocates given by a documented
+    /// formula, where the recorded trace cannot show it (the one-at-a-time
+    /// optimizer step's temporaries).
+    Rule,
 }
 
 impl Method {
@@ -61,6 +66,7 @@ impl Method {
         match self {
             Method::Replayed => "replayed",
             Method::Projected => "projected",
+            Method::Rule => "rule",
         }
     }
 }
@@ -136,6 +142,9 @@ pub struct Advising {
     /// Best first: those that fit, then those that cannot be told, then the
     /// others, each by predicted peak reserved.
     pub advice: Vec<Advice>,
+    /// Changes tried that lower no peak here (the peak is elsewhere, or
+    /// the change costs more than it saves), by predicted peak.
+    pub no_gain: Vec<Advice>,
     pub not_offered: Vec<NotOffered>,
     /// One sentence: which change makes it fit, or lowers the peak most.
     pub answer: String,
@@ -148,6 +157,7 @@ pub(crate) struct Candidate {
     pub(super) code: String,
     pub(super) settings: Settings,
     pub(super) edits: Option<Edits>,
+    pub(super) method: Method,
     pub(super) how: String,
 }
 
@@ -203,6 +213,13 @@ pub fn advise_with(snap: &Snapshot, sim: &Simulation, labelled: &Labelled) -> Ad
         &recorded,
         &mut not_offered,
     ));
+    candidates.extend(foreach::foreach_candidate(
+        snap,
+        device,
+        labelled,
+        &recorded,
+        &mut not_offered,
+    ));
     not_yet_predicted(&mut not_offered);
     let baseline_candidate = Candidate {
         class: ChangeClass::Settings,
@@ -210,6 +227,7 @@ pub fn advise_with(snap: &Snapshot, sim: &Simulation, labelled: &Labelled) -> Ad
         code: String::new(),
         settings: recorded.clone(),
         edits: None,
+        method: Method::Replayed,
         how: "the recorded trace replayed under the recorded settings".into(),
     };
     let evaluated = std::thread::scope(|scope| {
@@ -221,7 +239,7 @@ pub fn advise_with(snap: &Snapshot, sim: &Simulation, labelled: &Labelled) -> Ad
         let rest: Vec<(Advice, u64)> = handles.into_iter().filter_map(|h| h.join().ok()).collect();
         (baseline, rest)
     });
-    let (baseline, advice) = rank(evaluated.0, evaluated.1);
+    let (baseline, advice, no_gain) = rank(evaluated.0, evaluated.1);
     let oom_site = sim.recorded_oom.as_ref().and_then(|o| {
         let t = snap.trace(device)?;
         let f = vramscope_analysis::sites::site_frame(snap, *t.stack.get(o.entry)?)?;
@@ -256,6 +274,7 @@ pub fn advise_with(snap: &Snapshot, sim: &Simulation, labelled: &Labelled) -> Ad
         oom_site,
         baseline,
         advice,
+        no_gain,
         not_offered,
         answer,
     }
@@ -278,24 +297,23 @@ fn not_yet_predicted(not_offered: &mut Vec<NotOffered>) {
 /// Each answer's saving against the baseline; those that matter, best
 /// first: those that fit, then those that cannot be told, then the
 /// others, each by predicted peak.
-fn rank(baseline: (Advice, u64), evaluated: Vec<(Advice, u64)>) -> (Advice, Vec<Advice>) {
+fn rank(baseline: (Advice, u64), evaluated: Vec<(Advice, u64)>) -> (Advice, Vec<Advice>, Vec<Advice>) {
     let (mut baseline, base_peak) = baseline;
     baseline.saving = 0;
-    let mut advice: Vec<Advice> = evaluated
+    // A change that saves nothing and changes no verdict is not advice;
+    // but a leak is kept whatever the recording shows it saving: it grows
+    // with every iteration past the end of the recording.
+    let (mut advice, mut no_gain): (Vec<Advice>, Vec<Advice>) = evaluated
         .into_iter()
         .map(|(mut a, peak)| {
             a.saving = base_peak as i64 - peak as i64;
             a
         })
-        // A change that saves nothing and changes no verdict is noise; but a
-        // leak is kept whatever the recording shows it saving: it grows with
-        // every iteration past the end of the recording.
-        .filter(|a| {
+        .partition(|a| {
             a.saving > 0
                 || a.class == ChangeClass::FixLeak
                 || (a.fits == Some(true) && baseline.fits != Some(true))
-        })
-        .collect();
+        });
     advice.sort_by_key(|a| {
         let rank = match a.fits {
             Some(true) => 0,
@@ -304,7 +322,8 @@ fn rank(baseline: (Advice, u64), evaluated: Vec<(Advice, u64)>) -> (Advice, Vec<
         };
         (rank, a.peak_reserved)
     });
-    (baseline, advice)
+    no_gain.sort_by_key(|a| a.peak_reserved);
+    (baseline, advice, no_gain)
 }
 
 /// Replay one candidate; its answer and the peak its saving is measured on.
@@ -378,7 +397,8 @@ fn evaluate(snap: &Snapshot, sim: &Simulation, c: &Candidate) -> (Advice, u64) {
         peak_allocated,
         saving: 0,
         fits,
-        method,
+        // A rule's answer stays a rule's, projected or not.
+        method: if c.method == Method::Rule { Method::Rule } else { method },
         how,
     };
     (advice, peak_reserved)

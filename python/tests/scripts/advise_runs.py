@@ -1,0 +1,109 @@
+"""Each change `vramscope advise` proposes, applied for real.
+
+``python advise_runs.py MODEL VARIANT OUT`` trains MODEL (``cnn``: a small
+convolutional classifier; ``transformer``: a small causal language model;
+``mlp``: wide layers and a small batch, whose peak is the optimizer step)
+for a few steps on the CPU under ``vramscope.record(backend="allocator")``
+and writes the snapshot to OUT. VARIANT ``baseline`` is the program as a
+user would first write it; each other variant is that program with one
+change made the way the advice's code says:
+
+* ``half_batch``: half the micro-batch, gradients accumulated over 2;
+* ``foreach_off``: ``AdamW(..., foreach=False)``;
+* ``leak`` / ``leak_fixed``: an evaluation pass every step that keeps its
+  outputs with their graphs, and the same pass under ``torch.no_grad()``.
+
+``advise_check.py`` records the baseline, asks the advice what each change
+would give, runs the variants and compares.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+import torch.nn as nn
+
+import vramscope
+
+STEPS = 4
+
+
+def cnn(batch: int):
+    model = nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(64, 64, 3, padding=1), nn.ReLU(),
+        nn.Flatten(), nn.Linear(64 * 16 * 16, 10),
+    )
+    x = torch.randn(batch, 3, 32, 32)
+    y = torch.randint(0, 10, (batch,))
+    return model, x, y, nn.functional.cross_entropy
+
+
+class TinyLM(nn.Module):
+    def __init__(self, vocab=2000, d=128, heads=4, layers=2, seq=64):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.pos = nn.Parameter(torch.zeros(seq, d))
+        layer = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, batch_first=True)
+        self.blocks = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(d, vocab)
+        self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(seq))
+
+    def forward(self, tokens):
+        h = self.emb(tokens) + self.pos[: tokens.shape[1]]
+        h = self.blocks(h, mask=self.mask[: tokens.shape[1], : tokens.shape[1]], is_causal=True)
+        return self.head(h)
+
+
+def transformer(batch: int):
+    model = TinyLM()
+    tokens = torch.randint(0, 2000, (batch, 65))
+
+    def loss_fn(logits, targets):
+        return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+    return model, tokens[:, :-1], tokens[:, 1:], loss_fn
+
+
+def mlp(batch: int):
+    """Wide layers, a small batch: the optimizer step is the peak."""
+    model = nn.Sequential(nn.Linear(1024, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 10))
+    x = torch.randn(batch, 1024)
+    y = torch.randint(0, 10, (batch,))
+    return model, x, y, nn.functional.cross_entropy
+
+
+MODELS = {"cnn": (cnn, 32), "transformer": (transformer, 16), "mlp": (mlp, 8)}
+VARIANTS = ("baseline", "half_batch", "foreach_off", "leak", "leak_fixed")
+
+
+def main(model_name: str, variant: str, out: str) -> None:
+    torch.manual_seed(0)
+    make, batch = MODELS[model_name]
+    model, x, y, loss_fn = make(batch)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=variant != "foreach_off")
+    kept = []
+    with vramscope.record(out, backend="allocator"):
+        for _ in range(STEPS):
+            if variant == "half_batch":
+                for xc, yc in zip(x.chunk(2), y.chunk(2)):
+                    loss = loss_fn(model(xc), yc) / 2
+                    loss.backward()
+            else:
+                out_ = model(x)
+                loss = loss_fn(out_, y)
+                loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            if variant == "leak":
+                kept.append(model(x[:4]))  # evaluation outputs kept with their graph
+            elif variant == "leak_fixed":
+                with torch.no_grad():
+                    kept.append(model(x[:4]))
+            vramscope.step()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])
