@@ -193,6 +193,10 @@ def build(files_of, calls, workspace):
             node_file.setdefault(n, os.path.relpath(os.path.realpath(p), os.path.dirname(ws.rstrip("/"))))
 
     memo = {}
+    inlined_sites = set()
+
+    def files_of_caller(sym):
+        return file_of(sym)
 
     def through(sym):
         """Workspace nodes reached from a non-workspace symbol through
@@ -217,15 +221,17 @@ def build(files_of, calls, workspace):
         caller = node_of.get(sym)
         if caller is None:
             continue
-        for callee, pos, _ in lst:
+        for callee, pos, site in lst:
             targets = [node_of[callee]] if callee in node_of else through(callee)
+            if targets and site != files_of_caller(sym):
+                inlined_sites.add((caller, pos))
             for t in targets:
                 if t == caller:
                     continue
                 old = children[caller].get(t)
                 if old is None or pos < old:
                     children[caller][t] = pos
-    return node_file, children
+    return node_file, children, inlined_sites
 
 
 def walk(root, node_file, children):
@@ -271,7 +277,7 @@ def main():
     a = ap.parse_args()
 
     files_of, calls = parse(a.profile)
-    node_file, children = build(files_of, calls, a.workspace)
+    node_file, children, inlined_sites = build(files_of, calls, a.workspace)
     cands = sorted(n for n in node_file if a.root in n)
     if not cands:
         sys.exit(f"no workspace function matches {a.root!r}")
@@ -293,6 +299,33 @@ def main():
     print(f"returns: {returns}")
     print(f"distinct files: {len(files)}")
     print(f"crates ({len(crates)}): " + " -> ".join(crates))
+    # The same walk at the crates' level: a step into another crate, a
+    # return when that crate was visited before, and the functions each
+    # crate runs (what the report crate itself computes).
+    cstops = creturns = 0
+    seen = [crate_of(node_file[root])]
+    parent_crate = {}
+    for depth, line, n, f, mark in tree:
+        parent_crate[depth] = crate_of(f)
+        caller = parent_crate.get(depth - 1, crate_of(node_file[root]))
+        if crate_of(f) != caller:
+            cstops += 1
+            if crate_of(f) in seen:
+                creturns += 1
+            else:
+                seen.append(crate_of(f))
+    per_crate = defaultdict(int)
+    for n in visited:
+        per_crate[crate_of(node_file[n])] += 1
+    print(f"crate stops: {cstops}, of them returns: {creturns}")
+    print("functions per crate: " + ", ".join(f"{c} {k}" for c, k in sorted(per_crate.items(), key=lambda x: -x[1])))
+    odd = sorted((c, l) for c, l in inlined_sites if c in visited)
+    if odd:
+        print(f"note: {len(odd)} call site(s) lie in code inlined from another "
+              "file (#[inline(always)]); their line orders children only roughly")
+        if a.tree:
+            for c, l in odd:
+                print(f"  {c} (line {l})")
     print("files in order of first visit:")
     for i, f in enumerate(files, 1):
         print(f"  {i:3d}. {f}")

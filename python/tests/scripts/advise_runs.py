@@ -11,7 +11,8 @@ change made the way the advice's code says:
 * ``half_batch``: half the micro-batch, gradients accumulated over 2;
 * ``foreach_off``: ``AdamW(..., foreach=False)``;
 * ``leak`` / ``leak_fixed``: an evaluation pass every step that keeps its
-  outputs with their graphs, and the same pass under ``torch.no_grad()``.
+  outputs with their graphs, and the same pass under ``torch.no_grad()``
+  keeping a number (``.item()``), as the leak's fix says.
 
 ``advise_check.py`` records the baseline, asks the advice what each change
 would give, runs the variants and compares.
@@ -100,8 +101,8 @@ def main(model_name: str, variant: str, out: str) -> None:
             if variant == "leak":
                 kept.append(model(x[:4]))  # evaluation outputs kept with their graph
             elif variant == "leak_fixed":
-                with torch.no_grad():
-                    kept.append(model(x[:4]))
+                with torch.no_grad():  # the fix: no graph, and a number kept, not the outputs
+                    kept.append(model(x[:4]).float().mean().item())
             vramscope.step()
 
 

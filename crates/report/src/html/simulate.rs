@@ -43,7 +43,10 @@ pub fn simulation_and_advice(
         return match counted {
             true => (
                 None,
-                serde_json::to_value(vramscope_simulate::advise::advise_counted(snap, device, None, labelled)).ok(),
+                serde_json::to_value(vramscope_simulate::advise::advise_counted(
+                    snap, device, None, labelled,
+                ))
+                .ok(),
             ),
             false => (None, None),
         };

@@ -5,8 +5,7 @@
 //! built; the kinds that are never built here say why in `not_offered`.
 
 use vramscope_analysis::categories::{Category, Labelled, Rule};
-use vramscope_analysis::edits::{for_blocks, resolve, Change, ChangeKind, Edits};
-use vramscope_analysis::leaks::{find_leaks_with, LeakOptions, Severity};
+use vramscope_analysis::edits::{for_blocks, Change, ChangeKind, Edits};
 use vramscope_snapshot::Snapshot;
 
 use super::{Candidate, ChangeClass, Method, NotOffered};
@@ -96,65 +95,6 @@ pub(super) fn must_go_candidate(sim: &Simulation) -> Option<Candidate> {
             if m.least { " (with one block fewer, it still fails)" } else { "" }
         ),
     })
-}
-
-/// Each leak or held memory `vramscope leaks` finds, freed at the end of
-/// the phase it was made in (what its fix does).
-pub(super) fn leak_candidates(
-    snap: &Snapshot,
-    device: u32,
-    labelled: &Labelled,
-    recorded: &Settings,
-) -> Vec<Candidate> {
-    let opts = LeakOptions {
-        read_sources: false,
-        ..LeakOptions::default()
-    };
-    let report = find_leaks_with(snap, device, &opts, labelled);
-    report
-        .findings
-        .iter()
-        .filter(|f| f.severity != Severity::Benign && !f.sites.is_empty())
-        .filter_map(|f| {
-            let changes: Vec<Change> = f
-                .sites
-                .iter()
-                .map(|s| Change {
-                    // A leak's site may name the callee its blocks came
-                    // through (`train.py:92 in main → module.py:1787 in
-                    // _wrapped_call_impl`); the blocks are the line's.
-                    site: s.site.split(" → ").next().unwrap_or(&s.site).to_owned(),
-                    kind: ChangeKind::FreeEarly,
-                })
-                .collect();
-            let edits = resolve(snap, device, &changes).ok()?;
-            (!edits.is_empty()).then(|| Candidate {
-                class: ChangeClass::FixLeak,
-                change: f.title.clone(),
-                code: f.fix.clone(),
-                settings: recorded.clone(),
-                method: Method::Replayed,
-                edits: Some(edits),
-                how: format!(
-                    "replayed with the blocks of {} freed at the end of the phase that made them{}",
-                    f.sites
-                        .iter()
-                        .map(|s| s.site.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                    if f.severity == Severity::Leak && f.bytes_per_iteration > 0.0 {
-                        format!(
-                            "; it grows by {} per iteration, so what it costs grows with the run's length beyond \
-                             the recorded iterations",
-                            vramscope_analysis::units::bytes(f.bytes_per_iteration as u64)
-                        )
-                    } else {
-                        String::new()
-                    }
-                ),
-            })
-        })
-        .collect()
 }
 
 /// Changes to memory of a kind: the batch, the optimizer state.

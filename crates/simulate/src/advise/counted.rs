@@ -10,9 +10,10 @@ use vramscope_analysis::categories::Labelled;
 use vramscope_analysis::edits::peak_allocated;
 use vramscope_snapshot::Snapshot;
 
-use super::candidates::{category_candidates, leak_candidates};
-use super::{answer, not_yet_predicted, rank, Advice, Advising, Candidate, ChangeClass, Method};
+use super::candidates::category_candidates;
+use super::leaks::leak_candidates;
 use super::NotOffered;
+use super::{answer, not_yet_predicted, rank, Advice, Advising, Candidate, ChangeClass, Method};
 use crate::settings::Settings;
 
 /// Whether `device`'s trace is one [`advise_counted`] answers for: a

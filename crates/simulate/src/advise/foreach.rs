@@ -51,7 +51,10 @@ enum StepKind {
     Unknown,
 }
 
-fn step_kind(snap: &Snapshot, stacks: impl Iterator<Item = vramscope_snapshot::StackId>) -> StepKind {
+fn step_kind(
+    snap: &Snapshot,
+    stacks: impl Iterator<Item = vramscope_snapshot::StackId>,
+) -> StepKind {
     let mut kind = StepKind::Unknown;
     for s in stacks {
         for &f in snap.stacks.get(s) {
@@ -133,13 +136,19 @@ pub(super) fn foreach_candidate(
     let its = find_iterations(snap, device);
     let mut by_step: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
     for &b in &temps {
-        by_step.entry(its.of_event(l.birth[b] as usize)).or_default().push(b);
+        by_step
+            .entry(its.of_event(l.birth[b] as usize))
+            .or_default()
+            .push(b);
     }
     let mut changes: Vec<(usize, ChangeKind)> = Vec::new();
     let mut transient = 0;
     let mut params = 0;
     for blocks in by_step.values() {
-        let Some(&largest) = blocks.iter().max_by_key(|&&b| (l.size[b], std::cmp::Reverse(b))) else {
+        let Some(&largest) = blocks
+            .iter()
+            .max_by_key(|&&b| (l.size[b], std::cmp::Reverse(b)))
+        else {
             continue;
         };
         let mut list: Vec<usize> = blocks
@@ -162,7 +171,9 @@ pub(super) fn foreach_candidate(
         }
     }
     let mut edits = Edits::default();
-    let (drops, scales): (Vec<_>, Vec<_>) = changes.into_iter().partition(|(_, k)| *k == ChangeKind::Drop);
+    let (drops, scales): (Vec<_>, Vec<_>) = changes
+        .into_iter()
+        .partition(|(_, k)| *k == ChangeKind::Drop);
     for part in [drops, scales] {
         if part.is_empty() {
             continue;

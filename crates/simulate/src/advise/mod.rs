@@ -16,6 +16,7 @@
 mod candidates;
 mod counted;
 mod foreach;
+mod leaks;
 
 pub use counted::{advise_counted, counted_applies};
 
@@ -24,7 +25,8 @@ use vramscope_analysis::categories::Labelled;
 use vramscope_analysis::edits::Edits;
 use vramscope_snapshot::Snapshot;
 
-use candidates::{category_candidates, leak_candidates, must_go_candidate, settings_candidates};
+use candidates::{category_candidates, must_go_candidate, settings_candidates};
+use leaks::leak_candidates;
 
 use crate::error::SimulateError;
 use crate::replay::ReplaySetup;
@@ -176,7 +178,12 @@ pub fn advise(snap: &Snapshot, opts: &AdviseOptions) -> Result<Advising, Simulat
         // allocated memory, counted with each change applied.
         let device = snap.device_or_first(opts.device);
         return match counted_applies(snap, device) {
-            true => Ok(advise_counted(snap, device, opts.capacity, &Labelled::new(snap, device))),
+            true => Ok(advise_counted(
+                snap,
+                device,
+                opts.capacity,
+                &Labelled::new(snap, device),
+            )),
             false => Err(e),
         };
     }
@@ -297,7 +304,10 @@ fn not_yet_predicted(not_offered: &mut Vec<NotOffered>) {
 /// Each answer's saving against the baseline; those that matter, best
 /// first: those that fit, then those that cannot be told, then the
 /// others, each by predicted peak.
-fn rank(baseline: (Advice, u64), evaluated: Vec<(Advice, u64)>) -> (Advice, Vec<Advice>, Vec<Advice>) {
+fn rank(
+    baseline: (Advice, u64),
+    evaluated: Vec<(Advice, u64)>,
+) -> (Advice, Vec<Advice>, Vec<Advice>) {
     let (mut baseline, base_peak) = baseline;
     baseline.saving = 0;
     // A change that saves nothing and changes no verdict is not advice;
@@ -398,7 +408,11 @@ fn evaluate(snap: &Snapshot, sim: &Simulation, c: &Candidate) -> (Advice, u64) {
         saving: 0,
         fits,
         // A rule's answer stays a rule's, projected or not.
-        method: if c.method == Method::Rule { Method::Rule } else { method },
+        method: if c.method == Method::Rule {
+            Method::Rule
+        } else {
+            method
+        },
         how,
     };
     (advice, peak_reserved)

@@ -1,0 +1,146 @@
+//! A leak's fix, replayed: the blocks of each leak `vramscope leaks` finds
+//! that outlived the iteration after the one they were made in, freed at
+//! the end of the phase that made them (what `del`, `.item()` or
+//! `torch.no_grad()` there gives). Only those blocks: a leak's line is often shared with memory
+//! that is freed in time (a model's `forward`, called by training and by an
+//! evaluation that keeps its outputs), and freeing all of that line's
+//! blocks early would free the training's saved activations too.
+
+use std::collections::{HashMap, HashSet};
+
+use vramscope_analysis::categories::Labelled;
+use vramscope_analysis::edits::{for_blocks, ChangeKind, Edits};
+use vramscope_analysis::iterations::find_iterations;
+use vramscope_analysis::leaks::{find_leaks_with, LeakOptions, Severity};
+use vramscope_analysis::lifetimes::{BEFORE_WINDOW, STILL_ALIVE};
+use vramscope_analysis::sites::{frame_label, site_frame};
+use vramscope_analysis::units::bytes;
+use vramscope_snapshot::{Snapshot, StackId};
+
+use super::{Candidate, ChangeClass, Method};
+use crate::settings::Settings;
+
+/// Each leak or held memory found, fixed; and all of them at once where
+/// there are several (one fix often ends them all: the list that keeps
+/// the outputs keeps every layer's).
+pub(super) fn leak_candidates(
+    snap: &Snapshot,
+    device: u32,
+    labelled: &Labelled,
+    recorded: &Settings,
+) -> Vec<Candidate> {
+    let opts = LeakOptions {
+        read_sources: false,
+        ..LeakOptions::default()
+    };
+    let report = find_leaks_with(snap, device, &opts, labelled);
+    let l = &labelled.lifetimes;
+    let its = find_iterations(snap, device);
+    // Whether block b was still alive when the iteration after the one that
+    // made it ended: what a leak keeps. A block alive only into the next
+    // iteration is most often an output its variable holds until the next
+    // assignment (`out = model(x)`), needed until then; one made in the
+    // last iteration cannot be told from those, and is left.
+    let outlived = |b: usize| -> bool {
+        if l.birth[b] == BEFORE_WINDOW {
+            return false;
+        }
+        let k = its.of_event(l.birth[b] as usize) as usize;
+        match (k >= 1).then(|| its.list.get(k)).flatten() {
+            Some(next) => l.death[b] == STILL_ALIVE || l.death[b] as usize >= next.end,
+            None => false,
+        }
+    };
+    let mut label_of: HashMap<StackId, String> = HashMap::new();
+    let mut label = |s: StackId| -> String {
+        label_of
+            .entry(s)
+            .or_insert_with(|| {
+                site_frame(snap, s).map_or_else(String::new, |f| frame_label(snap, f))
+            })
+            .clone()
+    };
+    let findings: Vec<_> = report
+        .findings
+        .iter()
+        .filter(|f| f.severity != Severity::Benign && !f.sites.is_empty())
+        .collect();
+    let mut out = Vec::new();
+    let mut every: Vec<usize> = Vec::new();
+    for f in &findings {
+        // A site may name the callee its blocks came through
+        // (`train.py:92 in main → module.py:1787 in _wrapped_call_impl`):
+        // the blocks are the line's.
+        let lines: HashSet<&str> = f
+            .sites
+            .iter()
+            .map(|s| s.site.split(" → ").next().unwrap_or(&s.site))
+            .collect();
+        let blocks: Vec<usize> = (0..l.len())
+            .filter(|&b| outlived(b) && lines.contains(label(l.stack[b]).as_str()))
+            .collect();
+        if blocks.is_empty() {
+            continue;
+        }
+        every.extend(&blocks);
+        let sites: Vec<&str> = lines.iter().copied().collect();
+        let growth = if f.severity == Severity::Leak && f.bytes_per_iteration > 0.0 {
+            format!(
+                "; it grows by {} per iteration, so what it costs grows with the run's length beyond the recorded \
+                 iterations",
+                bytes(f.bytes_per_iteration as u64)
+            )
+        } else {
+            String::new()
+        };
+        out.push(Candidate {
+            class: ChangeClass::FixLeak,
+            change: f.title.clone(),
+            code: f.fix.clone(),
+            settings: recorded.clone(),
+            method: Method::Replayed,
+            edits: Some(free_early(snap, device, labelled, &blocks, &sites.join(", "))),
+            how: format!(
+                "replayed with the {} blocks of {} that outlived the iteration after theirs freed at the end of the \
+                 phase that made them{growth}",
+                blocks.len(),
+                sites.join(", ")
+            ),
+        });
+    }
+    if out.len() > 1 {
+        every.sort_unstable();
+        every.dedup();
+        let n = out.len();
+        out.push(Candidate {
+            class: ChangeClass::FixLeak,
+            change: format!("every leak found fixed ({n} findings)"),
+            code: out
+                .iter()
+                .map(|c| c.code.as_str())
+                .collect::<Vec<_>>()
+                .join("\n"),
+            settings: recorded.clone(),
+            method: Method::Replayed,
+            edits: Some(free_early(snap, device, labelled, &every, "every leak found")),
+            how: format!(
+                "replayed with the {} blocks of the {n} leaks found that outlived the iteration after theirs freed at \
+                 the end of the phase that made them (one fix often ends several: what keeps a model's outputs keeps every \
+                 layer's)",
+                every.len()
+            ),
+        });
+    }
+    out
+}
+
+fn free_early(
+    snap: &Snapshot,
+    device: u32,
+    labelled: &Labelled,
+    blocks: &[usize],
+    label: &str,
+) -> Edits {
+    let v: Vec<(usize, ChangeKind)> = blocks.iter().map(|&b| (b, ChangeKind::FreeEarly)).collect();
+    for_blocks(snap, device, &labelled.lifetimes, &v, label)
+}

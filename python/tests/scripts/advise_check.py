@@ -1,0 +1,113 @@
+"""The advice's predictions against real runs, on the CPU.
+
+For each (model, change) of ``CHECKS``: the unchanged program
+(``advise_runs.py``) is recorded, ``Snapshot.advise()`` predicts the peak
+allocated memory with the change, the program is run again with the change
+made for real and recorded, and the two peaks are compared. The CPU's
+allocator caches nothing, so the peak a run needs is its peak allocated:
+the figure both sides give.
+
+``python advise_check.py [OUT_DIR]`` prints the table (Markdown) that
+``docs/advise.md`` shows; ``test_advise_cpu.py`` pins it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+import vramscope
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RUNS = os.path.join(HERE, "advise_runs.py")
+
+# (model, the unchanged program, the advice's class, the program changed).
+CHECKS: List[Tuple[str, str, str, str]] = [
+    ("cnn", "baseline", "half_batch", "half_batch"),
+    ("cnn", "baseline", "foreach_off", "foreach_off"),
+    ("cnn", "leak", "fix_leak", "leak_fixed"),
+    ("transformer", "baseline", "half_batch", "half_batch"),
+    ("transformer", "baseline", "foreach_off", "foreach_off"),
+    ("transformer", "leak", "fix_leak", "leak_fixed"),
+    ("mlp", "baseline", "half_batch", "half_batch"),
+    ("mlp", "baseline", "foreach_off", "foreach_off"),
+]
+
+
+@dataclass
+class Row:
+    model: str
+    change: str
+    baseline: int
+    predicted: int
+    measured: int
+    method: str
+    listed: str  # "advice" (lowers the peak) or "no_gain"
+
+    @property
+    def error(self) -> float:
+        return (self.predicted - self.measured) / self.measured
+
+
+def record(model: str, variant: str, out_dir: str) -> str:
+    path = os.path.join(out_dir, f"{model}-{variant}.pickle")
+    if not os.path.exists(path):
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH")])))
+        subprocess.run([sys.executable, RUNS, model, variant, path], check=True, env=env)
+    return path
+
+
+def peak_allocated(path: str) -> int:
+    return vramscope.load(path).summary()["devices"][0]["peak"]["allocated_bytes"]
+
+
+def prediction(advice: dict, cls: str) -> Optional[Tuple[int, str, str]]:
+    for listed in ("advice", "no_gain"):
+        for a in advice.get(listed, []):
+            if a["class"] == cls:
+                return a["peak_allocated"], a["method"], listed
+    return None
+
+
+def rows(out_dir: str, checks=CHECKS) -> List[Row]:
+    out: List[Row] = []
+    advised: Dict[str, dict] = {}
+    for model, base, cls, variant in checks:
+        base_path = record(model, base, out_dir)
+        if base_path not in advised:
+            advised[base_path] = vramscope.load(base_path).advise()
+        advice = advised[base_path]
+        found = prediction(advice, cls)
+        if found is None:
+            raise AssertionError(f"{model} {base}: the advice has no {cls} row: {advice['not_offered']}")
+        predicted, method, listed = found
+        measured = peak_allocated(record(model, variant, out_dir))
+        out.append(Row(model, cls, advice["baseline"]["peak_allocated"], predicted, measured, method, listed))
+    return out
+
+
+def mib(n: int) -> str:
+    return f"{n / 2**20:.2f}"
+
+
+def table(rs: List[Row]) -> str:
+    lines = [
+        "| model | change | as recorded MiB | predicted MiB | measured MiB | error | method |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
+    for r in rs:
+        lines.append(
+            f"| {r.model} | {r.change} | {mib(r.baseline)} | {mib(r.predicted)} | {mib(r.measured)} | "
+            f"{100 * r.error:+.1f}% | {r.method} |"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    out_dir = sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="advise-check-")
+    os.makedirs(out_dir, exist_ok=True)
+    print(table(rows(out_dir)))
