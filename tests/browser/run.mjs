@@ -631,8 +631,10 @@ async function testReport(browser, snap) {
 
     // What to do: the CLI's advice, row for row, each with its verdict and
     // how it was predicted; on the H200's fragmentation OOM the first row
-    // frees the line whose kept tensors pin the segments.
-    if (simulateShown) {
+    // frees the line whose kept tensors pin the segments. A CPU recording
+    // (no caching allocator) has the panel without the Simulate tab.
+    const adviseShown = await page.isVisible('#tab-advise');
+    if (simulateShown || adviseShown) {
       await check(T('What to do: the ranked changes of `vramscope advise`, each with its method and code'), async () => {
         const want = JSON.parse(vramscope(['advise', file, '--json', '-q']));
         await page.click('.tabs button[data-tab="advise"]');
@@ -646,6 +648,12 @@ async function testReport(browser, snap) {
           assert(row.change === w.change && row.method === w.method && row.verdict === verdict(w), `row ${i + 1}: ${JSON.stringify(row)} vs ${JSON.stringify(w)}`);
           assert(row.how.includes(w.how) && row.code === w.code, `row ${i + 1} how/code differ`);
         });
+        assert(r.noGain.length === (want.no_gain || []).length && r.noGain.every((t, i) => t.startsWith(want.no_gain[i].change)),
+          `tried-without-gain rows ${JSON.stringify(r.noGain)} vs cli ${JSON.stringify((want.no_gain || []).map((x) => x.change))}`);
+        if (want.caching_allocator === false) {
+          const text = await textOf(page, '#panel-advise');
+          assert(text.includes('counted without a caching allocator') && !text.includes('peak reserved'), 'a CPU recording\'s advice speaks of reserved memory');
+        }
         if (snap.replayDisproves) {
           assert(r.rows.length && r.rows[0].cls === 'free_holders' && r.rows[0].change.includes('oom_run.py:34'), `first row: ${JSON.stringify(r.rows[0])}`);
           assert(!r.rows.some((x) => x.verdict === 'fits'), 'a row says it fits where the GPU ran out');

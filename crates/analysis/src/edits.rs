@@ -32,6 +32,9 @@ pub enum ChangeKind {
     Drop,
     FreeEarly,
     Scale(f64),
+    /// Freed right after this trace entry (a `del` at a known point, such
+    /// as the end of the iteration), when it lived past it.
+    FreeAfter(usize),
 }
 
 /// One program change: a site and what happens to its blocks.
@@ -67,6 +70,7 @@ impl Change {
             ChangeKind::Drop => format!("drop {}", self.site),
             ChangeKind::FreeEarly => format!("free-early {}", self.site),
             ChangeKind::Scale(f) => format!("scale {}={f}", self.site),
+            ChangeKind::FreeAfter(e) => format!("free {} after entry {e}", self.site),
         }
     }
 }
@@ -200,7 +204,14 @@ fn apply(edits: &mut Edits, ends: &PhaseEnds, l: &Lifetimes, b: usize, kind: &Ch
         ChangeKind::Drop => edits.drop_alloc.insert(birth as usize),
         ChangeKind::Scale(f) if before => edits.scale_seed.insert(l.addr[b], f).is_none(),
         ChangeKind::Scale(f) => edits.scale_alloc.insert(birth as usize, f).is_none(),
-        ChangeKind::FreeEarly if before => false,
+        ChangeKind::FreeAfter(_) | ChangeKind::FreeEarly if before => false,
+        ChangeKind::FreeAfter(e) => {
+            let lives_past = death == STILL_ALIVE || (death as usize) > e;
+            if (birth as usize) <= e && lives_past {
+                edits.free_after.entry(e).or_default().push(birth as usize);
+            }
+            (birth as usize) <= e && lives_past
+        }
         ChangeKind::FreeEarly => match ends.end_of(birth as usize) {
             Some(end) if death == STILL_ALIVE || (death as usize) > end => {
                 edits

@@ -987,6 +987,15 @@
       list.appendChild(li);
     });
     p.appendChild(list);
+    if ((a.no_gain || []).length) {
+      p.appendChild(el('h4', null, 'Tried, lowers no peak here'));
+      const ul = el('ul', 'muted'); ul.id = 'advise-no-gain';
+      for (const x of a.no_gain) {
+        ul.appendChild(el('li', null, x.change + ': ' + (a.caching_allocator === false ? 'peak allocated ' : 'peak reserved ') + fmtBytes(x.peak_reserved) +
+          ' (' + (x.saving >= 0 ? '−' : '+') + fmtBytes(Math.abs(x.saving)) + ', ' + x.method + ')'));
+      }
+      p.appendChild(ul);
+    }
     if (a.not_offered.length) {
       p.appendChild(el('h4', null, 'Not offered'));
       const ul = el('ul', 'muted');
@@ -1542,7 +1551,8 @@
         how: li.querySelector('.advise-how').textContent, code: (li.querySelector('.advise-code') || {}).textContent || '',
       }));
       return { openTab: open ? open.dataset.tab : null, skipped: a.skipped || null, answer: (($('advise-answer') || {}).textContent) || null,
-        data: a, rows, visible: $('panel-advise').classList.contains('active') };
+        data: a, rows, noGain: [...document.querySelectorAll('#advise-no-gain li')].map((li) => li.textContent),
+        visible: $('panel-advise').classList.contains('active') };
     },
   };
   window.vramscope = api;

@@ -29,9 +29,11 @@ RUNS = os.path.join(HERE, "advise_runs.py")
 CHECKS: List[Tuple[str, str, str, str]] = [
     ("cnn", "baseline", "half_batch", "half_batch"),
     ("cnn", "baseline", "foreach_off", "foreach_off"),
+    ("cnn", "baseline", "delete_outputs", "del_outputs"),
     ("cnn", "leak", "fix_leak", "leak_fixed"),
     ("transformer", "baseline", "half_batch", "half_batch"),
     ("transformer", "baseline", "foreach_off", "foreach_off"),
+    ("transformer", "baseline", "delete_outputs", "del_outputs"),
     ("transformer", "leak", "fix_leak", "leak_fixed"),
     ("mlp", "baseline", "half_batch", "half_batch"),
     ("mlp", "baseline", "foreach_off", "foreach_off"),

@@ -10,6 +10,8 @@ change made the way the advice's code says:
 
 * ``half_batch``: half the micro-batch, gradients accumulated over 2;
 * ``foreach_off``: ``AdamW(..., foreach=False)``;
+* ``del_outputs``: ``del out_, loss`` after the step, so the next forward
+  does not run with the last step's outputs still bound;
 * ``leak`` / ``leak_fixed``: an evaluation pass every step that keeps its
   outputs with their graphs, and the same pass under ``torch.no_grad()``
   keeping a number (``.item()``), as the leak's fix says.
@@ -77,7 +79,7 @@ def mlp(batch: int):
 
 
 MODELS = {"cnn": (cnn, 32), "transformer": (transformer, 16), "mlp": (mlp, 8)}
-VARIANTS = ("baseline", "half_batch", "foreach_off", "leak", "leak_fixed")
+VARIANTS = ("baseline", "half_batch", "foreach_off", "del_outputs", "leak", "leak_fixed")
 
 
 def main(model_name: str, variant: str, out: str) -> None:
@@ -98,6 +100,8 @@ def main(model_name: str, variant: str, out: str) -> None:
                 loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
+            if variant == "del_outputs":
+                del out_, loss
             if variant == "leak":
                 kept.append(model(x[:4]))  # evaluation outputs kept with their graph
             elif variant == "leak_fixed":

@@ -195,3 +195,76 @@ pub(super) fn category_candidates(
 
     out
 }
+
+/// The outputs and loss a step leaves bound to its variables: blocks made
+/// in one iteration, alive when it ends and freed during the next (when
+/// `out = model(x)` is assigned again), freed at the end of their own
+/// iteration instead (`del out, loss` after the step). Parameters,
+/// gradients, optimizer state and inputs are left alone: they are meant to
+/// stay.
+pub(super) fn kept_outputs_candidate(
+    snap: &Snapshot,
+    device: u32,
+    labelled: &Labelled,
+    recorded: &Settings,
+    not_offered: &mut Vec<NotOffered>,
+) -> Option<Candidate> {
+    use vramscope_analysis::lifetimes::{BEFORE_WINDOW, STILL_ALIVE};
+    let l = &labelled.lifetimes;
+    let cats = &labelled.categories;
+    let its = vramscope_analysis::iterations::find_iterations(snap, device);
+    let mut blocks: Vec<(usize, ChangeKind)> = Vec::new();
+    let mut bytes = 0;
+    for b in 0..l.len() {
+        if l.birth[b] == BEFORE_WINDOW || l.death[b] == STILL_ALIVE {
+            continue;
+        }
+        if matches!(
+            cats.category.get(b),
+            Some(
+                Category::Parameter
+                    | Category::Gradient
+                    | Category::OptimizerState
+                    | Category::Input
+            )
+        ) {
+            continue;
+        }
+        let k = its.of_event(l.birth[b] as usize) as usize;
+        let (Some(it), Some(next)) = (
+            k.checked_sub(1).and_then(|k| its.list.get(k)),
+            its.list.get(k),
+        ) else {
+            continue;
+        };
+        let death = l.death[b] as usize;
+        if death >= it.end && death < next.end {
+            blocks.push((b, ChangeKind::FreeAfter(it.end - 1)));
+            bytes += l.size[b];
+        }
+    }
+    if blocks.is_empty() {
+        not_offered.push(NotOffered {
+            change: "deleting the outputs and loss at the end of each step".into(),
+            why: "nothing made in one iteration stays alive into the next and is freed there"
+                .into(),
+        });
+        return None;
+    }
+    let n = blocks.len();
+    Some(Candidate {
+        class: ChangeClass::DeleteOutputs,
+        change: "delete the outputs and loss at the end of each step, before the next forward".into(),
+        code: "loss.backward()\noptimizer.step()\noptimizer.zero_grad(set_to_none=True)\ndel outputs, loss  # not kept \
+               into the next forward"
+            .into(),
+        settings: recorded.clone(),
+        method: Method::Replayed,
+        edits: Some(for_blocks(snap, device, l, &blocks, "outputs kept into the next iteration")),
+        how: format!(
+            "replayed with the {n} blocks ({}) that each iteration leaves alive into the next, freed there (when its \
+             variables are assigned again), freed at the end of their own iteration",
+            vramscope_analysis::units::bytes(bytes)
+        ),
+    })
+}

@@ -53,6 +53,13 @@ pub fn advise_counted(
         &recorded,
         &mut not_offered,
     ));
+    candidates.extend(super::candidates::kept_outputs_candidate(
+        snap,
+        device,
+        labelled,
+        &recorded,
+        &mut not_offered,
+    ));
     not_yet_predicted(&mut not_offered);
     let entries = snap.trace(device).map_or(0, |t| t.len());
     let l = &labelled.lifetimes;

@@ -25,7 +25,9 @@ use vramscope_analysis::categories::Labelled;
 use vramscope_analysis::edits::Edits;
 use vramscope_snapshot::Snapshot;
 
-use candidates::{category_candidates, must_go_candidate, settings_candidates};
+use candidates::{
+    category_candidates, kept_outputs_candidate, must_go_candidate, settings_candidates,
+};
 use leaks::leak_candidates;
 
 use crate::error::SimulateError;
@@ -89,6 +91,9 @@ pub enum ChangeClass {
     ShardOptimizerState,
     /// `foreach=False`: the optimizer updates one parameter at a time.
     ForeachOff,
+    /// `del outputs, loss` at the end of each step: what an iteration
+    /// leaves bound to its variables, not kept into the next.
+    DeleteOutputs,
     /// The live blocks that pin the segments at the failing request,
     /// freed before it (what the search over the model found must go).
     FreeHolders,
@@ -221,6 +226,13 @@ pub fn advise_with(snap: &Snapshot, sim: &Simulation, labelled: &Labelled) -> Ad
         &mut not_offered,
     ));
     candidates.extend(foreach::foreach_candidate(
+        snap,
+        device,
+        labelled,
+        &recorded,
+        &mut not_offered,
+    ));
+    candidates.extend(kept_outputs_candidate(
         snap,
         device,
         labelled,
