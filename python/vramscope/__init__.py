@@ -179,12 +179,15 @@ class Snapshot:
         """What to change so the run fits, or peaks lower (`vramscope advise
         --json`): allocator settings, what pins the segments at an OOM,
         leaks freed, half the micro-batch, 8-bit or sharded optimizer state,
-        ``foreach=False``, each replayed through the allocator model and
-        ranked by its peak reserved. Returns a dict: ``answer`` (one
-        sentence), ``baseline`` (the program as recorded, replayed),
+        ``foreach=False``, the outputs deleted after each step, each
+        replayed through the allocator model and ranked by its peak reserved
+        (a CPU recording, without a caching allocator: by its peak
+        allocated, ``caching_allocator`` false). Returns a dict: ``answer``
+        (one sentence), ``baseline`` (the program as recorded, replayed),
         ``advice`` (best first; each with ``change``, ``code``,
-        ``peak_reserved``, ``saving``, ``fits``, ``method`` and ``how``) and
-        ``not_offered`` (with why). `capacity` (bytes or ``"40GiB"``) or
+        ``peak_reserved``, ``saving``, ``fits``, ``method`` and ``how``),
+        ``no_gain`` (tried, lowering no peak here) and ``not_offered``
+        (with why). `capacity` (bytes or ``"40GiB"``) or
         `gpu` (``"H100-80GB"``) says what must be fitted; by default the
         file's OOM does. ``text=True`` returns the terminal listing."""
         out = self._n.advise(device, _size(capacity), gpu, bool(text), fraction)
