@@ -26,6 +26,8 @@ from ._rank import expand_path
 
 # Name of the annotation around a cycle collection that freed objects.
 GC_ANNOTATION = "gc.collect"
+# Each call of one of the model's repeated blocks: `vramscope.block#layers.3`.
+BLOCK_ANNOTATION = "vramscope.block"
 GC_SPANS_KEPT = 10_000
 # Events kept for the live state.
 OOMS_KEPT = 100
@@ -480,6 +482,12 @@ class _Session:
         if not self.steps:
             ours.extend(self._auto_spans(now))
         first = times[0] if times else 0
+        # The model's repeated blocks, each call (`_tags.Tagger.block_spans`).
+        for start, end, label in list(self.tagger.block_spans):
+            if end >= first:
+                name = f"{BLOCK_ANNOTATION}#{label}"
+                ours.append({"name": name, "stage": "START", "device": device, "time_us": start})
+                ours.append({"name": name, "stage": "END", "device": device, "time_us": end})
         # A copy: a collection during this loop (it allocates) appends to gc_spans.
         for start, end, label in list(self.gc_spans):
             if end >= first:

@@ -12,6 +12,11 @@ running program knows which tensors are the model's parameters, their
   its parameters, so models that never step an optimizer (inference) are
   covered too; and the tensors given to the outermost call that need no
   gradient: the batch;
+* each call of one of the model's repeated blocks (the layers of a
+  ``ModuleList`` or ``Sequential`` of one composite class), as a
+  ``vramscope.block#NAME`` range in the snapshot's annotations: which
+  allocations belong to which layer, which stacks cannot tell (every layer
+  runs the same lines), for ``vramscope advise``'s checkpointing;
 * at every dump, all of the above again, for what changed since.
 
 Each tensor is named once per (storage address, category): on CUDA with
@@ -30,6 +35,7 @@ global hook; vramscope tells them apart by their stacks.
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 import weakref
@@ -64,6 +70,15 @@ class Tagger:
         # Parameter id -> the gradient tensor last named (weakly held).
         self._grads: Dict[int, Any] = {}
         self._modules: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        # The model's repeated blocks (the layers of a ModuleList or
+        # Sequential of one composite class), by id, with their names; each
+        # call is kept as (start µs, end µs, name): what `vramscope advise`
+        # needs to tell one layer's saved activations from the next's
+        # (activation checkpointing), which stacks cannot (every layer runs
+        # the same lines).
+        self._blocks: Dict[int, str] = {}
+        self._open_blocks: List[tuple] = []
+        self.block_spans: "collections.deque[tuple]" = collections.deque(maxlen=200_000)
         self._local = threading.local()
         # ``(mark, stamp, stack)`` of a recorder that stamps stacks on
         # allocations after the fact (the CPU allocator hooks), or None.
@@ -123,6 +138,8 @@ class Tagger:
         # Runs on every module call: a set of ids is the cheap test (the
         # weak set, for dumps, is only touched the first time).
         if id(module) not in self._seen:
+            if getattr(self._local, "depth", 0) == 0:
+                self._find_blocks(module)
             self._seen.add(id(module))
             # torch.compile(module) wraps it in an OptimizedModule whose call
             # runs here, outside the compiled graph; the modules inside run in
@@ -135,6 +152,10 @@ class Tagger:
                     self.tag(p, "parameter")
         local = self._local
         depth = getattr(local, "depth", 0)
+        if self._blocks:
+            name = self._blocks.get(id(module))
+            if name is not None:
+                self._open_blocks.append((name, _now_us()))
         if depth == 0:
             if self.on_call is not None:
                 self.on_call(module)
@@ -150,7 +171,32 @@ class Tagger:
                 local.since = self.bracket[0]()
         local.depth = depth + 1
 
+    def _find_blocks(self, root: Any) -> None:
+        """The repeated blocks under an outermost module seen for the first
+        time: the children of a ``ModuleList`` or ``Sequential`` when there
+        are two or more, all of one class that has modules of its own
+        (transformer layers, residual stages; not a ``Sequential`` of
+        convolutions and activations)."""
+        import torch.nn as nn
+
+        try:
+            for cname, c in root.named_modules():
+                if not isinstance(c, (nn.ModuleList, nn.Sequential)):
+                    continue
+                kids = list(c.named_children())
+                if len(kids) < 2 or len({type(k) for _, k in kids}) != 1:
+                    continue
+                if next(iter(kids[0][1].children()), None) is None:
+                    continue
+                for kname, k in kids:
+                    self._blocks.setdefault(id(k), f"{cname}.{kname}" if cname else kname)
+        except Exception:  # a module whose named_modules fails: no blocks
+            pass
+
     def _forward_post(self, module: Any, args: Any, output: Any) -> None:
+        if self._open_blocks and self._blocks.get(id(module)) == self._open_blocks[-1][0]:
+            name, start = self._open_blocks.pop()
+            self.block_spans.append((start, _now_us(), name))
         local = self._local
         depth = getattr(local, "depth", 0)
         if depth <= 0:

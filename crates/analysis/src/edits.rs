@@ -99,6 +99,11 @@ pub struct Edits {
     /// After entry `k`, free the blocks of these `alloc` entries (their
     /// recorded free is then ignored).
     pub free_after: BTreeMap<usize, Vec<usize>>,
+    /// After entry `k`, allocate again the blocks of these `alloc` entries
+    /// (freed early by `free_after`); their recorded free then frees them:
+    /// what activation checkpointing does to a layer's saved activations,
+    /// freed after its forward and made again when backward reaches it.
+    pub remake_after: BTreeMap<usize, Vec<usize>>,
     pub matched: Vec<ChangeMatch>,
 }
 
@@ -109,6 +114,22 @@ impl Edits {
             && self.scale_alloc.is_empty()
             && self.scale_seed.is_empty()
             && self.free_after.is_empty()
+            && self.remake_after.is_empty()
+    }
+
+    /// Add `other`'s edits to these.
+    pub fn merge(&mut self, other: Edits) {
+        self.drop_alloc.extend(other.drop_alloc);
+        self.drop_seed.extend(other.drop_seed);
+        self.scale_alloc.extend(other.scale_alloc);
+        self.scale_seed.extend(other.scale_seed);
+        for (k, v) in other.free_after {
+            self.free_after.entry(k).or_default().extend(v);
+        }
+        for (k, v) in other.remake_after {
+            self.remake_after.entry(k).or_default().extend(v);
+        }
+        self.matched.extend(other.matched);
     }
 }
 
@@ -277,6 +298,12 @@ pub fn peak_allocated(l: &Lifetimes, entries: usize, edits: &Edits) -> u64 {
             early.insert(k, end);
         }
     }
+    let mut remade: HashMap<usize, usize> = HashMap::new();
+    for (&at, births) in &edits.remake_after {
+        for &k in births {
+            remade.insert(k, at);
+        }
+    }
     // delta[i]: the change of allocated bytes at event i.
     let mut delta = vec![0i64; entries + 1];
     let mut at_start: i64 = 0;
@@ -297,9 +324,21 @@ pub fn peak_allocated(l: &Lifetimes, entries: usize, edits: &Edits) -> u64 {
             continue;
         }
         let size = factor.map_or(l.size[b], |f| ((l.size[b] as f64 * f) as u64).max(1)) as i64;
+        let death = (l.death[b] != STILL_ALIVE).then_some(l.death[b] as usize);
         let end = match early.get(&birth).filter(|_| !before) {
-            Some(&e) => Some(e),
-            None => (l.death[b] != STILL_ALIVE).then_some(l.death[b] as usize),
+            Some(&e) => {
+                // Made again later: alive again from there to its recorded free.
+                if let Some(&r) = remade.get(&birth).filter(|&&r| r > e) {
+                    if let Some(d) = delta.get_mut(r) {
+                        *d += size;
+                    }
+                    if let Some(d) = death.and_then(|x| delta.get_mut(x)) {
+                        *d -= size;
+                    }
+                }
+                Some(e)
+            }
+            None => death,
         };
         if before {
             at_start += size;

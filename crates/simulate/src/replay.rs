@@ -198,6 +198,33 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
                 }
             }
         }
+        // Blocks a change makes again (a checkpointed layer's activations,
+        // remade when backward reaches it); their recorded free frees them.
+        if let Some(again) = edits.remake_after.get(&i) {
+            for &k in again {
+                let size = match edits.scale_alloc.get(&k) {
+                    Some(f) => ((t.size[k] as f64 * f) as u64).max(1),
+                    None => t.size[k],
+                };
+                match a.malloc(size, t.stream[k]) {
+                    Ok(p) => {
+                        requested += size;
+                        addr_of.insert(t.addr[k], (p, size));
+                    }
+                    Err(OutOfMemory {
+                        size,
+                        allocated,
+                        reserved,
+                    }) => {
+                        if oom.is_none() {
+                            oom = Some((i, size));
+                            allocated_at_oom = allocated;
+                            reserved_at_oom = reserved;
+                        }
+                    }
+                }
+            }
+        }
         stretch_max = stretch_max.max(a.reserved);
         if (i + 1) % stride == 0 || (stride != usize::MAX && i + 1 == t.len()) {
             curve.push((i as u32, stretch_max));

@@ -82,3 +82,40 @@ fn a_release_that_makes_room_for_a_request_is_the_allocators_own() {
     assert_eq!(r.matched_segment_events, 3, "{r:?}");
     assert!(r.oom.is_none());
 }
+
+/// A checkpointed layer's activation: freed after its forward, made again
+/// when backward reaches it. The replay and the count without a caching
+/// allocator both see it gone in between and back until its recorded free.
+#[test]
+fn a_block_freed_early_and_made_again_is_absent_only_in_between() {
+    use vramscope_analysis::edits::{peak_allocated, Edits};
+    use vramscope_analysis::lifetimes::Lifetimes;
+    use vramscope_simulate::ReplaySetup;
+    let (a, b, c) = (1u64 << 32, 2u64 << 32, 3u64 << 32);
+    let snap = trace(&[
+        ("alloc", a, 40 * MIB, TRAIN), // 0: the layer's saved activation
+        ("alloc", b, 30 * MIB, TRAIN), // 1: the next layer's, while a lives
+        ("free_completed", b, 30 * MIB, TRAIN), // 2
+        ("alloc", c, 20 * MIB, TRAIN), // 3: backward's gradient
+        ("free_completed", a, 40 * MIB, TRAIN), // 4: backward frees a
+        ("free_completed", c, 20 * MIB, TRAIN), // 5
+    ]);
+    let l = Lifetimes::new(&snap, 0);
+    assert_eq!(peak_allocated(&l, 6, &Edits::default()), 70 * MIB);
+    let mut edits = Edits::default();
+    edits.free_after.entry(0).or_default().push(0);
+    edits.remake_after.entry(3).or_default().push(0);
+    // Gone while b lives (30 MiB), back with c (40 + 20).
+    assert_eq!(peak_allocated(&l, 6, &edits), 60 * MIB);
+    let setup = ReplaySetup {
+        edits: Some(&edits),
+        cold_start: true,
+        ..Default::default()
+    };
+    let r = replay(&snap, 0, Settings::default(), &setup);
+    assert_eq!(r.simulated_peak_allocated, 60 * MIB);
+    assert!(r.oom.is_none());
+    // Not made again: gone from the end of its forward on.
+    edits.remake_after.clear();
+    assert_eq!(peak_allocated(&l, 6, &edits), 30 * MIB);
+}

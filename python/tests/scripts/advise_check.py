@@ -34,6 +34,7 @@ CHECKS: List[Tuple[str, str, str, str]] = [
     ("transformer", "baseline", "half_batch", "half_batch"),
     ("transformer", "baseline", "foreach_off", "foreach_off"),
     ("transformer", "baseline", "delete_outputs", "del_outputs"),
+    ("transformer", "baseline", "checkpoint", "checkpoint"),
     ("transformer", "leak", "fix_leak", "leak_fixed"),
     ("mlp", "baseline", "half_batch", "half_batch"),
     ("mlp", "baseline", "foreach_off", "foreach_off"),

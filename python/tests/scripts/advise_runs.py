@@ -12,6 +12,8 @@ change made the way the advice's code says:
 * ``foreach_off``: ``AdamW(..., foreach=False)``;
 * ``del_outputs``: ``del out_, loss`` after the step, so the next forward
   does not run with the last step's outputs still bound;
+* ``checkpoint``: each Transformer layer under
+  ``torch.utils.checkpoint.checkpoint(..., use_reentrant=False)``;
 * ``leak`` / ``leak_fixed``: an evaluation pass every step that keeps its
   outputs with their graphs, and the same pass under ``torch.no_grad()``
   keeping a number (``.item()``), as the leak's fix says.
@@ -26,6 +28,7 @@ import sys
 
 import torch
 import torch.nn as nn
+from torch.utils.checkpoint import checkpoint
 
 import vramscope
 
@@ -54,9 +57,16 @@ class TinyLM(nn.Module):
         self.head = nn.Linear(d, vocab)
         self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(seq))
 
+    checkpointing = False
+
     def forward(self, tokens):
         h = self.emb(tokens) + self.pos[: tokens.shape[1]]
-        h = self.blocks(h, mask=self.mask[: tokens.shape[1], : tokens.shape[1]], is_causal=True)
+        mask = self.mask[: tokens.shape[1], : tokens.shape[1]]
+        for layer in self.blocks.layers:
+            if self.checkpointing:
+                h = checkpoint(layer, h, src_mask=mask, is_causal=True, use_reentrant=False)
+            else:
+                h = layer(h, src_mask=mask, is_causal=True)
         return self.head(h)
 
 
@@ -79,13 +89,15 @@ def mlp(batch: int):
 
 
 MODELS = {"cnn": (cnn, 32), "transformer": (transformer, 16), "mlp": (mlp, 8)}
-VARIANTS = ("baseline", "half_batch", "foreach_off", "del_outputs", "leak", "leak_fixed")
+VARIANTS = ("baseline", "half_batch", "foreach_off", "del_outputs", "checkpoint", "leak", "leak_fixed")
 
 
 def main(model_name: str, variant: str, out: str) -> None:
     torch.manual_seed(0)
     make, batch = MODELS[model_name]
     model, x, y, loss_fn = make(batch)
+    if variant == "checkpoint":
+        model.checkpointing = True
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=variant != "foreach_off")
     kept = []
     with vramscope.record(out, backend="allocator"):

@@ -60,6 +60,13 @@ pub fn advise_counted(
         &recorded,
         &mut not_offered,
     ));
+    candidates.extend(super::checkpoint::checkpoint_candidate(
+        snap,
+        device,
+        labelled,
+        &recorded,
+        &mut not_offered,
+    ));
     not_yet_predicted(&mut not_offered);
     let entries = snap.trace(device).map_or(0, |t| t.len());
     let l = &labelled.lifetimes;

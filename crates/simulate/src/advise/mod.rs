@@ -14,6 +14,7 @@
 //! trace holds what it acts on; the ones not offered are listed with why.
 
 mod candidates;
+mod checkpoint;
 mod counted;
 mod foreach;
 mod leaks;
@@ -91,6 +92,8 @@ pub enum ChangeClass {
     ShardOptimizerState,
     /// `foreach=False`: the optimizer updates one parameter at a time.
     ForeachOff,
+    /// Activation checkpointing of the model's repeated blocks.
+    Checkpoint,
     /// `del outputs, loss` at the end of each step: what an iteration
     /// leaves bound to its variables, not kept into the next.
     DeleteOutputs,
@@ -239,6 +242,13 @@ pub fn advise_with(snap: &Snapshot, sim: &Simulation, labelled: &Labelled) -> Ad
         &recorded,
         &mut not_offered,
     ));
+    candidates.extend(checkpoint::checkpoint_candidate(
+        snap,
+        device,
+        labelled,
+        &recorded,
+        &mut not_offered,
+    ));
     not_yet_predicted(&mut not_offered);
     let baseline_candidate = Candidate {
         class: ChangeClass::Settings,
@@ -301,11 +311,6 @@ pub fn advise_with(snap: &Snapshot, sim: &Simulation, labelled: &Labelled) -> Ad
 
 /// The changes no trace can predict yet, and why.
 fn not_yet_predicted(not_offered: &mut Vec<NotOffered>) {
-    not_offered.push(NotOffered {
-        change: "activation checkpointing".into(),
-        why: "not yet predicted: it needs the module each activation belongs to and when backward remakes it"
-            .into(),
-    });
     not_offered.push(NotOffered {
         change: "bf16 / fp16 mixed precision".into(),
         why: "a snapshot records sizes, not dtypes: whether the activations are already 16-bit cannot be told"
