@@ -2,7 +2,8 @@
 # Create (or repair) the project's Python virtual environment at <repo>/.venv
 # and make sure the packages the test suite and benchmarks need are present:
 #   maturin pytest hypothesis numpy torch duckdb pyarrow pandas ray perfetto
-#   lightning transformers accelerate (the integrations' tests)
+#   lightning transformers accelerate (the integrations' tests) torchao
+#   (its 8-bit AdamW: the advice's check against a real run)
 #
 # Idempotent: on a machine where everything is already installed it only runs
 # one quick `find_spec` check with the venv's python (about a second).
@@ -23,7 +24,7 @@ vpy="$venv/bin/python"
 
 # Each of these distributions is importable under the same name (ray's
 # Data library is installed as the ray[data] extra: see requirement()).
-packages=(maturin pytest hypothesis numpy torch duckdb pyarrow pandas ray perfetto lightning transformers accelerate torchvision)
+packages=(maturin pytest hypothesis numpy torch duckdb pyarrow pandas ray perfetto lightning transformers accelerate torchvision torchao)
 
 # The pip requirement for a module name.
 requirement() {

@@ -39,6 +39,22 @@ CHECKS: List[Tuple[str, str, str, str]] = [
     ("mlp", "baseline", "half_batch", "half_batch"),
     ("mlp", "baseline", "foreach_off", "foreach_off"),
 ]
+# 8-bit optimizer state made for real: torchao's AdamW8bit, which runs on
+# the CPU (bitsandbytes' needs CUDA).
+CHECKS_8BIT: List[Tuple[str, str, str, str]] = [
+    ("cnn", "baseline", "optimizer_state8bit", "adamw8bit"),
+    ("transformer", "baseline", "optimizer_state8bit", "adamw8bit"),
+]
+
+
+def have_torchao() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("torchao") is not None
+
+
+def all_checks() -> List[Tuple[str, str, str, str]]:
+    return CHECKS + (CHECKS_8BIT if have_torchao() else [])
 
 
 @dataclass
@@ -76,7 +92,8 @@ def prediction(advice: dict, cls: str) -> Optional[Tuple[int, str, str]]:
     return None
 
 
-def rows(out_dir: str, checks=CHECKS) -> List[Row]:
+def rows(out_dir: str, checks=None) -> List[Row]:
+    checks = all_checks() if checks is None else checks
     out: List[Row] = []
     advised: Dict[str, dict] = {}
     for model, base, cls, variant in checks:

@@ -10,6 +10,9 @@ change made the way the advice's code says:
 
 * ``half_batch``: half the micro-batch, gradients accumulated over 2;
 * ``foreach_off``: ``AdamW(..., foreach=False)``;
+* ``adamw8bit``: torchao's ``AdamW8bit`` (8-bit moments) for ``AdamW``;
+* ``zero``: ``ZeroRedundancyOptimizer`` over two gloo ranks (OUT names
+  ``{rank}``);
 * ``del_outputs``: ``del out_, loss`` after the step, so the next forward
   does not run with the last step's outputs still bound;
 * ``checkpoint``: each Transformer layer under
@@ -92,13 +95,56 @@ MODELS = {"cnn": (cnn, 32), "transformer": (transformer, 16), "mlp": (mlp, 8)}
 VARIANTS = ("baseline", "half_batch", "foreach_off", "del_outputs", "checkpoint", "leak", "leak_fixed")
 
 
+def zero(model_name: str, out: str) -> None:
+    """The optimizer state sharded over two ranks (ZeRO-1,
+    ``ZeroRedundancyOptimizer`` on gloo): two processes, each recording
+    ``out`` with ``{rank}`` filled in."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_zero_rank, args=(model_name, out, port), nprocs=2, join=True)
+
+
+def _zero_rank(rank: int, model_name: str, out: str, port: int) -> None:
+    import torch.distributed as dist
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        torch.manual_seed(0)
+        make, batch = MODELS[model_name]
+        model, x, y, loss_fn = make(batch)
+        opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, lr=1e-3, foreach=True)
+        with vramscope.record(out.replace("{rank}", str(rank)), backend="allocator"):
+            for _ in range(STEPS):
+                out_ = model(x)
+                loss = loss_fn(out_, y)
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                vramscope.step()
+    finally:
+        dist.destroy_process_group()
+
+
 def main(model_name: str, variant: str, out: str) -> None:
+    if variant == "zero":
+        return zero(model_name, out)
     torch.manual_seed(0)
     make, batch = MODELS[model_name]
     model, x, y, loss_fn = make(batch)
     if variant == "checkpoint":
         model.checkpointing = True
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=variant != "foreach_off")
+    if variant == "adamw8bit":
+        from torchao.optim import AdamW8bit  # 8-bit moments, block-wise scaled
+
+        opt = AdamW8bit(model.parameters(), lr=1e-3)
+    else:
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=variant != "foreach_off")
     kept = []
     with vramscope.record(out, backend="allocator"):
         for _ in range(STEPS):

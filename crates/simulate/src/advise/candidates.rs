@@ -167,8 +167,10 @@ pub(super) fn category_candidates(
         let total = vramscope_analysis::units::bytes(bytes_of(&state));
         out.push(Candidate {
             class: ChangeClass::OptimizerState8bit,
-            change: "8-bit optimizer state (bitsandbytes)".into(),
-            code: "import bitsandbytes as bnb\noptimizer = bnb.optim.AdamW8bit(model.parameters(), lr=lr)".into(),
+            change: "8-bit optimizer state (bitsandbytes or torchao)".into(),
+            code: "import bitsandbytes as bnb\noptimizer = bnb.optim.AdamW8bit(model.parameters(), lr=lr)\n\
+                   # or, on any device: from torchao.optim import AdamW8bit"
+                .into(),
             settings: recorded.clone(),
             method: Method::Replayed,
             edits: Some(with(&state, ChangeKind::Scale(0.25), "optimizer state")),
