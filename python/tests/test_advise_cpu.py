@@ -57,6 +57,11 @@ def test_the_predictions_point_the_way_the_runs_went(rows):
     c = by[("transformer", "checkpoint")]
     assert c.listed == "advice" and c.predicted < 0.85 * c.baseline and c.measured < 0.85 * c.baseline
     assert c.predicted <= c.measured
+    # ZeRO-1 over two ranks: half the state on each, or near it (whole
+    # parameters are placed, so the ranks differ a little).
+    for model in ("cnn", "transformer"):
+        r = by[(model, "shard_optimizer_state")]
+        assert r.predicted < r.baseline and r.measured < r.baseline
     # 8-bit moments: the state at a quarter (and a little for the scales).
     for model in ("cnn", "transformer"):
         r = by.get((model, "optimizer_state8bit"))

@@ -38,6 +38,9 @@ CHECKS: List[Tuple[str, str, str, str]] = [
     ("transformer", "leak", "fix_leak", "leak_fixed"),
     ("mlp", "baseline", "half_batch", "half_batch"),
     ("mlp", "baseline", "foreach_off", "foreach_off"),
+    # Two gloo ranks; measured: the rank that peaks higher.
+    ("cnn", "baseline", "shard_optimizer_state", "zero"),
+    ("transformer", "baseline", "shard_optimizer_state", "zero"),
 ]
 # 8-bit optimizer state made for real: torchao's AdamW8bit, which runs on
 # the CPU (bitsandbytes' needs CUDA).
@@ -73,15 +76,18 @@ class Row:
 
 
 def record(model: str, variant: str, out_dir: str) -> str:
-    path = os.path.join(out_dir, f"{model}-{variant}.pickle")
-    if not os.path.exists(path):
+    """The recording of `variant` (for ``zero``: a path naming ``{rank}``)."""
+    path = os.path.join(out_dir, f"{model}-{variant}" + (".r{rank}" if variant == "zero" else "") + ".pickle")
+    if not os.path.exists(path.replace("{rank}", "0")):
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH")])))
         subprocess.run([sys.executable, RUNS, model, variant, path], check=True, env=env)
     return path
 
 
 def peak_allocated(path: str) -> int:
-    return vramscope.load(path).summary()["devices"][0]["peak"]["allocated_bytes"]
+    """The recording's peak allocated; of a job's ranks, the highest."""
+    paths = [path.replace("{rank}", str(r)) for r in range(2)] if "{rank}" in path else [path]
+    return max(vramscope.load(p).summary()["devices"][0]["peak"]["allocated_bytes"] for p in paths)
 
 
 def prediction(advice: dict, cls: str) -> Optional[Tuple[int, str, str]]:

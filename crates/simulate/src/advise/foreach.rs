@@ -120,7 +120,9 @@ pub(super) fn foreach_candidate(
         StepKind::Fused => return refuse("the optimizer step is fused (fused=True): it makes no per-parameter temporaries".into()),
         StepKind::Unknown => {
             return refuse(
-                "the step's stacks do not say whether it ran foreach (no optimizer frames recorded)".into(),
+                "the step's stacks show neither of torch.optim's implementations (no `_multi_tensor_` or \
+                 `_single_tensor_` frame: no Python stacks, or an optimizer of its own)"
+                    .into(),
             )
         }
     }
