@@ -117,6 +117,15 @@ impl Edits {
             && self.remake_after.is_empty()
     }
 
+    /// The size the `alloc` entry `entry` asks for under these edits,
+    /// `size` as recorded.
+    pub fn scaled(&self, entry: usize, size: u64) -> u64 {
+        match self.scale_alloc.get(&entry) {
+            Some(f) => ((size as f64 * f) as u64).max(1),
+            None => size,
+        }
+    }
+
     /// Add `other`'s edits to these.
     pub fn merge(&mut self, other: Edits) {
         self.drop_alloc.extend(other.drop_alloc);

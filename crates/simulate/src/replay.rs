@@ -136,9 +136,8 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
     let mut rec_reserved = initial_reserved;
     let mut rec_peak = initial_reserved;
     let mut max_err: f64 = 0.0;
-    let mut oom = None;
-    let mut allocated_at_oom = 0;
-    let mut reserved_at_oom = 0;
+    // The first request the model could not serve, and at which entry.
+    let mut first_oom: Option<(usize, OutOfMemory)> = None;
     let end = setup.tail.map_or(t.len(), |x| x.cut.min(t.len()));
     for i in 0..end {
         if empty_cache.binary_search(&i).is_ok() {
@@ -150,10 +149,7 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
             allocated_before_recorded_oom = Some(a.allocated);
             requested_before_recorded_oom = Some(requested);
         }
-        let size = match edits.scale_alloc.get(&i) {
-            Some(f) => ((t.size[i] as f64 * f) as u64).max(1),
-            None => t.size[i],
-        };
+        let size = edits.scaled(i, t.size[i]);
         match t.action[i] {
             Action::Alloc if edits.drop_alloc.contains(&i) => {}
             // An `oom` entry is the request that failed when the trace was
@@ -165,16 +161,8 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
                     requested += size;
                     addr_of.insert(t.addr[i], (p, size));
                 }
-                Err(OutOfMemory {
-                    size,
-                    allocated,
-                    reserved,
-                }) => {
-                    if oom.is_none() {
-                        oom = Some((i, size));
-                        allocated_at_oom = allocated;
-                        reserved_at_oom = reserved;
-                    }
+                Err(e) => {
+                    first_oom.get_or_insert((i, e));
                 }
             },
             Action::FreeCompleted => {
@@ -202,25 +190,14 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
         // remade when backward reaches it); their recorded free frees them.
         if let Some(again) = edits.remake_after.get(&i) {
             for &k in again {
-                let size = match edits.scale_alloc.get(&k) {
-                    Some(f) => ((t.size[k] as f64 * f) as u64).max(1),
-                    None => t.size[k],
-                };
+                let size = edits.scaled(k, t.size[k]);
                 match a.malloc(size, t.stream[k]) {
                     Ok(p) => {
                         requested += size;
                         addr_of.insert(t.addr[k], (p, size));
                     }
-                    Err(OutOfMemory {
-                        size,
-                        allocated,
-                        reserved,
-                    }) => {
-                        if oom.is_none() {
-                            oom = Some((i, size));
-                            allocated_at_oom = allocated;
-                            reserved_at_oom = reserved;
-                        }
+                    Err(e) => {
+                        first_oom.get_or_insert((i, e));
                     }
                 }
             }
@@ -255,10 +232,7 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
         if edits.drop_alloc.contains(&x.from) {
             continue;
         }
-        let size = match edits.scale_alloc.get(&x.from) {
-            Some(f) => ((x.size as f64 * f) as u64).max(1),
-            None => x.size,
-        };
+        let size = edits.scaled(x.from, x.size);
         match a.malloc(size, x.stream) {
             Ok(p) => {
                 addr_of.insert(x.addr, (p, size));
@@ -281,9 +255,9 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
         seed_misses,
         simulated_peak_allocated: a.peak_allocated,
         max_reserved_error: max_err,
-        oom,
-        allocated_at_oom,
-        reserved_at_oom,
+        oom: first_oom.map(|(i, e)| (i, e.size)),
+        allocated_at_oom: first_oom.map_or(0, |(_, e)| e.allocated),
+        reserved_at_oom: first_oom.map_or(0, |(_, e)| e.reserved),
         allocated_before_recorded_oom,
         requested_before_recorded_oom,
         empty_cache_calls: empty_cache.len(),

@@ -79,8 +79,7 @@ def record(model: str, variant: str, out_dir: str) -> str:
     """The recording of `variant` (for ``zero``: a path naming ``{rank}``)."""
     path = os.path.join(out_dir, f"{model}-{variant}" + (".r{rank}" if variant == "zero" else "") + ".pickle")
     if not os.path.exists(path.replace("{rank}", "0")):
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH")])))
-        subprocess.run([sys.executable, RUNS, model, variant, path], check=True, env=env)
+        subprocess.run([sys.executable, RUNS, model, variant, path], check=True)
     return path
 
 

@@ -8,9 +8,10 @@ use vramscope_analysis::categories::{Category, Labelled, Rule};
 use vramscope_analysis::edits::{for_blocks, Change, ChangeKind, Edits};
 use vramscope_snapshot::Snapshot;
 
-use super::{Candidate, ChangeClass, Method, NotOffered};
+use super::{refuse, Candidate, ChangeClass, Method, NotOffered};
 use crate::settings::Settings;
 use crate::simulate::Simulation;
+use vramscope_analysis::iterations::Iterations;
 
 /// The sweep's settings, each as an environment variable to set: those
 /// whose replay from the file's segments differs from the recorded
@@ -208,13 +209,13 @@ pub(super) fn kept_outputs_candidate(
     snap: &Snapshot,
     device: u32,
     labelled: &Labelled,
+    its: &Iterations,
     recorded: &Settings,
     not_offered: &mut Vec<NotOffered>,
 ) -> Option<Candidate> {
     use vramscope_analysis::lifetimes::{BEFORE_WINDOW, STILL_ALIVE};
     let l = &labelled.lifetimes;
     let cats = &labelled.categories;
-    let its = vramscope_analysis::iterations::find_iterations(snap, device);
     let mut blocks: Vec<(usize, ChangeKind)> = Vec::new();
     let mut bytes = 0;
     for b in 0..l.len() {
@@ -246,12 +247,11 @@ pub(super) fn kept_outputs_candidate(
         }
     }
     if blocks.is_empty() {
-        not_offered.push(NotOffered {
-            change: "deleting the outputs and loss at the end of each step".into(),
-            why: "nothing made in one iteration stays alive into the next and is freed there"
-                .into(),
-        });
-        return None;
+        return refuse(
+            not_offered,
+            "deleting the outputs and loss at the end of each step",
+            "nothing made in one iteration stays alive into the next and is freed there",
+        );
     }
     let n = blocks.len();
     Some(Candidate {

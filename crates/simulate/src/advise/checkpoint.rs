@@ -21,7 +21,7 @@ use vramscope_analysis::lifetimes::STILL_ALIVE;
 use vramscope_analysis::units::bytes;
 use vramscope_snapshot::{Action, AnnotationStage, Snapshot};
 
-use super::{Candidate, ChangeClass, Method, NotOffered};
+use super::{refuse, Candidate, ChangeClass, Method, NotOffered};
 use crate::settings::Settings;
 use vramscope_analysis::categories::Labelled;
 
@@ -69,11 +69,7 @@ pub(super) fn checkpoint_candidate(
 ) -> Option<Candidate> {
     let calls = block_calls(snap, device);
     let refuse = |not_offered: &mut Vec<NotOffered>, why: &str| {
-        not_offered.push(NotOffered {
-            change: "activation checkpointing".into(),
-            why: why.into(),
-        });
-        None
+        refuse(not_offered, "activation checkpointing", why)
     };
     if calls.is_empty() {
         return refuse(

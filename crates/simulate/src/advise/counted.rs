@@ -10,10 +10,7 @@ use vramscope_analysis::categories::Labelled;
 use vramscope_analysis::edits::peak_allocated;
 use vramscope_snapshot::Snapshot;
 
-use super::candidates::category_candidates;
-use super::leaks::leak_candidates;
-use super::NotOffered;
-use super::{answer, not_yet_predicted, rank, Advice, Advising, Candidate, ChangeClass, Method};
+use super::{answer, program_candidates, rank, Advice, Advising, Candidate, NotOffered};
 use crate::settings::Settings;
 
 /// Whether `device`'s trace is one [`advise_counted`] answers for: a
@@ -38,74 +35,22 @@ pub fn advise_counted(
         why: "recorded without a caching allocator: each tensor was its own allocation, nothing was cached to tune"
             .into(),
     }];
-    let mut candidates = leak_candidates(snap, device, labelled, &recorded);
-    candidates.extend(category_candidates(
-        snap,
-        device,
-        labelled,
-        &recorded,
-        &mut not_offered,
-    ));
-    candidates.extend(super::foreach::foreach_candidate(
-        snap,
-        device,
-        labelled,
-        &recorded,
-        &mut not_offered,
-    ));
-    candidates.extend(super::candidates::kept_outputs_candidate(
-        snap,
-        device,
-        labelled,
-        &recorded,
-        &mut not_offered,
-    ));
-    candidates.extend(super::checkpoint::checkpoint_candidate(
-        snap,
-        device,
-        labelled,
-        &recorded,
-        &mut not_offered,
-    ));
-    not_yet_predicted(&mut not_offered);
+    let candidates = program_candidates(snap, device, labelled, &recorded, &mut not_offered);
     let entries = snap.trace(device).map_or(0, |t| t.len());
     let l = &labelled.lifetimes;
     let evaluate = |c: &Candidate| -> (Advice, u64) {
         let no_edits = Default::default();
         let edits = c.edits.as_ref().unwrap_or(&no_edits);
         let peak = peak_allocated(l, entries, edits);
-        let (acts_on_blocks, acts_on_bytes) = edits
-            .matched
-            .iter()
-            .fold((0, 0), |(n, b), m| (n + m.blocks, b + m.bytes));
-        let advice = Advice {
-            class: c.class,
-            change: c.change.clone(),
-            code: c.code.clone(),
-            acts_on_bytes,
-            acts_on_blocks,
-            peak_reserved: peak,
-            peak_allocated: peak,
-            saving: 0,
-            fits: capacity.map(|cap| peak <= cap),
-            method: c.method,
-            how: format!(
-                "{}; allocated bytes counted event by event, each tensor its own allocation as recorded (no caching \
-                 allocator)",
-                c.how.replacen("replayed", "the recorded trace", 1)
-            ),
-        };
+        let how = format!(
+            "{}; allocated bytes counted event by event, each tensor its own allocation as recorded (no caching \
+             allocator)",
+            c.how.replacen("replayed", "the recorded trace", 1)
+        );
+        let advice = c.answer((peak, peak), capacity.map(|cap| peak <= cap), c.method, how);
         (advice, peak)
     };
-    let baseline = evaluate(&Candidate {
-        class: ChangeClass::Settings,
-        change: "the program as recorded".into(),
-        code: String::new(),
-        settings: recorded.clone(),
-        edits: None,
-        method: Method::Replayed,
-        how: "the recorded trace".into(),
-    });
+    let baseline = evaluate(&Candidate::as_recorded(&recorded, "the recorded trace"));
     let evaluated = candidates.iter().map(evaluate).collect();
     let (baseline, advice, no_gain) = rank(baseline, evaluated);
     let answer = answer(&baseline, &advice, capacity, "peak allocated");

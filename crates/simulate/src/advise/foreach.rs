@@ -24,13 +24,13 @@
 use std::collections::BTreeMap;
 
 use vramscope_analysis::categories::{Labelled, Rule};
-use vramscope_analysis::edits::{for_blocks, ChangeKind, Edits};
-use vramscope_analysis::iterations::find_iterations;
+use vramscope_analysis::edits::{for_blocks, ChangeKind};
+use vramscope_analysis::iterations::Iterations;
 use vramscope_analysis::sites::frame_location;
 use vramscope_analysis::units::bytes;
 use vramscope_snapshot::Snapshot;
 
-use super::{Candidate, ChangeClass, Method, NotOffered};
+use super::{refuse, Candidate, ChangeClass, Method, NotOffered};
 use crate::settings::Settings;
 
 /// The one-at-a-time step's largest transient for parameters of sizes `p`
@@ -91,6 +91,7 @@ pub(super) fn foreach_candidate(
     snap: &Snapshot,
     device: u32,
     labelled: &Labelled,
+    its: &Iterations,
     recorded: &Settings,
     not_offered: &mut Vec<NotOffered>,
 ) -> Option<Candidate> {
@@ -99,13 +100,7 @@ pub(super) fn foreach_candidate(
     let temps: Vec<usize> = (0..l.len())
         .filter(|&b| cats.rule.get(b) == Some(&Rule::OptimizerFreed))
         .collect();
-    let mut refuse = |why: String| {
-        not_offered.push(NotOffered {
-            change: "foreach=False in the optimizer".into(),
-            why,
-        });
-        None
-    };
+    let mut refuse = |why: String| refuse(not_offered, "foreach=False in the optimizer", why);
     if temps.is_empty() {
         return refuse("no optimizer step in this trace allocates a temporary".into());
     }
@@ -135,7 +130,6 @@ pub(super) fn foreach_candidate(
     }
     // Each step's temporaries, by iteration; the largest list made at one
     // line gives the parameters' sizes in order.
-    let its = find_iterations(snap, device);
     let mut by_step: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
     for &b in &temps {
         by_step
@@ -172,21 +166,7 @@ pub(super) fn foreach_candidate(
             }
         }
     }
-    let mut edits = Edits::default();
-    let (drops, scales): (Vec<_>, Vec<_>) = changes
-        .into_iter()
-        .partition(|(_, k)| *k == ChangeKind::Drop);
-    for part in [drops, scales] {
-        if part.is_empty() {
-            continue;
-        }
-        let e = for_blocks(snap, device, l, &part, "optimizer step temporaries");
-        edits.drop_alloc.extend(e.drop_alloc);
-        edits.drop_seed.extend(e.drop_seed);
-        edits.scale_alloc.extend(e.scale_alloc);
-        edits.scale_seed.extend(e.scale_seed);
-        edits.matched.extend(e.matched);
-    }
+    let edits = for_blocks(snap, device, l, &changes, "optimizer step temporaries");
     Some(Candidate {
         class: ChangeClass::ForeachOff,
         change: "the optimizer without foreach (one parameter at a time)".into(),

@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet};
 
 use vramscope_analysis::categories::Labelled;
 use vramscope_analysis::edits::{for_blocks, ChangeKind, Edits};
-use vramscope_analysis::iterations::find_iterations;
+use vramscope_analysis::iterations::Iterations;
 use vramscope_analysis::leaks::{find_leaks_with, LeakOptions, Severity};
 use vramscope_analysis::lifetimes::{BEFORE_WINDOW, STILL_ALIVE};
 use vramscope_analysis::sites::{frame_label, site_frame};
@@ -27,6 +27,7 @@ pub(super) fn leak_candidates(
     snap: &Snapshot,
     device: u32,
     labelled: &Labelled,
+    its: &Iterations,
     recorded: &Settings,
 ) -> Vec<Candidate> {
     let opts = LeakOptions {
@@ -35,7 +36,6 @@ pub(super) fn leak_candidates(
     };
     let report = find_leaks_with(snap, device, &opts, labelled);
     let l = &labelled.lifetimes;
-    let its = find_iterations(snap, device);
     // Whether block b was still alive when the iteration after the one that
     // made it ended: what a leak keeps. A block alive only into the next
     // iteration is most often an output its variable holds until the next

@@ -24,6 +24,7 @@ pub use counted::{advise_counted, counted_applies};
 use serde::Serialize;
 use vramscope_analysis::categories::Labelled;
 use vramscope_analysis::edits::Edits;
+use vramscope_analysis::iterations::find_iterations;
 use vramscope_snapshot::Snapshot;
 
 use candidates::{
@@ -171,6 +172,107 @@ pub(crate) struct Candidate {
     pub(super) how: String,
 }
 
+impl Candidate {
+    /// The program unchanged: the baseline every saving is measured on.
+    fn as_recorded(settings: &Settings, how: &str) -> Candidate {
+        Candidate {
+            class: ChangeClass::Settings,
+            change: "the program as recorded".into(),
+            code: String::new(),
+            settings: settings.clone(),
+            edits: None,
+            method: Method::Replayed,
+            how: how.into(),
+        }
+    }
+
+    /// Its answer with the figures its evaluation found (saving: 0 until
+    /// ranked); a rule's answer stays a rule's, projected or not.
+    fn answer(&self, peaks: (u64, u64), fits: Option<bool>, method: Method, how: String) -> Advice {
+        let (acts_on_blocks, acts_on_bytes) = self.edits.as_ref().map_or((0, 0), |e| {
+            e.matched
+                .iter()
+                .fold((0, 0), |(n, b), m| (n + m.blocks, b + m.bytes))
+        });
+        Advice {
+            class: self.class,
+            change: self.change.clone(),
+            code: self.code.clone(),
+            acts_on_bytes,
+            acts_on_blocks,
+            peak_reserved: peaks.0,
+            peak_allocated: peaks.1,
+            saving: 0,
+            fits,
+            method: if self.method == Method::Rule {
+                Method::Rule
+            } else {
+                method
+            },
+            how,
+        }
+    }
+}
+
+/// The program changes, for a replay and a count alike: the leaks fixed,
+/// memory of a kind changed, the one-at-a-time optimizer step, the outputs
+/// deleted, the blocks checkpointed; those not offered say why.
+fn program_candidates(
+    snap: &Snapshot,
+    device: u32,
+    labelled: &Labelled,
+    recorded: &Settings,
+    not_offered: &mut Vec<NotOffered>,
+) -> Vec<Candidate> {
+    let its = find_iterations(snap, device);
+    let mut out = leak_candidates(snap, device, labelled, &its, recorded);
+    out.extend(category_candidates(
+        snap,
+        device,
+        labelled,
+        recorded,
+        not_offered,
+    ));
+    out.extend(foreach::foreach_candidate(
+        snap,
+        device,
+        labelled,
+        &its,
+        recorded,
+        not_offered,
+    ));
+    out.extend(kept_outputs_candidate(
+        snap,
+        device,
+        labelled,
+        &its,
+        recorded,
+        not_offered,
+    ));
+    out.extend(checkpoint::checkpoint_candidate(
+        snap,
+        device,
+        labelled,
+        recorded,
+        not_offered,
+    ));
+    not_yet_predicted(not_offered);
+    out
+}
+
+/// A change not offered, and why: nothing to evaluate.
+fn refuse(
+    not_offered: &mut Vec<NotOffered>,
+    change: &str,
+    why: impl Into<String>,
+) -> Option<Candidate> {
+    not_offered.push(NotOffered {
+        change: change.into(),
+        why: why.into(),
+    });
+    None
+}
+
 /// Rank the changes that make `snap`'s run fit, or peak lower.
 pub fn advise(snap: &Snapshot, opts: &AdviseOptions) -> Result<Advising, SimulateError> {
     let mut opts = opts.clone();
@@ -220,45 +322,17 @@ pub fn advise_with(snap: &Snapshot, sim: &Simulation, labelled: &Labelled) -> Ad
     let mut not_offered = Vec::new();
     let mut candidates = settings_candidates(sim);
     candidates.extend(must_go_candidate(sim));
-    candidates.extend(leak_candidates(snap, device, labelled, &recorded));
-    candidates.extend(category_candidates(
+    candidates.extend(program_candidates(
         snap,
         device,
         labelled,
         &recorded,
         &mut not_offered,
     ));
-    candidates.extend(foreach::foreach_candidate(
-        snap,
-        device,
-        labelled,
+    let baseline_candidate = Candidate::as_recorded(
         &recorded,
-        &mut not_offered,
-    ));
-    candidates.extend(kept_outputs_candidate(
-        snap,
-        device,
-        labelled,
-        &recorded,
-        &mut not_offered,
-    ));
-    candidates.extend(checkpoint::checkpoint_candidate(
-        snap,
-        device,
-        labelled,
-        &recorded,
-        &mut not_offered,
-    ));
-    not_yet_predicted(&mut not_offered);
-    let baseline_candidate = Candidate {
-        class: ChangeClass::Settings,
-        change: "the program as recorded".into(),
-        code: String::new(),
-        settings: recorded.clone(),
-        edits: None,
-        method: Method::Replayed,
-        how: "the recorded trace replayed under the recorded settings".into(),
-    };
+        "the recorded trace replayed under the recorded settings",
+    );
     let evaluated = std::thread::scope(|scope| {
         let handles: Vec<_> = candidates
             .iter()
@@ -409,29 +483,7 @@ fn evaluate(snap: &Snapshot, sim: &Simulation, c: &Candidate) -> (Advice, u64) {
             )
         }
     };
-    let (acts_on_blocks, acts_on_bytes) = c.edits.as_ref().map_or((0, 0), |e| {
-        e.matched
-            .iter()
-            .fold((0, 0), |(n, b), m| (n + m.blocks, b + m.bytes))
-    });
-    let advice = Advice {
-        class: c.class,
-        change: c.change.clone(),
-        code: c.code.clone(),
-        acts_on_bytes,
-        acts_on_blocks,
-        peak_reserved,
-        peak_allocated,
-        saving: 0,
-        fits,
-        // A rule's answer stays a rule's, projected or not.
-        method: if c.method == Method::Rule {
-            Method::Rule
-        } else {
-            method
-        },
-        how,
-    };
+    let advice = c.answer((peak_reserved, peak_allocated), fits, method, how);
     (advice, peak_reserved)
 }
 
