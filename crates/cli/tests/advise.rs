@@ -196,3 +196,21 @@ fn a_request_larger_than_the_device_is_said_first() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The advice is the same text every run: a leak's fix names its lines in
+/// the finding's order, not a hash set's (which differs from process to
+/// process, so the report's What to do panel once disagreed with the CLI).
+/// Eight processes, each with its own hash seeds.
+#[test]
+fn the_same_file_gets_the_same_advice_every_run() {
+    let file = vramscope_testdata::recorded("corpus_accelerate_traceback_kept.pickle.gz");
+    let f = file.to_str().expect("utf-8 path");
+    let first = stdout(&vramscope(&["advise", "--json", "-q", f]));
+    assert!(
+        first.contains("\"fix_leak\""),
+        "the corpus recording's leak is advised on: {first}"
+    );
+    for _ in 0..7 {
+        assert_eq!(stdout(&vramscope(&["advise", "--json", "-q", f])), first);
+    }
+}

@@ -71,11 +71,16 @@ pub(super) fn leak_candidates(
         // A site may name the callee its blocks came through
         // (`train.py:92 in main → module.py:1787 in _wrapped_call_impl`):
         // the blocks are the line's.
-        let lines: HashSet<&str> = f
-            .sites
-            .iter()
-            .map(|s| s.site.split(" → ").next().unwrap_or(&s.site))
-            .collect();
+        // The sites in the finding's order, each once: the text must not
+        // depend on a hash set's order.
+        let mut sites: Vec<&str> = Vec::new();
+        for s in &f.sites {
+            let line = s.site.split(" → ").next().unwrap_or(&s.site);
+            if !sites.contains(&line) {
+                sites.push(line);
+            }
+        }
+        let lines: HashSet<&str> = sites.iter().copied().collect();
         let blocks: Vec<usize> = (0..l.len())
             .filter(|&b| outlived(b) && lines.contains(label(l.stack[b]).as_str()))
             .collect();
@@ -83,7 +88,6 @@ pub(super) fn leak_candidates(
             continue;
         }
         every.extend(&blocks);
-        let sites: Vec<&str> = lines.iter().copied().collect();
         let growth = if f.severity == Severity::Leak && f.bytes_per_iteration > 0.0 {
             format!(
                 "; it grows by {} per iteration, so what it costs grows with the run's length beyond the recorded \
