@@ -17,6 +17,10 @@ change made the way the advice's code says:
   does not run with the last step's outputs still bound;
 * ``checkpoint``: each Transformer layer under
   ``torch.utils.checkpoint.checkpoint(..., use_reentrant=False)``;
+* ``autocast``: forward and loss under ``torch.autocast("cpu",
+  dtype=torch.bfloat16)`` (measured, not advised: docs/advise.md);
+* ``fsdp``: each unit (``units``) and the root under FSDP2's
+  ``fully_shard`` over two gloo ranks (measured, not advised yet);
 * ``leak`` / ``leak_fixed``: an evaluation pass every step that keeps its
   outputs with their graphs, and the same pass under ``torch.no_grad()``
   keeping a number (``.item()``), as the leak's fix says.
@@ -28,6 +32,7 @@ would give, runs the variants and compares.
 from __future__ import annotations
 
 import sys
+from typing import List
 
 import torch
 import torch.nn as nn
@@ -92,10 +97,18 @@ def mlp(batch: int):
 
 
 MODELS = {"cnn": (cnn, 32), "transformer": (transformer, 16), "mlp": (mlp, 8)}
-VARIANTS = ("baseline", "half_batch", "foreach_off", "del_outputs", "checkpoint", "leak", "leak_fixed")
+VARIANTS = ("baseline", "half_batch", "foreach_off", "del_outputs", "checkpoint", "autocast", "leak", "leak_fixed")
 
 
-def zero(model_name: str, out: str) -> None:
+def units(model: nn.Module) -> List[nn.Module]:
+    """The FSDP units: each repeated block (a Transformer's layers), or each
+    module with parameters of a Sequential; the root takes the rest."""
+    if isinstance(model, TinyLM):
+        return list(model.blocks.layers)
+    return [m for m in model if any(True for _ in m.parameters(recurse=False))]
+
+
+def zero(model_name: str, out: str, variant: str = "zero") -> None:
     """The optimizer state sharded over two ranks (ZeRO-1,
     ``ZeroRedundancyOptimizer`` on gloo): two processes, each recording
     ``out`` with ``{rank}`` filled in."""
@@ -106,10 +119,10 @@ def zero(model_name: str, out: str) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.spawn(_zero_rank, args=(model_name, out, port), nprocs=2, join=True)
+    mp.spawn(_zero_rank, args=(model_name, out, port, variant), nprocs=2, join=True)
 
 
-def _zero_rank(rank: int, model_name: str, out: str, port: int) -> None:
+def _zero_rank(rank: int, model_name: str, out: str, port: int, variant: str) -> None:
     import torch.distributed as dist
     from torch.distributed.optim import ZeroRedundancyOptimizer
 
@@ -118,7 +131,15 @@ def _zero_rank(rank: int, model_name: str, out: str, port: int) -> None:
         torch.manual_seed(0)
         make, batch = MODELS[model_name]
         model, x, y, loss_fn = make(batch)
-        opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, lr=1e-3, foreach=True)
+        if variant == "fsdp":
+            from torch.distributed.fsdp import fully_shard
+
+            for m in units(model):
+                fully_shard(m)
+            fully_shard(model)
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+        else:
+            opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, lr=1e-3, foreach=True)
         with vramscope.record(out, backend="allocator"):  # it fills in {rank}
             for _ in range(STEPS):
                 out_ = model(x)
@@ -132,8 +153,8 @@ def _zero_rank(rank: int, model_name: str, out: str, port: int) -> None:
 
 
 def main(model_name: str, variant: str, out: str) -> None:
-    if variant == "zero":
-        return zero(model_name, out)
+    if variant in ("zero", "fsdp"):
+        return zero(model_name, out, variant)
     torch.manual_seed(0)
     make, batch = MODELS[model_name]
     model, x, y, loss_fn = make(batch)
@@ -152,6 +173,11 @@ def main(model_name: str, variant: str, out: str) -> None:
                 for xc, yc in zip(x.chunk(2), y.chunk(2)):
                     loss = loss_fn(model(xc), yc) / 2
                     loss.backward()
+            elif variant == "autocast":
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    out_ = model(x)
+                    loss = loss_fn(out_, y)
+                loss.backward()
             else:
                 out_ = model(x)
                 loss = loss_fn(out_, y)

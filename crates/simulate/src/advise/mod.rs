@@ -387,7 +387,9 @@ pub fn advise_with(snap: &Snapshot, sim: &Simulation, labelled: &Labelled) -> Ad
 fn not_yet_predicted(not_offered: &mut Vec<NotOffered>) {
     not_offered.push(NotOffered {
         change: "bf16 / fp16 mixed precision".into(),
-        why: "a snapshot records sizes, not dtypes: whether the activations are already 16-bit cannot be told"
+        why: "a snapshot records sizes, not dtypes: whether the activations are already 16-bit cannot be told; \
+              vramscope.estimate(model, inputs, optimizer, autocast=torch.bfloat16) answers it from the model: \
+              it traces a training step under CUDA's autocast lists and replays it through the allocator model"
             .into(),
     });
 }
