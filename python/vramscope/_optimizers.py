@@ -30,7 +30,8 @@ def _plain(v: Any) -> Any:
 
 def describe(opt: Any) -> Dict[str, Any]:
     """``{"type", "module", "settings", "parameters", "parameter_bytes",
-    "state": {key: [tensors, bytes]}}`` of one optimizer, now."""
+    "parameter_dtypes": {dtype: bytes}, "state": {key: [tensors, bytes]}}``
+    of one optimizer, now."""
     import torch
 
     tensor = torch.Tensor
@@ -46,11 +47,18 @@ def describe(opt: Any) -> Dict[str, Any]:
                 row = state.setdefault(str(key), [0, 0])
                 row[0] += 1
                 row[1] += v.numel() * v.element_size()
+    # Bytes by dtype: whether the weights are already 16-bit.
+    dtypes: Dict[str, int] = {}
+    for p in params:
+        if isinstance(p, tensor):
+            k = str(p.dtype).replace("torch.", "")
+            dtypes[k] = dtypes.get(k, 0) + p.numel() * p.element_size()
     return {
         "type": type(opt).__name__,
         "module": type(opt).__module__,
         "settings": settings,
         "parameters": len(params),
         "parameter_bytes": sum(p.numel() * p.element_size() for p in params if isinstance(p, tensor)),
+        "parameter_dtypes": dtypes,
         "state": state,
     }

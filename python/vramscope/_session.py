@@ -424,6 +424,11 @@ class _Session:
                 # the analysis names the real rule from it.
                 "optimizers": self.tagger.optimizers(refresh=tag),
             }
+            if self.tagger.autocast:
+                # Which dtype the forward computed in: what tells advice that
+                # halves activations (bf16 weights) from advice that would
+                # count a 16-bit forward twice.
+                snap["vramscope"]["autocast"] = sorted(self.tagger.autocast)
             if self.kind in ("cuda", "xpu"):
                 # The device's total and free memory, the memory fraction and
                 # the workspace settings: what tells an OOM caused by memory

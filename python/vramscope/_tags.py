@@ -78,6 +78,9 @@ class Tagger:
         # the same lines).
         self._blocks: Dict[int, str] = {}
         self._open_blocks: List[tuple] = []
+        # The autocast states the outermost forward calls ran under ("off",
+        # "bfloat16", "float16").
+        self.autocast: set = set()
         self.block_spans: "collections.deque[tuple]" = collections.deque(maxlen=200_000)
         self._local = threading.local()
         # ``(mark, stamp, stack)`` of a recorder that stamps stacks on
@@ -166,10 +169,25 @@ class Tagger:
             for a in args if isinstance(args, tuple) else (args,):
                 if isinstance(a, self._tensor) and not a.requires_grad:
                     self.tag(a, "input")
+            self._note_autocast()
             self._enter_phase("forward")
             if self.bracket is not None:
                 local.since = self.bracket[0]()
         local.depth = depth + 1
+
+    def _note_autocast(self) -> None:
+        """Whether the outermost forward ran under ``torch.autocast`` of the
+        recorded device, and to which dtype: a snapshot records sizes, not
+        dtypes, and `vramscope advise` must not halve activations that are
+        16-bit already."""
+        try:
+            import torch
+
+            dev = "cuda" if self.cuda else "cpu"
+            state = str(torch.get_autocast_dtype(dev)).replace("torch.", "") if torch.is_autocast_enabled(dev) else "off"
+        except (AttributeError, RuntimeError, TypeError):
+            return
+        self.autocast.add(state)
 
     def _find_blocks(self, root: Any) -> None:
         """The repeated blocks under an outermost module seen for the first

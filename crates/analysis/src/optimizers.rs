@@ -161,6 +161,7 @@ mod tests {
                 .collect(),
             parameters: 4,
             parameter_bytes: 1 << 20,
+            parameter_dtypes: vec![("float32".into(), 1 << 20)],
             state: state
                 .iter()
                 .map(|(k, n, b)| (k.to_string(), *n, *b))

@@ -214,3 +214,26 @@ fn the_same_file_gets_the_same_advice_every_run() {
         assert_eq!(stdout(&vramscope(&["advise", "--json", "-q", f])), first);
     }
 }
+
+/// PyTorch's own file says nothing of dtypes: neither bf16 weights nor
+/// mixed precision is offered, and each says what would tell (the
+/// recorder's dtypes; the estimate that traces the model under autocast).
+#[test]
+fn precision_is_not_guessed_from_a_file_without_dtypes() {
+    let f = gpu("oom_gpt_default.pickle.gz");
+    let j = advise_json(&[f.to_str().expect("utf-8 path")]);
+    assert!(!rows(&j).iter().any(|r| r["class"] == "bf16_weights"));
+    let why = |change: &str| -> String {
+        j["not_offered"]
+            .as_array()
+            .expect("not_offered")
+            .iter()
+            .find(|n| n["change"] == change)
+            .and_then(|n| n["why"].as_str())
+            .unwrap_or_else(|| panic!("{change} not in not_offered: {j}"))
+            .to_owned()
+    };
+    assert!(why("bf16 weights (model.to(torch.bfloat16))")
+        .contains("vramscope.record writes the parameters' dtypes"));
+    assert!(why("bf16 / fp16 mixed precision").contains("autocast=torch.bfloat16"));
+}

@@ -36,6 +36,10 @@ pub struct RecorderInfo {
     pub device: Option<DeviceFacts>,
     /// Out-of-memory errors the allocator's observer saw, in order.
     pub ooms: Vec<OomSeen>,
+    /// The autocast states the model's outermost forward calls ran under
+    /// (`off`, `bfloat16`, `float16`); empty where not recorded. A snapshot
+    /// records sizes, not dtypes: this says whether activations are 16-bit.
+    pub autocast: Vec<String>,
 }
 
 /// What a PyTorch file leaves out about its device: how much memory it has,
@@ -115,6 +119,9 @@ pub struct OptimizerInfo {
     pub settings: Vec<(String, String)>,
     pub parameters: u64,
     pub parameter_bytes: u64,
+    /// Parameter bytes by dtype (`float32`, `bfloat16`); empty in files of
+    /// older recorders.
+    pub parameter_dtypes: Vec<(String, u64)>,
     /// State kind (`exp_avg`, `momentum_buffer`), tensors, bytes.
     pub state: Vec<(String, u64, u64)>,
 }
@@ -249,6 +256,15 @@ impl RecorderInfo {
                 .map(|rows| rows.iter().filter_map(optimizer).collect())
                 .unwrap_or_default(),
             device: v.get("device").and_then(device_facts),
+            autocast: v
+                .get("autocast")
+                .and_then(|a| a.as_array())
+                .map(|rows| {
+                    rows.iter()
+                        .filter_map(|r| r.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default(),
             ooms: v
                 .get("ooms")
                 .and_then(|o| o.as_array())
@@ -347,6 +363,15 @@ fn optimizer(r: &serde_json::Value) -> Option<OptimizerInfo> {
         settings,
         parameters: num("parameters"),
         parameter_bytes: num("parameter_bytes"),
+        parameter_dtypes: r
+            .get("parameter_dtypes")
+            .and_then(|s| s.as_object())
+            .map(|m| {
+                m.iter()
+                    .map(|(k, v)| (k.clone(), v.as_u64().unwrap_or(0)))
+                    .collect()
+            })
+            .unwrap_or_default(),
         state,
     })
 }

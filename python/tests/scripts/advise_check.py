@@ -38,6 +38,10 @@ CHECKS: List[Tuple[str, str, str, str]] = [
     ("transformer", "leak", "fix_leak", "leak_fixed"),
     ("mlp", "baseline", "half_batch", "half_batch"),
     ("mlp", "baseline", "foreach_off", "foreach_off"),
+    # model.to(torch.bfloat16): the recorder saw fp32 weights and no autocast.
+    ("cnn", "baseline", "bf16_weights", "bf16"),
+    ("transformer", "baseline", "bf16_weights", "bf16"),
+    ("mlp", "baseline", "bf16_weights", "bf16"),
     # Two gloo ranks; measured: the rank that peaks higher.
     ("cnn", "baseline", "shard_optimizer_state", "zero"),
     ("transformer", "baseline", "shard_optimizer_state", "zero"),

@@ -17,6 +17,8 @@ change made the way the advice's code says:
   does not run with the last step's outputs still bound;
 * ``checkpoint``: each Transformer layer under
   ``torch.utils.checkpoint.checkpoint(..., use_reentrant=False)``;
+* ``bf16``: ``model.to(torch.bfloat16)`` (floating inputs too): weights,
+  gradients, optimizer state and activations all 16-bit;
 * ``autocast``: forward and loss under ``torch.autocast("cpu",
   dtype=torch.bfloat16)`` (measured, not advised: docs/advise.md);
 * ``fsdp``: each unit (``units``) and the root under FSDP2's
@@ -97,7 +99,7 @@ def mlp(batch: int):
 
 
 MODELS = {"cnn": (cnn, 32), "transformer": (transformer, 16), "mlp": (mlp, 8)}
-VARIANTS = ("baseline", "half_batch", "foreach_off", "del_outputs", "checkpoint", "autocast", "leak", "leak_fixed")
+VARIANTS = ("baseline", "half_batch", "foreach_off", "del_outputs", "checkpoint", "bf16", "autocast", "leak", "leak_fixed")
 
 
 def units(model: nn.Module) -> List[nn.Module]:
@@ -160,6 +162,9 @@ def main(model_name: str, variant: str, out: str) -> None:
     model, x, y, loss_fn = make(batch)
     if variant == "checkpoint":
         model.checkpointing = True
+    if variant == "bf16":
+        model = model.to(torch.bfloat16)
+        x = x.to(torch.bfloat16) if x.is_floating_point() else x
     if variant == "adamw8bit":
         from torchao.optim import AdamW8bit  # 8-bit moments, block-wise scaled
 

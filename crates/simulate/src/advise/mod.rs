@@ -18,6 +18,7 @@ mod checkpoint;
 mod counted;
 mod foreach;
 mod leaks;
+mod precision;
 
 pub use counted::{advise_counted, counted_applies};
 
@@ -95,6 +96,8 @@ pub enum ChangeClass {
     ForeachOff,
     /// Activation checkpointing of the model's repeated blocks.
     Checkpoint,
+    /// The model, gradients and optimizer state in bf16.
+    Bf16Weights,
     /// `del outputs, loss` at the end of each step: what an iteration
     /// leaves bound to its variables, not kept into the next.
     DeleteOutputs,
@@ -256,7 +259,13 @@ fn program_candidates(
         recorded,
         not_offered,
     ));
-    not_yet_predicted(not_offered);
+    out.extend(precision::precision_candidates(
+        snap,
+        device,
+        labelled,
+        recorded,
+        not_offered,
+    ));
     out
 }
 
@@ -381,17 +390,6 @@ pub fn advise_with(snap: &Snapshot, sim: &Simulation, labelled: &Labelled) -> Ad
         not_offered,
         answer,
     }
-}
-
-/// The changes no trace can predict yet, and why.
-fn not_yet_predicted(not_offered: &mut Vec<NotOffered>) {
-    not_offered.push(NotOffered {
-        change: "bf16 / fp16 mixed precision".into(),
-        why: "a snapshot records sizes, not dtypes: whether the activations are already 16-bit cannot be told; \
-              vramscope.estimate(model, inputs, optimizer, autocast=torch.bfloat16) answers it from the model: \
-              it traces a training step under CUDA's autocast lists and replays it through the allocator model"
-            .into(),
-    });
 }
 
 /// Each answer's saving against the baseline; those that matter, best
