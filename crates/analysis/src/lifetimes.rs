@@ -50,9 +50,18 @@ impl Lifetimes {
         let empty = DeviceTrace::default();
         let t = snap.trace(device).unwrap_or(&empty);
         let joins_versions = t.category.is_some();
+        // One block per alloc (and a few freed from before the window): the
+        // columns are sized once rather than grown and copied as they fill.
+        let allocs = t.action.iter().filter(|&&a| a == Action::Alloc).count() + 64;
         let mut l = Lifetimes {
+            birth: Vec::with_capacity(allocs),
+            death: Vec::with_capacity(allocs),
+            size: Vec::with_capacity(allocs),
+            stack: Vec::with_capacity(allocs),
+            category: Vec::with_capacity(allocs),
+            addr: Vec::with_capacity(allocs),
             event_block: vec![NO_BLOCK; t.len()],
-            ..Default::default()
+            versions_joined: 0,
         };
         let mut open: HashMap<u64, u32> = HashMap::default();
         // The block freed by the last alloc/free event, while nothing but

@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use vramscope_snapshot::{Action, DeviceTrace, Snapshot, NO_TIME};
 
+use crate::categories::phases::Phases;
 use crate::categories::{CategoryTotal, Labelled};
+use crate::lifetimes::Lifetimes;
 use crate::liveness::{allocated_series, reserved_after, Liveness};
 use crate::segments::{memory_state, MemoryState};
 use crate::sites::{group_by_site, Site};
@@ -257,11 +259,25 @@ pub fn summarize_device(snap: &Snapshot, device: u32, opts: &SummaryOptions) -> 
         let labelled = opts.categories.then(|| Labelled::new(snap, device));
         return summarize_device_with(snap, device, opts, labelled.as_ref());
     }
-    // The labels and the liveness walk are independent: on two cores at once.
+    // The labels and the liveness walk are independent, and the labels'
+    // two inputs (the block lifetimes and the phases) are too: on two cores,
+    // the phases then the walk on one, the lifetimes then the inference
+    // (once the phases are there) on the other.
     std::thread::scope(|s| {
-        let labelling = s.spawn(|| Labelled::new(snap, device));
-        let walked = Walked::new(snap, device);
-        let labelled = labelling
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let other = s.spawn(move || {
+            if let Some(t) = snap.trace(device) {
+                let _ = tx.send(Phases::new(snap, t));
+            }
+            Walked::new(snap, device)
+        });
+        let lifetimes = Lifetimes::new(snap, device);
+        let labelled = match rx.recv() {
+            Ok(phases) => Labelled::from_parts(snap, device, lifetimes, phases),
+            // The other thread panicked before sending: its join says why.
+            Err(_) => Labelled::new(snap, device),
+        };
+        let walked = other
             .join()
             .unwrap_or_else(|p| std::panic::resume_unwind(p));
         summarize_walked(snap, device, opts, Some(&labelled), walked)

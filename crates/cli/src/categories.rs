@@ -31,5 +31,8 @@ pub fn run(a: Args) -> Result<(), CliError> {
     } else {
         vramscope_report::categories_text(&views, &input::display_name(&a.file))
     };
-    output::print(&text)
+    let r = output::print(&text);
+    output::release(views);
+    output::release(snap);
+    r
 }

@@ -56,5 +56,8 @@ pub fn run(a: Args) -> Result<(), CliError> {
     } else {
         vramscope_report::leaks_text(&report, &input::display_name(&a.file), a.verbose)
     };
-    output::print(&text)
+    let r = output::print(&text);
+    output::release(report);
+    output::release(snap);
+    r
 }

@@ -100,6 +100,17 @@ impl From<vramscope_snapshot::SnapshotError> for CliError {
     }
 }
 
+/// [`run`] in the `vramscope` binary, whose process ends when it returns:
+/// the commands may leave their largest models to the kernel's exit.
+pub fn run_and_end<I, T>(args: I) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    output::process_ends_after_run();
+    run(args)
+}
+
 /// Run the command line with `args` (the first is the program name) and
 /// return the exit code. Never exits the process, so it is safe inside a
 /// Python interpreter; `--help`/`--version` print and return 0.

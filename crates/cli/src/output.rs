@@ -34,3 +34,21 @@ pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
             .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
     })
 }
+
+/// Set by the `vramscope` binary: the process ends when the command returns.
+static PROCESS_ENDS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Tell the commands that the process ends when they return (the binary,
+/// not the Python module, which lives on).
+pub fn process_ends_after_run() {
+    PROCESS_ENDS.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Drop `v`, or, where the process ends right after, leave its memory to
+/// the kernel: freeing a 1M-entry snapshot's columns one vector at a time
+/// costs about 10 ms that the kernel does at exit in one go anyway.
+pub fn release<T>(v: T) {
+    if PROCESS_ENDS.load(std::sync::atomic::Ordering::Relaxed) {
+        std::mem::forget(v);
+    }
+}

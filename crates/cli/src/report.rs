@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use vramscope_report::html::{report_html, report_html_against, Baseline, ReportOptions};
 
-use crate::{input, CliError};
+use crate::{input, output, CliError};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -86,6 +86,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
     if !a.common.quiet {
         eprintln!("wrote {}", out.display());
     }
+    output::release(snap);
     Ok(())
 }
 

@@ -60,6 +60,8 @@ pub fn run(a: Args) -> Result<(), CliError> {
             t0.elapsed()
         );
     }
+    output::release(s);
+    output::release(snap);
     r
 }
 

@@ -20,6 +20,9 @@ pub(crate) struct Arena {
     base: usize,
     cap: usize,
     pub(crate) used: AtomicUsize,
+    /// The parser's input (read, not written): a mapped file's pages are
+    /// read in ahead of the parser, so their faults run here too.
+    input: bool,
 }
 
 impl Arena {
@@ -28,6 +31,17 @@ impl Arena {
             base: v.as_ptr() as usize,
             cap: v.capacity() * std::mem::size_of::<T>(),
             used: AtomicUsize::new(0),
+            input: false,
+        }
+    }
+
+    /// The parser's input; `used` is its position.
+    pub(crate) fn input(bytes: &[u8]) -> Arena {
+        Arena {
+            base: bytes.as_ptr() as usize,
+            cap: bytes.len(),
+            used: AtomicUsize::new(0),
+            input: true,
         }
     }
 
@@ -45,7 +59,8 @@ impl Arena {
 }
 
 #[cfg(target_os = "linux")]
-fn populate(start: usize, end: usize) -> bool {
+fn populate(start: usize, end: usize, read: bool) -> bool {
+    const MADV_POPULATE_READ: i32 = 22;
     const MADV_POPULATE_WRITE: i32 = 23;
     extern "C" {
         fn madvise(addr: *mut std::ffi::c_void, len: usize, advice: i32) -> i32;
@@ -56,15 +71,21 @@ fn populate(start: usize, end: usize) -> bool {
     if e <= s {
         return true;
     }
-    // SAFETY: the range lies inside an allocation that the parser owns;
-    // MADV_POPULATE_WRITE only pre-faults pages and never changes their
-    // contents (already-present pages are left alone). If the allocation
-    // was freed meanwhile, the call fails harmlessly.
-    unsafe { madvise(s as *mut std::ffi::c_void, e - s, MADV_POPULATE_WRITE) == 0 }
+    let advice = if read {
+        MADV_POPULATE_READ
+    } else {
+        MADV_POPULATE_WRITE
+    };
+    // SAFETY: the range lies inside an allocation that the parser owns (or
+    // its input, which outlives the parse); populating only pre-faults
+    // pages and never changes their contents (already-present pages are
+    // left alone). If the allocation was freed meanwhile, the call fails
+    // harmlessly.
+    unsafe { madvise(s as *mut std::ffi::c_void, e - s, advice) == 0 }
 }
 
 #[cfg(not(target_os = "linux"))]
-fn populate(_: usize, _: usize) -> bool {
+fn populate(_: usize, _: usize, _: bool) -> bool {
     false
 }
 
@@ -93,7 +114,7 @@ fn hugepages(_: usize, _: usize) {}
 
 /// Populate `arenas` ahead of their published use until `done` is set.
 pub(crate) fn run(arenas: &[&Arena], done: &AtomicBool) {
-    for a in arenas {
+    for a in arenas.iter().filter(|a| !a.input) {
         hugepages(a.base, a.base + a.cap);
     }
     let mut populated: Vec<usize> = vec![0; arenas.len()];
@@ -107,7 +128,7 @@ pub(crate) fn run(arenas: &[&Arena], done: &AtomicBool) {
             }
             if *p + STEP <= target || (*p < target && target == a.cap) {
                 let end = (*p + STEP).min(target);
-                if !populate(a.base + *p, a.base + end) {
+                if !populate(a.base + *p, a.base + end, a.input) {
                     return;
                 }
                 *p = end;

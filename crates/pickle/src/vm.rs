@@ -76,10 +76,11 @@ pub fn parse_with(input: &[u8], opts: &mut ParseOptions<'_>) -> Result<Document,
     };
     let result = if input.len() >= PREFAULT_MIN_INPUT {
         let arenas = vm.b.arenas();
+        let read = prefault::Arena::input(input);
         let done = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|s| {
-            s.spawn(|| prefault::run(&[&arenas[0], &arenas[1]], &done));
-            let r = vm.run(opts, Some(&arenas));
+            s.spawn(|| prefault::run(&[&arenas[0], &arenas[1], &read], &done));
+            let r = vm.run(opts, Some((&arenas, &read)));
             done.store(true, std::sync::atomic::Ordering::Relaxed);
             r
         })
@@ -149,7 +150,7 @@ impl<'i> Vm<'i> {
     fn run(
         &mut self,
         opts: &mut ParseOptions<'_>,
-        arenas: Option<&[prefault::Arena; 2]>,
+        arenas: Option<(&[prefault::Arena; 2], &prefault::Arena)>,
     ) -> Result<Value, PickleError> {
         const CHECK_EVERY: usize = 1 << 20;
         let mut next_progress = opts.progress_every;
@@ -157,8 +158,10 @@ impl<'i> Vm<'i> {
         loop {
             if self.pos >= next_check {
                 next_check = self.pos + CHECK_EVERY;
-                if let Some(a) = arenas {
+                if let Some((a, read)) = arenas {
                     self.b.publish(a);
+                    read.used
+                        .store(self.pos, std::sync::atomic::Ordering::Relaxed);
                 }
                 if self.pos as u64 >= next_progress {
                     if let Some(p) = opts.progress.as_mut() {

@@ -276,7 +276,20 @@ pub fn categorize_with(
 ) -> Categories {
     let empty = DeviceTrace::default();
     let t = snap.trace(device).unwrap_or(&empty);
-    let phases = Phases::new(snap, t);
+    categorize_phased(snap, device, l, Phases::new(snap, t), opts)
+}
+
+/// [`categorize_with`] with the trace's phases found by the caller (on
+/// another thread: they need the trace alone, not the lifetimes).
+pub fn categorize_phased(
+    snap: &Snapshot,
+    device: u32,
+    l: &Lifetimes,
+    phases: Phases,
+    opts: &CategoryOptions,
+) -> Categories {
+    let empty = DeviceTrace::default();
+    let t = snap.trace(device).unwrap_or(&empty);
     let mut c = infer::infer(snap, device, t, l, &phases, opts);
     c.pre_window = (0..l.len())
         .filter(|&b| l.birth[b] == BEFORE_WINDOW)
@@ -297,6 +310,27 @@ impl Labelled {
     pub fn new(snap: &Snapshot, device: u32) -> Labelled {
         let lifetimes = Lifetimes::new(snap, device);
         let categories = categorize(snap, device, &lifetimes);
+        Labelled {
+            lifetimes,
+            categories,
+        }
+    }
+
+    /// [`Labelled::new`] from lifetimes and phases made by the caller (the
+    /// two need only the trace: they can be found at once).
+    pub fn from_parts(
+        snap: &Snapshot,
+        device: u32,
+        lifetimes: Lifetimes,
+        phases: Phases,
+    ) -> Labelled {
+        let categories = categorize_phased(
+            snap,
+            device,
+            &lifetimes,
+            phases,
+            &CategoryOptions::default(),
+        );
         Labelled {
             lifetimes,
             categories,
