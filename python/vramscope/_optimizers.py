@@ -58,7 +58,7 @@ def describe(opt: Any) -> Dict[str, Any]:
         "module": type(opt).__module__,
         "settings": settings,
         "parameters": len(params),
-        "parameter_bytes": sum(p.numel() * p.element_size() for p in params if isinstance(p, tensor)),
+        "parameter_bytes": sum(dtypes.values()),
         "parameter_dtypes": dtypes,
         "state": state,
     }

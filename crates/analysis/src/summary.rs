@@ -266,16 +266,20 @@ pub fn summarize_device(snap: &Snapshot, device: u32, opts: &SummaryOptions) -> 
     std::thread::scope(|s| {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let other = s.spawn(move || {
-            if let Some(t) = snap.trace(device) {
-                let _ = tx.send(Phases::new(snap, t));
-            }
+            let empty = DeviceTrace::default();
+            let _ = tx.send(Phases::new(snap, snap.trace(device).unwrap_or(&empty)));
             Walked::new(snap, device)
         });
         let lifetimes = Lifetimes::new(snap, device);
         let labelled = match rx.recv() {
             Ok(phases) => Labelled::from_parts(snap, device, lifetimes, phases),
-            // The other thread panicked before sending: its join says why.
-            Err(_) => Labelled::new(snap, device),
+            // Only a panic on the other thread stops the send: raise it here.
+            Err(_) => std::panic::resume_unwind(
+                other
+                    .join()
+                    .err()
+                    .unwrap_or_else(|| Box::new("the phases thread returned without sending")),
+            ),
         };
         let walked = other
             .join()

@@ -23,7 +23,7 @@ use vramscope_analysis::edits::{for_blocks, ChangeKind};
 use vramscope_analysis::units::bytes;
 use vramscope_snapshot::Snapshot;
 
-use super::{Candidate, ChangeClass, Method, NotOffered};
+use super::{refuse, Candidate, ChangeClass, Method, NotOffered};
 use crate::settings::Settings;
 
 /// What the recorder says of the step's dtypes.
@@ -80,10 +80,7 @@ pub(super) fn precision_candidates(
                             allocator model";
     const WEIGHTS: &str = "bf16 weights (model.to(torch.bfloat16))";
     let mut refuse = |change: &str, why: String| {
-        not_offered.push(NotOffered {
-            change: change.into(),
-            why,
-        });
+        refuse(not_offered, change, why);
     };
     let p = precision(snap);
     match &p {
