@@ -112,3 +112,47 @@ fn window_oom_and_categories() {
     assert_eq!(oom.top_holders[0].bytes, 3 << 20);
     assert_eq!(d.end.fragmentation.largest_free_block, 17 << 20);
 }
+
+/// A recorder's file whose dump holds a block larger than its trace entry:
+/// the allocator gave a 4 MiB free block to a 3 MiB request without
+/// splitting it (the remainder under 1 MiB), as on an H200 recording. The
+/// trace and the dump agree; a block the trace leaves alive that the dump
+/// shows free is a dump taken at another moment.
+#[test]
+fn an_unsplit_block_is_no_disagreement_between_trace_and_dump() {
+    let base = 1u64 << 40;
+    let doc = |later: bool| {
+        let mut trace = vec![
+            json!({"action": "segment_alloc", "addr": base, "size": 6 << 20, "stream": 0, "time_us": 10}),
+            json!({"action": "alloc", "addr": base, "size": 3 << 20, "stream": 0, "time_us": 11}),
+        ];
+        if later {
+            trace.push(json!({"action": "alloc", "addr": base + (4 << 20), "size": 2 << 20, "stream": 0, "time_us": 12}));
+        }
+        json!({
+            "segments": [{"device": 0, "address": base, "total_size": 6 << 20, "allocated_size": 4 << 20, "active_size": 4 << 20,
+                          "requested_size": 3 << 20, "stream": 0, "segment_type": "large", "blocks": [
+                {"address": base, "size": 4 << 20, "requested_size": 3 << 20, "state": "active_allocated"},
+                {"address": base + (4 << 20), "size": 2 << 20, "requested_size": 0, "state": "inactive"}]}],
+            "device_traces": [trace],
+            "vramscope": {"recorder": "cuda-allocator-history"}
+        })
+    };
+    let (snap, s) = summary_of(doc(false));
+    assert!(snap.source.recorder.is_some(), "read as a recorder's file");
+    let d = &s.devices[0];
+    assert_eq!(
+        (d.end.allocated_bytes, d.end_trace_bytes),
+        (4 << 20, 3 << 20)
+    );
+    assert!(d.inconsistencies.is_empty(), "{:?}", d.inconsistencies);
+    let (_, s) = summary_of(doc(true));
+    let d = &s.devices[0];
+    assert!(
+        d.inconsistencies
+            .iter()
+            .any(|w| w.contains("another moment")),
+        "{:?}",
+        d.inconsistencies
+    );
+}
