@@ -74,3 +74,28 @@ def test_a_reassigned_local_is_freed_at_once() -> None:
     x = torch.zeros(1)  # the old tensor must go now, not at the next look
     assert torch.UntypedStorage._expired(ref)
     del x
+
+
+def test_the_sampler_looks_again_only_when_memory_grew(monkeypatch) -> None:
+    """A pass costs tens of ms on a real program (40 ms on a small GPT's
+    CUDA step): a loop whose memory stays flat is looked at once, a loop
+    that grows at every due pass, and without a level at every due pass."""
+    from vramscope import _holders
+
+    passes = []
+    monkeypatch.setattr(_holders, "find_holders", lambda: passes.append(1) or {"seconds": 0.0})
+
+    def run(levels) -> int:
+        passes.clear()
+        s = _holders.Sampler(level=(lambda: next(levels)) if levels is not None else None)
+        for _ in range(1000):  # passes are due at the 1st, 2nd, 4th, ... 512th call
+            s.maybe()
+        return len(passes)
+
+    flat = iter([5 << 20] * 2000)
+    growing = iter(range(1 << 20, 1 << 30, 4096))
+    assert run(flat) == 1
+    assert run(growing) == 10
+    assert run(None) == 10
+    # A level that reads nothing (no counters yet) is no reason to skip.
+    assert run(iter([None] * 2000)) == 10

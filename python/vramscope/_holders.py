@@ -30,7 +30,7 @@ import time
 import types
 import warnings
 from collections import deque
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from ._refnames import TypeInfo, is_tensor, named_refs
 
@@ -508,10 +508,27 @@ class Sampler:
     ``interval`` seconds have gone by, as long as all passes together have
     taken at most ``allowance`` seconds plus ``share`` of the time since the
     recording began (3%: a pass over a million objects takes about 1.5 s).
-    The last ``keep`` passes are kept."""
+    The last ``keep`` passes are kept.
 
-    def __init__(self, interval: float = 1.0, share: float = 0.03, allowance: float = 0.25, keep: int = 3) -> None:
+    Only memory that grew can be a leak: with ``level`` (the bytes allocated
+    now), a pass that is due runs only if more is allocated than at every
+    earlier pass. A loop that holds nothing new from one iteration to the
+    next is looked at once or twice, not every second: on a 12 ms CUDA step
+    of a small GPT a pass took 40 ms, 3% of the time at the full share."""
+
+    def __init__(
+        self,
+        interval: float = 1.0,
+        share: float = 0.03,
+        allowance: float = 0.25,
+        keep: int = 3,
+        level: Optional[Callable[[], Optional[int]]] = None,
+    ) -> None:
         self.interval, self.share, self.allowance = interval, share, allowance
+        self.level = level
+        # The most allocated at a pass (None: no pass yet, or no level).
+        self.level_seen: Optional[int] = None
+        self.skipped = 0  # passes due but not run: nothing grew
         self.start = time.monotonic()
         self.next_time = self.start + interval
         self.calls, self.next_call = 0, 1
@@ -529,6 +546,13 @@ class Sampler:
         self.next_call = self.calls * 2
         if self.spent > self.allowance + self.share * (now - self.start):
             return
+        level = self._level()
+        if level is not None and self.level_seen is not None and level <= self.level_seen:
+            self.skipped += 1
+            self.next_time = now + self.interval
+            return
+        if level is not None:
+            self.level_seen = max(level, self.level_seen or 0)
         self.busy = True
         try:
             r = find_holders()
@@ -540,3 +564,11 @@ class Sampler:
             self.next_time = self.next_call = float("inf")
         finally:
             self.busy = False
+
+    def _level(self) -> Optional[int]:
+        if self.level is None:
+            return None
+        try:
+            return self.level()
+        except Exception:  # noqa: BLE001 - no level: passes as if nothing were known
+            return None

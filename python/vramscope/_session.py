@@ -114,7 +114,7 @@ class _Session:
         from ._tags import Tagger
 
         self.tagger = Tagger(self.cuda)
-        self.tagger.sampler = Sampler()
+        self.tagger.sampler = Sampler(level=self._allocated_now)
         self.tagger.on_step = self._optimizer_stepped
         self.tagger.on_call = self._module_called
         # For the live state: finished iterations, OOMs, files written.
@@ -142,6 +142,11 @@ class _Session:
 
     def has_totals(self) -> bool:
         return hasattr(self.backend, "totals")
+
+    def _allocated_now(self) -> Optional[int]:
+        """The bytes allocated now, for the holder sampler's growth test
+        (one counter read, only when a pass is due)."""
+        return self.counters()[0] if self.has_totals() else None
 
     def counters(self) -> tuple:
         """``(allocated, reserved)`` bytes now; equal where nothing caches."""
