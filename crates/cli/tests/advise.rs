@@ -237,3 +237,56 @@ fn precision_is_not_guessed_from_a_file_without_dtypes() {
         .contains("vramscope.record writes the parameters' dtypes"));
     assert!(why("bf16 / fp16 mixed precision").contains("autocast=torch.bfloat16"));
 }
+
+/// Each change applied for real on an H200 (tests/fixtures/gpu/programs/
+/// advise_run.py, PyTorch's own peak reserved in advise_run.json) against
+/// what the advice predicted from the unchanged run's recording: every
+/// replayed row within 5% (docs/advise.md's GPU table), the change's class
+/// naming the variant that made it.
+#[test]
+fn each_change_made_for_real_on_a_gpu_peaks_where_the_advice_said() {
+    let truth: Value =
+        serde_json::from_str(&std::fs::read_to_string(gpu("advise_run.json")).expect("json"))
+            .expect("json");
+    let measured = |variant: &str| -> f64 {
+        truth["variants"][variant]["reserved_bytes.all.peak"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{variant} measured")) as f64
+    };
+    let check = |file: &str, pairs: &[(&str, &str, f64)]| {
+        let j = advise_json(&[gpu(file).to_str().expect("utf-8")]);
+        // The program as recorded replays to the peak PyTorch measured.
+        let base = j["baseline"]["peak_reserved"].as_u64().expect("u64") as f64;
+        let recorded = if file.contains("leak") {
+            measured("leak")
+        } else {
+            measured("baseline")
+        };
+        assert_eq!(base, recorded, "{file} as recorded");
+        for &(class, variant, within) in pairs {
+            let r = row(&j, class).unwrap_or_else(|| panic!("{file}: no {class} row"));
+            let predicted = r["peak_reserved"].as_u64().expect("u64") as f64;
+            let err = predicted / measured(variant) - 1.0;
+            assert!(
+                err.abs() <= within,
+                "{class}: predicted {predicted}, measured {} ({:+.1}%)",
+                measured(variant),
+                err * 100.0
+            );
+        }
+    };
+    check(
+        "advise_baseline.pickle",
+        &[
+            ("bf16_weights", "bf16", 0.05),
+            ("half_batch", "half_batch", 0.02),
+            ("checkpoint", "checkpoint", 0.02),
+            ("paged_optimizer_state8bit", "paged8bit", 0.005),
+            ("optimizer_state8bit", "adamw8bit", 0.005),
+            ("optimizer_state8bit", "bnb8bit", 0.005),
+            ("delete_outputs", "del_outputs", 0.005),
+            ("foreach_off", "foreach_off", 0.005),
+        ],
+    );
+    check("advise_leak.pickle", &[("fix_leak", "leak_fixed", 0.01)]);
+}

@@ -180,6 +180,24 @@ pub(super) fn category_candidates(
                  32-bit ones"
             ),
         });
+        // Measured on an H200 (tests/fixtures/gpu/advise_run.json): the
+        // GPT's reserved peak 3,634 MiB, 3,512 with AdamW8bit, 3,450 with
+        // PagedAdamW8bit, whose state the caching allocator never sees.
+        out.push(Candidate {
+            class: ChangeClass::PagedOptimizerState8bit,
+            change: "paged 8-bit optimizer state (bitsandbytes' PagedAdamW8bit: in CUDA unified memory, moved to \
+                     the CPU when the GPU runs short)"
+                .into(),
+            code: "import bitsandbytes as bnb\noptimizer = bnb.optim.PagedAdamW8bit(model.parameters(), lr=lr)".into(),
+            settings: recorded.clone(),
+            method: Method::Replayed,
+            edits: Some(with(&state, ChangeKind::Drop, "optimizer state")),
+            how: format!(
+                "replayed without the optimizer state ({total}): its 8-bit copy lives in unified memory, outside \
+                 PyTorch's cache, on the GPU while it fits (a quarter of the state beside the peak shown) and paged \
+                 out to the CPU's memory when the GPU runs short, at the cost of slower steps"
+            ),
+        });
         out.push(Candidate {
             class: ChangeClass::ShardOptimizerState,
             change: "the optimizer state sharded over 2 ranks (ZeRO-1)".into(),

@@ -10,7 +10,9 @@ use vramscope_analysis::categories::Labelled;
 use vramscope_analysis::edits::peak_allocated;
 use vramscope_snapshot::Snapshot;
 
-use super::{answer, program_candidates, rank, Advice, Advising, Candidate, NotOffered};
+use super::{
+    answer, program_candidates, rank, Advice, Advising, Candidate, ChangeClass, NotOffered,
+};
 use crate::settings::Settings;
 
 /// Whether `device`'s trace is one [`advise_counted`] answers for: a
@@ -35,7 +37,19 @@ pub fn advise_counted(
         why: "recorded without a caching allocator: each tensor was its own allocation, nothing was cached to tune"
             .into(),
     }];
-    let candidates = program_candidates(snap, device, labelled, &recorded, &mut not_offered);
+    let mut candidates = program_candidates(snap, device, labelled, &recorded, &mut not_offered);
+    if let Some(i) = candidates
+        .iter()
+        .position(|c| c.class == ChangeClass::PagedOptimizerState8bit)
+    {
+        candidates.remove(i);
+        not_offered.push(NotOffered {
+            change: "paged 8-bit optimizer state (bitsandbytes' PagedAdamW8bit)".into(),
+            why: "paging moves a GPU's optimizer state to the CPU's memory when the GPU runs short: this recording is \
+                  of memory without a GPU; the 8-bit row is what a smaller state saves here"
+                .into(),
+        });
+    }
     let entries = snap.trace(device).map_or(0, |t| t.len());
     let l = &labelled.lifetimes;
     let evaluate = |c: &Candidate| -> (Advice, u64) {
