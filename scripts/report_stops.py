@@ -13,8 +13,18 @@ source line in the caller, each function visited once. A stop is a step from
 a caller into a callee in a different source file; it is a return when that
 file was already visited earlier in the walk.
 
+Callgrind keeps one list of callees per function, not per caller: a std
+function that the root's own callers use too (a closure's call_once) joins
+their callees to the root's, and the walk wanders into `main` and the
+command-line parsing. `--exclude REGEX` leaves such functions out (the
+root's callers: `--exclude 'vramscope::main|run_and_end'`). Recording with
+`--separate-callers=N` keeps contexts apart but loses the edges into
+threads the root starts (the loading and the analyses run on scoped
+threads), so the whole graph with the root's callers left out is the
+better count.
+
 Usage: python3 scripts/report_stops.py CALLGRIND_OUT --root SUBSTRING
-           --workspace /path/to/checkout/crates [--tree]
+           --workspace /path/to/checkout/crates [--exclude REGEX] [--tree]
 """
 
 import argparse
@@ -188,7 +198,10 @@ def build(files_of, calls, workspace):
     for sym in set(files_of) | set(calls):
         p = file_of(sym)
         if in_ws(p):
-            n = enclosing(demangle(sym))
+            # Under --separate-callers=N a symbol carries its callers
+            # ("fn'caller'caller's caller"): one node per function, but
+            # the see-through walk below keeps each context's own callees.
+            n = enclosing(demangle(sym.split("'")[0]))
             node_of[sym] = n
             node_file.setdefault(n, os.path.relpath(os.path.realpath(p), os.path.dirname(ws.rstrip("/"))))
 
@@ -234,8 +247,9 @@ def build(files_of, calls, workspace):
     return node_file, children, inlined_sites
 
 
-def walk(root, node_file, children):
-    visited, files, order = {root}, [node_file[root]], []
+def walk(root, node_file, children, exclude=None):
+    left_out = {n for n in node_file if exclude and n != root and re.search(exclude, n)}
+    visited, files, order = {root} | left_out, [node_file[root]], []
     stops = returns = 0
     tree = []
 
@@ -260,7 +274,7 @@ def walk(root, node_file, children):
 
     sys.setrecursionlimit(100000)
     visit(root, 1)
-    return stops, returns, files, visited, tree
+    return stops, returns, files, visited - left_out, tree
 
 
 def crate_of(rel):
@@ -273,6 +287,7 @@ def main():
     ap.add_argument("profile")
     ap.add_argument("--root", required=True, help="substring of the root function's name")
     ap.add_argument("--workspace", required=True, help="the checkout's crates/ directory")
+    ap.add_argument("--exclude", help="regex of functions the walk leaves out (the root's own callers)")
     ap.add_argument("--tree", action="store_true", help="print the walk")
     a = ap.parse_args()
 
@@ -287,7 +302,7 @@ def main():
         sys.exit("ambiguous root, candidates:\n  " + "\n  ".join(pool))
     root = pool[0]
 
-    stops, returns, files, visited, tree = walk(root, node_file, children)
+    stops, returns, files, visited, tree = walk(root, node_file, children, a.exclude)
     crates = []
     for f in files:
         c = crate_of(f)
