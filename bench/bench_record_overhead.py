@@ -46,7 +46,7 @@ import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
 import vramscope  # noqa: E402
-from common import GPT as _GPT, VOCAB, train_step  # noqa: E402
+from common import GPT as _GPT, VOCAB, noop_hooks, train_step  # noqa: E402
 from vramscope import _hooks  # noqa: E402
 from vramscope._tags import Tagger  # noqa: E402
 
@@ -67,31 +67,6 @@ class _Meta:
 
     def get(self) -> str:
         return str(self.value)
-
-
-@contextlib.contextmanager
-def noop_hooks():
-    from torch.nn.modules import module as nn_module
-    from torch.optim import optimizer as optim
-
-    def pre(m, a):
-        return None
-
-    def post(m, a, o):
-        return None
-
-    def spre(o, a, k):
-        return None
-
-    hs = [nn_module.register_module_forward_pre_hook(pre),
-          nn_module.register_module_forward_hook(post, always_call=True),
-          optim.register_optimizer_step_pre_hook(spre),
-          optim.register_optimizer_step_post_hook(spre)]
-    try:
-        yield
-    finally:
-        for h in hs:
-            h.remove()
 
 
 @contextlib.contextmanager
