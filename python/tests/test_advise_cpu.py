@@ -112,3 +112,22 @@ def test_precision_advice_follows_the_dtypes_the_recorder_saw(tmp_path):
     bf = vramscope.load(advise_check.record("mlp", "bf16", str(tmp_path))).advise()
     why = {n["change"]: n["why"] for n in bf["not_offered"]}
     assert why["bf16 weights (model.to(torch.bfloat16))"] == "the parameters are already bfloat16"
+
+
+def test_gradients_kept_between_steps_are_said_not_predicted(tmp_path):
+    """zero_grad(set_to_none=False) keeps every gradient allocated through
+    the next forward: the advice says so with their bytes (the parameters'
+    size) and does not predict the saving; where they are freed each step,
+    nothing is said."""
+    kept = vramscope.load(advise_check.record("transformer", "keep_grads", str(tmp_path))).advise()
+    notes = [n for n in kept["not_offered"] if n["change"].startswith("optimizer.zero_grad(set_to_none=True)")]
+    assert len(notes) == 1, kept["not_offered"]
+    import advise_runs
+
+    make, batch = advise_runs.MODELS["transformer"]
+    params = sum(p.numel() * p.element_size() for p in make(batch)[0].parameters())
+    assert f"the gradients ({params / 2**20:.2f} MiB," in notes[0]["why"], (params, notes[0]["why"])
+    assert "Not predicted" in notes[0]["why"]
+    assert not any(x["class"].startswith("zero_grad") for x in kept["advice"] + kept["no_gain"])
+    free = vramscope.load(advise_check.record("transformer", "baseline", str(tmp_path))).advise()
+    assert not any(n["change"].startswith("optimizer.zero_grad") for n in free["not_offered"])

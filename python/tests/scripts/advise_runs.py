@@ -23,6 +23,8 @@ change made the way the advice's code says:
   dtype=torch.bfloat16)`` (measured, not advised: docs/advise.md);
 * ``fsdp``: each unit (``units``) and the root under FSDP2's
   ``fully_shard`` over two gloo ranks (measured, not advised yet);
+* ``keep_grads``: ``zero_grad(set_to_none=False)``: the gradients kept
+  allocated from one step to the next (zeroed in place);
 * ``leak`` / ``leak_fixed``: an evaluation pass every step that keeps its
   outputs with their graphs, and the same pass under ``torch.no_grad()``
   keeping a number (``.item()``), as the leak's fix says.
@@ -99,7 +101,7 @@ def mlp(batch: int):
 
 
 MODELS = {"cnn": (cnn, 32), "transformer": (transformer, 16), "mlp": (mlp, 8)}
-VARIANTS = ("baseline", "half_batch", "foreach_off", "del_outputs", "checkpoint", "bf16", "autocast", "leak", "leak_fixed")
+VARIANTS = ("baseline", "half_batch", "foreach_off", "del_outputs", "checkpoint", "bf16", "autocast", "keep_grads", "leak", "leak_fixed")
 
 
 def units(model: nn.Module) -> List[nn.Module]:
@@ -188,7 +190,7 @@ def main(model_name: str, variant: str, out: str) -> None:
                 loss = loss_fn(out_, y)
                 loss.backward()
             opt.step()
-            opt.zero_grad(set_to_none=True)
+            opt.zero_grad(set_to_none=variant != "keep_grads")
             if variant == "del_outputs":
                 del out_, loss
             if variant == "leak":

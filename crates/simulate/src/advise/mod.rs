@@ -254,6 +254,7 @@ fn program_candidates(
         recorded,
         not_offered,
     ));
+    candidates::kept_gradients_note(labelled, &its, not_offered);
     out.extend(checkpoint::checkpoint_candidate(
         snap,
         device,
