@@ -104,6 +104,11 @@ pub struct Edits {
     /// what activation checkpointing does to a layer's saved activations,
     /// freed after its forward and made again when backward reaches it.
     pub remake_after: BTreeMap<usize, Vec<usize>>,
+    /// After entry `k`, allocate the blocks of these `alloc` entries ahead
+    /// of their recorded `alloc` (which then makes nothing); their recorded
+    /// free frees them: the gradients an earlier micro-batch made, alive
+    /// while the next one runs (half the batch, gradients accumulated).
+    pub born_after: BTreeMap<usize, Vec<usize>>,
     pub matched: Vec<ChangeMatch>,
 }
 
@@ -115,6 +120,17 @@ impl Edits {
             && self.scale_seed.is_empty()
             && self.free_after.is_empty()
             && self.remake_after.is_empty()
+            && self.born_after.is_empty()
+    }
+
+    /// The `alloc` entries made ahead of their recorded place, each with
+    /// the entry after which it is made.
+    pub fn born_early(&self) -> HashMap<usize, usize> {
+        self.born_after
+            .iter()
+            .flat_map(|(&at, births)| births.iter().map(move |&b| (b, at)))
+            .filter(|&(b, at)| at < b)
+            .collect()
     }
 
     /// The size the `alloc` entry `entry` asks for under these edits,
@@ -137,6 +153,9 @@ impl Edits {
         }
         for (k, v) in other.remake_after {
             self.remake_after.entry(k).or_default().extend(v);
+        }
+        for (k, v) in other.born_after {
+            self.born_after.entry(k).or_default().extend(v);
         }
         self.matched.extend(other.matched);
     }
@@ -313,6 +332,7 @@ pub fn peak_allocated(l: &Lifetimes, entries: usize, edits: &Edits) -> u64 {
             remade.insert(k, at);
         }
     }
+    let born_early = edits.born_early();
     // delta[i]: the change of allocated bytes at event i.
     let mut delta = vec![0i64; entries + 1];
     let mut at_start: i64 = 0;
@@ -349,9 +369,15 @@ pub fn peak_allocated(l: &Lifetimes, entries: usize, edits: &Edits) -> u64 {
             }
             None => death,
         };
+        // Made ahead of its recorded alloc: counted from the entry it is
+        // made after (as the replay makes it, once that entry is done).
+        let made = born_early
+            .get(&birth)
+            .filter(|_| !before)
+            .map_or(birth, |&at| at);
         if before {
             at_start += size;
-        } else if let Some(d) = delta.get_mut(birth) {
+        } else if let Some(d) = delta.get_mut(made) {
             *d += size;
         }
         if let Some(d) = end.and_then(|e| delta.get_mut(e)) {

@@ -279,7 +279,7 @@ fn each_change_made_for_real_on_a_gpu_peaks_where_the_advice_said() {
         "advise_baseline.pickle",
         &[
             ("bf16_weights", "bf16", 0.05),
-            ("half_batch", "half_batch", 0.02),
+            ("half_batch", "half_batch", 0.005),
             ("checkpoint", "checkpoint", 0.02),
             ("paged_optimizer_state8bit", "paged8bit", 0.005),
             ("optimizer_state8bit", "adamw8bit", 0.005),

@@ -139,6 +139,11 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
     // The first request the model could not serve, and at which entry.
     let mut first_oom: Option<(usize, OutOfMemory)> = None;
     let end = setup.tail.map_or(t.len(), |x| x.cut.min(t.len()));
+    // Blocks made ahead of their recorded alloc live under a key no
+    // recorded address has (bit 63) until that alloc, when they take its
+    // address: another block may hold that address in between.
+    const EARLY: u64 = 1 << 63;
+    let born_early = edits.born_early();
     for i in 0..end {
         if empty_cache.binary_search(&i).is_ok() {
             // The program called torch.cuda.empty_cache() here: so does
@@ -151,6 +156,11 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
         }
         let size = edits.scaled(i, t.size[i]);
         match t.action[i] {
+            Action::Alloc if born_early.contains_key(&i) => {
+                if let Some(v) = addr_of.remove(&(EARLY | i as u64)) {
+                    addr_of.insert(t.addr[i], v);
+                }
+            }
             Action::Alloc if edits.drop_alloc.contains(&i) => {}
             // An `oom` entry is the request that failed when the trace was
             // recorded: tried again here. If it fits, its lifetime is
@@ -195,6 +205,20 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
                     Ok(p) => {
                         requested += size;
                         addr_of.insert(t.addr[k], (p, size));
+                    }
+                    Err(e) => {
+                        first_oom.get_or_insert((i, e));
+                    }
+                }
+            }
+        }
+        if let Some(births) = edits.born_after.get(&i) {
+            for &k in births.iter().filter(|&&k| k > i && k < t.len()) {
+                let size = edits.scaled(k, t.size[k]);
+                match a.malloc(size, t.stream[k]) {
+                    Ok(p) => {
+                        requested += size;
+                        addr_of.insert(EARLY | k as u64, (p, size));
                     }
                     Err(e) => {
                         first_oom.get_or_insert((i, e));

@@ -119,3 +119,60 @@ fn a_block_freed_early_and_made_again_is_absent_only_in_between() {
     edits.remake_after.clear();
     assert_eq!(peak_allocated(&l, 6, &edits), 30 * MIB);
 }
+
+/// A gradient made ahead of its recorded alloc (the first micro-batch's,
+/// alive while the second runs): counted from the earlier entry in the
+/// replay and the count alike, and freed by its own recorded free even
+/// where another block held its address in between.
+#[test]
+fn a_block_made_early_is_there_from_then_and_its_address_stays_apart() {
+    use vramscope_analysis::edits::{peak_allocated, Edits};
+    use vramscope_analysis::lifetimes::Lifetimes;
+    use vramscope_simulate::ReplaySetup;
+    let (a, g) = (1u64 << 32, 2u64 << 32);
+    let snap = trace(&[
+        ("alloc", a, 40 * MIB, TRAIN), // 0: an activation, at address a
+        ("free_completed", a, 40 * MIB, TRAIN), // 1
+        ("alloc", a, 10 * MIB, TRAIN), // 2: the gradient, at the same address
+        ("alloc", g, 5 * MIB, TRAIN),  // 3
+        ("free_completed", a, 10 * MIB, TRAIN), // 4: the gradient's free
+        ("free_completed", g, 5 * MIB, TRAIN), // 5
+    ]);
+    let l = Lifetimes::new(&snap, 0);
+    assert_eq!(peak_allocated(&l, 6, &Edits::default()), 40 * MIB);
+    let mut edits = Edits::default();
+    edits.born_after.entry(0).or_default().push(2);
+    // Beside the activation from entry 0 on: 40 + 10.
+    assert_eq!(peak_allocated(&l, 6, &edits), 50 * MIB);
+    let setup = ReplaySetup {
+        edits: Some(&edits),
+        cold_start: true,
+        ..Default::default()
+    };
+    let r = replay(&snap, 0, Settings::default(), &setup);
+    assert_eq!(r.simulated_peak_allocated, 50 * MIB);
+    assert!(r.oom.is_none());
+    // The activation's free (entry 1, address a) must leave the early
+    // gradient alone and the gradient's own free (entry 3) free it: were
+    // the activation kept instead, the last request would find 90 MiB.
+    let snap2 = trace(&[
+        ("alloc", a, 40 * MIB, TRAIN),
+        ("free_completed", a, 40 * MIB, TRAIN),
+        ("alloc", a, 10 * MIB, TRAIN),
+        ("free_completed", a, 10 * MIB, TRAIN),
+        ("alloc", g, 50 * MIB, TRAIN),
+    ]);
+    let mut edits2 = Edits::default();
+    edits2.born_after.entry(0).or_default().push(2);
+    let r = replay(
+        &snap2,
+        0,
+        Settings::default(),
+        &ReplaySetup {
+            edits: Some(&edits2),
+            cold_start: true,
+            ..Default::default()
+        },
+    );
+    assert_eq!(r.simulated_peak_allocated, 50 * MIB, "{r:?}");
+}

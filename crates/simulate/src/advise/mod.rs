@@ -235,6 +235,7 @@ fn program_candidates(
         snap,
         device,
         labelled,
+        &its,
         recorded,
         not_offered,
     ));
