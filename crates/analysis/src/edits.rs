@@ -109,6 +109,9 @@ pub struct Edits {
     /// free frees them: the gradients an earlier micro-batch made, alive
     /// while the next one runs (half the batch, gradients accumulated).
     pub born_after: BTreeMap<usize, Vec<usize>>,
+    /// The program's own `torch.cuda.empty_cache()` calls not made: the
+    /// cache kept where the recorded run released it.
+    pub keep_cache: bool,
     pub matched: Vec<ChangeMatch>,
 }
 
@@ -121,6 +124,7 @@ impl Edits {
             && self.free_after.is_empty()
             && self.remake_after.is_empty()
             && self.born_after.is_empty()
+            && !self.keep_cache
     }
 
     /// The `alloc` entries made ahead of their recorded place, each with
@@ -157,6 +161,7 @@ impl Edits {
         for (k, v) in other.born_after {
             self.born_after.entry(k).or_default().extend(v);
         }
+        self.keep_cache |= other.keep_cache;
         self.matched.extend(other.matched);
     }
 }

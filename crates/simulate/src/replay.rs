@@ -145,7 +145,7 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
     const EARLY: u64 = 1 << 63;
     let born_early = edits.born_early();
     for i in 0..end {
-        if empty_cache.binary_search(&i).is_ok() {
+        if !edits.keep_cache && empty_cache.binary_search(&i).is_ok() {
             // The program called torch.cuda.empty_cache() here: so does
             // the model, whatever its settings.
             a.release_cached();

@@ -390,3 +390,65 @@ pub(super) fn kept_gradients_note(
         ),
     });
 }
+
+/// The program's own `torch.cuda.empty_cache()` calls, removed: the cache
+/// kept, so no cudaFree at each call and no cudaMalloc to take the memory
+/// back (each waits for the device). It lowers no peak (a kept cache only
+/// holds more), so it lands among the changes that lower none, with what
+/// the calls cost the run in the allocator model's count of device calls.
+pub(super) fn keep_cache_candidate(
+    snap: &Snapshot,
+    sim: &Simulation,
+    recorded: &Settings,
+) -> Option<Candidate> {
+    let t = snap.trace(sim.device)?;
+    let calls = crate::replay::empty_cache_calls(snap, t);
+    if calls.is_empty() {
+        return None;
+    }
+    let mut sites: Vec<String> = Vec::new();
+    for &i in &calls {
+        let label = vramscope_analysis::sites::site_frame(snap, t.stack[i])
+            .map(|f| vramscope_analysis::sites::frame_label(snap, f))
+            .unwrap_or_else(|| "<no stack recorded>".into());
+        if !sites.contains(&label) {
+            sites.push(label);
+        }
+    }
+    let count = |keep_cache: bool| {
+        let edits = Edits {
+            keep_cache,
+            ..Default::default()
+        };
+        let setup = crate::replay::ReplaySetup {
+            capacity: sim.capacity,
+            edits: Some(&edits),
+            cold_start: true,
+            ..Default::default()
+        };
+        let r = crate::replay::replay(snap, sim.device, recorded.clone(), &setup);
+        (r.cuda_mallocs, r.cuda_frees)
+    };
+    let ((m_with, f_with), (m_without, f_without)) = (count(false), count(true));
+    let n = calls.len();
+    Some(Candidate {
+        class: ChangeClass::KeepCache,
+        change: format!(
+            "remove the program's {n} torch.cuda.empty_cache() call{} ({})",
+            if n == 1 { "" } else { "s" },
+            sites.join(", ")
+        ),
+        code: "# torch.cuda.empty_cache()  # the cache stays: no cudaFree here, no cudaMalloc to get it back".into(),
+        settings: recorded.clone(),
+        method: Method::Replayed,
+        edits: Some(Edits {
+            keep_cache: true,
+            ..Default::default()
+        }),
+        how: format!(
+            "replayed with the cache kept where the program released it: {m_without} cudaMalloc and {f_without} \
+             cudaFree calls in the allocator model against {m_with} and {f_with} with the calls (each waits for \
+             the device)"
+        ),
+    })
+}

@@ -106,6 +106,8 @@ pub enum ChangeClass {
     /// The live blocks that pin the segments at the failing request,
     /// freed before it (what the search over the model found must go).
     FreeHolders,
+    /// The program's own `torch.cuda.empty_cache()` calls removed.
+    KeepCache,
 }
 
 /// One ranked answer.
@@ -335,6 +337,7 @@ pub fn advise_with(snap: &Snapshot, sim: &Simulation, labelled: &Labelled) -> Ad
     let mut not_offered = Vec::new();
     let mut candidates = settings_candidates(sim);
     candidates.extend(must_go_candidate(sim));
+    candidates.extend(candidates::keep_cache_candidate(snap, sim, &recorded));
     candidates.extend(program_candidates(
         snap,
         device,
