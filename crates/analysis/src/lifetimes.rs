@@ -45,6 +45,23 @@ pub struct Lifetimes {
 }
 
 impl Lifetimes {
+    /// Block `b`'s birth and death as event indices, with 0 for a block
+    /// from before the window and `usize::MAX` for one still alive at the
+    /// end: for the questions "alive at event i?" and "alive across it?".
+    pub fn span(&self, b: usize) -> (usize, usize) {
+        let birth = if self.birth[b] == BEFORE_WINDOW {
+            0
+        } else {
+            self.birth[b] as usize
+        };
+        let death = if self.death[b] == STILL_ALIVE {
+            usize::MAX
+        } else {
+            self.death[b] as usize
+        };
+        (birth, death)
+    }
+
     /// Pair the events of `device`'s trace into block lifetimes.
     pub fn new(snap: &Snapshot, device: u32) -> Lifetimes {
         let empty = DeviceTrace::default();

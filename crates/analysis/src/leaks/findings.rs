@@ -11,7 +11,7 @@ use super::series::{shape, site_series, BlockIterations, Shape, SiteTable};
 use super::source::Sources;
 use super::{Finding, IterationStats, LeakOptions, Severity};
 use crate::categories::{Phase, Phases};
-use crate::lifetimes::{Lifetimes, BEFORE_WINDOW, STILL_ALIVE};
+use crate::lifetimes::{Lifetimes, STILL_ALIVE};
 use crate::sites::{frame_location, is_library, is_native, is_third_party};
 
 /// What the finders share.
@@ -248,16 +248,7 @@ fn scan_held_gradients(ctx: &Context, roles: &mut Roles) -> Option<HeldScan> {
         if bi.born[b] == 0 || roles.of_block(l, b) != Role::Gradient {
             continue;
         }
-        let birth = if l.birth[b] == BEFORE_WINDOW {
-            0
-        } else {
-            l.birth[b] as usize
-        };
-        let death = if l.death[b] == STILL_ALIVE {
-            usize::MAX
-        } else {
-            l.death[b] as usize
-        };
+        let (birth, death) = l.span(b);
         // Iterations after the block's own whose peak falls in its lifetime.
         let lo = its
             .partition_point(|(_, i)| i.range.number <= bi.born[b])

@@ -360,16 +360,7 @@ pub(super) fn kept_gradients_note(
         if labelled.categories.category.get(b) != Some(&Category::Gradient) {
             continue;
         }
-        let birth = if l.birth[b] == BEFORE_WINDOW {
-            0
-        } else {
-            l.birth[b] as usize
-        };
-        let death = if l.death[b] == STILL_ALIVE {
-            usize::MAX
-        } else {
-            l.death[b] as usize
-        };
+        let (birth, death) = l.span(b);
         // Alive across two iteration ends: kept through a whole step.
         if ends.iter().filter(|&&e| birth < e && e < death).count() >= 2 {
             bytes += l.size[b];
