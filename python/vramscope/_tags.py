@@ -426,10 +426,14 @@ class Tagger:
                 return
             except (RuntimeError, ValueError):
                 pass
+        self._row(dev.index or 0, addr, _now_us(), category)
+
+    def _row(self, device: int, addr: int, time_us: int, category: str) -> None:
+        """One row of the ``vramscope_tags`` columns."""
         r = self.rows
-        r["device"].append(dev.index or 0)
+        r["device"].append(device)
         r["addr"].append(addr)
-        r["time_us"].append(_now_us())
+        r["time_us"].append(time_us)
         r["category"].append(category)
 
     def _tag_gradient(self, g: Any, now: int) -> None:
@@ -455,11 +459,7 @@ class Tagger:
         if not addr:
             return None
         self._named[(index, addr)] = ("gradient", None)
-        r = self.rows
-        r["device"].append(index)
-        r["addr"].append(addr)
-        r["time_us"].append(now)
-        r["category"].append("gradient")
+        self._row(index, addr, now, "gradient")
 
     def _wanted(self, dev: Any) -> bool:
         """Tensors of the recorded device kind (the CPU recorder sees CPU
