@@ -109,6 +109,12 @@ pub struct Edits {
     /// free frees them: the gradients an earlier micro-batch made, alive
     /// while the next one runs (half the batch, gradients accumulated).
     pub born_after: BTreeMap<usize, Vec<usize>>,
+    /// After entry `k`, free the blocks of these `alloc` entries, which
+    /// outlive their recorded free until then (that free then frees
+    /// nothing): the gradient a backward made and added in place to a kept
+    /// one, kept as the gradient itself until the next `zero_grad` under
+    /// `set_to_none=True`.
+    pub free_late: BTreeMap<usize, Vec<usize>>,
     /// The program's own `torch.cuda.empty_cache()` calls not made: the
     /// cache kept where the recorded run released it.
     pub keep_cache: bool,
@@ -124,6 +130,7 @@ impl Edits {
             && self.free_after.is_empty()
             && self.remake_after.is_empty()
             && self.born_after.is_empty()
+            && self.free_late.is_empty()
             && !self.keep_cache
     }
 
@@ -134,6 +141,16 @@ impl Edits {
             .iter()
             .flat_map(|(&at, births)| births.iter().map(move |&b| (b, at)))
             .filter(|&(b, at)| at < b)
+            .collect()
+    }
+
+    /// The `alloc` entries freed after their recorded free, each with the
+    /// entry after which it is freed.
+    pub fn freed_late(&self) -> HashMap<usize, usize> {
+        self.free_late
+            .iter()
+            .flat_map(|(&at, births)| births.iter().map(move |&b| (b, at)))
+            .filter(|&(b, at)| b < at)
             .collect()
     }
 
@@ -160,6 +177,9 @@ impl Edits {
         }
         for (k, v) in other.born_after {
             self.born_after.entry(k).or_default().extend(v);
+        }
+        for (k, v) in other.free_late {
+            self.free_late.entry(k).or_default().extend(v);
         }
         self.keep_cache |= other.keep_cache;
         self.matched.extend(other.matched);
@@ -338,6 +358,7 @@ pub fn peak_allocated(l: &Lifetimes, entries: usize, edits: &Edits) -> u64 {
         }
     }
     let born_early = edits.born_early();
+    let late = edits.freed_late();
     // delta[i]: the change of allocated bytes at event i.
     let mut delta = vec![0i64; entries + 1];
     let mut at_start: i64 = 0;
@@ -372,7 +393,7 @@ pub fn peak_allocated(l: &Lifetimes, entries: usize, edits: &Edits) -> u64 {
                 }
                 Some(e)
             }
-            None => death,
+            None => late.get(&birth).filter(|_| !before).copied().or(death),
         };
         // Made ahead of its recorded alloc: counted from the entry it is
         // made after (as the replay makes it, once that entry is done).

@@ -144,6 +144,11 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
     // address: another block may hold that address in between.
     const EARLY: u64 = 1 << 63;
     let born_early = edits.born_early();
+    // Blocks freed after their recorded free live under a key no recorded
+    // address has (bit 62) from their alloc: their recorded free finds
+    // nothing, and their address may be taken again before they go.
+    const LATE: u64 = 1 << 62;
+    let late = edits.freed_late();
     for i in 0..end {
         if !edits.keep_cache && empty_cache.binary_search(&i).is_ok() {
             // The program called torch.cuda.empty_cache() here: so does
@@ -169,7 +174,12 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
                 Ok(p) if t.action[i] == Action::Oom => a.free(p),
                 Ok(p) => {
                     requested += size;
-                    addr_of.insert(t.addr[i], (p, size));
+                    let key = if late.contains_key(&i) {
+                        LATE | i as u64
+                    } else {
+                        t.addr[i]
+                    };
+                    addr_of.insert(key, (p, size));
                 }
                 Err(e) => {
                     first_oom.get_or_insert((i, e));
@@ -191,6 +201,14 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
         if let Some(early) = edits.free_after.get(&i) {
             for &k in early {
                 if let Some((p, n)) = addr_of.remove(&t.addr[k]) {
+                    a.free(p);
+                    requested -= n;
+                }
+            }
+        }
+        if let Some(v) = edits.free_late.get(&i) {
+            for &k in v.iter().filter(|&&k| k < i) {
+                if let Some((p, n)) = addr_of.remove(&(LATE | k as u64)) {
                     a.free(p);
                     requested -= n;
                 }

@@ -177,6 +177,48 @@ fn a_block_made_early_is_there_from_then_and_its_address_stays_apart() {
     assert_eq!(r.simulated_peak_allocated, 50 * MIB, "{r:?}");
 }
 
+/// A block kept past its recorded free (the gradient a backward made and
+/// added in place to a kept one, kept as the gradient under
+/// `set_to_none=True`): alive until the entry it is freed after, in the
+/// replay and the count alike, while another block takes its recorded
+/// address in between.
+#[test]
+fn a_block_freed_late_outlives_its_recorded_free_and_its_address_stays_apart() {
+    use vramscope_analysis::edits::{peak_allocated, Edits};
+    use vramscope_analysis::lifetimes::Lifetimes;
+    use vramscope_simulate::ReplaySetup;
+    let (a, g, h) = (1u64 << 32, 2u64 << 32, 3u64 << 32);
+    let snap = trace(&[
+        ("alloc", a, 10 * MIB, TRAIN),          // 0: the new gradient
+        ("free_completed", a, 10 * MIB, TRAIN), // 1: added in place, freed
+        ("alloc", a, 30 * MIB, TRAIN),          // 2: another block at address a
+        ("free_completed", a, 30 * MIB, TRAIN), // 3
+        ("alloc", g, 5 * MIB, TRAIN),           // 4: zero_grad comes after this
+        ("free_completed", g, 5 * MIB, TRAIN),  // 5
+        ("alloc", h, 35 * MIB, TRAIN),          // 6
+    ]);
+    let l = Lifetimes::new(&snap, 0);
+    assert_eq!(peak_allocated(&l, 7, &Edits::default()), 35 * MIB);
+    let mut edits = Edits::default();
+    edits.free_late.entry(4).or_default().push(0);
+    // 10 + 30 at entry 2; freed before h: 35 there, not 45.
+    assert_eq!(peak_allocated(&l, 7, &edits), 40 * MIB);
+    let r = replay(
+        &snap,
+        0,
+        Settings::default(),
+        &ReplaySetup {
+            edits: Some(&edits),
+            cold_start: true,
+            ..Default::default()
+        },
+    );
+    // Freed at its recorded free the peak would be 35; lost under the
+    // address the 30 MiB block took, 45.
+    assert_eq!(r.simulated_peak_allocated, 40 * MIB, "{r:?}");
+    assert!(r.oom.is_none());
+}
+
 /// A program that calls torch.cuda.empty_cache() after each step: the
 /// advice lists removing the calls among the changes that lower no peak
 /// (a kept cache only holds more), with what the calls cost in device

@@ -42,6 +42,11 @@ CHECKS: List[Tuple[str, str, str, str]] = [
     ("cnn", "baseline", "bf16_weights", "bf16"),
     ("transformer", "baseline", "bf16_weights", "bf16"),
     ("mlp", "baseline", "bf16_weights", "bf16"),
+    # zero_grad(set_to_none=False) recorded; the change made: the baseline,
+    # which sets the gradients to None.
+    ("cnn", "keep_grads", "set_to_none", "baseline"),
+    ("transformer", "keep_grads", "set_to_none", "baseline"),
+    ("mlp", "keep_grads", "set_to_none", "baseline"),
     # Two gloo ranks; measured: the rank that peaks higher.
     ("cnn", "baseline", "shard_optimizer_state", "zero"),
     ("transformer", "baseline", "shard_optimizer_state", "zero"),

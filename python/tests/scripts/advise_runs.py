@@ -25,6 +25,8 @@ change made the way the advice's code says:
   ``fully_shard`` over two gloo ranks (measured, not advised yet);
 * ``keep_grads``: ``zero_grad(set_to_none=False)``: the gradients kept
   allocated from one step to the next (zeroed in place);
+* ``keep_grads_late``: the same, recorded from the second step on (the
+  gradients made before the recording starts);
 * ``leak`` / ``leak_fixed``: an evaluation pass every step that keeps its
   outputs with their graphs, and the same pass under ``torch.no_grad()``
   keeping a number (``.item()``), as the leak's fix says.
@@ -101,7 +103,7 @@ def mlp(batch: int):
 
 
 MODELS = {"cnn": (cnn, 32), "transformer": (transformer, 16), "mlp": (mlp, 8)}
-VARIANTS = ("baseline", "half_batch", "foreach_off", "del_outputs", "checkpoint", "bf16", "autocast", "keep_grads", "leak", "leak_fixed")
+VARIANTS = ("baseline", "half_batch", "foreach_off", "del_outputs", "checkpoint", "bf16", "autocast", "keep_grads", "keep_grads_late", "leak", "leak_fixed")
 
 
 def units(model: nn.Module) -> List[nn.Module]:
@@ -174,6 +176,11 @@ def main(model_name: str, variant: str, out: str) -> None:
     else:
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=variant != "foreach_off")
     kept = []
+    keep_grads = variant in ("keep_grads", "keep_grads_late")
+    if variant == "keep_grads_late":
+        loss_fn(model(x), y).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=False)
     with vramscope.record(out, backend="allocator"):
         for _ in range(STEPS):
             if variant == "half_batch":
@@ -191,7 +198,7 @@ def main(model_name: str, variant: str, out: str) -> None:
                 loss = loss_fn(out_, y)
                 loss.backward()
             opt.step()
-            opt.zero_grad(set_to_none=variant != "keep_grads")
+            opt.zero_grad(set_to_none=not keep_grads)
             if variant == "del_outputs":
                 del out_, loss
             if variant == "leak":

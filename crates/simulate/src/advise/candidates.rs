@@ -335,53 +335,6 @@ pub(super) fn kept_outputs_candidate(
     })
 }
 
-/// Gradients that stay allocated from one step to the next
-/// (`zero_grad(set_to_none=False)`, or no `zero_grad`): said with their
-/// bytes, not predicted. Set to None, each is freed after the step and made
-/// again when the next backward reaches its parameter, which the trace
-/// does not show (kept gradients are added to in place, with no event).
-pub(super) fn kept_gradients_note(
-    labelled: &Labelled,
-    its: &Iterations,
-    not_offered: &mut Vec<NotOffered>,
-) {
-    let l = &labelled.lifetimes;
-    let ends: Vec<usize> = its
-        .list
-        .iter()
-        .filter(|it| it.complete)
-        .map(|it| it.end)
-        .collect();
-    if ends.len() < 2 {
-        return;
-    }
-    let (mut bytes, mut blocks) = (0u64, 0usize);
-    for b in 0..l.len() {
-        if labelled.categories.category.get(b) != Some(&Category::Gradient) {
-            continue;
-        }
-        let (birth, death) = l.span(b);
-        // Alive across two iteration ends: kept through a whole step.
-        if ends.iter().filter(|&&e| birth < e && e < death).count() >= 2 {
-            bytes += l.size[b];
-            blocks += 1;
-        }
-    }
-    if blocks == 0 {
-        return;
-    }
-    not_offered.push(NotOffered {
-        change: "optimizer.zero_grad(set_to_none=True), PyTorch's default since 2.0".into(),
-        why: format!(
-            "the gradients ({}, {blocks} blocks) stay allocated from one step to the next here; set to None they \
-             are freed after each step and made again as the next backward reaches each parameter, so any peak \
-             before the backward ends is lower by up to that much. Not predicted: the trace shows no event where \
-             a kept gradient is added to, so not when each would be made again",
-            vramscope_analysis::units::bytes(bytes)
-        ),
-    });
-}
-
 /// The program's own `torch.cuda.empty_cache()` calls, removed: the cache
 /// kept, so no cudaFree at each call and no cudaMalloc to take the memory
 /// back (each waits for the device). It lowers no peak (a kept cache only

@@ -5,6 +5,13 @@
 //! that is freed in time (a model's `forward`, called by training and by an
 //! evaluation that keeps its outputs), and freeing all of that line's
 //! blocks early would free the training's saved activations too.
+//!
+//! Gradients kept from one step to the next (a finding of held memory) are
+//! not freed that way: the next backward would make them again, so their
+//! fix is replayed as `zero_grad(set_to_none=True)` ([`super::set_to_none`]),
+//! or left out of the finding's replay where that cannot be predicted.
+//! Freed early and never made again, they once predicted the wide MLP of
+//! `advise_runs.py` 20% below what the changed program measured.
 
 use std::collections::{HashMap, HashSet};
 
@@ -17,19 +24,22 @@ use vramscope_analysis::sites::{frame_label, site_frame};
 use vramscope_analysis::units::bytes;
 use vramscope_snapshot::{Snapshot, StackId};
 
+use super::set_to_none::{KeptGradients, Replayed};
 use super::{Candidate, ChangeClass, Method};
 use crate::settings::Settings;
 
 /// Each leak or held memory found, fixed; and all of them at once where
 /// there are several (one fix often ends them all: the list that keeps
-/// the outputs keeps every layer's).
+/// the outputs keeps every layer's). With whether a finding's fix carries
+/// the kept gradients' `set_to_none` replay.
 pub(super) fn leak_candidates(
     snap: &Snapshot,
     device: u32,
     labelled: &Labelled,
     its: &Iterations,
     recorded: &Settings,
-) -> Vec<Candidate> {
+    gradients: Option<&KeptGradients>,
+) -> (Vec<Candidate>, bool) {
     let opts = LeakOptions {
         read_sources: false,
         ..LeakOptions::default()
@@ -67,6 +77,9 @@ pub(super) fn leak_candidates(
         .collect();
     let mut out = Vec::new();
     let mut every: Vec<usize> = Vec::new();
+    let is_kept_gradient = |b: usize| gradients.is_some_and(|g| g.blocks.contains(&b));
+    let set_to_none = gradients.and_then(|g| g.replay.as_ref().ok());
+    let mut covered = false;
     for f in &findings {
         // A site may name the callee its blocks came through
         // (`train.py:92 in main → module.py:1787 in _wrapped_call_impl`):
@@ -81,12 +94,14 @@ pub(super) fn leak_candidates(
             }
         }
         let lines: HashSet<&str> = sites.iter().copied().collect();
-        let blocks: Vec<usize> = (0..l.len())
+        let (grads, blocks): (Vec<usize>, Vec<usize>) = (0..l.len())
             .filter(|&b| outlived(b) && lines.contains(label(l.stack[b]).as_str()))
-            .collect();
-        if blocks.is_empty() {
+            .partition(|&b| is_kept_gradient(b));
+        let with_grads = set_to_none.filter(|_| !grads.is_empty());
+        if blocks.is_empty() && with_grads.is_none() {
             continue;
         }
+        covered |= with_grads.is_some();
         every.extend(&blocks);
         let growth = if f.severity == Severity::Leak && f.bytes_per_iteration > 0.0 {
             format!(
@@ -97,22 +112,38 @@ pub(super) fn leak_candidates(
         } else {
             String::new()
         };
+        // A finding of kept gradients alone is no leak: it grows with
+        // nothing, and its fix is the set_to_none change.
+        let class = if blocks.is_empty() {
+            ChangeClass::SetToNone
+        } else {
+            ChangeClass::FixLeak
+        };
         out.push(Candidate {
-            class: ChangeClass::FixLeak,
+            class,
             change: f.title.clone(),
             code: f.fix.clone(),
             settings: recorded.clone(),
             method: Method::Replayed,
-            edits: Some(free_early(snap, device, labelled, &blocks, &sites.join(", "))),
+            edits: Some(with_set_to_none(
+                free_early(snap, device, labelled, &blocks, &sites.join(", ")),
+                with_grads,
+            )),
             how: format!(
-                "replayed with the {} blocks of {} that outlived the iteration after theirs freed at the end of the \
-                 phase that made them{growth}",
-                blocks.len(),
-                sites.join(", ")
+                "replayed with {}{growth}",
+                join_how(
+                    (!blocks.is_empty()).then(|| format!(
+                        "the {} blocks of {} that outlived the iteration after theirs freed at the end of the phase \
+                         that made them",
+                        blocks.len(),
+                        sites.join(", ")
+                    )),
+                    with_grads
+                )
             ),
         });
     }
-    if out.len() > 1 {
+    if out.len() > 1 && !every.is_empty() {
         every.sort_unstable();
         every.dedup();
         let n = out.len();
@@ -126,16 +157,45 @@ pub(super) fn leak_candidates(
                 .join("\n"),
             settings: recorded.clone(),
             method: Method::Replayed,
-            edits: Some(free_early(snap, device, labelled, &every, "every leak found")),
+            edits: Some(with_set_to_none(
+                free_early(snap, device, labelled, &every, "every leak found"),
+                set_to_none.filter(|_| covered),
+            )),
             how: format!(
-                "replayed with the {} blocks of the {n} leaks found that outlived the iteration after theirs freed at \
-                 the end of the phase that made them (one fix often ends several: what keeps a model's outputs keeps every \
-                 layer's)",
-                every.len()
+                "replayed with {}",
+                join_how(
+                    Some(format!(
+                        "the {} blocks of the {n} leaks found that outlived the iteration after theirs freed at the \
+                         end of the phase that made them (one fix often ends several: what keeps a model's outputs \
+                         keeps every layer's)",
+                        every.len()
+                    )),
+                    set_to_none.filter(|_| covered)
+                )
             ),
         });
     }
-    out
+    (out, covered)
+}
+
+/// `edits` with the gradients set to None where the finding holds them.
+fn with_set_to_none(mut edits: Edits, gradients: Option<&Replayed>) -> Edits {
+    if let Some(r) = gradients {
+        edits.merge(r.edits.clone());
+    }
+    edits
+}
+
+/// How a finding's fix was replayed: its blocks freed early, its kept
+/// gradients set to None, or both.
+fn join_how(freed: Option<String>, gradients: Option<&Replayed>) -> String {
+    let set = gradients.map(|r| format!("zero_grad(set_to_none=True): {}", r.how));
+    match (freed, set) {
+        (Some(f), Some(g)) => format!("{f}, and {g}"),
+        (Some(f), None) => f,
+        (None, Some(g)) => g,
+        (None, None) => String::new(),
+    }
 }
 
 fn free_early(

@@ -19,6 +19,7 @@ mod counted;
 mod foreach;
 mod leaks;
 mod precision;
+mod set_to_none;
 
 pub use counted::{advise_counted, counted_applies};
 
@@ -108,6 +109,9 @@ pub enum ChangeClass {
     FreeHolders,
     /// The program's own `torch.cuda.empty_cache()` calls removed.
     KeepCache,
+    /// `zero_grad(set_to_none=True)` where the gradients were kept from one
+    /// step to the next.
+    SetToNone,
 }
 
 /// One ranked answer.
@@ -232,7 +236,9 @@ fn program_candidates(
     not_offered: &mut Vec<NotOffered>,
 ) -> Vec<Candidate> {
     let its = find_iterations(snap, device);
-    let mut out = leak_candidates(snap, device, labelled, &its, recorded);
+    let gradients = set_to_none::kept_gradients(snap, device, labelled, &its);
+    let (mut out, covered) =
+        leak_candidates(snap, device, labelled, &its, recorded, gradients.as_ref());
     out.extend(category_candidates(
         snap,
         device,
@@ -257,7 +263,14 @@ fn program_candidates(
         recorded,
         not_offered,
     ));
-    candidates::kept_gradients_note(labelled, &its, not_offered);
+    if let Some(g) = &gradients {
+        out.extend(set_to_none::set_to_none_candidate(
+            g,
+            covered,
+            recorded,
+            not_offered,
+        ));
+    }
     out.extend(checkpoint::checkpoint_candidate(
         snap,
         device,

@@ -1,0 +1,277 @@
+//! `optimizer.zero_grad(set_to_none=True)` for a program that keeps its
+//! gradients from one step to the next (`set_to_none=False`, or no
+//! `zero_grad`).
+//!
+//! A kept gradient is added to in place, with no event of its own, but the
+//! trace still shows where the next one would be made: each backward makes
+//! the new gradient of every parameter (the output of the parameter's
+//! backward op, a block of the gradient's size), adds it to the kept one
+//! and frees it. Set to None, that block *is* the gradient (autograd's
+//! `AccumulateGrad` steals it) and lives until the next `zero_grad`. The
+//! first backward of the recording made the kept gradients that way, so
+//! the block of each later backward that plays the same part is the one
+//! of the same size in the same order: the k-th allocation of that size
+//! in its iteration, as the kept gradient was in the first.
+//!
+//! The replay frees each kept gradient at the first `zero_grad` after it
+//! was made, and keeps each later backward's matching block until the
+//! `zero_grad` after it. Checked on the CPU (`advise_runs.py` variant
+//! `keep_grads` against `baseline`): the CNN, the Transformer and the MLP
+//! predicted to the byte.
+
+use std::collections::{HashMap, HashSet};
+
+use vramscope_analysis::categories::{Category, Labelled};
+use vramscope_analysis::edits::{for_blocks, ChangeKind, Edits};
+use vramscope_analysis::iterations::Iterations;
+use vramscope_analysis::lifetimes::{Lifetimes, BEFORE_WINDOW, STILL_ALIVE};
+use vramscope_analysis::units::bytes;
+use vramscope_snapshot::{Action, AnnotationStage, DeviceTrace, Snapshot};
+
+use super::{refuse, Candidate, ChangeClass, Method, NotOffered};
+use crate::settings::Settings;
+
+const CHANGE: &str = "optimizer.zero_grad(set_to_none=True), PyTorch's default since 2.0";
+
+/// The gradients kept from one step to the next, and their replay with
+/// `set_to_none=True` or why it cannot be made.
+pub(super) struct KeptGradients {
+    /// Their blocks.
+    pub(super) blocks: HashSet<usize>,
+    /// What they are, for the note where the change is not predicted.
+    what: String,
+    pub(super) replay: Result<Replayed, String>,
+}
+
+/// The edits that set the gradients to None, and how they were made.
+pub(super) struct Replayed {
+    pub(super) edits: Edits,
+    pub(super) how: String,
+}
+
+/// The gradients of `device`'s trace alive across two iteration ends,
+/// with their replay; `None` where no gradient is kept.
+pub(super) fn kept_gradients(
+    snap: &Snapshot,
+    device: u32,
+    labelled: &Labelled,
+    its: &Iterations,
+) -> Option<KeptGradients> {
+    let l = &labelled.lifetimes;
+    let t = snap.trace(device)?;
+    let ends: Vec<usize> = its
+        .list
+        .iter()
+        .filter(|it| it.complete)
+        .map(|it| it.end)
+        .collect();
+    if ends.len() < 2 {
+        return None;
+    }
+    // Alive across two iteration ends: kept through a whole step.
+    let kept: Vec<usize> = (0..l.len())
+        .filter(|&b| {
+            let (birth, death) = l.span(b);
+            labelled.categories.category.get(b) == Some(&Category::Gradient)
+                && ends.iter().filter(|&&e| birth < e && e < death).count() >= 2
+        })
+        .collect();
+    if kept.is_empty() {
+        return None;
+    }
+    let what = format!(
+        "the gradients ({}, {} blocks) stay allocated from one step to the next here; set to None they are freed \
+         at each zero_grad and made again as the next backward reaches each parameter, so any peak before the \
+         backward ends is lower by up to that much",
+        bytes(kept.iter().map(|&b| l.size[b]).sum()),
+        kept.len()
+    );
+    let replay = replay(snap, device, t, l, its, &kept);
+    Some(KeptGradients {
+        blocks: kept.into_iter().collect(),
+        what,
+        replay,
+    })
+}
+
+/// The change on its own row, where no leak finding's fix carries it
+/// (`covered`: a finding of these gradients is replayed with it); the
+/// reason it is not predicted otherwise.
+pub(super) fn set_to_none_candidate(
+    kept: &KeptGradients,
+    covered: bool,
+    recorded: &Settings,
+    not_offered: &mut Vec<NotOffered>,
+) -> Option<Candidate> {
+    let r = match &kept.replay {
+        Ok(r) => r,
+        Err(why) => {
+            return refuse(
+                not_offered,
+                CHANGE,
+                format!("{}. Not predicted: {why}", kept.what),
+            )
+        }
+    };
+    if covered {
+        return None;
+    }
+    Some(Candidate {
+        class: ChangeClass::SetToNone,
+        change: "set the gradients to None at each zero_grad instead of zeroing them in place"
+            .into(),
+        code: CODE.into(),
+        settings: recorded.clone(),
+        method: Method::Replayed,
+        edits: Some(r.edits.clone()),
+        how: format!("replayed with {}", r.how),
+    })
+}
+
+/// The code of the change.
+pub(super) const CODE: &str =
+    "optimizer.step()\noptimizer.zero_grad(set_to_none=True)  # frees the gradients; the next backward makes them again";
+
+fn replay(
+    snap: &Snapshot,
+    device: u32,
+    t: &DeviceTrace,
+    l: &Lifetimes,
+    its: &Iterations,
+    kept: &[usize],
+) -> Result<Replayed, String> {
+    if kept.iter().any(|&b| l.birth[b] == BEFORE_WINDOW) {
+        return Err("the recording starts after they were made, so it does not show which block of each backward \
+                    becomes the gradient; record from the first step"
+            .into());
+    }
+    let zero_grads = zero_grad_points(snap, t, device);
+    // Where a gradient made at entry `i` is freed: after the entry before
+    // the next zero_grad, else at the end of its iteration.
+    let freed_at = |i: usize| -> Option<usize> {
+        match zero_grads.iter().find(|&&z| z > i) {
+            Some(&z) => Some(z - 1),
+            None if zero_grads.is_empty() => {
+                let k = its.of_event(i) as usize;
+                its.list
+                    .get(k.checked_sub(1)?)
+                    .filter(|it| it.complete)
+                    .map(|it| it.end - 1)
+            }
+            None => None,
+        }
+    };
+    // Per iteration: the allocations of each kept size, in order.
+    let sizes: HashSet<u64> = kept.iter().map(|&b| l.size[b]).collect();
+    let allocs_of: Vec<HashMap<u64, Vec<usize>>> = its
+        .list
+        .iter()
+        .map(|it| {
+            let mut m: HashMap<u64, Vec<usize>> = HashMap::new();
+            for i in it.start..it.end.min(t.len()) {
+                if t.action[i] == Action::Alloc && sizes.contains(&t.size[i]) {
+                    m.entry(t.size[i]).or_default().push(i);
+                }
+            }
+            m
+        })
+        .collect();
+    let block_of: HashMap<usize, usize> = (0..l.len())
+        .filter(|&b| l.birth[b] != BEFORE_WINDOW)
+        .map(|b| (l.birth[b] as usize, b))
+        .collect();
+    let mismatch = |iteration: u32| {
+        format!(
+            "iteration {iteration}'s allocations do not line up with the first backward's (no block of a \
+             gradient's size, in its order, that is freed before the next zero_grad)"
+        )
+    };
+    let mut frees: Vec<(usize, ChangeKind)> = Vec::new();
+    let mut late: Vec<(usize, usize)> = Vec::new();
+    let mut remade_bytes = 0u64;
+    for &g in kept {
+        let birth = l.birth[g] as usize;
+        let Some(k0) = (its.of_event(birth) as usize).checked_sub(1) else {
+            return Err("they were made before the first iteration, not by a backward".into());
+        };
+        let size = l.size[g];
+        let Some(order) = allocs_of
+            .get(k0)
+            .and_then(|m| m.get(&size))
+            .and_then(|v| v.iter().position(|&i| i == birth))
+        else {
+            continue;
+        };
+        if let Some(at) = freed_at(birth) {
+            frees.push((g, ChangeKind::FreeAfter(at)));
+        }
+        for (k, it) in its.list.iter().enumerate().skip(k0 + 1) {
+            let found = allocs_of[k].get(&size).and_then(|v| v.get(order)).copied();
+            let Some(b) = found.and_then(|entry| block_of.get(&entry).copied()) else {
+                if it.complete {
+                    return Err(mismatch(it.number));
+                }
+                continue;
+            };
+            let (entry, death) = (l.birth[b] as usize, l.death[b]);
+            match freed_at(entry) {
+                // A block added in place and freed before the zero_grad:
+                // kept as the gradient until then.
+                Some(at) if death != STILL_ALIVE && (death as usize) < at => {
+                    late.push((entry, at));
+                    remade_bytes += size;
+                }
+                // The last iteration's, with no zero_grad after it: alive to the end.
+                None if death != STILL_ALIVE => late.push((entry, t.len().saturating_sub(1))),
+                _ if it.complete => return Err(mismatch(it.number)),
+                _ => {}
+            }
+        }
+    }
+    if frees.is_empty() {
+        return Err("no zero_grad or iteration end follows them".into());
+    }
+    let mut edits = for_blocks(snap, device, l, &frees, "gradients kept between steps");
+    for (entry, at) in late {
+        edits.free_late.entry(at).or_default().push(entry);
+    }
+    let from = if zero_grads.is_empty() {
+        "at the end of each iteration (the file has no Optimizer.zero_grad annotations)"
+    } else {
+        "at each zero_grad (the file's Optimizer.zero_grad annotations)"
+    };
+    let kept_bytes: u64 = kept.iter().map(|&b| l.size[b]).sum();
+    Ok(Replayed {
+        edits,
+        how: format!(
+            "the {} kept gradient blocks ({}) freed {from}, and each later backward's new gradients ({}; the \
+             blocks of the kept ones' sizes in the order the first backward made them, added in place and freed \
+             as recorded) kept as the gradients until the next zero_grad",
+            kept.len(),
+            bytes(kept_bytes),
+            bytes(remade_bytes),
+        ),
+    })
+}
+
+/// The entries before which `zero_grad` ran (`Optimizer.zero_grad#…`
+/// annotations of `device`): the first entry at or after each start.
+fn zero_grad_points(snap: &Snapshot, t: &DeviceTrace, device: u32) -> Vec<usize> {
+    if !t.has_time() {
+        return Vec::new();
+    }
+    let mut out: Vec<usize> = snap
+        .annotations
+        .iter()
+        .filter(|a| {
+            a.stage == AnnotationStage::Start
+                && (a.device < 0 || a.device == i64::from(device))
+                && snap.str(a.name).starts_with("Optimizer.zero_grad#")
+        })
+        .map(|a| t.time_us.partition_point(|&x| x < a.time_us))
+        .filter(|&i| i > 0 && i < t.len())
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
