@@ -57,6 +57,12 @@ def test_the_predictions_point_the_way_the_runs_went(rows):
     c = by[("transformer", "checkpoint")]
     assert c.listed == "advice" and c.predicted < 0.85 * c.baseline and c.measured < 0.85 * c.baseline
     assert c.predicted <= c.measured
+    # Asked to fit 50 MiB, the advice also names the fewest layers to wrap:
+    # the first of the two. The program with only that layer checkpointed
+    # fits for real, and peaks above the one with both wrapped.
+    f = by[("transformer", "checkpoint_fewest")]
+    assert f.listed == "advice" and f.predicted <= 50 * 2**20 and f.measured <= 50 * 2**20
+    assert f.measured > c.measured and f.predicted > c.predicted
     # ZeRO-1 over two ranks: half the state on each, or near it (whole
     # parameters are placed, so the ranks differ a little).
     for model in ("cnn", "transformer"):

@@ -290,3 +290,37 @@ fn each_change_made_for_real_on_a_gpu_peaks_where_the_advice_said() {
     );
     check("advise_leak.pickle", &[("fix_leak", "leak_fixed", 0.01)]);
 }
+
+/// Asked to fit a capacity that checkpointing every block meets and the
+/// run as recorded does not, the advice also names the fewest blocks to
+/// wrap, in forward order: fewer as the capacity grows (one block at 3.2
+/// GiB, two at 3 GiB, three at 2.7 GiB), each row fitting its capacity.
+#[test]
+fn the_fewest_blocks_to_checkpoint_are_the_fewest_that_fit() {
+    let file = gpu("advise_baseline.pickle");
+    let path = file.to_str().expect("utf-8");
+    let fewest = |capacity: &str| -> u64 {
+        let j = advise_json(&[path, "--capacity", capacity]);
+        let r = rows(&j)
+            .iter()
+            .find(|r| {
+                r["class"] == "checkpoint"
+                    && r["change"].as_str().unwrap_or("").contains("the fewest")
+            })
+            .unwrap_or_else(|| panic!("no fewest-blocks row at {capacity}: {j}"));
+        assert_eq!(r["fits"], Value::Bool(true), "{r}");
+        assert_eq!(r["method"], "replayed", "{r}");
+        let change = r["change"].as_str().expect("change");
+        assert!(change.contains("of the 6 blocks (blocks.0"), "{change}");
+        change
+            .split("the first ")
+            .nth(1)
+            .and_then(|s| s.split(' ').next())
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("{change}"))
+    };
+    assert_eq!(
+        [fewest("3.2GiB"), fewest("3GiB"), fewest("2.7GiB")],
+        [1, 2, 3]
+    );
+}

@@ -51,6 +51,13 @@ CHECKS: List[Tuple[str, str, str, str]] = [
     ("cnn", "baseline", "shard_optimizer_state", "zero"),
     ("transformer", "baseline", "shard_optimizer_state", "zero"),
 ]
+# Asked with a capacity: (model, the unchanged program, the advice's
+# class, the program changed, the capacity in MiB). 50 MiB lies between the
+# Transformer's peak with every layer checkpointed and as recorded: the
+# fewest layers that fit is one.
+CAPACITY_CHECKS: List[Tuple[str, str, str, str, float]] = [
+    ("transformer", "baseline", "checkpoint_fewest", "checkpoint_first", 50.0),
+]
 # 8-bit optimizer state made for real: torchao's AdamW8bit, which runs on
 # the CPU (bitsandbytes' needs CUDA).
 CHECKS_8BIT: List[Tuple[str, str, str, str]] = [
@@ -65,8 +72,9 @@ def have_torchao() -> bool:
     return importlib.util.find_spec("torchao") is not None
 
 
-def all_checks() -> List[Tuple[str, str, str, str]]:
-    return CHECKS + (CHECKS_8BIT if have_torchao() else [])
+def all_checks() -> List[Tuple[str, str, str, str, Optional[float]]]:
+    plain = CHECKS + (CHECKS_8BIT if have_torchao() else [])
+    return [(*c, None) for c in plain] + list(CAPACITY_CHECKS)
 
 
 @dataclass
@@ -78,6 +86,7 @@ class Row:
     measured: int
     method: str
     listed: str  # "advice" (lowers the peak) or "no_gain"
+    capacity: Optional[float] = None  # MiB, where the advice was asked with one
 
     @property
     def error(self) -> float:
@@ -99,9 +108,13 @@ def peak_allocated(path: str) -> int:
 
 
 def prediction(advice: dict, cls: str) -> Optional[Tuple[int, str, str]]:
+    # The fewest blocks to checkpoint is a checkpoint row of its own.
+    fewest = cls == "checkpoint_fewest"
     for listed in ("advice", "no_gain"):
         for a in advice.get(listed, []):
-            if a["class"] == cls:
+            if fewest and a["class"] == "checkpoint" and "the fewest that fit" in a["change"]:
+                return a["peak_allocated"], a["method"], listed
+            if not fewest and a["class"] == cls and "the fewest that fit" not in a["change"]:
                 return a["peak_allocated"], a["method"], listed
     return None
 
@@ -109,18 +122,19 @@ def prediction(advice: dict, cls: str) -> Optional[Tuple[int, str, str]]:
 def rows(out_dir: str, checks=None) -> List[Row]:
     checks = all_checks() if checks is None else checks
     out: List[Row] = []
-    advised: Dict[str, dict] = {}
-    for model, base, cls, variant in checks:
+    advised: Dict[Tuple[str, Optional[float]], dict] = {}
+    for model, base, cls, variant, capacity in checks:
         base_path = record(model, base, out_dir)
-        if base_path not in advised:
-            advised[base_path] = vramscope.load(base_path).advise()
-        advice = advised[base_path]
+        if (base_path, capacity) not in advised:
+            cap = None if capacity is None else f"{capacity}MiB"
+            advised[(base_path, capacity)] = vramscope.load(base_path).advise(capacity=cap)
+        advice = advised[(base_path, capacity)]
         found = prediction(advice, cls)
         if found is None:
             raise AssertionError(f"{model} {base}: the advice has no {cls} row: {advice['not_offered']}")
         predicted, method, listed = found
         measured = peak_allocated(record(model, variant, out_dir))
-        out.append(Row(model, cls, advice["baseline"]["peak_allocated"], predicted, measured, method, listed))
+        out.append(Row(model, cls, advice["baseline"]["peak_allocated"], predicted, measured, method, listed, capacity))
     return out
 
 
@@ -135,7 +149,7 @@ def table(rs: List[Row]) -> str:
     ]
     for r in rs:
         lines.append(
-            f"| {r.model} | {r.change} | {mib(r.baseline)} | {mib(r.predicted)} | {mib(r.measured)} | "
+            f"| {r.model} | {r.change}{'' if r.capacity is None else f' (in {r.capacity:g} MiB)'} | {mib(r.baseline)} | {mib(r.predicted)} | {mib(r.measured)} | "
             f"{100 * r.error:+.1f}% | {r.method} |"
         )
     return "\n".join(lines)

@@ -17,6 +17,8 @@ change made the way the advice's code says:
   does not run with the last step's outputs still bound;
 * ``checkpoint``: each Transformer layer under
   ``torch.utils.checkpoint.checkpoint(..., use_reentrant=False)``;
+* ``checkpoint_first``: the first of the two layers only (the fewest
+  blocks the advice wraps to fit a capacity);
 * ``bf16``: ``model.to(torch.bfloat16)`` (floating inputs too): weights,
   gradients, optimizer state and activations all 16-bit;
 * ``autocast``: forward and loss under ``torch.autocast("cpu",
@@ -71,13 +73,13 @@ class TinyLM(nn.Module):
         self.head = nn.Linear(d, vocab)
         self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(seq))
 
-    checkpointing = False
+    checkpointing = 0  # how many layers, from the first, run under checkpoint
 
     def forward(self, tokens):
         h = self.emb(tokens) + self.pos[: tokens.shape[1]]
         mask = self.mask[: tokens.shape[1], : tokens.shape[1]]
-        for layer in self.blocks.layers:
-            if self.checkpointing:
+        for i, layer in enumerate(self.blocks.layers):
+            if i < self.checkpointing:
                 h = checkpoint(layer, h, src_mask=mask, is_causal=True, use_reentrant=False)
             else:
                 h = layer(h, src_mask=mask, is_causal=True)
@@ -103,7 +105,7 @@ def mlp(batch: int):
 
 
 MODELS = {"cnn": (cnn, 32), "transformer": (transformer, 16), "mlp": (mlp, 8)}
-VARIANTS = ("baseline", "half_batch", "foreach_off", "del_outputs", "checkpoint", "bf16", "autocast", "keep_grads", "keep_grads_late", "leak", "leak_fixed")
+VARIANTS = ("baseline", "half_batch", "foreach_off", "del_outputs", "checkpoint", "checkpoint_first", "bf16", "autocast", "keep_grads", "keep_grads_late", "leak", "leak_fixed")
 
 
 def units(model: nn.Module) -> List[nn.Module]:
@@ -165,7 +167,9 @@ def main(model_name: str, variant: str, out: str) -> None:
     make, batch = MODELS[model_name]
     model, x, y, loss_fn = make(batch)
     if variant == "checkpoint":
-        model.checkpointing = True
+        model.checkpointing = len(model.blocks.layers)
+    if variant == "checkpoint_first":
+        model.checkpointing = 1
     if variant == "bf16":
         model = model.to(torch.bfloat16)
         x = x.to(torch.bfloat16) if x.is_floating_point() else x

@@ -17,11 +17,11 @@
 use std::collections::BTreeMap;
 
 use vramscope_analysis::edits::{Change, ChangeKind, ChangeMatch, Edits};
-use vramscope_analysis::lifetimes::STILL_ALIVE;
+use vramscope_analysis::lifetimes::{Lifetimes, STILL_ALIVE};
 use vramscope_analysis::units::bytes;
 use vramscope_snapshot::{Action, AnnotationStage, Snapshot};
 
-use super::{refuse, Candidate, ChangeClass, Method, NotOffered};
+use super::{refuse, Advice, Candidate, ChangeClass, Method, NotOffered};
 use crate::settings::Settings;
 use vramscope_analysis::categories::Labelled;
 
@@ -59,39 +59,33 @@ fn block_calls(snap: &Snapshot, device: u32) -> Vec<(String, usize, usize)> {
     out
 }
 
-/// Checkpointing every repeated block, where the recorder marked them.
-pub(super) fn checkpoint_candidate(
-    snap: &Snapshot,
-    device: u32,
-    labelled: &Labelled,
-    recorded: &Settings,
-    not_offered: &mut Vec<NotOffered>,
-) -> Option<Candidate> {
-    let calls = block_calls(snap, device);
-    let refuse = |not_offered: &mut Vec<NotOffered>, why: &str| {
-        refuse(not_offered, "activation checkpointing", why)
+/// One call of a repeated block that keeps activations for backward.
+struct SavedCall {
+    name: String,
+    /// Its last event: its saved activations are freed after it.
+    last: usize,
+    /// The entry after which they are made again (backward reaches it).
+    again: usize,
+    /// Their blocks (the output, kept as the next block's input, left out).
+    blocks: Vec<usize>,
+}
+
+/// The calls of repeated blocks with saved activations, in trace order.
+fn saved_calls(snap: &Snapshot, device: u32, labelled: &Labelled) -> Vec<SavedCall> {
+    let Some(t) = snap.trace(device) else {
+        return Vec::new();
     };
-    if calls.is_empty() {
-        return refuse(
-            not_offered,
-            "no block calls recorded: vramscope.record marks each call of a model's repeated blocks (the layers of \
-             a ModuleList or Sequential of one class), which tells one layer's saved activations from the next's",
-        );
-    }
-    let t = snap.trace(device)?;
     let l = &labelled.lifetimes;
-    let mut edits = Edits::default();
-    let mut names: BTreeMap<String, ()> = BTreeMap::new();
-    let (mut blocks, mut freed_bytes, mut checkpointed) = (0u64, 0u64, 0usize);
-    for (name, first, last) in &calls {
+    let mut out = Vec::new();
+    for (name, first, last) in block_calls(snap, device) {
         // The blocks allocated during the call that outlive it.
-        let mut saved: Vec<usize> = (*first..=*last)
+        let mut saved: Vec<usize> = (first..=last)
             .filter(|&i| t.action[i] == Action::Alloc)
             .filter_map(|i| {
                 let b = *l.event_block.get(i)? as usize;
                 let ok = l.birth.get(b) == Some(&(i as u32))
                     && l.death[b] != STILL_ALIVE
-                    && l.death[b] as usize > *last;
+                    && l.death[b] as usize > last;
                 ok.then_some(b)
             })
             .collect();
@@ -100,48 +94,140 @@ pub(super) fn checkpoint_candidate(
         }
         saved.sort_by_key(|&b| l.death[b]);
         // The first freed is the block's output, the next block's input: kept.
-        let rest = &saved[1..];
-        let again = l.death[rest[0]] as usize - 1;
-        if again <= *last {
+        let again = l.death[saved[1]] as usize - 1;
+        if again <= last {
             continue;
         }
-        for &b in rest {
+        saved.remove(0);
+        out.push(SavedCall {
+            name,
+            last,
+            again,
+            blocks: saved,
+        });
+    }
+    out
+}
+
+/// The blocks' names in the order the forward first calls them: the order
+/// to wrap them in. The first block's saved activations live longest
+/// (from the start of the forward to the end of the backward); the last
+/// one's are made again as soon as backward starts, where the peak of a
+/// step most often is, so checkpointing it alone saves little there.
+fn forward_order(calls: &[SavedCall]) -> Vec<&str> {
+    let mut names: Vec<&str> = Vec::new();
+    for c in calls {
+        if !names.contains(&c.name.as_str()) {
+            names.push(&c.name);
+        }
+    }
+    names
+}
+
+fn container(name: &str) -> &str {
+    name.rsplit_once('.').map_or("", |(c, _)| c)
+}
+
+fn shown(container: &str) -> String {
+    if container.is_empty() {
+        "the model".to_owned()
+    } else {
+        format!("model.{container}")
+    }
+}
+
+/// Checkpointing the blocks named `wrap` (every block where `None`): the
+/// edits, the blocks' containers, and what was freed.
+fn edits_for(
+    calls: &[SavedCall],
+    wrap: Option<&[&str]>,
+    l: &Lifetimes,
+) -> (Edits, Vec<String>, usize, u64, u64) {
+    let mut edits = Edits::default();
+    let mut names: BTreeMap<String, ()> = BTreeMap::new();
+    let (mut blocks, mut freed_bytes, mut checkpointed) = (0u64, 0u64, 0usize);
+    for c in calls {
+        if wrap.is_some_and(|w| !w.contains(&c.name.as_str())) {
+            continue;
+        }
+        for &b in &c.blocks {
             let birth = l.birth[b] as usize;
-            edits.free_after.entry(*last).or_default().push(birth);
-            edits.remake_after.entry(again).or_default().push(birth);
+            edits.free_after.entry(c.last).or_default().push(birth);
+            edits.remake_after.entry(c.again).or_default().push(birth);
             blocks += 1;
             freed_bytes += l.size[b];
         }
         checkpointed += 1;
-        let container = name.rsplit_once('.').map_or("", |(c, _)| c);
-        names.insert(container.to_owned(), ());
+        names.insert(container(&c.name).to_owned(), ());
     }
-    if checkpointed == 0 {
+    let containers: Vec<String> = names.into_keys().collect();
+    let shown_all: Vec<String> = containers.iter().map(|c| shown(c)).collect();
+    edits.matched.push(ChangeMatch {
+        change: Change {
+            site: format!("the blocks of {}", shown_all.join(", ")),
+            kind: ChangeKind::FreeEarly,
+        },
+        sites: containers,
+        blocks,
+        bytes: freed_bytes,
+    });
+    (edits, shown_all, checkpointed, blocks, freed_bytes)
+}
+
+/// What each block saves for backward, largest first (its first call),
+/// for the row's `how`: which blocks matter.
+fn per_block(calls: &[SavedCall], l: &Lifetimes) -> String {
+    let mut seen: Vec<(&str, u64)> = Vec::new();
+    for c in calls {
+        if !seen.iter().any(|(n, _)| *n == c.name) {
+            seen.push((&c.name, c.blocks.iter().map(|&b| l.size[b]).sum()));
+        }
+    }
+    let n = seen.len();
+    seen.sort_by_key(|s| std::cmp::Reverse(s.1));
+    let listed: Vec<String> = seen
+        .iter()
+        .take(4)
+        .map(|(name, b)| format!("{name} {}", bytes(*b)))
+        .collect();
+    format!(
+        "; saved per call, largest first: {}{}",
+        listed.join(", "),
+        if n > 4 {
+            format!(" and {} more", n - 4)
+        } else {
+            String::new()
+        }
+    )
+}
+
+/// Checkpointing every repeated block, where the recorder marked them.
+pub(super) fn checkpoint_candidate(
+    snap: &Snapshot,
+    device: u32,
+    labelled: &Labelled,
+    recorded: &Settings,
+    not_offered: &mut Vec<NotOffered>,
+) -> Option<Candidate> {
+    let refuse = |not_offered: &mut Vec<NotOffered>, why: &str| {
+        refuse(not_offered, "activation checkpointing", why)
+    };
+    if block_calls(snap, device).is_empty() {
+        return refuse(
+            not_offered,
+            "no block calls recorded: vramscope.record marks each call of a model's repeated blocks (the layers of \
+             a ModuleList or Sequential of one class), which tells one layer's saved activations from the next's",
+        );
+    }
+    let calls = saved_calls(snap, device, labelled);
+    if calls.is_empty() {
         return refuse(
             not_offered,
             "the recorded block calls keep no activations for backward (evaluation, or no gradients)",
         );
     }
-    let containers: Vec<String> = names.into_keys().collect();
-    let shown = containers
-        .iter()
-        .map(|c| {
-            if c.is_empty() {
-                "the model".to_owned()
-            } else {
-                format!("model.{c}")
-            }
-        })
-        .collect::<Vec<_>>();
-    edits.matched.push(ChangeMatch {
-        change: Change {
-            site: format!("the blocks of {}", shown.join(", ")),
-            kind: ChangeKind::FreeEarly,
-        },
-        sites: containers.clone(),
-        blocks,
-        bytes: freed_bytes,
-    });
+    let l = &labelled.lifetimes;
+    let (edits, shown, checkpointed, blocks, freed_bytes) = edits_for(&calls, None, l);
     let first = shown
         .first()
         .cloned()
@@ -163,8 +249,77 @@ pub(super) fn checkpoint_candidate(
             "replayed with the saved activations of {checkpointed} block calls ({blocks} blocks, {} over the trace) \
              freed when each call ends and made again when backward reaches the block (just before the first of \
              them is freed), each block's output kept as the next one's input; the recomputation's own \
-             temporaries are not counted",
-            bytes(freed_bytes)
+             temporaries are not counted{}",
+            bytes(freed_bytes),
+            per_block(&calls, l)
         ),
     })
+}
+
+/// Where checkpointing every block fits and the run as recorded does not:
+/// the fewest blocks, wrapped in forward order, that still fit (each
+/// wrapped block's forward runs twice: fewer blocks, less recomputation),
+/// found by replaying the first k blocks wrapped with `eval` (the answer
+/// of the path that advises: the allocator model or the count).
+pub(super) fn fewest_that_fit(
+    snap: &Snapshot,
+    device: u32,
+    labelled: &Labelled,
+    recorded: &Settings,
+    eval: &dyn Fn(&Candidate) -> (Advice, u64),
+) -> Option<(Advice, u64)> {
+    let calls = saved_calls(snap, device, labelled);
+    let order = forward_order(&calls);
+    let n = order.len();
+    let l = &labelled.lifetimes;
+    let try_k = |k: usize| -> (Advice, u64) {
+        let wrap = &order[..k];
+        let (edits, shown, checkpointed, blocks, freed_bytes) = edits_for(&calls, Some(wrap), l);
+        let first = shown
+            .first()
+            .cloned()
+            .unwrap_or_else(|| "model.layers".into());
+        let names = if k <= 4 {
+            wrap.join(", ")
+        } else {
+            format!("{} … {}", wrap[0], wrap[k - 1])
+        };
+        eval(&Candidate {
+            class: ChangeClass::Checkpoint,
+            change: format!(
+                "activation checkpointing of the first {k} of the {n} blocks ({names}): the fewest that fit"
+            ),
+            code: format!(
+                "from torch.utils.checkpoint import checkpoint\n# in the forward that loops over {first}:\nfor i, \
+                 block in enumerate({first}):\n    h = checkpoint(block, h, use_reentrant=False) if i < {k} else \
+                 block(h)"
+            ),
+            settings: recorded.clone(),
+            edits: Some(edits),
+            method: Method::Replayed,
+            how: format!(
+                "replayed with the saved activations of the {checkpointed} calls of the first {k} {} in forward \
+                 order ({blocks} blocks, {} over the trace) freed when each call ends and made again when backward \
+                 reaches the block, the others as recorded; the fewest found by halving the range of k, each k \
+                 tried replayed; the recomputation's own temporaries are not counted",
+                if k == 1 { "block" } else { "blocks" },
+                bytes(freed_bytes)
+            ),
+        })
+    };
+    // The search assumes more blocks wrapped never peak higher: each
+    // wrapped block frees its activations for longer than it remakes them.
+    let (mut lo, mut hi) = (1usize, n);
+    let mut best = None;
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        let r = try_k(mid);
+        if r.0.fits == Some(true) {
+            best = Some(r);
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    best
 }

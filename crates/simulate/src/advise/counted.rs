@@ -11,7 +11,8 @@ use vramscope_analysis::edits::peak_allocated;
 use vramscope_snapshot::Snapshot;
 
 use super::{
-    answer, program_candidates, rank, Advice, Advising, Candidate, ChangeClass, NotOffered,
+    answer, fewest_blocks, program_candidates, rank, Advice, Advising, Candidate, ChangeClass,
+    NotOffered,
 };
 use crate::settings::Settings;
 
@@ -65,7 +66,10 @@ pub fn advise_counted(
         (advice, peak)
     };
     let baseline = evaluate(&Candidate::as_recorded(&recorded, "the recorded trace"));
-    let evaluated = candidates.iter().map(evaluate).collect();
+    let mut evaluated: Vec<(Advice, u64)> = candidates.iter().map(evaluate).collect();
+    evaluated.extend(fewest_blocks(
+        snap, device, labelled, &recorded, &baseline, &evaluated, &evaluate,
+    ));
     let (baseline, advice, no_gain) = rank(baseline, evaluated);
     let answer = answer(&baseline, &advice, capacity, "peak allocated");
     Advising {

@@ -371,7 +371,17 @@ pub fn advise_with(snap: &Snapshot, sim: &Simulation, labelled: &Labelled) -> Ad
         let rest: Vec<(Advice, u64)> = handles.into_iter().filter_map(|h| h.join().ok()).collect();
         (baseline, rest)
     });
-    let (baseline, advice, no_gain) = rank(evaluated.0, evaluated.1);
+    let (baseline, mut evaluated) = evaluated;
+    evaluated.extend(fewest_blocks(
+        snap,
+        device,
+        labelled,
+        &recorded,
+        &baseline,
+        &evaluated,
+        &|c| evaluate(snap, sim, c),
+    ));
+    let (baseline, advice, no_gain) = rank(baseline, evaluated);
     let oom_site = sim.recorded_oom.as_ref().and_then(|o| {
         let t = snap.trace(device)?;
         let f = vramscope_analysis::sites::site_frame(snap, *t.stack.get(o.entry)?)?;
@@ -410,6 +420,26 @@ pub fn advise_with(snap: &Snapshot, sim: &Simulation, labelled: &Labelled) -> Ad
         not_offered,
         answer,
     }
+}
+
+/// The fewest repeated blocks to checkpoint, where every block wrapped
+/// fits and the run as recorded does not (`checkpoint::fewest_that_fit`).
+fn fewest_blocks(
+    snap: &Snapshot,
+    device: u32,
+    labelled: &Labelled,
+    recorded: &Settings,
+    baseline: &(Advice, u64),
+    evaluated: &[(Advice, u64)],
+    eval: &dyn Fn(&Candidate) -> (Advice, u64),
+) -> Option<(Advice, u64)> {
+    let every_fits = evaluated
+        .iter()
+        .any(|(a, _)| a.class == ChangeClass::Checkpoint && a.fits == Some(true));
+    if !every_fits || baseline.0.fits == Some(true) {
+        return None;
+    }
+    checkpoint::fewest_that_fit(snap, device, labelled, recorded, eval)
 }
 
 /// Each answer's saving against the baseline; those that matter, best
