@@ -93,6 +93,9 @@ def test_a_cpu_recording_is_advised_without_allocator_settings(rows, tmp_path):
     a = vramscope.load(path).advise()
     assert a["caching_allocator"] is False
     assert any("PYTORCH_CUDA_ALLOC_CONF" in n["change"] for n in a["not_offered"])
+    # Nothing to offload to the CPU from memory that is the CPU's.
+    assert any(n["change"] == "the optimizer state and step offloaded to the CPU" for n in a["not_offered"])
+    assert not any(x["class"] == "cpu_offload" for x in a["advice"] + a["no_gain"])
     assert a["baseline"]["peak_allocated"] == a["baseline"]["peak_reserved"]
     assert a["baseline"]["peak_allocated"] == advise_check.peak_allocated(path)
     assert "peak allocated" in vramscope.load(path).advise(text=True)

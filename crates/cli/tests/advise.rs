@@ -324,3 +324,28 @@ fn the_fewest_blocks_to_checkpoint_are_the_fewest_that_fit() {
         [1, 2, 3]
     );
 }
+
+/// The optimizer offloaded to the CPU (torchao's CPUOffloadOptimizer): on
+/// the H200's GPT the state of the parameters of 4,096 elements or more and
+/// their step's temporaries leave the GPU; the state of the smaller ones
+/// (the layer norms' and biases') stays, so it saves less than all of it.
+#[test]
+fn the_optimizer_offloaded_to_the_cpu_leaves_the_small_parameters_state() {
+    let file = gpu("advise_baseline.pickle");
+    let j = advise_json(&[file.to_str().expect("utf-8")]);
+    let r = row(&j, "cpu_offload").expect("a cpu_offload row");
+    assert_eq!(r["method"], "replayed");
+    let base = j["baseline"]["peak_reserved"].as_u64().expect("u64");
+    assert!(r["peak_reserved"].as_u64().expect("u64") < base, "{r}");
+    // The foreach step's temporaries go with the state: it acts on more
+    // than the paged row, which drops the state only.
+    let paged = row(&j, "paged_optimizer_state8bit").expect("paged row");
+    assert!(
+        r["acts_on_bytes"].as_u64() > paged["acts_on_bytes"].as_u64(),
+        "{r} {paged}"
+    );
+    assert!(r["how"]
+        .as_str()
+        .expect("how")
+        .contains("4,096 elements or more"));
+}

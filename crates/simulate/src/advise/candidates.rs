@@ -232,6 +232,7 @@ pub(super) fn category_candidates(
                  out to the CPU's memory when the GPU runs short, at the cost of slower steps"
             ),
         });
+        out.push(cpu_offload(labelled, &state, recorded, snap, device));
         out.push(Candidate {
             class: ChangeClass::ShardOptimizerState,
             change: "the optimizer state sharded over 2 ranks (ZeRO-1)".into(),
@@ -262,6 +263,68 @@ pub(super) fn category_candidates(
     }
 
     out
+}
+
+/// The optimizer state and step offloaded to the CPU (torchao's
+/// `CPUOffloadOptimizer`, as DeepSpeed's ZeRO-Offload does): each
+/// parameter of 4,096 elements or more gets a pinned CPU copy, its
+/// gradient is copied to the CPU after backward and the step runs there,
+/// then the parameter is copied back in place. The GPU keeps the
+/// parameters and gradients; the state of those parameters and their
+/// step's temporaries are gone from it. Parameters under 4,096 elements
+/// keep a GPU optimizer, with their state (`minimal_size`, torchao's
+/// default). Not yet made for real on a GPU: `advise_run.py`'s variant
+/// `cpu_offload` measures it.
+fn cpu_offload(
+    labelled: &Labelled,
+    state: &[usize],
+    recorded: &Settings,
+    snap: &Snapshot,
+    device: u32,
+) -> Candidate {
+    let l = &labelled.lifetimes;
+    let cats = &labelled.categories;
+    // 4,096 elements of the parameters' dtype (fp32 unless the recorder
+    // saw 16-bit parameters).
+    let min_bytes = 4096 * super::precision::parameter_bytes_per_element(snap).unwrap_or(4);
+    let step_temporaries = (0..l.len()).filter(|&b| {
+        cats.category.get(b) == Some(&Category::Temporary)
+            && cats.rule.get(b) == Some(&Rule::OptimizerFreed)
+    });
+    let gone: Vec<(usize, ChangeKind)> = state
+        .iter()
+        .copied()
+        .chain(step_temporaries)
+        .filter(|&b| l.size[b] >= min_bytes)
+        .map(|b| (b, ChangeKind::Drop))
+        .collect();
+    let state_bytes: u64 = state
+        .iter()
+        .filter(|&&b| l.size[b] >= min_bytes)
+        .map(|&b| l.size[b])
+        .sum();
+    let temp_bytes: u64 = gone.iter().map(|&(b, _)| l.size[b]).sum::<u64>() - state_bytes;
+    let bytes = vramscope_analysis::units::bytes;
+    Candidate {
+        class: ChangeClass::CpuOffload,
+        change: "the optimizer state and step offloaded to the CPU (torchao's CPUOffloadOptimizer; DeepSpeed's \
+                 ZeRO-Offload does the same)"
+            .into(),
+        code: "from torchao.optim import CPUOffloadOptimizer\noptimizer = CPUOffloadOptimizer(model.parameters(), \
+               torch.optim.AdamW, lr=lr)  # the step runs on the CPU: slower steps"
+            .into(),
+        settings: recorded.clone(),
+        method: Method::Replayed,
+        edits: Some(for_blocks(snap, device, l, &gone, "optimizer state and step")),
+        how: format!(
+            "replayed without the optimizer state of the parameters of 4,096 elements or more ({}) and their \
+             step's temporaries ({}): the step runs on the CPU, which holds pinned copies of those parameters, \
+             their gradients and their state; parameters and gradients stay on the GPU as recorded, and smaller \
+             parameters keep a GPU optimizer",
+            bytes(state_bytes),
+            bytes(temp_bytes)
+        ),
+    }
 }
 
 /// The outputs and loss a step leaves bound to its variables: blocks made

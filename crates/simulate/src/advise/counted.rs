@@ -41,6 +41,18 @@ pub fn advise_counted(
     let mut candidates = program_candidates(snap, device, labelled, &recorded, &mut not_offered);
     if let Some(i) = candidates
         .iter()
+        .position(|c| c.class == ChangeClass::CpuOffload)
+    {
+        candidates.remove(i);
+        not_offered.push(NotOffered {
+            change: "the optimizer state and step offloaded to the CPU".into(),
+            why: "offloading moves a GPU's optimizer state and step to the CPU: this recording is of memory without a \
+                  GPU"
+                .into(),
+        });
+    }
+    if let Some(i) = candidates
+        .iter()
         .position(|c| c.class == ChangeClass::PagedOptimizerState8bit)
     {
         candidates.remove(i);

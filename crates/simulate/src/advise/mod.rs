@@ -93,6 +93,8 @@ pub enum ChangeClass {
     OptimizerState8bit,
     /// 8-bit optimizer state in CUDA unified memory (paged).
     PagedOptimizerState8bit,
+    /// The optimizer state and step offloaded to the CPU.
+    CpuOffload,
     /// The optimizer state sharded over two ranks (ZeRO-1).
     ShardOptimizerState,
     /// `foreach=False`: the optimizer updates one parameter at a time.

@@ -65,6 +65,27 @@ fn precision(snap: &Snapshot) -> Precision {
     }
 }
 
+/// The bytes of one element of the parameters the recorder saw, where
+/// they are all of one width (`None`: not recorded, or mixed).
+pub(super) fn parameter_bytes_per_element(snap: &Snapshot) -> Option<u64> {
+    let r = snap.source.recorder.as_ref()?;
+    let width = |d: &str| match d {
+        "float64" | "int64" | "complex64" => Some(8),
+        "float32" | "int32" => Some(4),
+        "float16" | "bfloat16" | "int16" => Some(2),
+        "int8" | "uint8" | "bool" | "float8_e4m3fn" | "float8_e5m2" => Some(1),
+        _ => None,
+    };
+    let mut widths = r
+        .optimizers
+        .iter()
+        .flat_map(|o| o.parameter_dtypes.iter())
+        .filter(|d| d.1 > 0)
+        .map(|d| width(&d.0));
+    let first = widths.next()??;
+    widths.all(|w| w == Some(first)).then_some(first)
+}
+
 /// The weights in bf16 where the recording shows an fp32 step; otherwise,
 /// and for mixed precision always, why not.
 pub(super) fn precision_candidates(
