@@ -29,6 +29,9 @@ change made the way the advice's code says:
   allocated from one step to the next (zeroed in place);
 * ``keep_grads_late``: the same, recorded from the second step on (the
   gradients made before the recording starts);
+* ``varlen`` / ``keep_grads_varlen``: the Transformer's sequence length
+  cycling 64, 32, 48 tokens (activations of some steps the size of some
+  weights), gradients set to None / kept;
 * ``leak`` / ``leak_fixed``: an evaluation pass every step that keeps its
   outputs with their graphs, and the same pass under ``torch.no_grad()``
   keeping a number (``.item()``), as the leak's fix says.
@@ -105,7 +108,8 @@ def mlp(batch: int):
 
 
 MODELS = {"cnn": (cnn, 32), "transformer": (transformer, 16), "mlp": (mlp, 8)}
-VARIANTS = ("baseline", "half_batch", "foreach_off", "del_outputs", "checkpoint", "checkpoint_first", "bf16", "autocast", "keep_grads", "keep_grads_late", "leak", "leak_fixed")
+VARIANTS = ("baseline", "half_batch", "foreach_off", "del_outputs", "checkpoint", "checkpoint_first", "bf16", "autocast", "keep_grads", "keep_grads_late", "varlen",
+            "keep_grads_varlen", "leak", "leak_fixed")
 
 
 def units(model: nn.Module) -> List[nn.Module]:
@@ -180,13 +184,18 @@ def main(model_name: str, variant: str, out: str) -> None:
     else:
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=variant != "foreach_off")
     kept = []
-    keep_grads = variant in ("keep_grads", "keep_grads_late")
+    keep_grads = variant in ("keep_grads", "keep_grads_late", "keep_grads_varlen")
+    lengths = (64, 32, 48) if variant.endswith("varlen") else (x.shape[-1],)
     if variant == "keep_grads_late":
         loss_fn(model(x), y).backward()
         opt.step()
         opt.zero_grad(set_to_none=False)
+    x_all, y_all = x, y
     with vramscope.record(out, backend="allocator"):
-        for _ in range(STEPS):
+        for step in range(STEPS):
+            if len(lengths) > 1:  # a Transformer's tokens, cut to this step's length
+                n = lengths[step % len(lengths)]
+                x, y = x_all[:, :n], y_all[:, :n]
             if variant == "half_batch":
                 for xc, yc in zip(x.chunk(2), y.chunk(2)):
                     out_ = model(xc)  # bound, as the unchanged loop binds its outputs

@@ -9,15 +9,19 @@
 //! and frees it. Set to None, that block *is* the gradient (autograd's
 //! `AccumulateGrad` steals it) and lives until the next `zero_grad`. The
 //! first backward of the recording made the kept gradients that way, so
-//! the block of each later backward that plays the same part is the one
-//! of the same size in the same order: the k-th allocation of that size
-//! in its iteration, as the kept gradient was in the first.
+//! the block of each later backward that plays the same part is found by
+//! lining up that iteration's allocations of the gradients' sizes with the
+//! first one's ([`align`]: the heaviest common subsequence of their sizes,
+//! each kept gradient weighing more than all the rest), so that an
+//! activation that has a weight's size in some steps only (sequence lengths
+//! that vary) or the optimizer state made once is passed over, not a shift.
 //!
 //! The replay frees each kept gradient at the first `zero_grad` after it
 //! was made, and keeps each later backward's matching block until the
 //! `zero_grad` after it. Checked on the CPU (`advise_runs.py` variant
-//! `keep_grads` against `baseline`): the CNN, the Transformer and the MLP
-//! predicted to the byte.
+//! `keep_grads` against `baseline`, and `keep_grads_varlen` against
+//! `varlen`): the CNN, the Transformer and the MLP predicted to the byte,
+//! the Transformer with varying lengths too.
 
 use std::collections::{HashMap, HashSet};
 
@@ -161,19 +165,15 @@ fn replay(
             None => None,
         }
     };
-    // Per iteration: the allocations of each kept size, in order.
+    // Per iteration: its allocations of the kept gradients' sizes, in order.
     let sizes: HashSet<u64> = kept.iter().map(|&b| l.size[b]).collect();
-    let allocs_of: Vec<HashMap<u64, Vec<usize>>> = its
+    let seq: Vec<Vec<usize>> = its
         .list
         .iter()
         .map(|it| {
-            let mut m: HashMap<u64, Vec<usize>> = HashMap::new();
-            for i in it.start..it.end.min(t.len()) {
-                if t.action[i] == Action::Alloc && sizes.contains(&t.size[i]) {
-                    m.entry(t.size[i]).or_default().push(i);
-                }
-            }
-            m
+            (it.start..it.end.min(t.len()))
+                .filter(|&i| t.action[i] == Action::Alloc && sizes.contains(&t.size[i]))
+                .collect()
         })
         .collect();
     let block_of: HashMap<usize, usize> = (0..l.len())
@@ -183,9 +183,13 @@ fn replay(
     let mismatch = |iteration: u32| {
         format!(
             "iteration {iteration}'s allocations do not line up with the first backward's (no block of a \
-             gradient's size, in its order, that is freed before the next zero_grad)"
+             gradient's size, in its place, that is freed before the next zero_grad)"
         )
     };
+    let kept_births: HashSet<usize> = kept.iter().map(|&b| l.birth[b] as usize).collect();
+    // Each later iteration lined up with the one that made the gradients,
+    // once per pair.
+    let mut aligned: HashMap<(usize, usize), Vec<Option<u32>>> = HashMap::new();
     let mut frees: Vec<(usize, ChangeKind)> = Vec::new();
     let mut late: Vec<(usize, usize)> = Vec::new();
     let mut remade_bytes = 0u64;
@@ -195,18 +199,38 @@ fn replay(
             return Err("they were made before the first iteration, not by a backward".into());
         };
         let size = l.size[g];
-        let Some(order) = allocs_of
-            .get(k0)
-            .and_then(|m| m.get(&size))
-            .and_then(|v| v.iter().position(|&i| i == birth))
-        else {
+        let Some(at_ref) = seq.get(k0).and_then(|v| v.iter().position(|&i| i == birth)) else {
             continue;
         };
         if let Some(at) = freed_at(birth) {
             frees.push((g, ChangeKind::FreeAfter(at)));
         }
         for (k, it) in its.list.iter().enumerate().skip(k0 + 1) {
-            let found = allocs_of[k].get(&size).and_then(|v| v.get(order)).copied();
+            if let std::collections::hash_map::Entry::Vacant(e) = aligned.entry((k0, k)) {
+                let of = |v: &[usize]| v.iter().map(|&i| t.size[i]).collect::<Vec<u64>>();
+                let weight: Vec<u32> = seq[k0]
+                    .iter()
+                    .map(|i| {
+                        if kept_births.contains(i) {
+                            GRADIENT_WEIGHT
+                        } else {
+                            1
+                        }
+                    })
+                    .collect();
+                let pairs = align(&of(&seq[k0]), &of(&seq[k]), &weight).ok_or_else(|| {
+                    format!(
+                        "iterations {} and {} are too long to line up ({} and {} allocations of the gradients' \
+                         sizes)",
+                        its.list[k0].number,
+                        it.number,
+                        seq[k0].len(),
+                        seq[k].len()
+                    )
+                })?;
+                e.insert(pairs);
+            }
+            let found = aligned[&(k0, k)][at_ref].map(|q| seq[k][q as usize]);
             let Some(b) = found.and_then(|entry| block_of.get(&entry).copied()) else {
                 if it.complete {
                     return Err(mismatch(it.number));
@@ -245,8 +269,9 @@ fn replay(
         edits,
         how: format!(
             "the {} kept gradient blocks ({}) freed {from}, and each later backward's new gradients ({}; the \
-             blocks of the kept ones' sizes in the order the first backward made them, added in place and freed \
-             as recorded) kept as the gradients until the next zero_grad",
+             blocks in the places the first backward made the kept ones, its allocations lined up with each \
+             later iteration's by size, added in place and freed as recorded) kept as the gradients until the \
+             next zero_grad",
             kept.len(),
             bytes(kept_bytes),
             bytes(remade_bytes),
@@ -274,4 +299,90 @@ fn zero_grad_points(snap: &Snapshot, t: &DeviceTrace, device: u32) -> Vec<usize>
     out.sort_unstable();
     out.dedup();
     out
+}
+
+/// Most cells of the table that lines up two iterations (32 MiB of u64).
+const ALIGN_CELLS: usize = 1 << 22;
+
+/// What lining up a kept gradient's allocation is worth against any other:
+/// more than all the others of an iteration together, so that no number
+/// of other allocations lined up is taken over a gradient.
+const GRADIENT_WEIGHT: u32 = 1 << 22;
+
+/// Line up two iterations' allocation sizes: for each of `a`'s, the place
+/// in `b` of the same allocation, by the heaviest common subsequence
+/// (`weight`: what lining up each of `a`'s is worth). The gradients' sizes
+/// are the same every iteration; an activation of one of those sizes (a
+/// 16 × 32 × 128 fp32 activation is a 128 × 512 weight's size) comes and
+/// goes with the sequence length, and is an insertion here rather than a
+/// shift of every later one; the first iteration's optimizer state, made
+/// once, is a deletion. `None`: too long to line up.
+fn align(a: &[u64], b: &[u64], weight: &[u32]) -> Option<Vec<Option<u32>>> {
+    let (n, m) = (a.len(), b.len());
+    if (n + 1).checked_mul(m + 1)? > ALIGN_CELLS {
+        return None;
+    }
+    let wt = |i: usize| u64::from(weight.get(i).copied().unwrap_or(1));
+    // best[i * (m + 1) + j]: the heaviest common subsequence of a[i..] and b[j..].
+    let w = m + 1;
+    let mut best = vec![0u64; (n + 1) * w];
+    for i in (0..n).rev() {
+        for j in (0..m).rev() {
+            let skip = best[(i + 1) * w + j].max(best[i * w + j + 1]);
+            best[i * w + j] = if a[i] == b[j] {
+                skip.max(best[(i + 1) * w + j + 1] + wt(i))
+            } else {
+                skip
+            };
+        }
+    }
+    let mut out = vec![None; n];
+    let (mut i, mut j) = (0, 0);
+    while i < n && j < m {
+        if a[i] == b[j] && best[i * w + j] == best[(i + 1) * w + j + 1] + wt(i) {
+            out[i] = Some(j as u32);
+            i += 1;
+            j += 1;
+        } else if best[(i + 1) * w + j] >= best[i * w + j + 1] {
+            i += 1;
+        } else {
+            j += 1;
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::align;
+
+    #[test]
+    fn an_allocation_that_comes_and_goes_is_an_insertion() {
+        // Gradients of sizes 7 and 9; an activation of size 9 appears in
+        // the second iteration only, before them.
+        let first = [5, 7, 3, 9];
+        let later = [5, 9, 7, 3, 9];
+        assert_eq!(
+            align(&first, &later, &[]),
+            Some(vec![Some(0), Some(2), Some(3), Some(4)])
+        );
+        // Nothing in common: nothing lined up.
+        assert_eq!(align(&[1, 2], &[3], &[]), Some(vec![None, None]));
+    }
+
+    #[test]
+    fn a_gradient_is_lined_up_before_any_number_of_others() {
+        // The gradient (size 7, weight heavy) comes first in `a`; two 3s
+        // after it could line up only by leaving it out.
+        let a = [7, 3, 3];
+        let b = [3, 3, 7];
+        assert_eq!(
+            align(&a, &b, &[1, 1, 1]),
+            Some(vec![None, Some(0), Some(1)])
+        );
+        assert_eq!(
+            align(&a, &b, &[super::GRADIENT_WEIGHT, 1, 1]),
+            Some(vec![Some(2), None, None])
+        );
+    }
 }
