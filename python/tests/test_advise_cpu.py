@@ -166,3 +166,30 @@ def test_gradients_made_before_the_recording_are_said_not_predicted(tmp_path):
     notes = [n for n in late["not_offered"] if n["change"].startswith("optimizer.zero_grad(set_to_none=True)")]
     assert len(notes) == 1, late["not_offered"]
     assert "Not predicted" in notes[0]["why"] and "record from the first step" in notes[0]["why"]
+
+
+def test_blocks_read_from_the_stacks_replay_as_the_recorders_marks(tmp_path):
+    """PyTorch's own snapshots have no vramscope.block# marks: the layers'
+    calls are read from the stacks (the loop line that calls each layer's
+    forward), and the checkpointing replay is the one the marks give."""
+    import pickle
+
+    path = advise_check.record("transformer", "baseline", str(tmp_path))
+    with open(path, "rb") as f:
+        snap = pickle.load(f)
+    snap["external_annotations"] = [
+        a for a in snap["external_annotations"] if not a["name"].startswith("vramscope.block#")
+    ]
+    stripped = tmp_path / "stripped.pickle"
+    with open(stripped, "wb") as f:
+        pickle.dump(snap, f)
+
+    def rows(p):
+        a = vramscope.load(str(p)).advise(capacity="50MiB")
+        return [x for x in a["advice"] if x["class"] == "checkpoint"]
+
+    marked, read = rows(path), rows(stripped)
+    assert len(marked) == len(read) == 2  # every layer, and the fewest that fit
+    for m, r in zip(marked, read):
+        assert (m["peak_allocated"], m["acts_on_bytes"]) == (r["peak_allocated"], r["acts_on_bytes"])
+    assert "advise_runs.py:" in read[0]["change"] and "the calls read from the stacks" in read[0]["change"]

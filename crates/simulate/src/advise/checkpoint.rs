@@ -28,8 +28,19 @@ use vramscope_analysis::categories::Labelled;
 /// Prefix of the recorder's block annotations.
 pub const BLOCK_ANNOTATION: &str = "vramscope.block#";
 
-/// Each call of a repeated block: (name, first event, last event).
+/// Each call of a repeated block: (name, first event, last event); from
+/// the recorder's annotations, else read from the stacks
+/// ([`super::block_stacks`]).
 fn block_calls(snap: &Snapshot, device: u32) -> Vec<(String, usize, usize)> {
+    let marked = marked_calls(snap, device);
+    if !marked.is_empty() {
+        return marked;
+    }
+    super::block_stacks::calls_from_stacks(snap, device)
+}
+
+/// The calls the recorder marked (`vramscope.block#NAME` annotations).
+fn marked_calls(snap: &Snapshot, device: u32) -> Vec<(String, usize, usize)> {
     let Some(t) = snap.trace(device).filter(|t| t.has_time()) else {
         return Vec::new();
     };
@@ -124,15 +135,61 @@ fn forward_order(calls: &[SavedCall]) -> Vec<&str> {
     names
 }
 
+/// The layers a block belongs to: `blocks` of `blocks.3`; for a call read
+/// from the stacks (`common.py:40 in forward #3`), the line that calls it.
 fn container(name: &str) -> &str {
-    name.rsplit_once('.').map_or("", |(c, _)| c)
+    match name.rsplit_once(" #") {
+        Some((site, _)) => site,
+        None => name.rsplit_once('.').map_or("", |(c, _)| c),
+    }
+}
+
+/// Whether `container` is a line that calls the blocks (read from the
+/// stacks) rather than a module's name.
+fn is_site(container: &str) -> bool {
+    container.contains(".py:")
 }
 
 fn shown(container: &str) -> String {
     if container.is_empty() {
         "the model".to_owned()
+    } else if is_site(container) {
+        container.to_owned()
     } else {
         format!("model.{container}")
+    }
+}
+
+/// "every block of model.blocks", or "every block called at
+/// common.py:40 in forward" for blocks read from the stacks.
+fn every_block(shown: &[String]) -> String {
+    if shown.iter().any(|c| is_site(c)) {
+        format!(
+            "every block called at {}, the calls read from the stacks",
+            shown.join(", ")
+        )
+    } else {
+        format!("every block of {}", shown.join(", "))
+    }
+}
+
+/// The loop to write: every block wrapped, or the first `k`.
+fn loop_code(first: &str, k: Option<usize>) -> String {
+    let head = "from torch.utils.checkpoint import checkpoint\n";
+    match (is_site(first), k) {
+        (true, None) => format!("{head}# at {first}, where the forward calls each block:\nh = checkpoint(block, h, use_reentrant=False)"),
+        (true, Some(k)) => format!(
+            "{head}# at {first}, where the forward calls each block (i: the block's place in the loop):\nh = \
+             checkpoint(block, h, use_reentrant=False) if i < {k} else block(h)"
+        ),
+        (false, None) => format!(
+            "{head}# in the forward that loops over {first}:\nfor block in {first}:\n    h = checkpoint(block, h, \
+             use_reentrant=False)"
+        ),
+        (false, Some(k)) => format!(
+            "{head}# in the forward that loops over {first}:\nfor i, block in enumerate({first}):\n    h = \
+             checkpoint(block, h, use_reentrant=False) if i < {k} else block(h)"
+        ),
     }
 }
 
@@ -215,8 +272,9 @@ pub(super) fn checkpoint_candidate(
     if block_calls(snap, device).is_empty() {
         return refuse(
             not_offered,
-            "no block calls recorded: vramscope.record marks each call of a model's repeated blocks (the layers of \
-             a ModuleList or Sequential of one class), which tells one layer's saved activations from the next's",
+            "no block calls recorded, and no loop over layers found in the stacks: vramscope.record marks each call \
+             of a model's repeated blocks (the layers of a ModuleList or Sequential of one class), which tells one \
+             layer's saved activations from the next's",
         );
     }
     let calls = saved_calls(snap, device, labelled);
@@ -235,13 +293,10 @@ pub(super) fn checkpoint_candidate(
     Some(Candidate {
         class: ChangeClass::Checkpoint,
         change: format!(
-            "activation checkpointing of every block of {} (torch.utils.checkpoint)",
-            shown.join(", ")
+            "activation checkpointing of {} (torch.utils.checkpoint)",
+            every_block(&shown)
         ),
-        code: format!(
-            "from torch.utils.checkpoint import checkpoint\n# in the forward that loops over {first}:\nfor block in \
-             {first}:\n    h = checkpoint(block, h, use_reentrant=False)"
-        ),
+        code: loop_code(&first, None),
         settings: recorded.clone(),
         edits: Some(edits),
         method: Method::Replayed,
@@ -279,21 +334,27 @@ pub(super) fn fewest_that_fit(
             .first()
             .cloned()
             .unwrap_or_else(|| "model.layers".into());
-        let names = if k <= 4 {
-            wrap.join(", ")
-        } else {
-            format!("{} … {}", wrap[0], wrap[k - 1])
+        // Calls read from the stacks are named by their place in the loop.
+        let short = |n: &str| -> String {
+            match n.rsplit_once(" #") {
+                Some((_, i)) => format!("#{i}"),
+                None => n.to_owned(),
+            }
         };
+        let mut names = if k <= 4 {
+            wrap.iter().map(|n| short(n)).collect::<Vec<_>>().join(", ")
+        } else {
+            format!("{} … {}", short(wrap[0]), short(wrap[k - 1]))
+        };
+        if is_site(&first) {
+            names = format!("{names} at {first}");
+        }
         eval(&Candidate {
             class: ChangeClass::Checkpoint,
             change: format!(
                 "activation checkpointing of the first {k} of the {n} blocks ({names}): the fewest that fit"
             ),
-            code: format!(
-                "from torch.utils.checkpoint import checkpoint\n# in the forward that loops over {first}:\nfor i, \
-                 block in enumerate({first}):\n    h = checkpoint(block, h, use_reentrant=False) if i < {k} else \
-                 block(h)"
-            ),
+            code: loop_code(&first, Some(k)),
             settings: recorded.clone(),
             edits: Some(edits),
             method: Method::Replayed,

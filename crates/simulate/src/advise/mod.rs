@@ -13,6 +13,7 @@
 //! answer says so instead of "fits". A change is offered only where the
 //! trace holds what it acts on; the ones not offered are listed with why.
 
+mod block_stacks;
 mod candidates;
 mod checkpoint;
 mod counted;
