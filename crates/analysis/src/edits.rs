@@ -137,21 +137,13 @@ impl Edits {
     /// The `alloc` entries made ahead of their recorded place, each with
     /// the entry after which it is made.
     pub fn born_early(&self) -> HashMap<usize, usize> {
-        self.born_after
-            .iter()
-            .flat_map(|(&at, births)| births.iter().map(move |&b| (b, at)))
-            .filter(|&(b, at)| at < b)
-            .collect()
+        by_entry(&self.born_after, |b, at| at < b)
     }
 
     /// The `alloc` entries freed after their recorded free, each with the
     /// entry after which it is freed.
     pub fn freed_late(&self) -> HashMap<usize, usize> {
-        self.free_late
-            .iter()
-            .flat_map(|(&at, births)| births.iter().map(move |&b| (b, at)))
-            .filter(|&(b, at)| b < at)
-            .collect()
+        by_entry(&self.free_late, |b, at| b < at)
     }
 
     /// The size the `alloc` entry `entry` asks for under these edits,
@@ -184,6 +176,18 @@ impl Edits {
         self.keep_cache |= other.keep_cache;
         self.matched.extend(other.matched);
     }
+}
+
+/// `alloc` entries listed after the entry they act at, turned round: each
+/// entry with the entry it acts at, where `keep(entry, at)` holds.
+fn by_entry(
+    at: &BTreeMap<usize, Vec<usize>>,
+    keep: impl Fn(usize, usize) -> bool,
+) -> HashMap<usize, usize> {
+    at.iter()
+        .flat_map(|(&at, entries)| entries.iter().map(move |&b| (b, at)))
+        .filter(|&(b, at)| keep(b, at))
+        .collect()
 }
 
 /// A change whose site matched no block.

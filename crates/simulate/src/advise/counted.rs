@@ -39,29 +39,29 @@ pub fn advise_counted(
             .into(),
     }];
     let mut candidates = program_candidates(snap, device, labelled, &recorded, &mut not_offered);
-    if let Some(i) = candidates
-        .iter()
-        .position(|c| c.class == ChangeClass::CpuOffload)
-    {
-        candidates.remove(i);
-        not_offered.push(NotOffered {
-            change: "the optimizer state and step offloaded to the CPU".into(),
-            why: "offloading moves a GPU's optimizer state and step to the CPU: this recording is of memory without a \
-                  GPU"
-                .into(),
-        });
-    }
-    if let Some(i) = candidates
-        .iter()
-        .position(|c| c.class == ChangeClass::PagedOptimizerState8bit)
-    {
-        candidates.remove(i);
-        not_offered.push(NotOffered {
-            change: "paged 8-bit optimizer state (bitsandbytes' PagedAdamW8bit)".into(),
-            why: "paging moves a GPU's optimizer state to the CPU's memory when the GPU runs short: this recording is \
-                  of memory without a GPU; the 8-bit row is what a smaller state saves here"
-                .into(),
-        });
+    // Changes that move a GPU's memory to the CPU mean nothing for memory
+    // without a GPU: each said why instead.
+    let gpu_only = [
+        (
+            ChangeClass::CpuOffload,
+            "the optimizer state and step offloaded to the CPU",
+            "offloading moves a GPU's optimizer state and step to the CPU: this recording is of memory without a GPU",
+        ),
+        (
+            ChangeClass::PagedOptimizerState8bit,
+            "paged 8-bit optimizer state (bitsandbytes' PagedAdamW8bit)",
+            "paging moves a GPU's optimizer state to the CPU's memory when the GPU runs short: this recording is of \
+             memory without a GPU; the 8-bit row is what a smaller state saves here",
+        ),
+    ];
+    for (class, change, why) in gpu_only {
+        if let Some(i) = candidates.iter().position(|c| c.class == class) {
+            candidates.remove(i);
+            not_offered.push(NotOffered {
+                change: change.into(),
+                why: why.into(),
+            });
+        }
     }
     let entries = snap.trace(device).map_or(0, |t| t.len());
     let l = &labelled.lifetimes;
