@@ -52,8 +52,7 @@ def test_the_predictions_point_the_way_the_runs_went(rows):
     assert f.listed == "no_gain" and f.predicted > f.baseline and f.measured > f.baseline
     assert f.method == "rule"
     # Checkpointing the Transformer's layers (marked by the recorder) frees
-    # a fifth of its peak; the recomputation's temporaries are not counted,
-    # so the prediction is a little low.
+    # a fifth of its peak; the prediction is a little low (docs/advise.md).
     c = by[("transformer", "checkpoint")]
     assert c.listed == "advice" and c.predicted < 0.85 * c.baseline and c.measured < 0.85 * c.baseline
     assert c.predicted <= c.measured

@@ -22,7 +22,7 @@ use vramscope_snapshot::{DeviceTrace, Snapshot, StackId};
 
 use crate::categories::Phases;
 use crate::iterations::find_iterations;
-use crate::lifetimes::{Lifetimes, BEFORE_WINDOW, STILL_ALIVE};
+use crate::lifetimes::{Lifetimes, BEFORE_WINDOW, NO_BLOCK, STILL_ALIVE};
 use crate::sites::{frame_label, site_frame};
 
 /// What to do with the blocks of a site.
@@ -86,6 +86,18 @@ pub struct ChangeMatch {
     pub bytes: u64,
 }
 
+/// One step of a stretch of the trace run again after an entry
+/// ([`Edits::rerun_after`]), each naming an `alloc` entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rerun {
+    /// The block is made again and stays until its recorded free.
+    Make(usize),
+    /// The block is made again for the rerun only...
+    Pulse(usize),
+    /// ...and freed again here.
+    Unpulse(usize),
+}
+
 /// The changes, as edits of one device's trace entries.
 #[derive(Clone, Debug, Default)]
 pub struct Edits {
@@ -104,6 +116,12 @@ pub struct Edits {
     /// what activation checkpointing does to a layer's saved activations,
     /// freed after its forward and made again when backward reaches it.
     pub remake_after: BTreeMap<usize, Vec<usize>>,
+    /// After entry `k`, run these steps in order: what a checkpointed
+    /// layer's recomputation does when backward reaches it, its saved
+    /// activations made again (`Make`, freed by their recorded free) among
+    /// the forward's own temporaries made and freed again (`Pulse`,
+    /// `Unpulse`), in the order the recorded forward made them.
+    pub rerun_after: BTreeMap<usize, Vec<Rerun>>,
     /// After entry `k`, allocate the blocks of these `alloc` entries ahead
     /// of their recorded `alloc` (which then makes nothing); their recorded
     /// free frees them: the gradients an earlier micro-batch made, alive
@@ -129,6 +147,7 @@ impl Edits {
             && self.scale_seed.is_empty()
             && self.free_after.is_empty()
             && self.remake_after.is_empty()
+            && self.rerun_after.is_empty()
             && self.born_after.is_empty()
             && self.free_late.is_empty()
             && !self.keep_cache
@@ -166,6 +185,9 @@ impl Edits {
         }
         for (k, v) in other.remake_after {
             self.remake_after.entry(k).or_default().extend(v);
+        }
+        for (k, v) in other.rerun_after {
+            self.rerun_after.entry(k).or_default().extend(v);
         }
         for (k, v) in other.born_after {
             self.born_after.entry(k).or_default().extend(v);
@@ -361,6 +383,31 @@ pub fn peak_allocated(l: &Lifetimes, entries: usize, edits: &Edits) -> u64 {
             remade.insert(k, at);
         }
     }
+    // A rerun's own high point above what it leaves made, per entry.
+    let mut rerun_top = vec![0i64; entries + 1];
+    for (&at, steps) in &edits.rerun_after {
+        let size_of = |k: usize| -> i64 {
+            let b = l.event_block.get(k).copied().unwrap_or(NO_BLOCK);
+            let size = l.size.get(b as usize).copied().unwrap_or(0);
+            edits.scaled(k, size) as i64
+        };
+        let (mut run, mut top, mut made) = (0i64, 0i64, 0i64);
+        for step in steps {
+            match *step {
+                Rerun::Make(k) => {
+                    remade.insert(k, at);
+                    run += size_of(k);
+                    made += size_of(k);
+                }
+                Rerun::Pulse(k) => run += size_of(k),
+                Rerun::Unpulse(k) => run -= size_of(k),
+            }
+            top = top.max(run);
+        }
+        if let Some(x) = rerun_top.get_mut(at) {
+            *x = (*x).max(top - made);
+        }
+    }
     let born_early = edits.born_early();
     let late = edits.freed_late();
     // delta[i]: the change of allocated bytes at event i.
@@ -416,9 +463,9 @@ pub fn peak_allocated(l: &Lifetimes, entries: usize, edits: &Edits) -> u64 {
     }
     let mut now = at_start;
     let mut peak = at_start;
-    for d in delta {
+    for (i, d) in delta.into_iter().enumerate() {
         now += d;
-        peak = peak.max(now);
+        peak = peak.max(now + rerun_top.get(i).copied().unwrap_or(0).max(0));
     }
     peak.max(0) as u64
 }

@@ -6,7 +6,7 @@
 use vramscope_snapshot::hash::FxHashMap as HashMap;
 
 use serde::Serialize;
-use vramscope_analysis::edits::Edits;
+use vramscope_analysis::edits::{Edits, Rerun};
 use vramscope_snapshot::{Action, Snapshot};
 
 use crate::horizon::Tail;
@@ -228,6 +228,43 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
                         first_oom.get_or_insert((i, e));
                     }
                 }
+            }
+        }
+        // A stretch run again (a checkpointed layer's recomputation): its
+        // saved blocks made to stay, its temporaries made and freed again.
+        if let Some(steps) = edits.rerun_after.get(&i) {
+            let mut pulse: Vec<(usize, _, u64)> = Vec::new();
+            for step in steps {
+                match *step {
+                    Rerun::Make(k) | Rerun::Pulse(k) if k < t.len() => {
+                        let size = edits.scaled(k, t.size[k]);
+                        match a.malloc(size, t.stream[k]) {
+                            Ok(p) => {
+                                requested += size;
+                                if matches!(step, Rerun::Make(_)) {
+                                    addr_of.insert(t.addr[k], (p, size));
+                                } else {
+                                    pulse.push((k, p, size));
+                                }
+                            }
+                            Err(e) => {
+                                first_oom.get_or_insert((i, e));
+                            }
+                        }
+                    }
+                    Rerun::Unpulse(k) => {
+                        if let Some(x) = pulse.iter().position(|q| q.0 == k) {
+                            let (_, p, n) = pulse.swap_remove(x);
+                            a.free(p);
+                            requested -= n;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            for (_, p, n) in pulse {
+                a.free(p);
+                requested -= n;
             }
         }
         if let Some(births) = edits.born_after.get(&i) {

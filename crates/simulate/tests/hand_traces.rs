@@ -219,6 +219,50 @@ fn a_block_freed_late_outlives_its_recorded_free_and_its_address_stays_apart() {
     assert!(r.oom.is_none());
 }
 
+/// A checkpointed layer's recomputation: its saved block made again to
+/// stay, and its temporary made and freed again around it, beside what
+/// backward holds then; counted and replayed alike.
+#[test]
+fn a_rerun_makes_its_temporaries_again_beside_what_is_alive() {
+    use vramscope_analysis::edits::{peak_allocated, Edits, Rerun};
+    use vramscope_analysis::lifetimes::Lifetimes;
+    use vramscope_simulate::ReplaySetup;
+    let (a, b, d) = (1u64 << 32, 2u64 << 32, 3u64 << 32);
+    let snap = trace(&[
+        ("alloc", a, 10 * MIB, TRAIN),          // 0: the layer's saved block
+        ("alloc", b, 20 * MIB, TRAIN),          // 1: its temporary
+        ("free_completed", b, 20 * MIB, TRAIN), // 2: the layer's call ends
+        ("alloc", d, 15 * MIB, TRAIN),          // 3: backward reaches the layer
+        ("free_completed", a, 10 * MIB, TRAIN), // 4
+        ("free_completed", d, 15 * MIB, TRAIN), // 5
+    ]);
+    let l = Lifetimes::new(&snap, 0);
+    let mut edits = Edits::default();
+    edits.free_after.entry(2).or_default().push(0);
+    edits.rerun_after.entry(3).or_default().extend([
+        Rerun::Make(0),
+        Rerun::Pulse(1),
+        Rerun::Unpulse(1),
+    ]);
+    // 15 (d) + 10 (remade) + 20 (the temporary again): above the 30 of the
+    // forward; without the temporary, 25 there and 30 at the peak.
+    assert_eq!(peak_allocated(&l, 6, &edits), 45 * MIB);
+    let r = replay(
+        &snap,
+        0,
+        Settings::default(),
+        &ReplaySetup {
+            edits: Some(&edits),
+            cold_start: true,
+            ..Default::default()
+        },
+    );
+    assert_eq!(r.simulated_peak_allocated, 45 * MIB, "{r:?}");
+    let mut made_only = edits.clone();
+    made_only.rerun_after.insert(3, vec![Rerun::Make(0)]);
+    assert_eq!(peak_allocated(&l, 6, &made_only), 30 * MIB);
+}
+
 /// A program that calls torch.cuda.empty_cache() after each step: the
 /// advice lists removing the calls among the changes that lower no peak
 /// (a kept cache only holds more), with what the calls cost in device
