@@ -111,14 +111,10 @@ pub struct Edits {
     /// After entry `k`, free the blocks of these `alloc` entries (their
     /// recorded free is then ignored).
     pub free_after: BTreeMap<usize, Vec<usize>>,
-    /// After entry `k`, allocate again the blocks of these `alloc` entries
-    /// (freed early by `free_after`); their recorded free then frees them:
-    /// what activation checkpointing does to a layer's saved activations,
-    /// freed after its forward and made again when backward reaches it.
-    pub remake_after: BTreeMap<usize, Vec<usize>>,
     /// After entry `k`, run these steps in order: what a checkpointed
     /// layer's recomputation does when backward reaches it, its saved
-    /// activations made again (`Make`, freed by their recorded free) among
+    /// activations (freed early by `free_after`) made again (`Make`, freed
+    /// by their recorded free) among
     /// the forward's own temporaries made and freed again (`Pulse`,
     /// `Unpulse`), in the order the recorded forward made them.
     pub rerun_after: BTreeMap<usize, Vec<Rerun>>,
@@ -146,7 +142,6 @@ impl Edits {
             && self.scale_alloc.is_empty()
             && self.scale_seed.is_empty()
             && self.free_after.is_empty()
-            && self.remake_after.is_empty()
             && self.rerun_after.is_empty()
             && self.born_after.is_empty()
             && self.free_late.is_empty()
@@ -182,9 +177,6 @@ impl Edits {
         self.scale_seed.extend(other.scale_seed);
         for (k, v) in other.free_after {
             self.free_after.entry(k).or_default().extend(v);
-        }
-        for (k, v) in other.remake_after {
-            self.remake_after.entry(k).or_default().extend(v);
         }
         for (k, v) in other.rerun_after {
             self.rerun_after.entry(k).or_default().extend(v);
@@ -377,12 +369,8 @@ pub fn peak_allocated(l: &Lifetimes, entries: usize, edits: &Edits) -> u64 {
             early.insert(k, end);
         }
     }
+    // Made again by a rerun: alive again from there to the recorded free.
     let mut remade: HashMap<usize, usize> = HashMap::new();
-    for (&at, births) in &edits.remake_after {
-        for &k in births {
-            remade.insert(k, at);
-        }
-    }
     // A rerun's own high point above what it leaves made, per entry.
     let mut rerun_top = vec![0i64; entries + 1];
     for (&at, steps) in &edits.rerun_after {

@@ -214,22 +214,6 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
                 }
             }
         }
-        // Blocks a change makes again (a checkpointed layer's activations,
-        // remade when backward reaches it); their recorded free frees them.
-        if let Some(again) = edits.remake_after.get(&i) {
-            for &k in again {
-                let size = edits.scaled(k, t.size[k]);
-                match a.malloc(size, t.stream[k]) {
-                    Ok(p) => {
-                        requested += size;
-                        addr_of.insert(t.addr[k], (p, size));
-                    }
-                    Err(e) => {
-                        first_oom.get_or_insert((i, e));
-                    }
-                }
-            }
-        }
         // A stretch run again (a checkpointed layer's recomputation): its
         // saved blocks made to stay, its temporaries made and freed again.
         if let Some(steps) = edits.rerun_after.get(&i) {

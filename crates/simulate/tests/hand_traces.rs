@@ -88,7 +88,7 @@ fn a_release_that_makes_room_for_a_request_is_the_allocators_own() {
 /// allocator both see it gone in between and back until its recorded free.
 #[test]
 fn a_block_freed_early_and_made_again_is_absent_only_in_between() {
-    use vramscope_analysis::edits::{peak_allocated, Edits};
+    use vramscope_analysis::edits::{peak_allocated, Edits, Rerun};
     use vramscope_analysis::lifetimes::Lifetimes;
     use vramscope_simulate::ReplaySetup;
     let (a, b, c) = (1u64 << 32, 2u64 << 32, 3u64 << 32);
@@ -104,7 +104,7 @@ fn a_block_freed_early_and_made_again_is_absent_only_in_between() {
     assert_eq!(peak_allocated(&l, 6, &Edits::default()), 70 * MIB);
     let mut edits = Edits::default();
     edits.free_after.entry(0).or_default().push(0);
-    edits.remake_after.entry(3).or_default().push(0);
+    edits.rerun_after.entry(3).or_default().push(Rerun::Make(0));
     // Gone while b lives (30 MiB), back with c (40 + 20).
     assert_eq!(peak_allocated(&l, 6, &edits), 60 * MIB);
     let setup = ReplaySetup {
@@ -116,7 +116,7 @@ fn a_block_freed_early_and_made_again_is_absent_only_in_between() {
     assert_eq!(r.simulated_peak_allocated, 60 * MIB);
     assert!(r.oom.is_none());
     // Not made again: gone from the end of its forward on.
-    edits.remake_after.clear();
+    edits.rerun_after.clear();
     assert_eq!(peak_allocated(&l, 6, &edits), 30 * MIB);
 }
 
