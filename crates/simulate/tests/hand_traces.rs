@@ -10,6 +10,19 @@ const EMPTY_CACHE: &str = r#"[{"filename":"/usr/lib/python3/site-packages/torch/
 const TRAIN: &str = r#"[{"filename":"train.py","line":8,"name":"main"}]"#;
 
 /// Entries (action, address, size, frames).
+/// `snap` replayed with `edits` from an empty cache, no capacity.
+fn replay_cold(
+    snap: &vramscope_snapshot::Snapshot,
+    edits: &vramscope_analysis::edits::Edits,
+) -> vramscope_simulate::Replayed {
+    let setup = vramscope_simulate::ReplaySetup {
+        edits: Some(edits),
+        cold_start: true,
+        ..Default::default()
+    };
+    replay(snap, 0, Settings::default(), &setup)
+}
+
 fn trace(entries: &[(&str, u64, u64, &str)]) -> vramscope_snapshot::Snapshot {
     let ev: Vec<String> = entries
         .iter()
@@ -90,7 +103,6 @@ fn a_release_that_makes_room_for_a_request_is_the_allocators_own() {
 fn a_block_freed_early_and_made_again_is_absent_only_in_between() {
     use vramscope_analysis::edits::{peak_allocated, Edits, Rerun};
     use vramscope_analysis::lifetimes::Lifetimes;
-    use vramscope_simulate::ReplaySetup;
     let (a, b, c) = (1u64 << 32, 2u64 << 32, 3u64 << 32);
     let snap = trace(&[
         ("alloc", a, 40 * MIB, TRAIN), // 0: the layer's saved activation
@@ -107,12 +119,7 @@ fn a_block_freed_early_and_made_again_is_absent_only_in_between() {
     edits.rerun_after.entry(3).or_default().push(Rerun::Make(0));
     // Gone while b lives (30 MiB), back with c (40 + 20).
     assert_eq!(peak_allocated(&l, 6, &edits), 60 * MIB);
-    let setup = ReplaySetup {
-        edits: Some(&edits),
-        cold_start: true,
-        ..Default::default()
-    };
-    let r = replay(&snap, 0, Settings::default(), &setup);
+    let r = replay_cold(&snap, &edits);
     assert_eq!(r.simulated_peak_allocated, 60 * MIB);
     assert!(r.oom.is_none());
     // Not made again: gone from the end of its forward on.
@@ -128,7 +135,6 @@ fn a_block_freed_early_and_made_again_is_absent_only_in_between() {
 fn a_block_made_early_is_there_from_then_and_its_address_stays_apart() {
     use vramscope_analysis::edits::{peak_allocated, Edits};
     use vramscope_analysis::lifetimes::Lifetimes;
-    use vramscope_simulate::ReplaySetup;
     let (a, g) = (1u64 << 32, 2u64 << 32);
     let snap = trace(&[
         ("alloc", a, 40 * MIB, TRAIN), // 0: an activation, at address a
@@ -144,12 +150,7 @@ fn a_block_made_early_is_there_from_then_and_its_address_stays_apart() {
     edits.born_after.entry(0).or_default().push(2);
     // Beside the activation from entry 0 on: 40 + 10.
     assert_eq!(peak_allocated(&l, 6, &edits), 50 * MIB);
-    let setup = ReplaySetup {
-        edits: Some(&edits),
-        cold_start: true,
-        ..Default::default()
-    };
-    let r = replay(&snap, 0, Settings::default(), &setup);
+    let r = replay_cold(&snap, &edits);
     assert_eq!(r.simulated_peak_allocated, 50 * MIB);
     assert!(r.oom.is_none());
     // The activation's free (entry 1, address a) must leave the early
@@ -164,16 +165,7 @@ fn a_block_made_early_is_there_from_then_and_its_address_stays_apart() {
     ]);
     let mut edits2 = Edits::default();
     edits2.born_after.entry(0).or_default().push(2);
-    let r = replay(
-        &snap2,
-        0,
-        Settings::default(),
-        &ReplaySetup {
-            edits: Some(&edits2),
-            cold_start: true,
-            ..Default::default()
-        },
-    );
+    let r = replay_cold(&snap2, &edits2);
     assert_eq!(r.simulated_peak_allocated, 50 * MIB, "{r:?}");
 }
 
@@ -186,7 +178,6 @@ fn a_block_made_early_is_there_from_then_and_its_address_stays_apart() {
 fn a_block_freed_late_outlives_its_recorded_free_and_its_address_stays_apart() {
     use vramscope_analysis::edits::{peak_allocated, Edits};
     use vramscope_analysis::lifetimes::Lifetimes;
-    use vramscope_simulate::ReplaySetup;
     let (a, g, h) = (1u64 << 32, 2u64 << 32, 3u64 << 32);
     let snap = trace(&[
         ("alloc", a, 10 * MIB, TRAIN),          // 0: the new gradient
@@ -203,16 +194,7 @@ fn a_block_freed_late_outlives_its_recorded_free_and_its_address_stays_apart() {
     edits.free_late.entry(4).or_default().push(0);
     // 10 + 30 at entry 2; freed before h: 35 there, not 45.
     assert_eq!(peak_allocated(&l, 7, &edits), 40 * MIB);
-    let r = replay(
-        &snap,
-        0,
-        Settings::default(),
-        &ReplaySetup {
-            edits: Some(&edits),
-            cold_start: true,
-            ..Default::default()
-        },
-    );
+    let r = replay_cold(&snap, &edits);
     // Freed at its recorded free the peak would be 35; lost under the
     // address the 30 MiB block took, 45.
     assert_eq!(r.simulated_peak_allocated, 40 * MIB, "{r:?}");
@@ -226,7 +208,6 @@ fn a_block_freed_late_outlives_its_recorded_free_and_its_address_stays_apart() {
 fn a_rerun_makes_its_temporaries_again_beside_what_is_alive() {
     use vramscope_analysis::edits::{peak_allocated, Edits, Rerun};
     use vramscope_analysis::lifetimes::Lifetimes;
-    use vramscope_simulate::ReplaySetup;
     let (a, b, d) = (1u64 << 32, 2u64 << 32, 3u64 << 32);
     let snap = trace(&[
         ("alloc", a, 10 * MIB, TRAIN),          // 0: the layer's saved block
@@ -247,16 +228,7 @@ fn a_rerun_makes_its_temporaries_again_beside_what_is_alive() {
     // 15 (d) + 10 (remade) + 20 (the temporary again): above the 30 of the
     // forward; without the temporary, 25 there and 30 at the peak.
     assert_eq!(peak_allocated(&l, 6, &edits), 45 * MIB);
-    let r = replay(
-        &snap,
-        0,
-        Settings::default(),
-        &ReplaySetup {
-            edits: Some(&edits),
-            cold_start: true,
-            ..Default::default()
-        },
-    );
+    let r = replay_cold(&snap, &edits);
     assert_eq!(r.simulated_peak_allocated, 45 * MIB, "{r:?}");
     let mut made_only = edits.clone();
     made_only.rerun_after.insert(3, vec![Rerun::Make(0)]);

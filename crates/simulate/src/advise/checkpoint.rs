@@ -90,13 +90,18 @@ struct SavedCall {
 }
 
 /// The calls of repeated blocks with saved activations, in trace order.
-fn saved_calls(snap: &Snapshot, device: u32, labelled: &Labelled) -> Vec<SavedCall> {
+fn saved_calls(
+    snap: &Snapshot,
+    device: u32,
+    labelled: &Labelled,
+    calls: Vec<(String, usize, usize)>,
+) -> Vec<SavedCall> {
     let Some(t) = snap.trace(device) else {
         return Vec::new();
     };
     let l = &labelled.lifetimes;
     let mut out = Vec::new();
-    for (name, first, last) in block_calls(snap, device) {
+    for (name, first, last) in calls {
         // The blocks allocated during the call that outlive it.
         let mut saved: Vec<usize> = (first..=last)
             .filter(|&i| t.action[i] == Action::Alloc)
@@ -312,7 +317,9 @@ pub(super) fn checkpoint_candidate(
     let refuse = |not_offered: &mut Vec<NotOffered>, why: &str| {
         refuse(not_offered, "activation checkpointing", why)
     };
-    if block_calls(snap, device).is_empty() {
+    // Read once: from the stacks it is a pass over every allocation.
+    let found = block_calls(snap, device);
+    if found.is_empty() {
         return refuse(
             not_offered,
             "no block calls recorded, and no loop over layers found in the stacks: vramscope.record marks each call \
@@ -320,7 +327,7 @@ pub(super) fn checkpoint_candidate(
              layer's saved activations from the next's",
         );
     }
-    let calls = saved_calls(snap, device, labelled);
+    let calls = saved_calls(snap, device, labelled, found);
     if calls.is_empty() {
         return refuse(
             not_offered,
@@ -366,7 +373,7 @@ pub(super) fn fewest_that_fit(
     recorded: &Settings,
     eval: &dyn Fn(&Candidate) -> (Advice, u64),
 ) -> Option<(Advice, u64)> {
-    let calls = saved_calls(snap, device, labelled);
+    let calls = saved_calls(snap, device, labelled, block_calls(snap, device));
     let order = forward_order(&calls);
     let n = order.len();
     let l = &labelled.lifetimes;
