@@ -80,6 +80,14 @@ def test_the_predictions_point_the_way_the_runs_went(rows):
         r = by[(model, "bf16_weights")]
         assert r.listed == "advice" and r.predicted < 0.56 * r.baseline and r.measured < 0.56 * r.baseline
         assert r.predicted <= r.measured * 1.001
+    # FSDP over two ranks, each layer a unit: the Transformer's peak (the
+    # loss, with activations) barely moves; the wide model's, made of
+    # parameters, gradients and optimizer state, falls by two fifths and
+    # moves into backward, where each layer's parameters are gathered.
+    t, w = by[("transformer", "fsdp")], by[("wide_lm", "fsdp")]
+    assert t.baseline * 0.9 < t.measured < t.baseline and t.baseline * 0.9 < t.predicted < t.baseline
+    assert w.measured < 0.65 * w.baseline and w.predicted < 0.65 * w.baseline
+    assert abs(w.error) < 0.03 and t.method == w.method == "rule"
     # The leak's fix takes the peak back to the run without the leak.
     for model in ("cnn", "transformer"):
         r = by[(model, "fix_leak")]
@@ -98,6 +106,9 @@ def test_a_cpu_recording_is_advised_without_allocator_settings(rows, tmp_path):
     assert a["baseline"]["peak_allocated"] == a["baseline"]["peak_reserved"]
     assert a["baseline"]["peak_allocated"] == advise_check.peak_allocated(path)
     assert "peak allocated" in vramscope.load(path).advise(text=True)
+    # No repeated blocks: no FSDP units to gather, so no prediction.
+    fsdp = [n for n in a["not_offered"] if "FSDP" in n["change"]]
+    assert len(fsdp) == 1 and "no repeated blocks" in fsdp[0]["why"]
     # No repeated blocks in the MLP: no checkpointing advice, and why.
     assert not any(x["class"] == "checkpoint" for x in a["advice"] + a["no_gain"])
     assert any(n["change"] == "activation checkpointing" for n in a["not_offered"])
@@ -183,12 +194,16 @@ def test_blocks_read_from_the_stacks_replay_as_the_recorders_marks(tmp_path):
     with open(stripped, "wb") as f:
         pickle.dump(snap, f)
 
-    def rows(p):
+    def rows(p, cls="checkpoint"):
         a = vramscope.load(str(p)).advise(capacity="50MiB")
-        return [x for x in a["advice"] if x["class"] == "checkpoint"]
+        return [x for x in a["advice"] + a["no_gain"] if x["class"] == cls]
 
     marked, read = rows(path), rows(stripped)
     assert len(marked) == len(read) == 2  # every layer, and the fewest that fit
     for m, r in zip(marked, read):
         assert (m["peak_allocated"], m["acts_on_bytes"]) == (r["peak_allocated"], r["acts_on_bytes"])
     assert "advise_runs.py:" in read[0]["change"] and "the calls read from the stacks" in read[0]["change"]
+    # FSDP's units are the same calls: the same replay, the code at the line.
+    (m,), (r,) = rows(path, "fsdp"), rows(stripped, "fsdp")
+    assert m["peak_allocated"] == r["peak_allocated"]
+    assert "for block in model.blocks.layers:" in m["code"] and "advise_runs.py:" in r["code"]

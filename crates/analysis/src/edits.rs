@@ -98,6 +98,14 @@ pub enum Rerun {
     Unpulse(usize),
 }
 
+/// A block a change makes that the recorded run never made
+/// ([`Edits::extra_after`]), known by an id of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Extra {
+    Make { id: u32, size: u64 },
+    Free(u32),
+}
+
 /// The changes, as edits of one device's trace entries.
 #[derive(Clone, Debug, Default)]
 pub struct Edits {
@@ -129,6 +137,10 @@ pub struct Edits {
     /// one, kept as the gradient itself until the next `zero_grad` under
     /// `set_to_none=True`.
     pub free_late: BTreeMap<usize, Vec<usize>>,
+    /// After entry `k`, make or free, in order, blocks the recorded run
+    /// never made: the parameters FSDP gathers whole for a unit and the
+    /// flat buffers of its collectives.
+    pub extra_after: BTreeMap<usize, Vec<Extra>>,
     /// The program's own `torch.cuda.empty_cache()` calls not made: the
     /// cache kept where the recorded run released it.
     pub keep_cache: bool,
@@ -145,6 +157,7 @@ impl Edits {
             && self.rerun_after.is_empty()
             && self.born_after.is_empty()
             && self.free_late.is_empty()
+            && self.extra_after.is_empty()
             && !self.keep_cache
     }
 
@@ -186,6 +199,9 @@ impl Edits {
         }
         for (k, v) in other.free_late {
             self.free_late.entry(k).or_default().extend(v);
+        }
+        for (k, v) in other.extra_after {
+            self.extra_after.entry(k).or_default().extend(v);
         }
         self.keep_cache |= other.keep_cache;
         self.matched.extend(other.matched);
@@ -451,9 +467,22 @@ pub fn peak_allocated(l: &Lifetimes, entries: usize, edits: &Edits) -> u64 {
     }
     let mut now = at_start;
     let mut peak = at_start;
+    let mut extra_size: HashMap<u32, i64> = HashMap::new();
     for (i, d) in delta.into_iter().enumerate() {
         now += d;
         peak = peak.max(now + rerun_top.get(i).copied().unwrap_or(0).max(0));
+        // Made and freed in order after the entry, each step counted: a
+        // buffer made before the last one is freed peaks with it.
+        for x in edits.extra_after.get(&i).map_or(&[][..], |v| v.as_slice()) {
+            match *x {
+                Extra::Make { id, size } => {
+                    now += size as i64;
+                    *extra_size.entry(id).or_default() += size as i64;
+                    peak = peak.max(now);
+                }
+                Extra::Free(id) => now -= extra_size.remove(&id).unwrap_or(0),
+            }
+        }
     }
     peak.max(0) as u64
 }

@@ -6,7 +6,7 @@
 use vramscope_snapshot::hash::FxHashMap as HashMap;
 
 use serde::Serialize;
-use vramscope_analysis::edits::{Edits, Rerun};
+use vramscope_analysis::edits::{Edits, Extra, Rerun};
 use vramscope_snapshot::{Action, Snapshot};
 
 use crate::horizon::Tail;
@@ -149,6 +149,8 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
     // nothing, and their address may be taken again before they go.
     const LATE: u64 = 1 << 62;
     let late = edits.freed_late();
+    // Blocks the change makes that the recorded run never made (bit 61).
+    const EXTRA: u64 = 1 << 61;
     for i in 0..end {
         if !edits.keep_cache && empty_cache.binary_search(&i).is_ok() {
             // The program called torch.cuda.empty_cache() here: so does
@@ -264,6 +266,27 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
                     }
                 }
             }
+        }
+        // Blocks the change makes that the recorded run never made.
+        for x in edits.extra_after.get(&i).map_or(&[][..], |v| v.as_slice()) {
+            match *x {
+                Extra::Make { id, size } => match a.malloc(size, t.stream[i]) {
+                    Ok(p) => {
+                        requested += size;
+                        addr_of.insert(EXTRA | id as u64, (p, size));
+                    }
+                    Err(e) => {
+                        first_oom.get_or_insert((i, e));
+                    }
+                },
+                Extra::Free(id) => {
+                    if let Some((p, n)) = addr_of.remove(&(EXTRA | id as u64)) {
+                        a.free(p);
+                        requested -= n;
+                    }
+                }
+            }
+            stretch_max = stretch_max.max(a.reserved);
         }
         stretch_max = stretch_max.max(a.reserved);
         if (i + 1) % stride == 0 || (stride != usize::MAX && i + 1 == t.len()) {

@@ -235,6 +235,76 @@ fn a_rerun_makes_its_temporaries_again_beside_what_is_alive() {
     assert_eq!(peak_allocated(&l, 6, &made_only), 30 * MIB);
 }
 
+/// Blocks a change makes that the recorded run never made (what FSDP
+/// gathers): each step counted in order, so a buffer made before another
+/// is freed peaks with it; counted and replayed alike.
+#[test]
+fn blocks_the_recorded_run_never_made_are_counted_step_by_step() {
+    use vramscope_analysis::edits::{peak_allocated, Edits, Extra};
+    use vramscope_analysis::lifetimes::Lifetimes;
+    let (a, b) = (1u64 << 32, 2u64 << 32);
+    // Sizes above 10 MiB in 2 MiB steps: each its own segment, unrounded.
+    let snap = trace(&[
+        ("alloc", a, 20 * MIB, TRAIN),          // 0
+        ("alloc", b, 12 * MIB, TRAIN),          // 1
+        ("free_completed", b, 12 * MIB, TRAIN), // 2
+        ("free_completed", a, 20 * MIB, TRAIN), // 3
+    ]);
+    let l = Lifetimes::new(&snap, 0);
+    let mut edits = Edits::default();
+    // After entry 0: a flat buffer of 24 made, the one before it (12)
+    // freed, the parameters (24) copied out of it; all freed after entry 2.
+    edits.extra_after.entry(0).or_default().extend([
+        Extra::Make {
+            id: 1,
+            size: 12 * MIB,
+        },
+        Extra::Make {
+            id: 2,
+            size: 24 * MIB,
+        },
+        Extra::Free(1),
+        Extra::Make {
+            id: 3,
+            size: 24 * MIB,
+        },
+    ]);
+    edits
+        .extra_after
+        .entry(2)
+        .or_default()
+        .extend([Extra::Free(2), Extra::Free(3)]);
+    // 20 + 12 + 24 = 56 before the 12 is freed; 20 + 24 + 24 + 12 = 80 at
+    // entry 1; 20 once entry 2's frees are done.
+    assert_eq!(peak_allocated(&l, 4, &edits), 80 * MIB);
+    let r = replay_cold(&snap, &edits);
+    assert_eq!(r.simulated_peak_allocated, 80 * MIB, "{r:?}");
+    // Made in order: without the free of the 12 between, 92.
+    let mut kept = edits.clone();
+    kept.extra_after.insert(
+        0,
+        vec![
+            Extra::Make {
+                id: 1,
+                size: 12 * MIB,
+            },
+            Extra::Make {
+                id: 2,
+                size: 24 * MIB,
+            },
+            Extra::Make {
+                id: 3,
+                size: 24 * MIB,
+            },
+        ],
+    );
+    assert_eq!(peak_allocated(&l, 4, &kept), 92 * MIB);
+    assert_eq!(replay_cold(&snap, &kept).simulated_peak_allocated, 92 * MIB);
+    // A free of an id never made frees nothing.
+    edits.extra_after.entry(3).or_default().push(Extra::Free(9));
+    assert_eq!(peak_allocated(&l, 4, &edits), 80 * MIB);
+}
+
 /// A program that calls torch.cuda.empty_cache() after each step: the
 /// advice lists removing the calls among the changes that lower no peak
 /// (a kept cache only holds more), with what the calls cost in device

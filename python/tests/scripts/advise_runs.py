@@ -2,7 +2,8 @@
 
 ``python advise_runs.py MODEL VARIANT OUT`` trains MODEL (``cnn``: a small
 convolutional classifier; ``transformer``: a small causal language model;
-``mlp``: wide layers and a small batch, whose peak is the optimizer step)
+``mlp``: wide layers and a small batch, whose peak is the optimizer step;
+``wide_lm``: the language model with four wider layers at batch 2)
 for a few steps on the CPU under ``vramscope.record(backend="allocator")``
 and writes the snapshot to OUT. VARIANT ``baseline`` is the program as a
 user would first write it; each other variant is that program with one
@@ -24,7 +25,7 @@ change made the way the advice's code says:
 * ``autocast``: forward and loss under ``torch.autocast("cpu",
   dtype=torch.bfloat16)`` (measured, not advised: docs/advise.md);
 * ``fsdp``: each unit (``units``) and the root under FSDP2's
-  ``fully_shard`` over two gloo ranks (measured, not advised yet);
+  ``fully_shard`` over two gloo ranks (OUT names ``{rank}``);
 * ``keep_grads``: ``zero_grad(set_to_none=False)``: the gradients kept
   allocated from one step to the next (zeroed in place);
 * ``keep_grads_late``: the same, recorded from the second step on (the
@@ -89,14 +90,20 @@ class TinyLM(nn.Module):
         return self.head(h)
 
 
-def transformer(batch: int):
-    model = TinyLM()
+def transformer(batch: int, **sizes):
+    model = TinyLM(**sizes)
     tokens = torch.randint(0, 2000, (batch, 65))
 
     def loss_fn(logits, targets):
         return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
     return model, tokens[:, :-1], tokens[:, 1:], loss_fn
+
+
+def wide_lm(batch: int):
+    """Four wider layers and a batch of two: the parameters, gradients and
+    optimizer state outweigh the activations, so what FSDP gathers shows."""
+    return transformer(batch, d=256, layers=4)
 
 
 def mlp(batch: int):
@@ -107,7 +114,7 @@ def mlp(batch: int):
     return model, x, y, nn.functional.cross_entropy
 
 
-MODELS = {"cnn": (cnn, 32), "transformer": (transformer, 16), "mlp": (mlp, 8)}
+MODELS = {"cnn": (cnn, 32), "transformer": (transformer, 16), "mlp": (mlp, 8), "wide_lm": (wide_lm, 2)}
 VARIANTS = ("baseline", "half_batch", "foreach_off", "del_outputs", "checkpoint", "checkpoint_first", "bf16", "autocast", "keep_grads", "keep_grads_late", "varlen",
             "keep_grads_varlen", "leak", "leak_fixed")
 

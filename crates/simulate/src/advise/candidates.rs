@@ -247,19 +247,6 @@ pub(super) fn category_candidates(
                  half; 1/N over N)"
             ),
         });
-        // Measured with FSDP2 over two gloo ranks on the CPU, each layer a
-        // unit (python/tests/scripts/advise_runs.py, variant fsdp): the
-        // Transformer 54.35 -> 51.09 MiB, the CNN 31.81 -> 30.38, the MLP
-        // 120.50 -> 84.36; the MLP's peak moved into backward, where its
-        // largest unit's gathered weights and unsharded gradients sat
-        // beside the sharded state (2.5 times the unit's parameters).
-        not_offered.push(NotOffered {
-            change: "parameters and gradients sharded too (FSDP, ZeRO-3)".into(),
-            why: "not predicted: each unit's parameters are gathered whole while it runs forward and backward, and \
-                  its gradients made whole before they are reduced, so what it saves depends on how the model is \
-                  wrapped into units, which the trace does not say; the optimizer state's share is the ZeRO-1 row"
-                .into(),
-        });
     }
 
     out

@@ -35,7 +35,7 @@ pub const BLOCK_ANNOTATION: &str = "vramscope.block#";
 /// Each call of a repeated block: (name, first event, last event); from
 /// the recorder's annotations, else read from the stacks
 /// ([`super::block_stacks`]).
-fn block_calls(snap: &Snapshot, device: u32) -> Vec<(String, usize, usize)> {
+pub(super) fn block_calls(snap: &Snapshot, device: u32) -> Vec<(String, usize, usize)> {
     let marked = marked_calls(snap, device);
     if !marked.is_empty() {
         return marked;
@@ -75,12 +75,14 @@ fn marked_calls(snap: &Snapshot, device: u32) -> Vec<(String, usize, usize)> {
 }
 
 /// One call of a repeated block that keeps activations for backward.
-struct SavedCall {
-    name: String,
+pub(super) struct SavedCall {
+    pub(super) name: String,
+    /// Its first event.
+    pub(super) first: usize,
     /// Its last event: its saved activations are freed after it.
-    last: usize,
+    pub(super) last: usize,
     /// The entry after which they are made again (backward reaches it).
-    again: usize,
+    pub(super) again: usize,
     /// Their blocks (the output, kept as the next block's input, left out).
     blocks: Vec<usize>,
     /// The recomputation: the call's saved blocks made again and its
@@ -90,7 +92,7 @@ struct SavedCall {
 }
 
 /// The calls of repeated blocks with saved activations, in trace order.
-fn saved_calls(
+pub(super) fn saved_calls(
     snap: &Snapshot,
     device: u32,
     labelled: &Labelled,
@@ -155,6 +157,7 @@ fn saved_calls(
         }
         out.push(SavedCall {
             name,
+            first,
             last,
             again,
             blocks: saved,
@@ -169,7 +172,7 @@ fn saved_calls(
 /// (from the start of the forward to the end of the backward); the last
 /// one's are made again as soon as backward starts, where the peak of a
 /// step most often is, so checkpointing it alone saves little there.
-fn forward_order(calls: &[SavedCall]) -> Vec<&str> {
+pub(super) fn forward_order(calls: &[SavedCall]) -> Vec<&str> {
     let mut names: Vec<&str> = Vec::new();
     for c in calls {
         if !names.contains(&c.name.as_str()) {
@@ -181,7 +184,7 @@ fn forward_order(calls: &[SavedCall]) -> Vec<&str> {
 
 /// The layers a block belongs to: `blocks` of `blocks.3`; for a call read
 /// from the stacks (`common.py:40 in forward #3`), the line that calls it.
-fn container(name: &str) -> &str {
+pub(super) fn container(name: &str) -> &str {
     match name.rsplit_once(" #") {
         Some((site, _)) => site,
         None => name.rsplit_once('.').map_or("", |(c, _)| c),
@@ -190,11 +193,11 @@ fn container(name: &str) -> &str {
 
 /// Whether `container` is a line that calls the blocks (read from the
 /// stacks) rather than a module's name.
-fn is_site(container: &str) -> bool {
+pub(super) fn is_site(container: &str) -> bool {
     container.contains(".py:")
 }
 
-fn shown(container: &str) -> String {
+pub(super) fn shown(container: &str) -> String {
     if container.is_empty() {
         "the model".to_owned()
     } else if is_site(container) {

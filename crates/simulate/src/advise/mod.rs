@@ -18,6 +18,7 @@ mod candidates;
 mod checkpoint;
 mod counted;
 mod foreach;
+mod fsdp;
 mod leaks;
 mod precision;
 mod set_to_none;
@@ -98,6 +99,9 @@ pub enum ChangeClass {
     CpuOffload,
     /// The optimizer state sharded over two ranks (ZeRO-1).
     ShardOptimizerState,
+    /// Parameters, gradients and optimizer state sharded over two ranks
+    /// (FSDP2, ZeRO-3), each repeated block a unit.
+    Fsdp,
     /// `foreach=False`: the optimizer updates one parameter at a time.
     ForeachOff,
     /// Activation checkpointing of the model's repeated blocks.
@@ -275,6 +279,13 @@ fn program_candidates(
         ));
     }
     out.extend(checkpoint::checkpoint_candidate(
+        snap,
+        device,
+        labelled,
+        recorded,
+        not_offered,
+    ));
+    out.extend(fsdp::fsdp_candidate(
         snap,
         device,
         labelled,
