@@ -175,6 +175,7 @@ class Snapshot:
         device: Optional[int] = None,
         text: bool = False,
         fraction: Optional[float] = None,
+        ranks: Optional[int] = None,
     ):
         """What to change so the run fits, or peaks lower (`vramscope advise
         --json`): allocator settings, what pins the segments at an OOM,
@@ -189,8 +190,10 @@ class Snapshot:
         ``no_gain`` (tried, lowering no peak here) and ``not_offered``
         (with why). `capacity` (bytes or ``"40GiB"``) or
         `gpu` (``"H100-80GB"``) says what must be fitted; by default the
-        file's OOM does. ``text=True`` returns the terminal listing."""
-        out = self._n.advise(device, _size(capacity), gpu, bool(text), fraction)
+        file's OOM does. `ranks` (default 2): the ranks the sharding rows
+        (ZeRO-1, FSDP) divide over. ``text=True`` returns the terminal
+        listing."""
+        out = self._n.advise(device, _size(capacity), gpu, bool(text), fraction, ranks)
         return out if text else json.loads(out)
 
     def fit(self, total: Union[int, str], *, outside: Union[int, str, None] = None, settings: Optional[str] = None, device: Optional[int] = None) -> dict:

@@ -24,6 +24,10 @@ pub struct Args {
     /// record it.
     #[arg(long, value_name = "F")]
     pub fraction: Option<f64>,
+    /// The ranks the sharding rows (ZeRO-1, FSDP) divide the optimizer
+    /// state, gradients and parameters over [default: 2].
+    #[arg(long, value_name = "N")]
+    pub ranks: Option<u32>,
     #[command(flatten)]
     pub common: crate::args::OneDevice,
     /// Print JSON (schema: docs/advise.md) instead of text.
@@ -39,6 +43,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
         capacity: a.capacity,
         gpu: a.gpu,
         fraction: a.fraction,
+        ranks: a.ranks,
     };
     let advising = advise(&snap, &opts).map_err(|e| CliError::Invalid(e.into()))?;
     let name = input::display_name(&a.file);

@@ -50,7 +50,10 @@ fn check_ranked(j: &Value) {
     let base = j["baseline"]["peak_reserved"].as_u64().expect("u64");
     for r in v {
         assert!(
-            matches!(r["method"].as_str(), Some("replayed" | "projected")),
+            matches!(
+                r["method"].as_str(),
+                Some("replayed" | "projected" | "rule")
+            ),
             "{r}"
         );
         assert!(!r["how"].as_str().unwrap_or("").is_empty(), "{r}");
@@ -418,4 +421,48 @@ fn fsdp_units_are_the_blocks_and_their_parameters_add_up() {
     let base = j["baseline"]["peak_allocated"].as_u64().expect("u64");
     let got = r["peak_allocated"].as_u64().expect("u64");
     assert!(got < base && got > base - 200 * (1 << 20), "{got} {base}");
+}
+
+/// `--ranks N`: the sharding rows divide over N ranks. Over four, the
+/// H200's GPT keeps a quarter of its optimizer state (ZeRO-1) and of its
+/// parameters, gradients and state (FSDP), so both peak lower than over
+/// two; fewer than two ranks is a wrong command line (exit 2).
+#[test]
+fn the_sharding_rows_divide_over_the_ranks_asked() {
+    let file = gpu("advise_baseline.pickle");
+    let f = file.to_str().expect("utf-8");
+    let (two, four) = (advise_json(&[f]), advise_json(&[f, "--ranks", "4"]));
+    for class in ["shard_optimizer_state", "fsdp"] {
+        let (a, b) = (
+            row(&two, class).expect(class),
+            row(&four, class).expect(class),
+        );
+        let peak = |r: &Value| r["peak_allocated"].as_u64().expect("u64");
+        assert!(peak(b) < peak(a), "{class}: {} then {}", peak(a), peak(b));
+        assert!(
+            b["change"]
+                .as_str()
+                .expect("change")
+                .contains("over 4 ranks"),
+            "{b}"
+        );
+    }
+    // ZeRO-1 over 4 saves 3/4 of the state where over 2 it saved 1/2.
+    let state = row(&two, "shard_optimizer_state").expect("row")["acts_on_bytes"]
+        .as_u64()
+        .expect("u64");
+    let saved = |j: &Value| {
+        j["baseline"]["peak_allocated"].as_u64().expect("u64") as i64
+            - row(j, "shard_optimizer_state").expect("row")["peak_allocated"]
+                .as_u64()
+                .expect("u64") as i64
+    };
+    assert!(saved(&four) > saved(&two) && state > 0);
+    let o = vramscope(&["advise", "-q", f, "--ranks", "1"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("expected 2 ranks or more"),
+        "{}",
+        stderr(&o)
+    );
 }

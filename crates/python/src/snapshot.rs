@@ -232,7 +232,8 @@ impl Snapshot {
 
     /// `vramscope advise` as JSON text (or terminal text): the changes that
     /// make the run fit or peak lower, ranked by the replayed peak.
-    #[pyo3(signature = (device=None, capacity=None, gpu=None, text=false, fraction=None))]
+    #[pyo3(signature = (device=None, capacity=None, gpu=None, text=false, fraction=None, ranks=None))]
+    #[allow(clippy::too_many_arguments)]
     fn advise(
         &self,
         py: Python<'_>,
@@ -241,6 +242,7 @@ impl Snapshot {
         gpu: Option<String>,
         text: bool,
         fraction: Option<f64>,
+        ranks: Option<u32>,
     ) -> PyResult<String> {
         let device = self.device_or_first(device)?;
         let opts = vramscope_simulate::AdviseOptions {
@@ -248,6 +250,7 @@ impl Snapshot {
             capacity,
             gpu,
             fraction,
+            ranks,
         };
         let name = self.display_name();
         let advising = py

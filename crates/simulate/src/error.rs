@@ -19,4 +19,7 @@ pub enum SimulateError {
     /// A change written wrongly (`--scale SITE` without `=FACTOR`).
     #[error("program change: {0}")]
     Change(String),
+    /// `--ranks` below 2: nothing to shard over.
+    #[error("--ranks: expected 2 ranks or more to shard over, found {0}")]
+    Ranks(u32),
 }

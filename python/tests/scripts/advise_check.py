@@ -64,6 +64,10 @@ CHECKS: List[Tuple[str, str, str, str]] = [
 CAPACITY_CHECKS: List[Tuple[str, str, str, str, float]] = [
     ("transformer", "baseline", "checkpoint_fewest", "checkpoint_first", 50.0),
 ]
+# Sharded over four gloo ranks, asked with ranks=4.
+RANK_CHECKS: List[Tuple[str, str, str, str, int]] = [
+    ("wide_lm", "baseline", "fsdp", "fsdp4", 4),
+]
 # 8-bit optimizer state made for real: torchao's AdamW8bit, which runs on
 # the CPU (bitsandbytes' needs CUDA).
 CHECKS_8BIT: List[Tuple[str, str, str, str]] = [
@@ -78,9 +82,15 @@ def have_torchao() -> bool:
     return importlib.util.find_spec("torchao") is not None
 
 
-def all_checks() -> List[Tuple[str, str, str, str, Optional[float]]]:
+def all_checks() -> List[Tuple[str, str, str, str, Optional[float], int]]:
+    """Each check as (model, unchanged, class, changed, capacity MiB or
+    None, ranks the advice shards over)."""
     plain = CHECKS + (CHECKS_8BIT if have_torchao() else [])
-    return [(*c, None) for c in plain] + list(CAPACITY_CHECKS)
+    return (
+        [(*c, None, 2) for c in plain]
+        + [(*c, 2) for c in CAPACITY_CHECKS]
+        + [(m, b, cls, v, None, r) for m, b, cls, v, r in RANK_CHECKS]
+    )
 
 
 @dataclass
@@ -93,6 +103,7 @@ class Row:
     method: str
     listed: str  # "advice" (lowers the peak) or "no_gain"
     capacity: Optional[float] = None  # MiB, where the advice was asked with one
+    ranks: int = 2  # the ranks the advice's sharding rows divide over
 
     @property
     def error(self) -> float:
@@ -101,7 +112,7 @@ class Row:
 
 def record(model: str, variant: str, out_dir: str) -> str:
     """The recording of `variant` (for two ranks: a path naming ``{rank}``)."""
-    ranks = variant in ("zero", "fsdp")
+    ranks = variant in ("zero", "fsdp", "zero4", "fsdp4")
     path = os.path.join(out_dir, f"{model}-{variant}" + (".r{rank}" if ranks else "") + ".pickle")
     if not os.path.exists(path.replace("{rank}", "0")):
         subprocess.run([sys.executable, RUNS, model, variant, path], check=True)
@@ -110,7 +121,10 @@ def record(model: str, variant: str, out_dir: str) -> str:
 
 def peak_allocated(path: str) -> int:
     """The recording's peak allocated; of a job's ranks, the highest."""
-    paths = [path.replace("{rank}", str(r)) for r in range(2)] if "{rank}" in path else [path]
+    ranks = 0
+    while os.path.exists(path.replace("{rank}", str(ranks))) and "{rank}" in path:
+        ranks += 1
+    paths = [path.replace("{rank}", str(r)) for r in range(ranks)] if "{rank}" in path else [path]
     return max(vramscope.load(p).summary()["devices"][0]["peak"]["allocated_bytes"] for p in paths)
 
 
@@ -129,19 +143,19 @@ def prediction(advice: dict, cls: str) -> Optional[Tuple[int, str, str]]:
 def rows(out_dir: str, checks=None) -> List[Row]:
     checks = all_checks() if checks is None else checks
     out: List[Row] = []
-    advised: Dict[Tuple[str, Optional[float]], dict] = {}
-    for model, base, cls, variant, capacity in checks:
+    advised: Dict[Tuple[str, Optional[float], int], dict] = {}
+    for model, base, cls, variant, capacity, ranks in checks:
         base_path = record(model, base, out_dir)
-        if (base_path, capacity) not in advised:
+        if (base_path, capacity, ranks) not in advised:
             cap = None if capacity is None else f"{capacity}MiB"
-            advised[(base_path, capacity)] = vramscope.load(base_path).advise(capacity=cap)
-        advice = advised[(base_path, capacity)]
+            advised[(base_path, capacity, ranks)] = vramscope.load(base_path).advise(capacity=cap, ranks=ranks)
+        advice = advised[(base_path, capacity, ranks)]
         found = prediction(advice, cls)
         if found is None:
             raise AssertionError(f"{model} {base}: the advice has no {cls} row: {advice['not_offered']}")
         predicted, method, listed = found
         measured = peak_allocated(record(model, variant, out_dir))
-        out.append(Row(model, cls, advice["baseline"]["peak_allocated"], predicted, measured, method, listed, capacity))
+        out.append(Row(model, cls, advice["baseline"]["peak_allocated"], predicted, measured, method, listed, capacity, ranks))
     return out
 
 
@@ -156,7 +170,7 @@ def table(rs: List[Row]) -> str:
     ]
     for r in rs:
         lines.append(
-            f"| {r.model} | {r.change}{'' if r.capacity is None else f' (in {r.capacity:g} MiB)'} | {mib(r.baseline)} | {mib(r.predicted)} | {mib(r.measured)} | "
+            f"| {r.model} | {r.change}{'' if r.capacity is None else f' (in {r.capacity:g} MiB)'}{'' if r.ranks == 2 else f' ({r.ranks} ranks)'} | {mib(r.baseline)} | {mib(r.predicted)} | {mib(r.measured)} | "
             f"{100 * r.error:+.1f}% | {r.method} |"
         )
     return "\n".join(lines)

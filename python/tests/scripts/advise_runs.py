@@ -25,7 +25,8 @@ change made the way the advice's code says:
 * ``autocast``: forward and loss under ``torch.autocast("cpu",
   dtype=torch.bfloat16)`` (measured, not advised: docs/advise.md);
 * ``fsdp``: each unit (``units``) and the root under FSDP2's
-  ``fully_shard`` over two gloo ranks (OUT names ``{rank}``);
+  ``fully_shard`` over two gloo ranks (OUT names ``{rank}``); ``fsdp4``
+  and ``zero4``: over four;
 * ``keep_grads``: ``zero_grad(set_to_none=False)``: the gradients kept
   allocated from one step to the next (zeroed in place);
 * ``keep_grads_late``: the same, recorded from the second step on (the
@@ -128,9 +129,10 @@ def units(model: nn.Module) -> List[nn.Module]:
 
 
 def zero(model_name: str, out: str, variant: str = "zero") -> None:
-    """The optimizer state sharded over two ranks (ZeRO-1,
-    ``ZeroRedundancyOptimizer`` on gloo): two processes, each recording
-    ``out`` with ``{rank}`` filled in."""
+    """The optimizer state sharded over gloo ranks (ZeRO-1,
+    ``ZeroRedundancyOptimizer``; ``fsdp``: FSDP2): two processes (four for
+    a variant ending in 4), each recording ``out`` with ``{rank}`` filled
+    in."""
     import socket
 
     import torch.multiprocessing as mp
@@ -138,19 +140,20 @@ def zero(model_name: str, out: str, variant: str = "zero") -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.spawn(_zero_rank, args=(model_name, out, port, variant), nprocs=2, join=True)
+    ranks = 4 if variant.endswith("4") else 2
+    mp.spawn(_zero_rank, args=(model_name, out, port, variant, ranks), nprocs=ranks, join=True)
 
 
-def _zero_rank(rank: int, model_name: str, out: str, port: int, variant: str) -> None:
+def _zero_rank(rank: int, model_name: str, out: str, port: int, variant: str, ranks: int) -> None:
     import torch.distributed as dist
     from torch.distributed.optim import ZeroRedundancyOptimizer
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=ranks)
     try:
         torch.manual_seed(0)
         make, batch = MODELS[model_name]
         model, x, y, loss_fn = make(batch)
-        if variant == "fsdp":
+        if variant.startswith("fsdp"):
             from torch.distributed.fsdp import fully_shard
 
             for m in units(model):
@@ -172,7 +175,7 @@ def _zero_rank(rank: int, model_name: str, out: str, port: int, variant: str) ->
 
 
 def main(model_name: str, variant: str, out: str) -> None:
-    if variant in ("zero", "fsdp"):
+    if variant in ("zero", "fsdp", "zero4", "fsdp4"):
         return zero(model_name, out, variant)
     torch.manual_seed(0)
     make, batch = MODELS[model_name]

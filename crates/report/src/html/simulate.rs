@@ -44,7 +44,11 @@ pub fn simulation_and_advice(
             true => (
                 None,
                 serde_json::to_value(vramscope_simulate::advise::advise_counted(
-                    snap, device, None, labelled,
+                    snap,
+                    device,
+                    None,
+                    vramscope_simulate::advise::DEFAULT_RANKS,
+                    labelled,
                 ))
                 .ok(),
             ),
@@ -109,5 +113,11 @@ fn advice(snap: &Snapshot, device: u32, sim: &Simulation, labelled: &Labelled) -
             ),
         }));
     }
-    serde_json::to_value(advise_with(snap, sim, labelled)).ok()
+    serde_json::to_value(advise_with(
+        snap,
+        sim,
+        labelled,
+        vramscope_simulate::advise::DEFAULT_RANKS,
+    ))
+    .ok()
 }

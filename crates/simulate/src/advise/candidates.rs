@@ -106,6 +106,7 @@ pub(super) fn category_candidates(
     labelled: &Labelled,
     its: &Iterations,
     recorded: &Settings,
+    ranks: u32,
     not_offered: &mut Vec<NotOffered>,
 ) -> Vec<Candidate> {
     let l = &labelled.lifetimes;
@@ -235,16 +236,20 @@ pub(super) fn category_candidates(
         out.push(cpu_offload(labelled, &state, recorded, snap, device));
         out.push(Candidate {
             class: ChangeClass::ShardOptimizerState,
-            change: "the optimizer state sharded over 2 ranks (ZeRO-1)".into(),
+            change: format!("the optimizer state sharded over {ranks} ranks (ZeRO-1)"),
             code: "from torch.distributed.optim import ZeroRedundancyOptimizer\n\
                    optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, lr=lr)"
                 .into(),
             settings: recorded.clone(),
             method: Method::Replayed,
-            edits: Some(with(&state, ChangeKind::Scale(0.5), "optimizer state")),
+            edits: Some(with(
+                &state,
+                ChangeKind::Scale(1.0 / ranks as f64),
+                "optimizer state",
+            )),
             how: format!(
-                "replayed with the optimizer state ({total}) at half its size on each rank (each of 2 ranks keeps \
-                 half; 1/N over N)"
+                "replayed with the optimizer state ({total}) at 1/{ranks} of its size on each rank (each of {ranks} \
+                 ranks keeps its share)"
             ),
         });
     }

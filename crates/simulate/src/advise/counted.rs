@@ -30,6 +30,7 @@ pub fn advise_counted(
     snap: &Snapshot,
     device: u32,
     capacity: Option<u64>,
+    ranks: u32,
     labelled: &Labelled,
 ) -> Advising {
     let recorded = Settings::default();
@@ -38,7 +39,8 @@ pub fn advise_counted(
         why: "recorded without a caching allocator: each tensor was its own allocation, nothing was cached to tune"
             .into(),
     }];
-    let mut candidates = program_candidates(snap, device, labelled, &recorded, &mut not_offered);
+    let mut candidates =
+        program_candidates(snap, device, labelled, &recorded, ranks, &mut not_offered);
     // Changes that move a GPU's memory to the CPU mean nothing for memory
     // without a GPU: each said why instead.
     let gpu_only = [

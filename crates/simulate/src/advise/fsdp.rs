@@ -45,9 +45,6 @@ use super::checkpoint::{block_calls, container, forward_order, is_site, saved_ca
 use super::{refuse, Candidate, ChangeClass, Method, NotOffered};
 use crate::settings::Settings;
 
-/// Ranks the advice shards over (as the ZeRO-1 row: 1/N over N).
-const RANKS: u32 = 2;
-
 /// One forward and backward of the units: per unit (forward order) its
 /// call's first and last events and the entry after which backward
 /// reaches it.
@@ -63,6 +60,7 @@ pub(super) fn fsdp_candidate(
     device: u32,
     labelled: &Labelled,
     recorded: &Settings,
+    ranks: u32,
     not_offered: &mut Vec<NotOffered>,
 ) -> Option<Candidate> {
     const CHANGE: &str = "parameters, gradients and optimizer state sharded (FSDP, ZeRO-3)";
@@ -166,7 +164,7 @@ pub(super) fn fsdp_candidate(
         );
     }
     let root_bytes = total - unit_bytes * units as u64;
-    let n = RANKS as f64;
+    let n = ranks as f64;
 
     // The memory kept 1/N: parameters, optimizer state, the step's
     // temporaries, gradients.
@@ -329,7 +327,7 @@ pub(super) fn fsdp_candidate(
     Some(Candidate {
         class: ChangeClass::Fsdp,
         change: format!(
-            "parameters, gradients and optimizer state sharded over {RANKS} ranks (FSDP2: each of the {units} \
+            "parameters, gradients and optimizer state sharded over {ranks} ranks (FSDP2: each of the {units} \
              blocks a unit, the root the rest)"
         ),
         code: code(&names[0]),
@@ -338,7 +336,7 @@ pub(super) fn fsdp_candidate(
         method: Method::Rule,
         how: format!(
             "replayed with the parameters, gradients, optimizer state and the step's temporaries ({} over the trace) at \
-             1/{RANKS}, \
+             1/{ranks}, \
              and what FSDP2 gathers made beside them, in its order: each block's parameters ({} a block, read \
              from the gradients born in one block's backward) whole while it runs forward and backward, with \
              their flat all-gather buffer and the next block's prefetched; the root's ({}) whole from the start \

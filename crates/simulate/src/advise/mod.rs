@@ -54,7 +54,13 @@ pub struct AdviseOptions {
     pub gpu: Option<String>,
     /// The memory fraction the program set, where the file does not say.
     pub fraction: Option<f64>,
+    /// The ranks the sharding rows (ZeRO-1, FSDP) divide over: at least 2;
+    /// `None`: [`DEFAULT_RANKS`].
+    pub ranks: Option<u32>,
 }
+
+/// The ranks the sharding rows divide over unless told.
+pub const DEFAULT_RANKS: u32 = 2;
 
 /// How a prediction was made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -240,6 +246,7 @@ fn program_candidates(
     device: u32,
     labelled: &Labelled,
     recorded: &Settings,
+    ranks: u32,
     not_offered: &mut Vec<NotOffered>,
 ) -> Vec<Candidate> {
     let its = find_iterations(snap, device);
@@ -252,6 +259,7 @@ fn program_candidates(
         labelled,
         &its,
         recorded,
+        ranks,
         not_offered,
     ));
     out.extend(foreach::foreach_candidate(
@@ -290,6 +298,7 @@ fn program_candidates(
         device,
         labelled,
         recorded,
+        ranks,
         not_offered,
     ));
     out.extend(precision::precision_candidates(
@@ -318,6 +327,10 @@ fn refuse(
 /// Rank the changes that make `snap`'s run fit, or peak lower.
 pub fn advise(snap: &Snapshot, opts: &AdviseOptions) -> Result<Advising, SimulateError> {
     let mut opts = opts.clone();
+    let ranks = opts.ranks.unwrap_or(DEFAULT_RANKS);
+    if ranks < 2 {
+        return Err(SimulateError::Ranks(ranks));
+    }
     if let Some(name) = &opts.gpu {
         opts.capacity = Some(
             crate::gpus::gpu_memory(name)
@@ -334,6 +347,7 @@ pub fn advise(snap: &Snapshot, opts: &AdviseOptions) -> Result<Advising, Simulat
                 snap,
                 device,
                 opts.capacity,
+                ranks,
                 &Labelled::new(snap, device),
             )),
             false => Err(e),
@@ -341,7 +355,7 @@ pub fn advise(snap: &Snapshot, opts: &AdviseOptions) -> Result<Advising, Simulat
     }
     let sim = simulate(snap, &sweep_options(&opts))?;
     let labelled = Labelled::new(snap, sim.device);
-    Ok(advise_with(snap, &sim, &labelled))
+    Ok(advise_with(snap, &sim, &labelled, ranks))
 }
 
 /// The simulation [`advise`] starts from: the recorded settings and the
@@ -357,8 +371,9 @@ pub fn sweep_options(opts: &AdviseOptions) -> SimulateOptions {
 }
 
 /// [`advise`] from a simulation made with [`sweep_options`] and the
-/// device's labelled blocks (the report has both already).
-pub fn advise_with(snap: &Snapshot, sim: &Simulation, labelled: &Labelled) -> Advising {
+/// device's labelled blocks (the report has both already), sharding rows
+/// over `ranks`.
+pub fn advise_with(snap: &Snapshot, sim: &Simulation, labelled: &Labelled, ranks: u32) -> Advising {
     let device = sim.device;
     let recorded = sim.runs[0].settings.clone();
     let mut not_offered = Vec::new();
@@ -370,6 +385,7 @@ pub fn advise_with(snap: &Snapshot, sim: &Simulation, labelled: &Labelled) -> Ad
         device,
         labelled,
         &recorded,
+        ranks,
         &mut not_offered,
     ));
     let baseline_candidate = Candidate::as_recorded(
