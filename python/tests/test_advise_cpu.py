@@ -88,6 +88,11 @@ def test_the_predictions_point_the_way_the_runs_went(rows):
     assert t.baseline * 0.9 < t.measured < t.baseline and t.baseline * 0.9 < t.predicted < t.baseline
     assert w.measured < 0.65 * w.baseline and w.predicted < 0.65 * w.baseline
     assert abs(w.error) < 0.03 and t.method == w.method == "rule"
+    # The whole model one unit (no repeated layers): the MLP's peak moves
+    # from the optimizer step into backward, where every parameter is
+    # gathered whole beside the reduce-scatter's buffers; a fifth lower.
+    m = by[("mlp", "fsdp")]
+    assert 0.7 * m.baseline < m.measured < 0.9 * m.baseline and abs(m.error) < 0.03
     # Over four ranks (advise(ranks=4), four gloo processes): lower again.
     (w4,) = [r for r in rows if r.ranks == 4 and r.change == "fsdp"]
     assert w4.predicted < w.predicted and w4.measured < w.measured and abs(w4.error) < 0.03
@@ -109,9 +114,10 @@ def test_a_cpu_recording_is_advised_without_allocator_settings(rows, tmp_path):
     assert a["baseline"]["peak_allocated"] == a["baseline"]["peak_reserved"]
     assert a["baseline"]["peak_allocated"] == advise_check.peak_allocated(path)
     assert "peak allocated" in vramscope.load(path).advise(text=True)
-    # No repeated blocks: no FSDP units to gather, so no prediction.
-    fsdp = [n for n in a["not_offered"] if "FSDP" in n["change"]]
-    assert len(fsdp) == 1 and "no repeated blocks" in fsdp[0]["why"]
+    # No repeated blocks: FSDP with the whole model one unit.
+    (fsdp,) = [x for x in a["advice"] + a["no_gain"] if x["class"] == "fsdp"]
+    assert "the whole model one unit" in fsdp["change"] and "fully_shard(model)" in fsdp["code"]
+    assert "for block in" not in fsdp["code"]
     # No repeated blocks in the MLP: no checkpointing advice, and why.
     assert not any(x["class"] == "checkpoint" for x in a["advice"] + a["no_gain"])
     assert any(n["change"] == "activation checkpointing" for n in a["not_offered"])

@@ -53,9 +53,12 @@ CHECKS: List[Tuple[str, str, str, str]] = [
     # Two gloo ranks; measured: the rank that peaks higher.
     ("cnn", "baseline", "shard_optimizer_state", "zero"),
     ("transformer", "baseline", "shard_optimizer_state", "zero"),
-    # FSDP2's fully_shard on each layer and the root, two gloo ranks.
+    # FSDP2's fully_shard on each layer and the root, two gloo ranks; on
+    # the whole model only where there are no repeated layers.
     ("transformer", "baseline", "fsdp", "fsdp"),
     ("wide_lm", "baseline", "fsdp", "fsdp"),
+    ("cnn", "baseline", "fsdp", "fsdp_model"),
+    ("mlp", "baseline", "fsdp", "fsdp_model"),
 ]
 # Asked with a capacity: (model, the unchanged program, the advice's
 # class, the program changed, the capacity in MiB). 50 MiB lies between the
@@ -112,7 +115,7 @@ class Row:
 
 def record(model: str, variant: str, out_dir: str) -> str:
     """The recording of `variant` (for two ranks: a path naming ``{rank}``)."""
-    ranks = variant in ("zero", "fsdp", "zero4", "fsdp4")
+    ranks = variant in ("zero", "fsdp", "zero4", "fsdp4", "fsdp_model")
     path = os.path.join(out_dir, f"{model}-{variant}" + (".r{rank}" if ranks else "") + ".pickle")
     if not os.path.exists(path.replace("{rank}", "0")):
         subprocess.run([sys.executable, RUNS, model, variant, path], check=True)

@@ -26,7 +26,8 @@ change made the way the advice's code says:
   dtype=torch.bfloat16)`` (measured, not advised: docs/advise.md);
 * ``fsdp``: each unit (``units``) and the root under FSDP2's
   ``fully_shard`` over two gloo ranks (OUT names ``{rank}``); ``fsdp4``
-  and ``zero4``: over four;
+  and ``zero4``: over four; ``fsdp_model``: ``fully_shard`` on the whole
+  model only (one unit);
 * ``keep_grads``: ``zero_grad(set_to_none=False)``: the gradients kept
   allocated from one step to the next (zeroed in place);
 * ``keep_grads_late``: the same, recorded from the second step on (the
@@ -156,8 +157,9 @@ def _zero_rank(rank: int, model_name: str, out: str, port: int, variant: str, ra
         if variant.startswith("fsdp"):
             from torch.distributed.fsdp import fully_shard
 
-            for m in units(model):
-                fully_shard(m)
+            if variant != "fsdp_model":
+                for m in units(model):
+                    fully_shard(m)
             fully_shard(model)
             opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
         else:
@@ -175,7 +177,7 @@ def _zero_rank(rank: int, model_name: str, out: str, port: int, variant: str, ra
 
 
 def main(model_name: str, variant: str, out: str) -> None:
-    if variant in ("zero", "fsdp", "zero4", "fsdp4"):
+    if variant in ("zero", "fsdp", "zero4", "fsdp4", "fsdp_model"):
         return zero(model_name, out, variant)
     torch.manual_seed(0)
     make, batch = MODELS[model_name]

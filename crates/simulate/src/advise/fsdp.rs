@@ -30,28 +30,253 @@
 //! stacks) give each unit's forward and where backward reaches it. A
 //! unit's parameter bytes are the gradients born while backward runs
 //! through one block (the same for each copy of a repeated block); the
-//! root's are the rest of the iteration's gradients. No communication
-//! library's own buffers are replayed (gloo's copies on the CPU, NCCL's on
-//! CUDA), nor the all-gathers' and reduce-scatters' streams on CUDA, whose
-//! blocks the caching allocator keeps apart.
+//! root's are the rest of the iteration's gradients. Without repeated
+//! blocks the whole model is one unit, the root, gathered from each
+//! forward's start to the end of the backward after it (the phases tell
+//! where they are).
+//!
+//! A recording without a GPU is of a job that shards over gloo, which
+//! copies each buffer it all-gathers or reduce-scatters: those copies are
+//! replayed too (on the CPU, over two and four gloo ranks, the five runs
+//! of `advise_check.py` peak where the replay says to 0.01 MiB). NCCL's
+//! own buffers are not, nor the separate streams FSDP2 runs its
+//! collectives on under CUDA, whose blocks the caching allocator keeps
+//! apart.
 
-use vramscope_analysis::categories::{Category, Labelled, Rule};
+use std::collections::BTreeMap;
+
+use vramscope_analysis::categories::{Category, Labelled, Phase, Phases, Rule};
 use vramscope_analysis::edits::{for_blocks, ChangeKind, Extra};
 use vramscope_analysis::lifetimes::BEFORE_WINDOW;
 use vramscope_analysis::units::bytes;
 use vramscope_snapshot::Snapshot;
 
-use super::checkpoint::{block_calls, container, forward_order, is_site, saved_calls, shown};
+use super::checkpoint::{
+    block_calls, container, forward_order, is_site, saved_calls, shown, SavedCall,
+};
 use super::{refuse, Candidate, ChangeClass, Method, NotOffered};
 use crate::settings::Settings;
 
-/// One forward and backward of the units: per unit (forward order) its
-/// call's first and last events and the entry after which backward
-/// reaches it.
+/// One forward and backward pass.
 struct Pass {
-    first: Vec<usize>,
-    last: Vec<usize>,
-    again: Vec<usize>,
+    /// The entry after which the forward starts: the root is gathered.
+    start: usize,
+    /// The forward's last event: the last flat buffer is freed after it.
+    fwd_end: usize,
+    /// Backward's first and last events.
+    bwd_start: usize,
+    bwd_end: usize,
+    /// Per unit, in forward order: its call's first and last events and
+    /// the entry after which backward reaches it. Empty: the whole model
+    /// is one unit, the root.
+    units: Vec<(usize, usize, usize)>,
+}
+
+/// The first and last events of the run of equal phases holding `i`.
+fn run_bounds(phases: &Phases, i: usize) -> (usize, usize) {
+    let r = phases.run.get(i).copied();
+    let (mut a, mut z) = (i, i);
+    while a > 0 && phases.run.get(a - 1).copied() == r {
+        a -= 1;
+    }
+    while z + 1 < phases.run.len() && phases.run.get(z + 1).copied() == r {
+        z += 1;
+    }
+    (a, z)
+}
+
+/// The passes of the repeated blocks: the calls of each name once, in
+/// forward order, backward reaching them in the reverse order.
+fn block_passes(calls: &[SavedCall], names: &[String], phases: &Phases) -> Vec<Pass> {
+    let k_units = names.len();
+    let mut out = Vec::new();
+    let mut k = 0;
+    while k + k_units <= calls.len() {
+        let group = &calls[k..k + k_units];
+        if group.iter().zip(names).all(|(c, n)| c.name == *n)
+            && group.windows(2).all(|w| w[0].again > w[1].again)
+        {
+            out.push(Pass {
+                start: run_bounds(phases, group[0].first).0.saturating_sub(1),
+                fwd_end: run_bounds(phases, group[k_units - 1].last).1,
+                bwd_start: run_bounds(phases, group[k_units - 1].again).0,
+                bwd_end: run_bounds(phases, group[0].again).1,
+                units: group.iter().map(|c| (c.first, c.last, c.again)).collect(),
+            });
+            k += k_units;
+        } else {
+            k += 1;
+        }
+    }
+    out
+}
+
+/// The passes read from the phases alone, for the whole model as one
+/// unit: from each forward's first event to the end of the backward after
+/// it, where that backward makes gradients.
+fn phase_passes(phases: &Phases, makes_grads: &dyn Fn(usize, usize) -> bool) -> Vec<Pass> {
+    let ph = &phases.phase;
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < ph.len() {
+        if ph[i] != Phase::Forward {
+            i += 1;
+            continue;
+        }
+        let (start, mut fwd_end) = (i, i);
+        let mut k = i;
+        while k < ph.len() && ph[k] != Phase::Backward {
+            if ph[k] == Phase::Forward {
+                fwd_end = k;
+            }
+            k += 1;
+        }
+        if k == ph.len() {
+            break;
+        }
+        let (bwd_start, mut bwd_end) = (k, k);
+        while k < ph.len() && !matches!(ph[k], Phase::Forward | Phase::Optimizer | Phase::ZeroGrad)
+        {
+            if ph[k] == Phase::Backward {
+                bwd_end = k;
+            }
+            k += 1;
+        }
+        if makes_grads(bwd_start, bwd_end + 1) {
+            out.push(Pass {
+                start: start.saturating_sub(1),
+                fwd_end,
+                bwd_start,
+                bwd_end,
+                units: Vec::new(),
+            });
+        }
+        i = k.max(i + 1);
+    }
+    out
+}
+
+/// What FSDP2 allocates beside the program's own memory, as blocks the
+/// recorded run never made.
+struct Gathers<'e> {
+    extra: &'e mut BTreeMap<usize, Vec<Extra>>,
+    id: u32,
+    /// A unit's parameter bytes, and the root's.
+    unit: u64,
+    root: u64,
+    ranks: f64,
+    /// gloo's own copy of each buffer it gathers or reduces.
+    gloo: bool,
+}
+
+impl Gathers<'_> {
+    /// A block of `size` made after entry `i` (nothing for 0 bytes).
+    fn make(&mut self, i: usize, size: u64) -> u32 {
+        self.id += 1;
+        if size > 0 {
+            let id = self.id;
+            self.extra
+                .entry(i)
+                .or_default()
+                .push(Extra::Make { id, size });
+        }
+        self.id
+    }
+
+    fn free(&mut self, i: usize, id: u32) {
+        self.extra.entry(i).or_default().push(Extra::Free(id));
+    }
+
+    /// An all-gather's flat buffer made after entry `i` (with gloo, its
+    /// copy made and freed beside it).
+    fn gather(&mut self, i: usize, size: u64) -> u32 {
+        let flat = self.make(i, size);
+        if self.gloo {
+            let copy = self.make(i, size);
+            self.free(i, copy);
+        }
+        flat
+    }
+
+    /// One forward and backward: the root gathered for the whole pass,
+    /// each unit's parameters while it runs, each gradient whole until its
+    /// unit's reduce-scatter.
+    fn pass(&mut self, p: &Pass, grads: &[(usize, usize)], size: &[u64]) {
+        let (unit, root, k) = (self.unit, self.root, p.units.len());
+        let root_flat = self.gather(p.start, root);
+        let root_params = self.make(p.start, root);
+        let mut flat_prev = root_flat;
+        for &(first, last, _) in &p.units {
+            let before = first.saturating_sub(1);
+            let flat = self.gather(before, unit);
+            // FSDP2 frees the previous all-gather's buffer only now: the
+            // next copy-in must not overwrite it.
+            self.free(before, flat_prev);
+            let params = self.make(before, unit);
+            self.free(last, params);
+            flat_prev = flat;
+        }
+        self.free(p.fwd_end, flat_prev);
+        let reached = |u: usize| p.units[u].2;
+        let done = |u: usize| if u > 0 { reached(u - 1) } else { p.bwd_end };
+        // Each gradient whole from its birth (the block itself is kept at
+        // 1/N; the rest is made beside it), by unit (k: the root).
+        let mut owned: Vec<Vec<u32>> = vec![Vec::new(); k + 1];
+        for &(birth, b) in grads {
+            let u = (0..k).find(|&u| birth >= reached(u) && (u == 0 || birth < reached(u - 1)));
+            let whole = size[b] - (size[b] as f64 / self.ranks) as u64;
+            let id = self.make(birth, whole);
+            owned[u.unwrap_or(k)].push(id);
+        }
+        // Backward, from the last unit: its parameters whole (the last
+        // unit's gathered here, the others prefetched), the next unit's
+        // buffer prefetched; when the next unit's backward starts, the
+        // unit's parameters freed and its gradients reduce-scattered.
+        let (mut prefetched, mut rs_prev, mut copy_prev) = (None, None, None);
+        for u in (0..k).rev() {
+            let flat = match prefetched.take() {
+                Some(f) => f,
+                None => self.gather(reached(u), unit),
+            };
+            let params = self.make(reached(u), unit);
+            self.free(reached(u), flat);
+            // gloo's copy of the last reduce-scatter outlives this copy-out.
+            if let Some(c) = copy_prev.take() {
+                self.free(reached(u), c);
+            }
+            if u > 0 {
+                prefetched = Some(self.gather(reached(u), unit));
+            }
+            self.free(done(u), params);
+            if let Some(r) = rs_prev.take() {
+                self.free(done(u), r);
+            }
+            rs_prev = Some(self.make(done(u), unit));
+            for &id in &owned[u] {
+                self.free(done(u), id);
+            }
+            if self.gloo {
+                copy_prev = Some(self.make(done(u), unit));
+            }
+        }
+        // The root's reduce-scatter, at the end of backward.
+        let end = p.bwd_end;
+        for id in [copy_prev, Some(root_params), rs_prev]
+            .into_iter()
+            .flatten()
+        {
+            self.free(end, id);
+        }
+        let rs = self.make(end, root);
+        for &id in &owned[k] {
+            self.free(end, id);
+        }
+        if self.gloo {
+            let copy = self.make(end, root);
+            self.free(end, copy);
+        }
+        self.free(end, rs);
+    }
 }
 
 /// Sharding the parameters, gradients and optimizer state with FSDP2.
@@ -67,46 +292,6 @@ pub(super) fn fsdp_candidate(
     let l = &labelled.lifetimes;
     let cats = &labelled.categories;
     let phases = &cats.phases;
-    let calls = saved_calls(snap, device, labelled, block_calls(snap, device));
-    let names: Vec<String> = forward_order(&calls)
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    if names.len() < 2 {
-        return refuse(
-            not_offered,
-            CHANGE,
-            "no repeated blocks with saved activations found (the units FSDP wraps): each unit's parameters \
-             are gathered whole while it runs, so what sharding saves depends on the units, which this trace \
-             does not show; the optimizer state's share is the ZeRO-1 row",
-        );
-    }
-    // The passes: the calls of each name once, in forward order.
-    let mut passes: Vec<Pass> = Vec::new();
-    let mut k = 0;
-    while k + names.len() <= calls.len() {
-        let group = &calls[k..k + names.len()];
-        if group.iter().zip(&names).all(|(c, n)| c.name == *n)
-            && group.windows(2).all(|w| w[0].again > w[1].again)
-        {
-            passes.push(Pass {
-                first: group.iter().map(|c| c.first).collect(),
-                last: group.iter().map(|c| c.last).collect(),
-                again: group.iter().map(|c| c.again).collect(),
-            });
-            k += names.len();
-        } else {
-            k += 1;
-        }
-    }
-    if passes.is_empty() {
-        return refuse(
-            not_offered,
-            CHANGE,
-            "the repeated blocks' calls do not form whole forward and backward passes",
-        );
-    }
-    let units = names.len();
     let is_grad =
         |b: usize| cats.category.get(b) == Some(&Category::Gradient) && l.birth[b] != BEFORE_WINDOW;
     // The gradient blocks by birth, and those born in [from, to).
@@ -115,47 +300,46 @@ pub(super) fn fsdp_candidate(
         .map(|b| (l.birth[b] as usize, b))
         .collect();
     grads.sort_unstable();
-    let grads_between = |from: usize, to: usize| -> Vec<usize> {
+    let grads_between = |from: usize, to: usize| -> &[(usize, usize)] {
         let a = grads.partition_point(|g| g.0 < from);
         let z = grads.partition_point(|g| g.0 < to);
-        grads[a..z.max(a)].iter().map(|g| g.1).collect()
+        &grads[a..z.max(a)]
     };
-    let run_end = |i: usize| -> usize {
-        let r = phases.run.get(i).copied();
-        let mut j = i;
-        while j + 1 < phases.run.len() && phases.run.get(j + 1).copied() == r {
-            j += 1;
-        }
-        j
+    let bytes_between = |from: usize, to: usize| -> u64 {
+        grads_between(from, to).iter().map(|g| l.size[g.1]).sum()
     };
-    let run_start = |i: usize| -> usize {
-        let r = phases.run.get(i).copied();
-        let mut j = i;
-        while j > 0 && phases.run.get(j - 1).copied() == r {
-            j -= 1;
-        }
-        j
+    let calls = saved_calls(snap, device, labelled, block_calls(snap, device));
+    let names: Vec<String> = forward_order(&calls)
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let mut passes = if names.len() >= 2 {
+        block_passes(&calls, &names, phases)
+    } else {
+        Vec::new()
     };
+    if passes.is_empty() {
+        // No repeated blocks to make units of: the whole model is one.
+        passes = phase_passes(phases, &|a, z| !grads_between(a, z).is_empty());
+    }
+    let Some(p) = passes.first() else {
+        return refuse(
+            not_offered,
+            CHANGE,
+            "no backward that makes gradients recorded after a forward (an inference run, or a recording that \
+             ends before the first backward): no gradients to shard, nor parameters whose bytes they would give",
+        );
+    };
+    let units = p.units.len();
     // A unit's parameter bytes: the gradients born while backward runs
     // through one block (units 1.. of the first pass; unit 0's window runs
     // into the root's).
-    let p = &passes[0];
     let unit_bytes: u64 = (1..units)
-        .map(|u| {
-            grads_between(p.again[u], p.again[u - 1])
-                .iter()
-                .map(|&b| l.size[b])
-                .sum::<u64>()
-        })
+        .map(|u| bytes_between(p.units[u].2, p.units[u - 1].2))
         .max()
         .unwrap_or(0);
-    let backward_end = run_end(p.again[0]);
-    let backward_start = run_start(p.again[units - 1]);
-    let total: u64 = grads_between(backward_start, backward_end + 1)
-        .iter()
-        .map(|&b| l.size[b])
-        .sum();
-    if unit_bytes == 0 || unit_bytes * units as u64 > total {
+    let total = bytes_between(p.bwd_start, p.bwd_end + 1);
+    if (units > 0 && unit_bytes == 0) || unit_bytes * units as u64 > total {
         return refuse(
             not_offered,
             CHANGE,
@@ -186,175 +370,83 @@ pub(super) fn fsdp_candidate(
         &sharded,
         "parameters, gradients, optimizer state",
     );
-    let mut id = 0u32;
-    let mut next = || {
-        id += 1;
-        id
+    // A recording without a GPU is of a job that would shard over gloo,
+    // whose collectives copy each buffer they move.
+    let gloo = crate::simulate::modelled(snap).is_err();
+    let mut g = Gathers {
+        extra: &mut edits.extra_after,
+        id: 0,
+        unit: unit_bytes,
+        root: root_bytes,
+        ranks: n,
+        gloo,
     };
-    let mut at = |i: usize, x: Extra| edits.extra_after.entry(i).or_default().push(x);
-    let whole = |size: u64| size - (size as f64 / n) as u64;
     for p in &passes {
-        let fwd_start = run_start(p.first[0]).saturating_sub(1);
-        let fwd_end = run_end(p.last[units - 1]);
-        let bwd_end = run_end(p.again[0]);
-        // The root, gathered whole until its gradients are reduced.
-        let (root, root_flat) = (next(), next());
-        at(
-            fwd_start,
-            Extra::Make {
-                id: root_flat,
-                size: root_bytes,
-            },
-        );
-        at(
-            fwd_start,
-            Extra::Make {
-                id: root,
-                size: root_bytes,
-            },
-        );
-        let mut flat_prev = root_flat;
-        for u in 0..units {
-            let (flat, params) = (next(), next());
-            at(
-                p.first[u].saturating_sub(1),
-                Extra::Make {
-                    id: flat,
-                    size: unit_bytes,
-                },
-            );
-            at(p.first[u].saturating_sub(1), Extra::Free(flat_prev));
-            at(
-                p.first[u].saturating_sub(1),
-                Extra::Make {
-                    id: params,
-                    size: unit_bytes,
-                },
-            );
-            at(p.last[u], Extra::Free(params));
-            flat_prev = flat;
-        }
-        at(fwd_end, Extra::Free(flat_prev));
-        // Backward, from the last unit: its parameters whole (the last
-        // unit's gathered here, the others prefetched), the next unit's
-        // flat buffer prefetched; at the next unit's start, the unit's
-        // reduce-scatter.
-        let mut prefetched = None;
-        let mut rs_prev = None;
-        for u in (0..units).rev() {
-            let params = next();
-            let reach = p.again[u];
-            let flat = prefetched.take().unwrap_or_else(|| {
-                let f = next();
-                at(
-                    reach,
-                    Extra::Make {
-                        id: f,
-                        size: unit_bytes,
-                    },
-                );
-                f
-            });
-            at(
-                reach,
-                Extra::Make {
-                    id: params,
-                    size: unit_bytes,
-                },
-            );
-            at(reach, Extra::Free(flat));
-            if u > 0 {
-                let f = next();
-                at(
-                    reach,
-                    Extra::Make {
-                        id: f,
-                        size: unit_bytes,
-                    },
-                );
-                prefetched = Some(f);
-            }
-            let done = if u > 0 { p.again[u - 1] } else { bwd_end };
-            at(done, Extra::Free(params));
-            if let Some(r) = rs_prev.take() {
-                at(done, Extra::Free(r));
-            }
-            let rs = next();
-            at(
-                done,
-                Extra::Make {
-                    id: rs,
-                    size: unit_bytes,
-                },
-            );
-            rs_prev = Some(rs);
-        }
-        // The root's reduce-scatter, at the end of backward.
-        at(bwd_end, Extra::Free(root));
-        if let Some(r) = rs_prev {
-            at(bwd_end, Extra::Free(r));
-        }
-        let rs = next();
-        at(
-            bwd_end,
-            Extra::Make {
-                id: rs,
-                size: root_bytes,
-            },
-        );
-        at(bwd_end, Extra::Free(rs));
-        // Each gradient whole from its birth to its unit's reduce-scatter
-        // (the block itself is kept at 1/N; the rest is made beside it).
-        let bwd_start = run_start(p.again[units - 1]);
-        for b in grads_between(bwd_start, bwd_end + 1) {
-            let birth = l.birth[b] as usize;
-            let u = (0..units).find(|&u| birth >= p.again[u] && (u == 0 || birth < p.again[u - 1]));
-            let done = match u {
-                Some(u) if u > 0 => p.again[u - 1],
-                _ => bwd_end,
-            };
-            let g = next();
-            at(
-                birth,
-                Extra::Make {
-                    id: g,
-                    size: whole(l.size[b]),
-                },
-            );
-            at(done, Extra::Free(g));
-        }
+        g.pass(p, grads_between(p.bwd_start, p.bwd_end + 1), &l.size);
     }
+    let (change, unit_how) = if units > 0 {
+        (
+            format!(
+                "parameters, gradients and optimizer state sharded over {ranks} ranks (FSDP2: each of the {units} \
+                 blocks a unit, the root the rest)"
+            ),
+            format!(
+                "each block's parameters ({} a block, read from the gradients born in one block's backward) whole \
+                 while it runs forward and backward, with their flat all-gather buffer and the next block's \
+                 prefetched; the root's ({}) whole from the start of forward to the end of backward; each block's \
+                 gradients whole until its reduce-scatter",
+                bytes(unit_bytes),
+                bytes(root_bytes)
+            ),
+        )
+    } else {
+        (
+            format!(
+                "parameters, gradients and optimizer state sharded over {ranks} ranks (FSDP2: the whole model one \
+                 unit)"
+            ),
+            format!(
+                "the parameters ({}, the gradients born in one backward) whole from the start of forward to the end \
+                 of backward, with their flat all-gather buffer during the forward; the gradients whole until the \
+                 reduce-scatter at the end of backward; no repeated blocks found, so no smaller units predicted",
+                bytes(root_bytes)
+            ),
+        )
+    };
     Some(Candidate {
         class: ChangeClass::Fsdp,
-        change: format!(
-            "parameters, gradients and optimizer state sharded over {ranks} ranks (FSDP2: each of the {units} \
-             blocks a unit, the root the rest)"
-        ),
-        code: code(&names[0]),
+        change,
+        code: code(names.first().filter(|_| units > 0).map(String::as_str)),
         settings: recorded.clone(),
         edits: Some(edits),
         method: Method::Rule,
         how: format!(
-            "replayed with the parameters, gradients, optimizer state and the step's temporaries ({} over the trace) at \
-             1/{ranks}, \
-             and what FSDP2 gathers made beside them, in its order: each block's parameters ({} a block, read \
-             from the gradients born in one block's backward) whole while it runs forward and backward, with \
-             their flat all-gather buffer and the next block's prefetched; the root's ({}) whole from the start \
-             of forward to the end of backward; each block's gradients whole until its reduce-scatter; \
-             communication libraries' own buffers and CUDA's separate collective streams not replayed",
+            "replayed with the parameters, gradients, optimizer state and the step's temporaries ({} over the \
+             trace) at 1/{ranks}, and what FSDP2 gathers made beside them, in its order: {unit_how}; {}",
             bytes(sharded_bytes),
-            bytes(unit_bytes),
-            bytes(root_bytes)
+            if gloo {
+                "gloo's own copy of each buffer it gathers or reduces made beside it (a job without a GPU shards \
+                 over gloo)"
+            } else {
+                "NCCL's own buffers and the separate streams FSDP2 runs its collectives on not replayed (their \
+                 blocks, which the caching allocator keeps apart, can hold more reserved memory); not yet checked \
+                 on GPUs"
+            }
         ),
     })
 }
 
-/// The code: each block wrapped, then the root, before the optimizer is
-/// made (it must see the sharded parameters).
-fn code(first_unit: &str) -> String {
-    let c = shown(container(first_unit));
+/// The code: each block wrapped (where there are blocks), then the root,
+/// before the optimizer is made (it must see the sharded parameters).
+fn code(first_unit: Option<&str>) -> String {
     let head = "from torch.distributed.fsdp import fully_shard\n";
     let tail = "fully_shard(model)\noptimizer = torch.optim.AdamW(model.parameters(), lr=lr)  # after fully_shard";
+    let Some(first) = first_unit else {
+        return format!(
+            "{head}# wrapping large submodules first (fully_shard(layer) for each) gathers less at once\n{tail}"
+        );
+    };
+    let c = shown(container(first));
     if is_site(&c) {
         format!(
             "{head}# each block the forward calls at {c}, once the model is built:\nfor block in blocks:\n    \
