@@ -52,10 +52,11 @@ def test_the_predictions_point_the_way_the_runs_went(rows):
     assert f.listed == "no_gain" and f.predicted > f.baseline and f.measured > f.baseline
     assert f.method == "rule"
     # Checkpointing the Transformer's layers (marked by the recorder) frees
-    # a fifth of its peak; the prediction is a little low (docs/advise.md).
+    # a fifth of its peak; each checkpointed layer keeps its input until
+    # backward reaches it, which the unchanged layer did not (docs/advise.md).
     c = by[("transformer", "checkpoint")]
     assert c.listed == "advice" and c.predicted < 0.85 * c.baseline and c.measured < 0.85 * c.baseline
-    assert c.predicted <= c.measured
+    assert abs(c.error) < 0.01
     # Asked to fit 50 MiB, the advice also names the fewest layers to wrap:
     # the first of the two. The program with only that layer checkpointed
     # fits for real, and peaks above the one with both wrapped.

@@ -85,6 +85,10 @@ pub(super) struct SavedCall {
     pub(super) again: usize,
     /// Their blocks (the output, kept as the next block's input, left out).
     blocks: Vec<usize>,
+    /// The block the call was given (its input), which a checkpoint keeps
+    /// until backward reaches the call, where the call freed it sooner
+    /// (a copy of it saved instead).
+    input: Option<usize>,
     /// The recomputation: the call's saved blocks made again and its
     /// temporaries (made and freed within the call) made and freed again,
     /// in the order the recorded call made them.
@@ -102,7 +106,7 @@ pub(super) fn saved_calls(
         return Vec::new();
     };
     let l = &labelled.lifetimes;
-    let mut out = Vec::new();
+    let mut out: Vec<SavedCall> = Vec::new();
     for (name, first, last) in calls {
         // The blocks allocated during the call that outlive it.
         let mut saved: Vec<usize> = (first..=last)
@@ -124,6 +128,11 @@ pub(super) fn saved_calls(
         if again <= last {
             continue;
         }
+        let floor = out
+            .last()
+            .map_or(first.saturating_sub(INPUT_LOOKBACK), |c| c.first);
+        let input = input_of(t, l, floor, first, l.size[saved[0]])
+            .filter(|&b| l.death[b] != STILL_ALIVE && (l.death[b] as usize) < again);
         saved.remove(0);
         let remade: std::collections::HashSet<usize> = saved.iter().copied().collect();
         let mut rerun = Vec::new();
@@ -161,10 +170,35 @@ pub(super) fn saved_calls(
             last,
             again,
             blocks: saved,
+            input,
             rerun,
         });
     }
     out
+}
+
+/// How far before a call its input is looked for, where no call precedes it.
+const INPUT_LOOKBACK: usize = 100_000;
+
+/// The call's input: the last block made in `floor..first` of the size of
+/// its output (a block of layers keeps its input's shape), still alive when
+/// the call starts.
+fn input_of(
+    t: &vramscope_snapshot::DeviceTrace,
+    l: &Lifetimes,
+    floor: usize,
+    first: usize,
+    size: u64,
+) -> Option<usize> {
+    (floor..first).rev().find_map(|i| {
+        if t.action[i] != Action::Alloc || t.size[i] != size {
+            return None;
+        }
+        let b = *l.event_block.get(i)? as usize;
+        let alive = l.birth.get(b) == Some(&(i as u32))
+            && (l.death[b] == STILL_ALIVE || l.death[b] as usize >= first);
+        alive.then_some(b)
+    })
 }
 
 /// The blocks' names in the order the forward first calls them: the order
@@ -265,6 +299,14 @@ fn edits_for(
             .entry(c.again)
             .or_default()
             .extend(c.rerun.iter().copied());
+        // The checkpoint keeps the call's input until backward reaches it.
+        if let Some(b) = c.input {
+            edits
+                .free_late
+                .entry(c.again)
+                .or_default()
+                .push(l.birth[b] as usize);
+        }
         checkpointed += 1;
         names.insert(container(&c.name).to_owned(), ());
     }
