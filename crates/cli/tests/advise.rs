@@ -466,3 +466,34 @@ fn the_sharding_rows_divide_over_the_ranks_asked() {
         stderr(&o)
     );
 }
+
+/// An OOM in the fourth step of the H200's cycling GPT, asked to fit
+/// 4.4 GiB: ZeRO-1 is judged on the rest of that step projected from the
+/// third; FSDP's gathers sit on recorded entries and are not carried into
+/// a projection, so its row says it cannot tell rather than "fits".
+#[test]
+fn fsdp_is_never_called_a_fit_on_a_projection_without_its_gathers() {
+    let file = gpu("facts_cycle_b24.pickle");
+    let j = advise_json(&[file.to_str().expect("utf-8"), "--capacity", "4.4GiB"]);
+    let any = |class: &str| -> Value {
+        ["advice", "no_gain"]
+            .iter()
+            .flat_map(|k| j[*k].as_array().expect("rows").iter())
+            .find(|r| r["class"] == class)
+            .cloned()
+            .unwrap_or_else(|| panic!("a {class} row"))
+    };
+    let zero = any("shard_optimizer_state");
+    assert_eq!(
+        (zero["method"].as_str(), zero["fits"].as_bool()),
+        (Some("projected"), Some(true)),
+        "{zero}"
+    );
+    let f = any("fsdp");
+    assert!(f["fits"].is_null(), "{f}");
+    assert_eq!(f["method"], "rule");
+    assert!(
+        f["how"].as_str().expect("how").contains("is not projected"),
+        "{f}"
+    );
+}

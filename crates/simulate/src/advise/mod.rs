@@ -524,12 +524,21 @@ fn evaluate(snap: &Snapshot, sim: &Simulation, c: &Candidate) -> (Advice, u64) {
             how.push_str(
                 ", then through the rest of the interrupted iteration as an earlier one ran",
             );
-            (
-                p.peak_reserved,
-                p.peak_allocated,
-                Some(p.oom.is_none()),
-                Method::Projected,
-            )
+            // Blocks the change makes beside the recorded ones (FSDP's
+            // gathers) are placed on recorded entries, not carried into the
+            // projection: the rest could need more than it shows.
+            let adds = c.edits.as_ref().is_some_and(|e| !e.extra_after.is_empty());
+            let fits = match adds {
+                true if p.oom.is_none() => {
+                    how.push_str(
+                        "; what the change makes beside the recorded blocks is not projected, so whether the rest \
+                         fits cannot be told",
+                    );
+                    None
+                }
+                _ => Some(p.oom.is_none()),
+            };
+            (p.peak_reserved, p.peak_allocated, fits, Method::Projected)
         }
         (None, None) => {
             let fits = match (sim.capacity, cut_by_oom) {
