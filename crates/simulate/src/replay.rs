@@ -187,12 +187,7 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
                     first_oom.get_or_insert((i, e));
                 }
             },
-            Action::FreeCompleted => {
-                if let Some((p, n)) = addr_of.remove(&t.addr[i]) {
-                    a.free(p);
-                    requested -= n;
-                }
-            }
+            Action::FreeCompleted => requested -= free_key(&mut a, &mut addr_of, t.addr[i]),
             Action::SegmentAlloc | Action::SegmentMap if !estimate => rec_reserved += t.size[i],
             Action::SegmentFree | Action::SegmentUnmap if !estimate => {
                 rec_reserved = rec_reserved.saturating_sub(t.size[i])
@@ -200,20 +195,12 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
             _ => {}
         }
         // Blocks a change frees at the end of their phase.
-        if let Some(early) = edits.free_after.get(&i) {
-            for &k in early {
-                if let Some((p, n)) = addr_of.remove(&t.addr[k]) {
-                    a.free(p);
-                    requested -= n;
-                }
-            }
+        for &k in edits.free_after.get(&i).map_or(&[][..], |v| v.as_slice()) {
+            requested -= free_key(&mut a, &mut addr_of, t.addr[k]);
         }
-        if let Some(v) = edits.free_late.get(&i) {
-            for &k in v.iter().filter(|&&k| k < i) {
-                if let Some((p, n)) = addr_of.remove(&(LATE | k as u64)) {
-                    a.free(p);
-                    requested -= n;
-                }
+        for &k in edits.free_late.get(&i).map_or(&[][..], |v| v.as_slice()) {
+            if k < i {
+                requested -= free_key(&mut a, &mut addr_of, LATE | k as u64);
             }
         }
         // A stretch run again (a checkpointed layer's recomputation): its
@@ -222,16 +209,21 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
             let mut pulse: Vec<(usize, _, u64)> = Vec::new();
             for step in steps {
                 match *step {
-                    Rerun::Make(k) | Rerun::Pulse(k) if k < t.len() => {
+                    Rerun::Make(k) if k < t.len() => {
+                        let size = edits.scaled(k, t.size[k]);
+                        match make_key(&mut a, &mut addr_of, t.addr[k], size, t.stream[k]) {
+                            Ok(n) => requested += n,
+                            Err(e) => {
+                                first_oom.get_or_insert((i, e));
+                            }
+                        }
+                    }
+                    Rerun::Pulse(k) if k < t.len() => {
                         let size = edits.scaled(k, t.size[k]);
                         match a.malloc(size, t.stream[k]) {
                             Ok(p) => {
                                 requested += size;
-                                if matches!(step, Rerun::Make(_)) {
-                                    addr_of.insert(t.addr[k], (p, size));
-                                } else {
-                                    pulse.push((k, p, size));
-                                }
+                                pulse.push((k, p, size));
                             }
                             Err(e) => {
                                 first_oom.get_or_insert((i, e));
@@ -256,11 +248,8 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
         if let Some(births) = edits.born_after.get(&i) {
             for &k in births.iter().filter(|&&k| k > i && k < t.len()) {
                 let size = edits.scaled(k, t.size[k]);
-                match a.malloc(size, t.stream[k]) {
-                    Ok(p) => {
-                        requested += size;
-                        addr_of.insert(EARLY | k as u64, (p, size));
-                    }
+                match make_key(&mut a, &mut addr_of, EARLY | k as u64, size, t.stream[k]) {
+                    Ok(n) => requested += n,
                     Err(e) => {
                         first_oom.get_or_insert((i, e));
                     }
@@ -270,21 +259,15 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
         // Blocks the change makes that the recorded run never made.
         for x in edits.extra_after.get(&i).map_or(&[][..], |v| v.as_slice()) {
             match *x {
-                Extra::Make { id, size } => match a.malloc(size, t.stream[i]) {
-                    Ok(p) => {
-                        requested += size;
-                        addr_of.insert(EXTRA | id as u64, (p, size));
-                    }
-                    Err(e) => {
-                        first_oom.get_or_insert((i, e));
-                    }
-                },
-                Extra::Free(id) => {
-                    if let Some((p, n)) = addr_of.remove(&(EXTRA | id as u64)) {
-                        a.free(p);
-                        requested -= n;
+                Extra::Make { id, size } => {
+                    match make_key(&mut a, &mut addr_of, EXTRA | id as u64, size, t.stream[i]) {
+                        Ok(n) => requested += n,
+                        Err(e) => {
+                            first_oom.get_or_insert((i, e));
+                        }
                     }
                 }
+                Extra::Free(id) => requested -= free_key(&mut a, &mut addr_of, EXTRA | id as u64),
             }
             stretch_max = stretch_max.max(a.reserved);
         }
@@ -417,6 +400,32 @@ pub(crate) fn empty_cache_calls(
 /// Requests `size` for entry `i`, placing it where the recording says its
 /// segment went: PyTorch records a segment_alloc just before the request
 /// that made it.
+/// Free the block kept under `key`, if any: the bytes it asked for (0 if
+/// none).
+fn free_key(a: &mut Allocator, addr_of: &mut HashMap<u64, (u64, u64)>, key: u64) -> u64 {
+    match addr_of.remove(&key) {
+        Some((p, n)) => {
+            a.free(p);
+            n
+        }
+        None => 0,
+    }
+}
+
+/// Make a block of `size` kept under `key` (a recorded address, or an
+/// edit's own key): the bytes it asked for.
+fn make_key(
+    a: &mut Allocator,
+    addr_of: &mut HashMap<u64, (u64, u64)>,
+    key: u64,
+    size: u64,
+    stream: u64,
+) -> Result<u64, OutOfMemory> {
+    let p = a.malloc(size, stream)?;
+    addr_of.insert(key, (p, size));
+    Ok(size)
+}
+
 fn malloc_hinted(
     a: &mut Allocator,
     t: &vramscope_snapshot::DeviceTrace,

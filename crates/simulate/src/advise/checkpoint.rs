@@ -35,7 +35,7 @@ pub const BLOCK_ANNOTATION: &str = "vramscope.block#";
 /// Each call of a repeated block: (name, first event, last event); from
 /// the recorder's annotations, else read from the stacks
 /// ([`super::block_stacks`]).
-pub(super) fn block_calls(snap: &Snapshot, device: u32) -> Vec<(String, usize, usize)> {
+fn block_calls(snap: &Snapshot, device: u32) -> Vec<(String, usize, usize)> {
     let marked = marked_calls(snap, device);
     if !marked.is_empty() {
         return marked;
@@ -95,8 +95,28 @@ pub(super) struct SavedCall {
     rerun: Vec<Rerun>,
 }
 
+/// The repeated blocks' calls, read once for all the rows that use them
+/// (checkpointing, its fewest blocks, FSDP's units): from the stacks it is
+/// a pass over every allocation.
+pub(super) struct Blocks {
+    /// Whether any block calls were found (marked or read from the stacks).
+    pub(super) found: bool,
+    /// Those that keep activations for backward, in trace order.
+    pub(super) calls: Vec<SavedCall>,
+}
+
+impl Blocks {
+    pub(super) fn new(snap: &Snapshot, device: u32, labelled: &Labelled) -> Blocks {
+        let found = block_calls(snap, device);
+        Blocks {
+            found: !found.is_empty(),
+            calls: saved_calls(snap, device, labelled, found),
+        }
+    }
+}
+
 /// The calls of repeated blocks with saved activations, in trace order.
-pub(super) fn saved_calls(
+fn saved_calls(
     snap: &Snapshot,
     device: u32,
     labelled: &Labelled,
@@ -353,8 +373,7 @@ fn per_block(calls: &[SavedCall], l: &Lifetimes) -> String {
 
 /// Checkpointing every repeated block, where the recorder marked them.
 pub(super) fn checkpoint_candidate(
-    snap: &Snapshot,
-    device: u32,
+    found: &Blocks,
     labelled: &Labelled,
     recorded: &Settings,
     not_offered: &mut Vec<NotOffered>,
@@ -362,9 +381,7 @@ pub(super) fn checkpoint_candidate(
     let refuse = |not_offered: &mut Vec<NotOffered>, why: &str| {
         refuse(not_offered, "activation checkpointing", why)
     };
-    // Read once: from the stacks it is a pass over every allocation.
-    let found = block_calls(snap, device);
-    if found.is_empty() {
+    if !found.found {
         return refuse(
             not_offered,
             "no block calls recorded, and no loop over layers found in the stacks: vramscope.record marks each call \
@@ -372,7 +389,7 @@ pub(super) fn checkpoint_candidate(
              layer's saved activations from the next's",
         );
     }
-    let calls = saved_calls(snap, device, labelled, found);
+    let calls = &found.calls;
     if calls.is_empty() {
         return refuse(
             not_offered,
@@ -380,7 +397,7 @@ pub(super) fn checkpoint_candidate(
         );
     }
     let l = &labelled.lifetimes;
-    let (edits, shown, checkpointed, blocks, freed_bytes) = edits_for(&calls, None, l);
+    let (edits, shown, checkpointed, blocks, freed_bytes) = edits_for(calls, None, l);
     let first = shown
         .first()
         .cloned()
@@ -401,7 +418,7 @@ pub(super) fn checkpoint_candidate(
              them is freed), each block's output kept as the next one's input; the recomputation's own \
              temporaries and output made and freed again around them, in the order the call made them{}",
             bytes(freed_bytes),
-            per_block(&calls, l)
+            per_block(calls, l)
         ),
     })
 }
@@ -412,19 +429,18 @@ pub(super) fn checkpoint_candidate(
 /// found by replaying the first k blocks wrapped with `eval` (the answer
 /// of the path that advises: the allocator model or the count).
 pub(super) fn fewest_that_fit(
-    snap: &Snapshot,
-    device: u32,
+    found: &Blocks,
     labelled: &Labelled,
     recorded: &Settings,
     eval: &dyn Fn(&Candidate) -> (Advice, u64),
 ) -> Option<(Advice, u64)> {
-    let calls = saved_calls(snap, device, labelled, block_calls(snap, device));
-    let order = forward_order(&calls);
+    let calls = &found.calls;
+    let order = forward_order(calls);
     let n = order.len();
     let l = &labelled.lifetimes;
     let try_k = |k: usize| -> (Advice, u64) {
         let wrap = &order[..k];
-        let (edits, shown, checkpointed, blocks, freed_bytes) = edits_for(&calls, Some(wrap), l);
+        let (edits, shown, checkpointed, blocks, freed_bytes) = edits_for(calls, Some(wrap), l);
         let first = shown
             .first()
             .cloned()

@@ -10,6 +10,7 @@ use vramscope_analysis::categories::Labelled;
 use vramscope_analysis::edits::peak_allocated;
 use vramscope_snapshot::Snapshot;
 
+use super::checkpoint::Blocks;
 use super::{
     answer, fewest_blocks, program_candidates, rank, Advice, Advising, Candidate, ChangeClass,
     NotOffered,
@@ -39,8 +40,16 @@ pub fn advise_counted(
         why: "recorded without a caching allocator: each tensor was its own allocation, nothing was cached to tune"
             .into(),
     }];
-    let mut candidates =
-        program_candidates(snap, device, labelled, &recorded, ranks, &mut not_offered);
+    let blocks = Blocks::new(snap, device, labelled);
+    let mut candidates = program_candidates(
+        snap,
+        device,
+        labelled,
+        &blocks,
+        &recorded,
+        ranks,
+        &mut not_offered,
+    );
     // Changes that move a GPU's memory to the CPU mean nothing for memory
     // without a GPU: each said why instead.
     let gpu_only = [
@@ -82,7 +91,7 @@ pub fn advise_counted(
     let baseline = evaluate(&Candidate::as_recorded(&recorded, "the recorded trace"));
     let mut evaluated: Vec<(Advice, u64)> = candidates.iter().map(evaluate).collect();
     evaluated.extend(fewest_blocks(
-        snap, device, labelled, &recorded, &baseline, &evaluated, &evaluate,
+        &blocks, labelled, &recorded, &baseline, &evaluated, &evaluate,
     ));
     let (baseline, advice, no_gain) = rank(baseline, evaluated);
     let answer = answer(&baseline, &advice, capacity, "peak allocated");

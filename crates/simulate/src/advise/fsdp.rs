@@ -51,9 +51,7 @@ use vramscope_analysis::lifetimes::BEFORE_WINDOW;
 use vramscope_analysis::units::bytes;
 use vramscope_snapshot::Snapshot;
 
-use super::checkpoint::{
-    block_calls, container, forward_order, is_site, saved_calls, shown, SavedCall,
-};
+use super::checkpoint::{container, forward_order, is_site, shown, Blocks, SavedCall};
 use super::{refuse, Candidate, ChangeClass, Method, NotOffered};
 use crate::settings::Settings;
 
@@ -283,6 +281,7 @@ impl Gathers<'_> {
 pub(super) fn fsdp_candidate(
     snap: &Snapshot,
     device: u32,
+    found: &Blocks,
     labelled: &Labelled,
     recorded: &Settings,
     ranks: u32,
@@ -308,13 +307,10 @@ pub(super) fn fsdp_candidate(
     let bytes_between = |from: usize, to: usize| -> u64 {
         grads_between(from, to).iter().map(|g| l.size[g.1]).sum()
     };
-    let calls = saved_calls(snap, device, labelled, block_calls(snap, device));
-    let names: Vec<String> = forward_order(&calls)
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let calls = &found.calls;
+    let names: Vec<String> = forward_order(calls).iter().map(|s| s.to_string()).collect();
     let mut passes = if names.len() >= 2 {
-        block_passes(&calls, &names, phases)
+        block_passes(calls, &names, phases)
     } else {
         Vec::new()
     };

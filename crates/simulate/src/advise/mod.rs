@@ -245,6 +245,7 @@ fn program_candidates(
     snap: &Snapshot,
     device: u32,
     labelled: &Labelled,
+    blocks: &checkpoint::Blocks,
     recorded: &Settings,
     ranks: u32,
     not_offered: &mut Vec<NotOffered>,
@@ -287,8 +288,7 @@ fn program_candidates(
         ));
     }
     out.extend(checkpoint::checkpoint_candidate(
-        snap,
-        device,
+        blocks,
         labelled,
         recorded,
         not_offered,
@@ -296,6 +296,7 @@ fn program_candidates(
     out.extend(fsdp::fsdp_candidate(
         snap,
         device,
+        blocks,
         labelled,
         recorded,
         ranks,
@@ -380,10 +381,12 @@ pub fn advise_with(snap: &Snapshot, sim: &Simulation, labelled: &Labelled, ranks
     let mut candidates = settings_candidates(sim);
     candidates.extend(must_go_candidate(sim));
     candidates.extend(candidates::keep_cache_candidate(snap, sim, &recorded));
+    let blocks = checkpoint::Blocks::new(snap, device, labelled);
     candidates.extend(program_candidates(
         snap,
         device,
         labelled,
+        &blocks,
         &recorded,
         ranks,
         &mut not_offered,
@@ -403,8 +406,7 @@ pub fn advise_with(snap: &Snapshot, sim: &Simulation, labelled: &Labelled, ranks
     });
     let (baseline, mut evaluated) = evaluated;
     evaluated.extend(fewest_blocks(
-        snap,
-        device,
+        &blocks,
         labelled,
         &recorded,
         &baseline,
@@ -455,8 +457,7 @@ pub fn advise_with(snap: &Snapshot, sim: &Simulation, labelled: &Labelled, ranks
 /// The fewest repeated blocks to checkpoint, where every block wrapped
 /// fits and the run as recorded does not (`checkpoint::fewest_that_fit`).
 fn fewest_blocks(
-    snap: &Snapshot,
-    device: u32,
+    blocks: &checkpoint::Blocks,
     labelled: &Labelled,
     recorded: &Settings,
     baseline: &(Advice, u64),
@@ -469,7 +470,7 @@ fn fewest_blocks(
     if !every_fits || baseline.0.fits == Some(true) {
         return None;
     }
-    checkpoint::fewest_that_fit(snap, device, labelled, recorded, eval)
+    checkpoint::fewest_that_fit(blocks, labelled, recorded, eval)
 }
 
 /// Each answer's saving against the baseline; those that matter, best
