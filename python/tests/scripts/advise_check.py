@@ -59,6 +59,9 @@ CHECKS: List[Tuple[str, str, str, str]] = [
     ("wide_lm", "baseline", "fsdp", "fsdp"),
     ("cnn", "baseline", "fsdp", "fsdp_model"),
     ("mlp", "baseline", "fsdp", "fsdp_model"),
+    # torchvision's ResNet-18: its stages' blocks differ in size, so the
+    # whole model is one unit.
+    ("resnet", "baseline", "fsdp", "fsdp_model"),
 ]
 # Asked with a capacity: (model, the unchanged program, the advice's
 # class, the program changed, the capacity in MiB). 50 MiB lies between the

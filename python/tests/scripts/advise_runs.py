@@ -3,7 +3,8 @@
 ``python advise_runs.py MODEL VARIANT OUT`` trains MODEL (``cnn``: a small
 convolutional classifier; ``transformer``: a small causal language model;
 ``mlp``: wide layers and a small batch, whose peak is the optimizer step;
-``wide_lm``: the language model with four wider layers at batch 2)
+``wide_lm``: the language model with four wider layers at batch 2;
+``resnet``: torchvision's ResNet-18)
 for a few steps on the CPU under ``vramscope.record(backend="allocator")``
 and writes the snapshot to OUT. VARIANT ``baseline`` is the program as a
 user would first write it; each other variant is that program with one
@@ -116,7 +117,18 @@ def mlp(batch: int):
     return model, x, y, nn.functional.cross_entropy
 
 
-MODELS = {"cnn": (cnn, 32), "transformer": (transformer, 16), "mlp": (mlp, 8), "wide_lm": (wide_lm, 2)}
+def resnet(batch: int):
+    """torchvision's ResNet-18 (a model from outside the project; its
+    stages' blocks differ in size), 64×64 images."""
+    import torchvision
+
+    model = torchvision.models.resnet18(num_classes=10)
+    x = torch.randn(batch, 3, 64, 64)
+    y = torch.randint(0, 10, (batch,))
+    return model, x, y, nn.functional.cross_entropy
+
+
+MODELS = {"cnn": (cnn, 32), "transformer": (transformer, 16), "mlp": (mlp, 8), "wide_lm": (wide_lm, 2), "resnet": (resnet, 16)}
 VARIANTS = ("baseline", "half_batch", "foreach_off", "del_outputs", "checkpoint", "checkpoint_first", "bf16", "autocast", "keep_grads", "keep_grads_late", "varlen",
             "keep_grads_varlen", "leak", "leak_fixed")
 
