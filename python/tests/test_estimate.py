@@ -59,6 +59,28 @@ def test_trace_predicts_the_measured_peak(kind: str, tmp_path: Path, cpu_path: A
     assert Path(html).stat().st_size > 10_000
 
 
+def test_no_file_is_left_behind_unless_a_path_is_asked_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each estimate (and each batch a max_batch_for search tries) used to
+    # leave a snapshot in the temporary directory.
+    import tempfile
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    monkeypatch.chdir(tmp_path)
+    model, _, batch = build("cnn")
+    x, _ = batch()
+    est = vramscope.estimate(model, (x,), steps=1, max_batch_for=4 << 30)
+    assert est.path is None and est.peak_bytes > 0 and est.max_batch["batch"] > x.shape[0]
+    # (PyTorch keeps its own compile cache there: not ours.)
+    assert [p.name for p in scratch.iterdir() if p.name.startswith("vramscope")] == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["scratch"]
+    # The report of a trace kept in memory goes to the current directory.
+    assert est.report() == Path("vramscope-estimate.html") and (tmp_path / "vramscope-estimate.html").stat().st_size > 10_000
+    kept = vramscope.estimate(model, (x,), steps=1, path=tmp_path / "kept.pickle")
+    assert kept.path == str(tmp_path / "kept.pickle") and vramscope.load(kept.path).summary()["devices"][0]["peak"]["allocated_bytes"] == kept.peak_bytes
+
+
 def test_forward_and_backward_only_without_an_optimizer(tmp_path: Path) -> None:
     model, _, batch = build("cnn")
     x, _ = batch()

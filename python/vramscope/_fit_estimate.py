@@ -10,7 +10,6 @@ the model traced again at each size (shapes only: about a second each).
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -87,11 +86,6 @@ def search_max_batch(
             f = _fit(e, total, settings, outside)
             f["peak_allocated"] = e.peak_bytes
             tried[batch] = f
-            # The search's own traces went to temporary files, read by now.
-            try:
-                os.unlink(e.path)
-            except OSError:
-                pass
         return tried[batch]
 
     def largest(ok: Callable[[Dict[str, Any]], bool], band: float, lo: int) -> int:

@@ -41,7 +41,6 @@ import inspect
 import os
 import pickle
 import sys
-import tempfile
 import weakref
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -52,14 +51,15 @@ _SKIP_FILES = ("torch/utils/_python_dispatch.py", "vramscope/_trace_estimate.py"
 
 class Estimate:
     """The result of :func:`estimate`: ``peak_bytes``, ``by_category`` (at
-    the peak), ``path`` (the snapshot written) and ``snapshot`` (a
+    the peak), ``path`` (the snapshot written, where ``path=`` asked for
+    one; ``None`` otherwise: the trace stays in memory) and ``snapshot`` (a
     :class:`vramscope.Snapshot`). For ``device="cuda"`` also
     ``peak_reserved_bytes`` (the trace replayed through the caching
     allocator's model), ``fit`` (the verdict for ``gpu=``, a dict with
     ``verdict`` and ``sentence``; ``None`` without a GPU's memory) and
     ``max_batch`` (with ``max_batch_for=``)."""
 
-    def __init__(self, path: str, snapshot: Any) -> None:
+    def __init__(self, path: Optional[str], snapshot: Any) -> None:
         self.path = path
         self.snapshot = snapshot
         dev = snapshot.summary()["devices"][0]
@@ -72,7 +72,12 @@ class Estimate:
         self.max_batch: Optional[Dict[str, Any]] = None
 
     def report(self, path: Optional[str | os.PathLike] = None) -> Any:
-        return self.snapshot.report(path)
+        """Write the HTML report (default: beside ``path``, or
+        ``vramscope-estimate.html`` in the current directory for a trace
+        kept in memory) and return its path."""
+        if path is None and self.path is None:
+            path = "vramscope-estimate.html"
+        return self.snapshot.report(path, title="vramscope estimate" if self.path is None else None)
 
     def __repr__(self) -> str:
         cats = ", ".join(f"{k} {v}" for k, v in sorted(self.by_category.items(), key=lambda kv: -kv[1]))
@@ -432,11 +437,12 @@ def estimate(
             that fits it (``est.max_batch``), re-tracing with every input
             and target resized along ``batch_dim``.
         batch_dim: the batch dimension of the inputs and targets.
-        path: where the snapshot goes (default: a temporary file).
+        path: where the snapshot goes (default: nowhere: the trace is read
+            from memory and no file is left behind).
         **optimizer_options: passed to ``optimizer`` (``lr=1e-3``, ...); for
             an instance, they override every group's options.
     """
-    from . import load
+    from . import load, loads
     from ._fit_estimate import attach_fit, search_max_batch
 
     if device not in ("cuda", "cpu"):
@@ -449,6 +455,8 @@ def estimate(
 
     def trace(inputs: Sequence[Any], labels: Sequence[Any], where: Optional[str | os.PathLike]) -> Estimate:
         out = _trace(model, inputs, optimizer, loss_fn, labels, steps, device, gpu, inference, cast, where, optimizer_options)
+        if isinstance(out, bytes):
+            return Estimate(None, loads(out))
         return Estimate(out, load(out))
 
     est = trace(example_inputs, targets, path)
@@ -472,8 +480,9 @@ def _trace(
     cast: Any,
     path: Optional[str | os.PathLike],
     optimizer_options: Dict[str, Any],
-) -> str:
-    """Trace ``steps`` iterations; the snapshot's path."""
+) -> Union[str, bytes]:
+    """Trace ``steps`` iterations; the snapshot's path, or its pickle where
+    no ``path`` was asked for."""
     import torch
     from torch.func import functional_call
     rec = _Recorder(512 if device == "cuda" else 1)
@@ -589,9 +598,7 @@ def _trace(
                 "workspace_bytes": cuda.cublas,
             }
     if path is None:
-        fd, tmp = tempfile.mkstemp(prefix="vramscope-estimate-", suffix=".pickle")
-        os.close(fd)
-        path = tmp
+        return pickle.dumps(snap, protocol=pickle.DEFAULT_PROTOCOL)
     path = os.fspath(path)
     with open(path, "wb") as f:
         pickle.dump(snap, f, protocol=pickle.DEFAULT_PROTOCOL)
