@@ -295,8 +295,20 @@ def _read_snapshot(path: Path, cell: Cell, allow_empty: bool = False) -> Optiona
 
 def plain_run(program: str, root: Path, fake: bool = False) -> Run:
     """The unrecorded run of ``program`` (with the mocked CUDA installed
-    when ``fake``: it changes what some PyTorch code does)."""
-    return run_once(program, "fakecuda" if fake else "", "plain", root / f"{program}.plain{'.fake' if fake else ''}")
+    when ``fake``: it changes what some PyTorch code does). Run once more
+    if it fails: without vramscope loaded, a failure says nothing of it,
+    and the gloo programs' ranks now and then abort on their own (seen:
+    one rank SIGABRT, the other SIGTERM); every cell of the program would
+    fail on that one run."""
+    where = root / f"{program}.plain{'.fake' if fake else ''}"
+    run = run_once(program, "fakecuda" if fake else "", "plain", where)
+    if run.rc != 0:
+        first = run
+        shutil.rmtree(where, ignore_errors=True)
+        run = run_once(program, "fakecuda" if fake else "", "plain", where)
+        if run.rc != 0:
+            run.output = f"(failed twice; the first time exit {first.rc})\n" + run.output
+    return run
 
 
 def _fake_plain(program: str, recorder: str) -> bool:
