@@ -111,6 +111,58 @@ fn half_the_batch_is_never_called_a_fit_past_the_recording() {
 }
 
 #[test]
+fn half_the_batch_of_a_forward_only_run_is_no_gradient_accumulation() {
+    // The real inference snapshot (forward only, ctx 512): the batch in two
+    // calls, no backward or optimizer step to write.
+    let p = real("wedsonlin_medium_512_inference_memory_snapshot.pickle.gz");
+    let j = advise_json(&[p.to_str().expect("utf-8")]);
+    let half = row(&j, "half_batch").expect("a half-batch row");
+    let (change, code) = (
+        half["change"].as_str().expect("str"),
+        half["code"].as_str().expect("str"),
+    );
+    assert!(
+        change.starts_with("half the batch per forward call"),
+        "{change}"
+    );
+    assert!(!change.contains("accumulation"), "{change}");
+    let statements: Vec<&str> = code
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .collect();
+    assert_eq!(
+        statements[..2],
+        ["for chunk in batch.chunk(2):", "    outputs = model(chunk)"],
+        "{code}"
+    );
+    assert!(
+        !statements
+            .iter()
+            .any(|l| l.contains("backward") || l.contains("optimizer")),
+        "{code}"
+    );
+    assert!(half["saving"].as_i64().expect("i64") > 0);
+    // The training run of the same model keeps gradient accumulation.
+    let t = real("wedsonlin_medium_1024_training_memory_snapshot.pickle.gz");
+    let j = advise_json(&[t.to_str().expect("utf-8")]);
+    let half = row(&j, "half_batch").expect("a half-batch row");
+    assert!(
+        half["change"]
+            .as_str()
+            .expect("str")
+            .contains("gradient accumulation"),
+        "{half}"
+    );
+    assert!(
+        half["code"]
+            .as_str()
+            .expect("str")
+            .contains("loss.backward()"),
+        "{half}"
+    );
+}
+
+#[test]
 fn a_real_training_run_ranks_checkpointing_first_and_fits_where_the_replay_says() {
     let p = real("wedsonlin_medium_1024_training_memory_snapshot.pickle.gz");
     let p = p.to_str().expect("utf-8");

@@ -164,12 +164,31 @@ pub(super) fn category_candidates(
                 }
             }
         }
+        // A trace without a gradient is of a forward only: an inference
+        // run (the real files of OPT under FlexGen, a Transformer's
+        // evaluation, a zeroth-order optimizer), or one cut before the first
+        // backward. Gradient accumulation is no advice there.
+        let trained = cats.category.contains(&Category::Gradient);
+        let (change, code) = if trained {
+            (
+                "half the micro-batch, with gradient accumulation over 2 steps (the same effective batch)",
+                "for chunk in batch.chunk(2):\n    outputs = model(chunk)\n    loss = loss_fn(outputs) / 2\n    loss.backward()\n\
+                 optimizer.step()\noptimizer.zero_grad(set_to_none=True)",
+            )
+        } else {
+            (
+                "half the batch per forward call: the batch in two chunks, one after the other (no gradient in this \
+                 trace: a forward only)",
+                "for chunk in batch.chunk(2):\n    outputs = model(chunk)\n    \
+                 ...  # use this chunk's outputs (or move them off the device) before the next\n\
+                 # a training run recorded before its first backward: loss = loss_fn(outputs) / 2 and\n\
+                 # loss.backward() for each chunk, then optimizer.step() (gradient accumulation)",
+            )
+        };
         out.push(Candidate {
             class: ChangeClass::HalfBatch,
-            change: "half the micro-batch, with gradient accumulation over 2 steps (the same effective batch)".into(),
-            code: "for chunk in batch.chunk(2):\n    outputs = model(chunk)\n    loss = loss_fn(outputs) / 2\n    loss.backward()\n\
-                   optimizer.step()\noptimizer.zero_grad(set_to_none=True)"
-                .into(),
+            change: change.into(),
+            code: code.into(),
             settings: recorded.clone(),
             method: Method::Replayed,
             edits: Some(edits),
@@ -179,7 +198,9 @@ pub(super) fn category_candidates(
                  parameters and optimizer state as recorded{}",
                 batch.len(),
                 vramscope_analysis::units::bytes(bytes_of(&batch)),
-                if early == 0 {
+                if early == 0 && !trained {
+                    String::new()
+                } else if early == 0 {
                     ", gradients as recorded".to_owned()
                 } else {
                     format!(
