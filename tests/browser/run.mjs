@@ -647,7 +647,15 @@ async function testReport(browser, snap) {
           const w = want.advice[i];
           assert(row.change === w.change && row.method === w.method && row.verdict === verdict(w), `row ${i + 1}: ${JSON.stringify(row)} vs ${JSON.stringify(w)}`);
           assert(row.how.includes(w.how) && row.code === w.code, `row ${i + 1} how/code differ`);
+          // A bound is the least the peak can be: said on the page.
+          const bound = w.method === 'bound';
+          assert(row.peak.includes('at least') === bound && row.saving.startsWith('at most') === bound,
+            `row ${i + 1} (${w.method}): "${row.peak}", "${row.saving}"`);
         });
+        if (snap.expectBound) {
+          const b = r.rows.findIndex((x) => x.cls === snap.expectBound);
+          assert(b >= 0 && r.rows.slice(b).every((x) => x.method === 'bound'), `no ${snap.expectBound} bound row last: ${JSON.stringify(r.rows.map((x) => x.cls))}`);
+        }
         assert(r.noGain.length === (want.no_gain || []).length && r.noGain.every((t, i) => t.startsWith(want.no_gain[i].change)),
           `tried-without-gain rows ${JSON.stringify(r.noGain)} vs cli ${JSON.stringify((want.no_gain || []).map((x) => x.change))}`);
         if (want.caching_allocator === false) {
@@ -882,6 +890,10 @@ async function main() {
   // Eight training steps after 4.3 s of setup (H200): the first view shows the steps.
   snaps.push({ name: 'gpu_settings_default', file: path.join(repoRoot, 'tests', 'fixtures', 'gpu', 'settings_default.pickle.gz'),
     expectFramed: true });
+  // A GPT's training steps recorded by vramscope.record on an H200 (fp32
+  // weights, no autocast): mixed precision is offered as a bound.
+  snaps.push({ name: 'gpu_advise_baseline', file: path.join(repoRoot, 'tests', 'fixtures', 'gpu', 'advise_baseline.pickle.gz'),
+    expectBound: 'mixed_precision' });
   // A fragmentation OOM recorded on a real H200 (tests/fixtures/gpu).
   snaps.push({ name: 'gpu_oom_frag_default', file: path.join(repoRoot, 'tests', 'fixtures', 'gpu', 'oom_frag_default.pickle.gz'),
     expectOom: true, replayDisproves: true });

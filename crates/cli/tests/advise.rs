@@ -362,6 +362,31 @@ fn each_change_made_for_real_on_a_gpu_peaks_where_the_advice_said() {
         ],
     );
     check("advise_leak.pickle", &[("fix_leak", "leak_fixed", 0.01)]);
+    // Mixed precision is a bound: the H200 under torch.autocast("cuda",
+    // bfloat16) peaked above it (2,394 MiB reserved against 2,100), as a
+    // bound must; never called a fit, ranked after the predictions.
+    let j = advise_json(&[gpu("advise_baseline.pickle").to_str().expect("utf-8")]);
+    let r = row(&j, "mixed_precision").expect("a mixed-precision row");
+    assert_eq!(r["method"], "bound");
+    let bound = r["peak_reserved"].as_u64().expect("u64") as f64;
+    let real = measured("autocast");
+    assert!(
+        bound <= real && bound > 0.8 * real,
+        "bound {bound}, measured {real}"
+    );
+    let allocated = truth["variants"]["autocast"]["allocated_bytes.all.peak"]
+        .as_u64()
+        .expect("u64");
+    assert!(r["peak_allocated"].as_u64().expect("u64") <= allocated);
+    let v = rows(&j);
+    let at = v.iter().position(|x| x["class"] == "mixed_precision");
+    assert!(v[at.expect("listed")..]
+        .iter()
+        .all(|x| x["method"] == "bound"));
+    assert!(!j["answer"]
+        .as_str()
+        .expect("str")
+        .contains("mixed precision"));
 }
 
 /// Asked to fit a capacity that checkpointing every block meets and the

@@ -977,8 +977,10 @@
       const li = el('li', 'advise-row'); li.dataset.cls = x.class;
       li.appendChild(el('div', 'advise-change', x.change));
       const fig = el('div', 'advise-figures');
-      fig.appendChild(el('span', 'advise-peak', (x.fits === false ? (a.caching_allocator === false ? 'would allocate ' : 'would reserve ') : (a.caching_allocator === false ? 'peak allocated ' : 'peak reserved ')) + fmtBytes(x.peak_reserved)));
-      fig.appendChild(el('span', 'advise-saving', (x.saving >= 0 ? '−' : '+') + fmtBytes(Math.abs(x.saving))));
+      // A bound is the least the peak can be, so the most it saves.
+      const bound = x.method === 'bound';
+      fig.appendChild(el('span', 'advise-peak', (x.fits === false ? (a.caching_allocator === false ? 'would allocate ' : 'would reserve ') : (a.caching_allocator === false ? 'peak allocated ' : 'peak reserved ')) + (bound ? 'at least ' : '') + fmtBytes(x.peak_reserved)));
+      fig.appendChild(el('span', 'advise-saving', (bound ? 'at most ' : '') + (x.saving >= 0 ? '−' : '+') + fmtBytes(Math.abs(x.saving))));
       if (withCap) fig.appendChild(el('span', 'advise-verdict ' + (x.fits === true ? 'fits' : x.fits === false ? 'nofit' : 'unknown'), adviseVerdict(x)));
       fig.appendChild(el('span', 'advise-method', x.method));
       li.appendChild(fig);
@@ -1549,6 +1551,7 @@
         cls: li.dataset.cls, change: li.querySelector('.advise-change').textContent,
         verdict: (li.querySelector('.advise-verdict') || {}).textContent || '', method: li.querySelector('.advise-method').textContent,
         how: li.querySelector('.advise-how').textContent, code: (li.querySelector('.advise-code') || {}).textContent || '',
+        peak: li.querySelector('.advise-peak').textContent, saving: li.querySelector('.advise-saving').textContent,
       }));
       return { openTab: open ? open.dataset.tab : null, skipped: a.skipped || null, answer: (($('advise-answer') || {}).textContent) || null,
         data: a, rows, noGain: [...document.querySelectorAll('#advise-no-gain li')].map((li) => li.textContent),

@@ -5,7 +5,7 @@
 use std::fmt::Write;
 
 use vramscope_analysis::units::{bytes, signed_bytes};
-use vramscope_simulate::{Advice, Advising};
+use vramscope_simulate::{Advice, Advising, Method};
 
 fn verdict(a: &Advice) -> &'static str {
     match a.fits {
@@ -66,9 +66,14 @@ pub fn advise_text(a: &Advising, name: &str) -> String {
     );
     for (i, x) in a.advice.iter().enumerate() {
         let _ = writeln!(o, "\n{:>2}. {}", i + 1, x.change);
+        // A bound is the least the peak can be, so the most it saves.
+        let (least, most) = match x.method {
+            Method::Bound => (" at least", "at most "),
+            _ => ("", ""),
+        };
         let _ = writeln!(
             o,
-            "    {} {} ({} against as recorded){}; {}",
+            "    {}{least} {} ({most}{} against as recorded){}; {}",
             peak(x),
             bytes(x.peak_reserved),
             signed_bytes(-(x.saving as f64)),

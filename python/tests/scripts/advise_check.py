@@ -74,6 +74,15 @@ CAPACITY_CHECKS: List[Tuple[str, str, str, str, float]] = [
 RANK_CHECKS: List[Tuple[str, str, str, str, int]] = [
     ("wide_lm", "baseline", "fsdp", "fsdp4", 4),
 ]
+# Mixed precision is a bound (the least the peak can be): the programs run
+# for real under torch.autocast("cpu", dtype=torch.bfloat16), forward and
+# loss; each must peak at or above it.
+BOUND_CHECKS: List[Tuple[str, str, str, str]] = [
+    ("cnn", "baseline", "mixed_precision", "autocast"),
+    ("transformer", "baseline", "mixed_precision", "autocast"),
+    ("mlp", "baseline", "mixed_precision", "autocast"),
+    ("wide_lm", "baseline", "mixed_precision", "autocast"),
+]
 # 8-bit optimizer state made for real: torchao's AdamW8bit, which runs on
 # the CPU (bitsandbytes' needs CUDA).
 CHECKS_8BIT: List[Tuple[str, str, str, str]] = [
@@ -91,7 +100,7 @@ def have_torchao() -> bool:
 def all_checks() -> List[Tuple[str, str, str, str, Optional[float], int]]:
     """Each check as (model, unchanged, class, changed, capacity MiB or
     None, ranks the advice shards over)."""
-    plain = CHECKS + (CHECKS_8BIT if have_torchao() else [])
+    plain = CHECKS + (CHECKS_8BIT if have_torchao() else []) + BOUND_CHECKS
     return (
         [(*c, None, 2) for c in plain]
         + [(*c, 2) for c in CAPACITY_CHECKS]

@@ -75,6 +75,11 @@ pub enum Method {
     /// formula, where the recorded trace cannot show it (the one-at-a-time
     /// optimizer step's temporaries).
     Rule,
+    /// The least the peak can be with the change: replayed with everything
+    /// the change could shrink at its smallest, where the trace cannot say
+    /// how much of it shrinks (mixed precision: which ops run in 16-bit).
+    /// Never a fit; "does not fit" where even the least runs out.
+    Bound,
 }
 
 impl Method {
@@ -83,6 +88,7 @@ impl Method {
             Method::Replayed => "replayed",
             Method::Projected => "projected",
             Method::Rule => "rule",
+            Method::Bound => "bound",
         }
     }
 }
@@ -114,6 +120,9 @@ pub enum ChangeClass {
     Checkpoint,
     /// The model, gradients and optimizer state in bf16.
     Bf16Weights,
+    /// The forward and loss under `torch.autocast` (bf16 or fp16), fp32
+    /// weights kept: a bound.
+    MixedPrecision,
     /// `del outputs, loss` at the end of each step: what an iteration
     /// leaves bound to its variables, not kept into the next.
     DeleteOutputs,
@@ -211,8 +220,24 @@ impl Candidate {
     }
 
     /// Its answer with the figures its evaluation found (saving: 0 until
-    /// ranked); a rule's answer stays a rule's, projected or not.
-    fn answer(&self, peaks: (u64, u64), fits: Option<bool>, method: Method, how: String) -> Advice {
+    /// ranked); a rule's answer stays a rule's, projected or not, and a
+    /// bound's: the least the peak can be fitting says nothing of the rest.
+    fn answer(
+        &self,
+        peaks: (u64, u64),
+        fits: Option<bool>,
+        method: Method,
+        mut how: String,
+    ) -> Advice {
+        let fits = match (self.method, fits) {
+            (Method::Bound, Some(true)) => {
+                how.push_str(
+                    "; the least it can need fits, which does not say that the change does",
+                );
+                None
+            }
+            _ => fits,
+        };
         let (acts_on_blocks, acts_on_bytes) = self.edits.as_ref().map_or((0, 0), |e| {
             e.matched
                 .iter()
@@ -228,10 +253,9 @@ impl Candidate {
             peak_allocated: peaks.1,
             saving: 0,
             fits,
-            method: if self.method == Method::Rule {
-                Method::Rule
-            } else {
-                method
+            method: match self.method {
+                Method::Rule | Method::Bound => self.method,
+                _ => method,
             },
             how,
         }
@@ -475,7 +499,8 @@ fn fewest_blocks(
 
 /// Each answer's saving against the baseline; those that matter, best
 /// first: those that fit, then those that cannot be told, then the
-/// others, each by predicted peak.
+/// others, each by predicted peak, a bound after the predictions beside it
+/// (the least a change can need is not what it needs).
 fn rank(
     baseline: (Advice, u64),
     evaluated: Vec<(Advice, u64)>,
@@ -502,7 +527,7 @@ fn rank(
             None => 1,
             Some(false) => 2,
         };
-        (rank, a.peak_reserved)
+        (rank, a.method == Method::Bound, a.peak_reserved)
     });
     no_gain.sort_by_key(|a| a.peak_reserved);
     (baseline, advice, no_gain)
@@ -580,7 +605,12 @@ fn evaluate(snap: &Snapshot, sim: &Simulation, c: &Candidate) -> (Advice, u64) {
 /// The one sentence at the top.
 fn answer(baseline: &Advice, advice: &[Advice], capacity: Option<u64>, peak: &str) -> String {
     use vramscope_analysis::units::bytes;
-    let Some(best) = advice.first() else {
+    // The best prediction; a bound only where nothing else lowers the peak.
+    let Some(best) = advice
+        .iter()
+        .find(|a| a.method != Method::Bound)
+        .or(advice.first())
+    else {
         return "No change tried lowers the peak of this run.".into();
     };
     let fitting = advice.iter().filter(|a| a.fits == Some(true)).count();

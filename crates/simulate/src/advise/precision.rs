@@ -18,7 +18,7 @@
 //! which ops run in 16-bit and where the peak is (measured on the CPU: -39%,
 //! -15% and 0% for three programs), which no share of any category gives.
 
-use vramscope_analysis::categories::{Category, Labelled};
+use vramscope_analysis::categories::{Category, Labelled, Rule};
 use vramscope_analysis::edits::{for_blocks, ChangeKind};
 use vramscope_analysis::units::bytes;
 use vramscope_snapshot::Snapshot;
@@ -119,17 +119,14 @@ pub(super) fn precision_candidates(
         }
         Precision::Autocast(d) => {
             let why = format!("the forward already ran under torch.autocast ({d})");
-            refuse(WEIGHTS, format!("{why}: its activations are partly 16-bit already, by op"));
+            refuse(
+                WEIGHTS,
+                format!("{why}: its activations are partly 16-bit already, by op"),
+            );
             refuse(MIXED, why);
             return Vec::new();
         }
-        Precision::Fp32 => refuse(
-            MIXED,
-            format!(
-                "what autocast saves depends on which ops run in 16-bit and where the peak is, which no share of \
-                 the recorded memory gives; {ESTIMATE}"
-            ),
-        ),
+        Precision::Fp32 => {}
     }
     let l = &labelled.lifetimes;
     let cats = &labelled.categories;
@@ -156,7 +153,7 @@ pub(super) fn precision_candidates(
         .iter()
         .map(|&b| (b, ChangeKind::Scale(0.5)))
         .collect();
-    vec![Candidate {
+    let mut out = vec![Candidate {
         class: ChangeClass::Bf16Weights,
         change: "bf16 weights: the model, its gradients and optimizer state in bfloat16 (no fp32 master copy)".into(),
         code: "model = model.to(torch.bfloat16)\n\
@@ -173,5 +170,71 @@ pub(super) fn precision_candidates(
             halved.len(),
             bytes(total)
         ),
-    }]
+    }];
+    out.extend(mixed_precision(snap, device, labelled, recorded, ESTIMATE));
+    out
+}
+
+/// Mixed precision, as a bound: what the batch makes (activations,
+/// autograd's detail, the forward's and backward's temporaries) at half
+/// its size, the most autocast can shrink it. How much of it really
+/// shrinks depends on which ops run in 16-bit (autocast's lists), which a
+/// snapshot does not record; what autocast keeps fp32 (weights, their
+/// gradients, the optimizer state) is as recorded. Measured on five
+/// programs, the real peak was 0-43% above the bound (docs/advise.md).
+fn mixed_precision(
+    snap: &Snapshot,
+    device: u32,
+    labelled: &Labelled,
+    recorded: &Settings,
+    estimate: &str,
+) -> Option<Candidate> {
+    let l = &labelled.lifetimes;
+    let cats = &labelled.categories;
+    // The optimizer step's temporaries follow the fp32 parameters.
+    let shrink: Vec<usize> = (0..l.len())
+        .filter(|&b| {
+            matches!(
+                cats.category.get(b),
+                Some(Category::Activation | Category::AutogradDetail | Category::Temporary)
+            ) && cats.rule.get(b) != Some(&Rule::OptimizerFreed)
+        })
+        .collect();
+    if !shrink
+        .iter()
+        .any(|&b| cats.category.get(b) == Some(&Category::Activation))
+    {
+        return None;
+    }
+    let total: u64 = shrink.iter().map(|&b| l.size[b]).sum();
+    let v: Vec<(usize, ChangeKind)> = shrink
+        .iter()
+        .map(|&b| (b, ChangeKind::Scale(0.5)))
+        .collect();
+    let on = if vramscope_analysis::summary::caching_allocator(snap, device) {
+        "cuda"
+    } else {
+        "cpu"
+    };
+    Some(Candidate {
+        class: ChangeClass::MixedPrecision,
+        change: "bf16 mixed precision: the forward and the loss under torch.autocast, fp32 weights kept".into(),
+        code: format!(
+            "with torch.autocast(\"{on}\", dtype=torch.bfloat16):\n    outputs = model(x)\n    \
+             loss = loss_fn(outputs, y)\nloss.backward()  # outside autocast\n\
+             # fp16 instead of bf16: scale the loss with torch.amp.GradScaler"
+        ),
+        settings: recorded.clone(),
+        method: Method::Bound,
+        edits: Some(for_blocks(snap, device, l, &v, "activations, temporaries, autograd detail")),
+        how: format!(
+            "the least the peak can be: replayed with each of the {} activation, autograd-detail and temporary \
+             blocks ({}) at half its size, the most autocast can shrink them; parameters, gradients, optimizer \
+             state (fp32 under autocast) and inputs as recorded. The real peak is higher by what stays fp32 (ops \
+             on autocast's fp32 list: the loss, softmax, norms) and by the 16-bit copies autocast makes of weights \
+             and inputs: 0-43% above the bound on five programs measured; {estimate}",
+            shrink.len(),
+            bytes(total)
+        ),
+    })
 }
