@@ -180,7 +180,10 @@ class Snapshot:
         """What to change so the run fits, or peaks lower (`vramscope advise
         --json`): allocator settings, what pins the segments at an OOM,
         leaks freed, half the micro-batch, 8-bit or sharded optimizer state,
-        ``foreach=False``, the outputs deleted after each step, each
+        ``foreach=False``, the outputs deleted after each step, bf16
+        weights, activation checkpointing, FSDP; mixed precision as a
+        bound (``method`` ``"bound"``: the least the peak can be, never a
+        fit), each
         replayed through the allocator model and ranked by its peak reserved
         (a CPU recording, without a caching allocator: by its peak
         allocated, ``caching_allocator`` false). Returns a dict: ``answer``

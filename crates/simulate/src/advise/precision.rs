@@ -1,4 +1,4 @@
-//! Precision: the weights in bf16, and why mixed precision is not offered.
+//! Precision: the weights in bf16, and mixed precision as a bound.
 //!
 //! A snapshot records sizes, not dtypes. `vramscope.record` adds what the
 //! advice needs to know: the parameters' bytes by dtype (each optimizer's
@@ -17,6 +17,9 @@
 //! Mixed precision (autocast) is not predicted: what it saves depends on
 //! which ops run in 16-bit and where the peak is (measured on the CPU: -39%,
 //! -15% and 0% for three programs), which no share of any category gives.
+//! What it can never shrink is known (fp32 weights, gradients, optimizer
+//! state), so it is offered as a bound: the least the peak can be
+//! ([`Method::Bound`]).
 
 use vramscope_analysis::categories::{Category, Labelled, Rule};
 use vramscope_analysis::edits::{for_blocks, ChangeKind};
@@ -86,8 +89,8 @@ pub(super) fn parameter_bytes_per_element(snap: &Snapshot) -> Option<u64> {
     widths.all(|w| w == Some(first)).then_some(first)
 }
 
-/// The weights in bf16 where the recording shows an fp32 step; otherwise,
-/// and for mixed precision always, why not.
+/// The weights in bf16 and the bound of mixed precision where the recording
+/// shows an fp32 step; otherwise, why not.
 pub(super) fn precision_candidates(
     snap: &Snapshot,
     device: u32,
