@@ -85,7 +85,13 @@ pub fn advise_counted(
              allocator)",
             c.how.replacen("replayed", "the recorded trace", 1)
         );
-        let advice = c.answer((peak, peak), capacity.map(|cap| peak <= cap), c.method, how);
+        let advice = c.answer(
+            (peak, peak),
+            capacity,
+            capacity.map(|cap| peak <= cap),
+            c.method,
+            how,
+        );
         (advice, peak)
     };
     let baseline = evaluate(&Candidate::as_recorded(&recorded, "the recorded trace"));
