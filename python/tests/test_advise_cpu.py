@@ -44,12 +44,13 @@ def test_mixed_precision_is_a_bound_the_real_runs_never_go_below(rows):
     # LM), above where ops on autocast's fp32 list hold memory at the peak
     # (the Transformer's loss: its log-softmax and its gradient stay fp32).
     bounds = {r.model: r for r in rows if r.change == "mixed_precision"}
-    assert sorted(bounds) == ["cnn", "mlp", "transformer", "wide_lm"]
+    assert sorted(bounds) == ["cnn", "mlp", "resnet", "transformer", "wide_lm"]
     for r in bounds.values():
         assert r.method == "bound"
         assert r.predicted <= r.measured * 1.001, f"{r.model}: bound {r.predicted} above the real {r.measured}"
         assert r.measured < r.baseline * 1.001
-    assert abs(bounds["mlp"].error) < 0.001 and abs(bounds["wide_lm"].error) < 0.001
+    # (torchvision's ResNet-18 too: its peak is the optimizer step.)
+    assert all(abs(bounds[m].error) < 0.001 for m in ("mlp", "wide_lm", "resnet"))
     assert bounds["transformer"].error < -0.2 and bounds["cnn"].predicted < 0.6 * bounds["cnn"].baseline
 
 

@@ -82,6 +82,7 @@ BOUND_CHECKS: List[Tuple[str, str, str, str]] = [
     ("transformer", "baseline", "mixed_precision", "autocast"),
     ("mlp", "baseline", "mixed_precision", "autocast"),
     ("wide_lm", "baseline", "mixed_precision", "autocast"),
+    ("resnet", "baseline", "mixed_precision", "autocast"),
 ]
 # 8-bit optimizer state made for real: torchao's AdamW8bit, which runs on
 # the CPU (bitsandbytes' needs CUDA).

@@ -183,7 +183,7 @@ pub(super) fn precision_candidates(
 /// its size, the most autocast can shrink it. How much of it really
 /// shrinks depends on which ops run in 16-bit (autocast's lists), which a
 /// snapshot does not record; what autocast keeps fp32 (weights, their
-/// gradients, the optimizer state) is as recorded. Measured on five
+/// gradients, the optimizer state) is as recorded. Measured on six
 /// programs, the real peak was 0-43% above the bound (docs/advise.md).
 fn mixed_precision(
     snap: &Snapshot,
@@ -235,7 +235,7 @@ fn mixed_precision(
              blocks ({}) at half its size, the most autocast can shrink them; parameters, gradients, optimizer \
              state (fp32 under autocast) and inputs as recorded. The real peak is higher by what stays fp32 (ops \
              on autocast's fp32 list: the loss, softmax, norms) and by the 16-bit copies autocast makes of weights \
-             and inputs: 0-43% above the bound on five programs measured; {estimate}",
+             and inputs: 0-43% above the bound on six programs measured; {estimate}",
             shrink.len(),
             bytes(total)
         ),
