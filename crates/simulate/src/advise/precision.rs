@@ -21,7 +21,7 @@
 //! state), so it is offered as a bound: the least the peak can be
 //! ([`Method::Bound`]).
 
-use vramscope_analysis::categories::{Category, Labelled, Rule};
+use vramscope_analysis::categories::{Category, Labelled};
 use vramscope_analysis::edits::{for_blocks, ChangeKind};
 use vramscope_analysis::units::bytes;
 use vramscope_snapshot::Snapshot;
@@ -194,15 +194,7 @@ fn mixed_precision(
 ) -> Option<Candidate> {
     let l = &labelled.lifetimes;
     let cats = &labelled.categories;
-    // The optimizer step's temporaries follow the fp32 parameters.
-    let shrink: Vec<usize> = (0..l.len())
-        .filter(|&b| {
-            matches!(
-                cats.category.get(b),
-                Some(Category::Activation | Category::AutogradDetail | Category::Temporary)
-            ) && cats.rule.get(b) != Some(&Rule::OptimizerFreed)
-        })
-        .collect();
+    let shrink = super::candidates::batch_made(labelled);
     if !shrink
         .iter()
         .any(|&b| cats.category.get(b) == Some(&Category::Activation))
