@@ -78,7 +78,8 @@ pub enum Method {
     /// The least the peak can be with the change: replayed with everything
     /// the change could shrink at its smallest, where the trace cannot say
     /// how much of it shrinks (mixed precision: which ops run in 16-bit).
-    /// Never a fit; "does not fit" where even the least runs out.
+    /// Never a fit; "does not fit" where even its peak allocated is over
+    /// the capacity by more than [`BOUND_MARGIN`].
     Bound,
 }
 
@@ -195,10 +196,9 @@ pub struct Advising {
 }
 
 /// How far over the capacity a bound's peak allocated must be to say "does
-/// not fit": in
-/// bf16 PyTorch's attention runs FlashAttention, which keeps less than half
-/// of what the fp32 kernel kept (9% less than half on the H200's GPT, 31
-/// MiB of its 2.1 GiB bound), which the bound does not model.
+/// not fit": in bf16 PyTorch's attention runs FlashAttention, which keeps
+/// less than half of what the fp32 kernel kept (9% less than half on the
+/// H200's GPT, 31 MiB of its 2.1 GiB bound), which the bound does not model.
 const BOUND_MARGIN: f64 = 0.05;
 
 /// A change to evaluate.
