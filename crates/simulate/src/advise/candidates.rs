@@ -176,8 +176,9 @@ pub(super) fn category_candidates(
         }
         // A trace without a gradient is of a forward only: an inference
         // run (the real files of OPT under FlexGen, a Transformer's
-        // evaluation, a zeroth-order optimizer), or one cut before the first
-        // backward. Gradient accumulation is no advice there.
+        // evaluation, a zeroth-order optimizer), or a training run cut
+        // before its first backward (the H200's GPT that ran out in its
+        // first forward): which one, the trace cannot tell.
         let trained = cats.category.contains(&Category::Gradient);
         let (change, code) = if trained {
             (
@@ -187,12 +188,12 @@ pub(super) fn category_candidates(
             )
         } else {
             (
-                "half the batch per forward call: the batch in two chunks, one after the other (no gradient in this \
-                 trace: a forward only)",
+                "half the batch per forward call: the batch in two chunks, one after the other (no backward \
+                 recorded; in training, with the gradients of the two accumulated)",
                 "for chunk in batch.chunk(2):\n    outputs = model(chunk)\n    \
                  ...  # use this chunk's outputs (or move them off the device) before the next\n\
-                 # a training run recorded before its first backward: loss = loss_fn(outputs) / 2 and\n\
-                 # loss.backward() for each chunk, then optimizer.step() (gradient accumulation)",
+                 # in training (a recording that ended before the first backward), for each chunk:\n\
+                 # loss = loss_fn(outputs) / 2; loss.backward(); then optimizer.step() once",
             )
         };
         out.push(Candidate {
