@@ -205,6 +205,7 @@ def measure(cmd: list[str], repeat: int) -> dict:
 
 
 TIMING = re.compile(r"timing: load ([0-9.]+)(ms|s|µs) .*summary ([0-9.]+)(ms|s|µs)")
+SPLIT = re.compile(r"parse ([0-9.]+)(ms|s|µs), decode ([0-9.]+)(ms|s|µs)")
 
 
 def stages(cmd: list[str]) -> dict | None:
@@ -216,8 +217,14 @@ def stages(cmd: list[str]) -> dict | None:
     if r.returncode != 0 or not m:
         return None
     scale = {"s": 1e3, "ms": 1.0, "µs": 1e-3}
-    return {"load_ms": float(m.group(1)) * scale[m.group(2)],
-            "summary_ms": float(m.group(3)) * scale[m.group(4)]}
+    out = {"load_ms": float(m.group(1)) * scale[m.group(2)],
+           "summary_ms": float(m.group(3)) * scale[m.group(4)]}
+    # The load's two parts: the pickle's parse, then its decoding into columns.
+    split = SPLIT.search(r.stderr or "")
+    if split:
+        out["parse_ms"] = float(split.group(1)) * scale[split.group(2)]
+        out["decode_ms"] = float(split.group(3)) * scale[split.group(4)]
+    return out
 
 
 def bench_file(path: Path, python: str, repeat: int, have_torch: bool, skip: tuple = ()) -> dict:
@@ -342,15 +349,16 @@ def markdown(results: list[dict], machine: dict, repeat: int) -> str:
         ]
         lines.append("| " + " | ".join(row) + " |")
     lines.append("")
-    lines.append("vramscope's stages (one run each with VRAMSCOPE_TIMING=1), load and summary in ms:")
+    lines.append("vramscope's stages (one run each with VRAMSCOPE_TIMING=1), in ms; the load is the parse then the decode:")
     lines.append("")
-    lines.append("| file | load | summary | load, --no-categories | summary, --no-categories |")
-    lines.append("|---|---:|---:|---:|---:|")
+    lines.append("| file | load | parse | decode | summary | load, --no-categories | summary, --no-categories |")
+    lines.append("|---|---:|---:|---:|---:|---:|---:|")
     for res in results:
         t = res["tools"]
         cat = t["vramscope"].get("stages") or {}
         nocat = t["vramscope-nocat"].get("stages") or {}
-        cells = [cat.get("load_ms"), cat.get("summary_ms"), nocat.get("load_ms"), nocat.get("summary_ms")]
+        cells = [cat.get("load_ms"), cat.get("parse_ms"), cat.get("decode_ms"), cat.get("summary_ms"),
+                 nocat.get("load_ms"), nocat.get("summary_ms")]
         lines.append("| " + " | ".join([res["name"]] + ["n/a" if c is None else f"{c:.0f}" for c in cells]) + " |")
     lines.append("")
     lines.append("Labelling what the memory is (category inference) adds, per file:")

@@ -24,7 +24,10 @@ pub(crate) fn load(file: &Path, quiet: bool) -> Result<Snapshot, CliError> {
         )));
     }
     let len = meta.map(|m| m.len()).unwrap_or(0);
-    let (opts, bar) = progress::load_options(len, quiet);
+    let (mut opts, bar) = progress::load_options(len, quiet);
+    if std::env::var_os("VRAMSCOPE_TIMING").is_some() {
+        progress::time_stages(&mut opts);
+    }
     let snap = vramscope_snapshot::load(file, &opts);
     if let Some(b) = bar {
         b.finish_and_clear();

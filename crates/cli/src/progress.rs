@@ -5,6 +5,27 @@ use std::sync::Arc;
 use indicatif::{ProgressBar, ProgressStyle};
 use vramscope_snapshot::{LoadOptions, LoadProgress};
 
+/// When the last load of this process began decoding (after parsing), for
+/// `VRAMSCOPE_TIMING=1`'s stage split.
+pub static DECODING_SINCE: std::sync::Mutex<Option<std::time::Instant>> =
+    std::sync::Mutex::new(None);
+
+/// Note when `opts`' load passes from parsing to decoding in
+/// [`DECODING_SINCE`], keeping its progress bar (if any) as it was.
+pub fn time_stages(opts: &mut LoadOptions) {
+    let inner = opts.progress.take();
+    opts.progress = Some(Arc::new(move |p: LoadProgress| {
+        if p.stage == "decoding" {
+            if let Ok(mut at) = DECODING_SINCE.lock() {
+                *at = Some(std::time::Instant::now());
+            }
+        }
+        if let Some(f) = &inner {
+            f(p);
+        }
+    }));
+}
+
 /// Files above this size get a progress bar (when stderr is a terminal).
 const BAR_THRESHOLD: u64 = 64 << 20;
 

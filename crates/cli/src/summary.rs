@@ -38,8 +38,21 @@ pub fn run(a: Args) -> Result<(), CliError> {
     let t1 = std::time::Instant::now();
     let s = summarize(&snap, &opts);
     if timing {
+        // Parsing the pickle, then decoding its values into columns.
+        let split = crate::progress::DECODING_SINCE
+            .lock()
+            .ok()
+            .and_then(|at| *at)
+            .map(|at| {
+                let parse = at.saturating_duration_since(t0);
+                format!(
+                    ", parse {parse:?}, decode {:?}",
+                    t_load.saturating_sub(parse)
+                )
+            })
+            .unwrap_or_default();
         eprintln!(
-            "timing: load {t_load:?} (peak RSS {} MiB), summary {:?} (peak RSS {} MiB)",
+            "timing: load {t_load:?} (peak RSS {} MiB{split}), summary {:?} (peak RSS {} MiB)",
             hwm_load / 1024,
             t1.elapsed(),
             peak_rss_kib() / 1024

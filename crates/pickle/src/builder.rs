@@ -34,6 +34,16 @@ fn index_u32(n: usize, what: &'static str) -> Result<u64, CapacityError> {
     }
 }
 
+/// The table key of a string of `len` ≤ [`SHORT_STR`] bytes: its bytes,
+/// read little-endian from the first `len` bytes of `window` (what follows
+/// them is masked off), and its length in the top byte.
+#[inline]
+pub(crate) fn short_key(window: u128, len: usize) -> u128 {
+    debug_assert!(len <= SHORT_STR);
+    let mask = (1u128 << (8 * len)) - 1;
+    (window & mask) | ((len as u128) << 120)
+}
+
 impl DocumentBuilder {
     pub fn new() -> Self {
         Self::default()
@@ -99,13 +109,12 @@ impl DocumentBuilder {
 
     pub fn str(&mut self, s: &str) -> Result<Value, CapacityError> {
         let short = (s.len() <= SHORT_STR).then(|| {
-            let mut key = [0u8; 16];
-            key[..s.len()].copy_from_slice(s.as_bytes());
-            key[15] = s.len() as u8;
-            u128::from_le_bytes(key)
+            let mut window = [0u8; 16];
+            window[..s.len()].copy_from_slice(s.as_bytes());
+            short_key(u128::from_le_bytes(window), s.len())
         });
-        if let Some(&id) = short.and_then(|k| self.short_strs.get(&k)) {
-            return Ok(Value::new(T_STR, id as u64));
+        if let Some(v) = short.and_then(|k| self.known_short_str(k)) {
+            return Ok(v);
         }
         let id = index_u32(self.doc.str_ends.len(), "strings")?;
         self.doc.str_data.push_str(s);
@@ -114,6 +123,16 @@ impl DocumentBuilder {
             self.short_strs.insert(k, id as u32);
         }
         Ok(Value::new(T_STR, id))
+    }
+
+    /// The string of at most [`SHORT_STR`] bytes whose [`short_key`] is
+    /// `key`, if one was stored. Only valid UTF-8 is ever stored, so a hit
+    /// also proves the bytes it was built from are valid.
+    #[inline]
+    pub(crate) fn known_short_str(&self, key: u128) -> Option<Value> {
+        self.short_strs
+            .get(&key)
+            .map(|&id| Value::new(T_STR, id as u64))
     }
 
     pub fn bytes(&mut self, b: &[u8], bytearray: bool) -> Result<Value, CapacityError> {
@@ -262,7 +281,7 @@ impl DocumentBuilder {
     fn push_refs(&mut self, c: ContainerId, items: &[Value]) -> Result<(), CapacityError> {
         let k = self.doc.containers[c.0 as usize];
         if k.len == 0 && items.len() <= SHARE_MAX {
-            let hash = crate::hash::hash_u64s(items.iter().map(|v| v.0 >> TAG_BITS));
+            let hash = crate::hash::hash_words(items, |v| v.0 >> TAG_BITS);
             if let Some(&(start, len)) = self.shared_lists.get(&hash) {
                 let run = &self.doc.refs[start as usize..(start + len) as usize];
                 if run.len() == items.len()

@@ -69,15 +69,58 @@ pub type FxBuild = BuildHasherDefault<FxHasher>;
 pub type FxHashMap<K, V> = HashMap<K, V, FxBuild>;
 pub type FxHashSet<K> = HashSet<K, FxBuild>;
 
-/// The hash of a sequence of words (for content keys built on the fly).
+/// The hash of a sequence of words (for content keys built on the fly),
+/// each item of `items` read as a word by `word`.
+///
+/// Four independent lanes: one lane's multiply waits for the previous one,
+/// so a single chain costs a multiply's latency per word, and the frames
+/// lists hashed here are tens of words each, a million times in a big file.
 #[inline]
-pub fn hash_u64s(words: impl Iterator<Item = u64>) -> u64 {
-    let mut h = FxHasher::default();
-    let mut n = 0u64;
-    for w in words {
-        h.add(w);
-        n += 1;
+pub fn hash_words<T>(items: &[T], word: impl Fn(&T) -> u64) -> u64 {
+    let mut lanes = [
+        FxHasher { hash: 0 },
+        FxHasher { hash: 1 },
+        FxHasher { hash: 2 },
+        FxHasher { hash: 3 },
+    ];
+    let mut quads = items.chunks_exact(4);
+    for q in &mut quads {
+        lanes[0].add(word(&q[0]));
+        lanes[1].add(word(&q[1]));
+        lanes[2].add(word(&q[2]));
+        lanes[3].add(word(&q[3]));
     }
-    h.add(n);
+    for (lane, w) in lanes.iter_mut().zip(quads.remainder()) {
+        lane.add(word(w));
+    }
+    let mut h = FxHasher::default();
+    for lane in lanes {
+        h.add(lane.hash);
+    }
+    h.add(items.len() as u64);
     h.hash
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hash_words;
+
+    #[test]
+    fn order_length_and_content_change_the_hash() {
+        let id = |w: &u64| *w;
+        let base: Vec<u64> = (1..=9).collect();
+        let h = hash_words(&base, id);
+        assert_eq!(h, hash_words(&base.clone(), id));
+        let mut swapped = base.clone();
+        swapped.swap(0, 4); // same lane
+        assert_ne!(h, hash_words(&swapped, id));
+        let mut swapped = base.clone();
+        swapped.swap(0, 1); // different lanes
+        assert_ne!(h, hash_words(&swapped, id));
+        assert_ne!(h, hash_words(&base[..8], id));
+        let mut padded = base.clone();
+        padded.push(0);
+        assert_ne!(h, hash_words(&padded, id));
+        assert_ne!(hash_words::<u64>(&[], id), hash_words(&[0], id));
+    }
 }

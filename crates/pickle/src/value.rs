@@ -532,6 +532,38 @@ impl Document {
         }
     }
 
+    /// A dict stored with a shared key sequence: its shape id and its
+    /// values, in the order of [`Document::shape_keys`]. Entries of a list
+    /// of same-keyed dicts (a snapshot's trace) share one shape, so a reader
+    /// can resolve the keys once per shape rather than once per dict. `None`
+    /// for any other container.
+    #[inline]
+    pub fn shaped_dict(&self, c: ContainerId) -> Option<(u32, &[Value])> {
+        let k = &self.containers[c.0 as usize];
+        // A shaped dict is filled in one batch (a second one makes it
+        // plain), so its values are one run of the pool.
+        (k.kind() == ContainerKind::Dict
+            && k.shape() != NO_SHAPE
+            && k.shape() != PACKED
+            && k.inline_run())
+        .then(|| {
+            let start = k.first as usize;
+            (
+                k.shape(),
+                &self.items[start..start + k.stored_len() as usize],
+            )
+        })
+    }
+
+    /// The keys of shape `shape` (from [`Document::shaped_dict`]), in order.
+    pub fn shape_keys(&self, shape: u32) -> &[Value] {
+        self.shapes
+            .get(shape as usize)
+            .map_or(&[], |&(start, len)| {
+                &self.shape_keys[start as usize..(start + len) as usize]
+            })
+    }
+
     /// Look a string key up in a dict (last occurrence wins, as in Python).
     pub fn dict_get(&self, c: ContainerId, key: &str) -> Option<Value> {
         let mut found = None;

@@ -20,12 +20,12 @@
 
 use std::collections::HashMap;
 
-use crate::builder::DocumentBuilder;
+use crate::builder::{short_key, DocumentBuilder};
 use crate::error::PickleError;
 use crate::ops::*;
 use crate::prefault;
 use crate::text;
-use crate::value::{ContainerKind, Document, Opaque, Truncation, Val, Value};
+use crate::value::{ContainerKind, Document, Opaque, Truncation, Val, Value, SHORT_STR};
 
 /// Options for [`parse_with`]. `Default` gives the documented defaults.
 pub struct ParseOptions<'a> {
@@ -222,8 +222,20 @@ impl<'i> Vm<'i> {
                 }
                 LONG1 => {
                     let n = self.take(1, "LONG1")?[0] as usize;
+                    // Addresses and timestamps: 5-8 bytes, the hot case. One
+                    // fixed 8-byte load where the input has the room; a
+                    // copy of `n` bytes is a call to memcpy.
+                    if (1..=8).contains(&n) && self.input.len() - self.pos >= 8 {
+                        let mut buf = [0u8; 8];
+                        buf.copy_from_slice(&self.input[self.pos..self.pos + 8]);
+                        self.pos += n;
+                        let shift = 64 - 8 * n as u32;
+                        let x = (i64::from_le_bytes(buf) << shift) >> shift;
+                        let v = self.b.int(x);
+                        self.stack.push(v);
+                        continue;
+                    }
                     let bytes = self.take(n, "LONG1")?;
-                    // Addresses and timestamps: 5-8 bytes, the hot case.
                     let v = if (1..=8).contains(&n) {
                         let mut buf = [0u8; 8];
                         buf[..n].copy_from_slice(bytes);
@@ -690,6 +702,21 @@ impl<'i> Vm<'i> {
     }
 
     fn push_utf8(&mut self, n: usize, op: &'static str) -> Result<(), PickleError> {
+        // A short string seen before (a snapshot writes `compile_context`'s
+        // 'N/A' afresh in every entry): one 16-byte load finds it, with no
+        // copy and no UTF-8 check (only valid strings are stored).
+        if n <= SHORT_STR && self.input.len() - self.pos >= 16 {
+            let mut window = [0u8; 16];
+            window.copy_from_slice(&self.input[self.pos..self.pos + 16]);
+            if let Some(v) = self
+                .b
+                .known_short_str(short_key(u128::from_le_bytes(window), n))
+            {
+                self.pos += n;
+                self.stack.push(v);
+                return Ok(());
+            }
+        }
         let raw = self.take(n, op)?;
         // CPython writes lone surrogates with 'surrogatepass'; such bytes are
         // not UTF-8 and are replaced rather than rejected.

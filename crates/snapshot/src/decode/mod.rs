@@ -125,6 +125,10 @@ pub(crate) struct Decoder<'d> {
     run_map: FxHashMap<u64, StackId>,
     /// Interned string id → action (as u8; 255 until first seen).
     action_map: Vec<u8>,
+    /// The keys of the dict shape `plan_shape`, resolved: the trace's
+    /// entries share one shape, so their keys are looked up once.
+    shape_plan: Vec<Key>,
+    plan_shape: Option<u32>,
     frame_buf: Vec<FrameId>,
     empty: StrId,
     legacy_blocks: bool,
@@ -152,6 +156,8 @@ impl<'d> Decoder<'d> {
             obj_map: FxHashMap::default(),
             run_map: FxHashMap::default(),
             action_map: Vec::new(),
+            shape_plan: Vec::new(),
+            plan_shape: None,
             frame_buf: Vec::new(),
             empty,
             legacy_blocks: false,

@@ -243,62 +243,41 @@ impl Decoder<'_> {
             return;
         };
         let doc = self.doc;
-        let (mut action, mut action_val) = (None, None);
-        let (mut addr, mut size, mut stream, mut time) = (0u64, None, 0u64, NO_TIME);
-        let mut unusable = false;
-        let mut stack = StackId::NONE;
-        let (mut cc, mut um, mut cat) = (None, None, None);
-        let (mut dfree, mut fwd) = (None, None);
-        for (k, val) in doc.pairs(c) {
-            if self.is_opaque(val) {
-                continue;
-            }
-            let key = self.key(k);
-            let r = match key {
-                Key::Action => {
-                    action_val = Some(val);
-                    self.action(val).map(|a| action = Some(a))
-                }
-                Key::Addr => self.uint(val).map(|x| addr = x),
-                Key::Size => self.uint(val).map(|x| size = Some(x)),
-                Key::Stream => self.stream(val).map(|x| stream = x),
-                Key::TimeUs => self.int(val).map(|x| time = x),
-                Key::Frames => {
-                    stack = self.within(Seg::Key("frames"), |d| d.stack(val));
-                    Ok(())
-                }
-                Key::ForwardFrames => {
-                    fwd = Some(self.within(Seg::Key("forward_frames"), |d| d.stack(val)));
-                    Ok(())
-                }
-                Key::CompileContext => {
-                    cc = Some(self.str_or_empty(val, "compile_context"));
-                    Ok(())
-                }
-                Key::UserMetadata => {
-                    um = Some(self.str_or_empty(val, "user_metadata"));
-                    Ok(())
-                }
-                Key::Category => {
-                    cat = Some(self.str_or_empty(val, "category"));
-                    Ok(())
-                }
-                Key::DeviceFree => self.uint(val).map(|x| dfree = Some(x)),
-                _ => Ok(()),
+        let mut f = Fields::default();
+        if let Some((shape, vals)) = doc.shaped_dict(c) {
+            // The keys of the shape, resolved once for all its entries.
+            let keys = std::mem::take(&mut self.shape_plan);
+            let keys = if self.plan_shape == Some(shape) && keys.len() == vals.len() {
+                keys
+            } else {
+                self.plan_shape = Some(shape);
+                doc.shape_keys(shape).iter().map(|&k| self.key(k)).collect()
             };
-            if let Err(e) = r {
-                let fix = match key {
-                    Key::Addr | Key::Size => {
-                        unusable = true;
-                        "entry kept as unknown, not replayed"
-                    }
-                    Key::Action => "read as unknown",
-                    Key::TimeUs | Key::DeviceFree => "read as not recorded",
-                    _ => "read as 0",
-                };
-                self.repair(e.key(key.name()), fix);
+            for (&key, &val) in keys.iter().zip(vals) {
+                self.field(key, val, &mut f);
+            }
+            self.shape_plan = keys;
+        } else {
+            for (k, val) in doc.pairs(c) {
+                let key = self.key(k);
+                self.field(key, val, &mut f);
             }
         }
+        let Fields {
+            action,
+            action_val,
+            addr,
+            size,
+            stream,
+            time,
+            unusable,
+            stack,
+            cc,
+            um,
+            cat,
+            dfree,
+            fwd,
+        } = f;
         let mut action = match (action, action_val) {
             (Some(Action::Unknown), Some(val)) => {
                 let e = PathErr::new("a known action", self.found(val));
@@ -335,6 +314,98 @@ impl Decoder<'_> {
         }
         if let Some(s) = fwd.filter(|s| !s.is_none()) {
             t.forward_stack.push((i as u32, s));
+        }
+    }
+
+    /// One key of a trace entry into `f`; a value that cannot be used is
+    /// repaired and counted. The last of a repeated key wins, as in Python.
+    #[inline]
+    fn field(&mut self, key: Key, val: Value, f: &mut Fields) {
+        if self.is_opaque(val) {
+            return;
+        }
+        let r = match key {
+            Key::Action => {
+                f.action_val = Some(val);
+                self.action(val).map(|a| f.action = Some(a))
+            }
+            Key::Addr => self.uint(val).map(|x| f.addr = x),
+            Key::Size => self.uint(val).map(|x| f.size = Some(x)),
+            Key::Stream => self.stream(val).map(|x| f.stream = x),
+            Key::TimeUs => self.int(val).map(|x| f.time = x),
+            Key::Frames => {
+                f.stack = self.within(Seg::Key("frames"), |d| d.stack(val));
+                Ok(())
+            }
+            Key::ForwardFrames => {
+                f.fwd = Some(self.within(Seg::Key("forward_frames"), |d| d.stack(val)));
+                Ok(())
+            }
+            Key::CompileContext => {
+                f.cc = Some(self.str_or_empty(val, "compile_context"));
+                Ok(())
+            }
+            Key::UserMetadata => {
+                f.um = Some(self.str_or_empty(val, "user_metadata"));
+                Ok(())
+            }
+            Key::Category => {
+                f.cat = Some(self.str_or_empty(val, "category"));
+                Ok(())
+            }
+            Key::DeviceFree => self.uint(val).map(|x| f.dfree = Some(x)),
+            _ => Ok(()),
+        };
+        if let Err(e) = r {
+            let fix = match key {
+                Key::Addr | Key::Size => {
+                    f.unusable = true;
+                    "entry kept as unknown, not replayed"
+                }
+                Key::Action => "read as unknown",
+                Key::TimeUs | Key::DeviceFree => "read as not recorded",
+                _ => "read as 0",
+            };
+            self.repair(e.key(key.name()), fix);
+        }
+    }
+}
+
+/// What one trace entry's keys said, before the entry is checked whole.
+struct Fields {
+    action: Option<Action>,
+    /// The raw `action` value, for the repair of one that is not known.
+    action_val: Option<Value>,
+    addr: u64,
+    size: Option<u64>,
+    stream: u64,
+    time: i64,
+    /// `addr` or `size` was there but unusable.
+    unusable: bool,
+    stack: StackId,
+    cc: Option<StrId>,
+    um: Option<StrId>,
+    cat: Option<StrId>,
+    dfree: Option<u64>,
+    fwd: Option<StackId>,
+}
+
+impl Default for Fields {
+    fn default() -> Self {
+        Fields {
+            action: None,
+            action_val: None,
+            addr: 0,
+            size: None,
+            stream: 0,
+            time: NO_TIME,
+            unusable: false,
+            stack: StackId::NONE,
+            cc: None,
+            um: None,
+            cat: None,
+            dfree: None,
+            fwd: None,
         }
     }
 }
