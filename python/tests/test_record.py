@@ -590,6 +590,51 @@ def test_a_gradient_is_named_once_per_tensor_not_at_every_step() -> None:
     assert all(by_addr[p.untyped_storage().data_ptr()] == "parameter" for p in model.parameters())
 
 
+def test_the_taggers_reads_are_not_seen_by_a_torch_function_mode() -> None:
+    """The Tagger reads each parameter's gradient (``.grad``, its address,
+    offset and device) at every optimizer step. A ``TorchFunctionMode`` on
+    the stack (the CPU allocator recorder's, which takes stacks) saw each of
+    those reads: four calls per parameter, 388 a step for the GPT of
+    bench/bench_record_overhead.py, where the step itself made 1,604. The
+    reads now run with torch functions off: a step with the Tagger makes the
+    mode see what the step alone makes."""
+    from torch.overrides import TorchFunctionMode
+
+    tags_mod = importlib.import_module("vramscope._tags")
+    seen: List[str] = []
+
+    class Count(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            seen.append(getattr(func, "__name__", str(func)))
+            return func(*args, **(kwargs or {}))
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(3, 4)
+
+    def calls_per_step() -> int:
+        model(x).sum().backward()
+        seen.clear()
+        with Count():
+            opt.step()
+        opt.zero_grad(set_to_none=True)  # new gradients: each is read at the next step
+        return len(seen)
+
+    calls_per_step()  # SGD's first step (its state)
+    alone = calls_per_step()
+    tagger = tags_mod.Tagger(cuda=False)
+    tagger.install()
+    try:
+        calls_per_step()  # the first step names everything
+        before = len(tagger.rows["addr"])
+        tagged = calls_per_step()
+        named = len(tagger.rows["addr"]) - before
+    finally:
+        tagger.uninstall()
+    assert named == 4, "the step's four new gradients were named"
+    assert tagged == alone, f"the mode saw {tagged - alone} more calls with the Tagger"
+
+
 def test_tags_are_rows_where_annotations_are_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cpu_path: None) -> None:
     """The CPU recorder (and CUDA builds without ``_annotate_tensor``) write
     the tags as ``vramscope_tags`` columns, read by vramscope."""
