@@ -19,11 +19,17 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-/// A fresh temporary directory for one test.
-pub fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("vramscope-test-{name}-{}", std::process::id()));
+#[allow(unused_imports)] // (not every test binary uses both)
+pub use vramscope_testdata::{temp_dir, TestDir};
+
+/// A fresh directory shared by the tests of one binary (made once, behind a
+/// `OnceLock`), in Cargo's temporary directory for tests under `target/`:
+/// nothing drops it, so it is remade there by the next run rather than left
+/// in the system's temporary directory.
+pub fn shared_dir(name: &str) -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("vramscope-test-{name}"));
     let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("create temp dir");
+    std::fs::create_dir_all(&d).expect("create shared test dir");
     d
 }
 

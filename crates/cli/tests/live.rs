@@ -7,7 +7,7 @@ mod common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 use common::{stderr, stdout, temp_dir};
@@ -69,7 +69,7 @@ fn publisher() -> SocketAddr {
 }
 
 /// A registry directory with this process's entry pointing at `addr`.
-fn registry(name: &str, addr: SocketAddr) -> PathBuf {
+fn registry(name: &str, addr: SocketAddr) -> common::TestDir {
     let d = temp_dir(name);
     let me = std::process::id();
     let entry = serde_json::json!({

@@ -11,7 +11,7 @@ use serde_json::Value;
 fn job() -> std::path::PathBuf {
     static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
     DIR.get_or_init(|| {
-        let dir = temp_dir("ranks-job");
+        let dir = shared_dir("ranks-job");
         for rank in 0..4 {
             let name = if rank == 2 {
                 format!("node{}/mem_oom_rank_{rank}.pickle", 10 + rank)

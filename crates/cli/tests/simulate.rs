@@ -111,7 +111,7 @@ fn a_bad_setting_is_a_usage_error() {
 fn demo_file() -> String {
     static FILE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     FILE.get_or_init(|| {
-        let dir = temp_dir("simulate-demo");
+        let dir = shared_dir("simulate-demo");
         let o = vramscope(&["demo", "-o", dir.to_str().expect("utf-8")]);
         assert!(o.status.success(), "{}", stderr(&o));
         dir.join("demo_snapshot.pickle")

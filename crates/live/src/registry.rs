@@ -206,9 +206,7 @@ mod tests {
 
     #[test]
     fn live_entries_skip_stale_and_foreign_files() {
-        let d = std::env::temp_dir().join(format!("vramscope-live-reg-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
+        let d = vramscope_testdata::temp_dir("live-reg");
         let me = std::process::id();
         let write = |name: String, body: String| std::fs::write(d.join(name), body).unwrap();
         write(

@@ -151,12 +151,8 @@ fn by_address(target: &str, token: Option<&str>, dir: &Path) -> Result<Source, L
 mod tests {
     use super::*;
 
-    fn dir(name: &str) -> PathBuf {
-        let d =
-            std::env::temp_dir().join(format!("vramscope-live-unit-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
+    fn dir(name: &str) -> vramscope_testdata::TestDir {
+        vramscope_testdata::temp_dir(&format!("live-unit-{name}"))
     }
 
     fn entry(d: &Path, pid: u32, address: &str) {

@@ -3,7 +3,6 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use vramscope_live::{LiveError, Reader, ReaderOptions, Source};
@@ -194,14 +193,8 @@ fn nothing_listening_is_a_connect_error() {
     );
 }
 
-fn temp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "vramscope-live-reader-{name}-{}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn temp(name: &str) -> vramscope_testdata::TestDir {
+    vramscope_testdata::temp_dir(&format!("live-reader-{name}"))
 }
 
 fn replace(path: &std::path::Path, text: &str) {

@@ -3,10 +3,11 @@
 //! lengths; rank 5 keeps an extra tensor every iteration and runs out of
 //! memory) and from the real fixtures.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use vramscope_ranks::{ranks, RanksOptions};
 use vramscope_synth::{write_snapshot, SynthOptions};
+use vramscope_testdata::TestDir;
 
 const PLANTED: &str = "train.py:74 in accumulate_history";
 const BAD: u32 = 5;
@@ -27,14 +28,12 @@ fn write(path: &Path, rank: u32, step: u64, exit: bool) {
     write_snapshot(&opts, std::io::BufWriter::new(f)).expect("synth");
 }
 
-fn temp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("vramscope-ranks-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
+fn temp(name: &str) -> TestDir {
+    vramscope_testdata::temp_dir(&format!("ranks-{name}"))
 }
 
 /// `layout(rank, step, exit)` → the file's path under the root.
-fn job(name: &str, layout: impl Fn(u32, u64, bool) -> String) -> PathBuf {
+fn job(name: &str, layout: impl Fn(u32, u64, bool) -> String) -> TestDir {
     let root = temp(name);
     for rank in 0..8 {
         for step in [10, 20] {
@@ -117,7 +116,6 @@ fn megatron_names() {
 #[test]
 fn real_files_as_ranks_keep_their_own_figures() {
     let root = temp("real");
-    std::fs::create_dir_all(&root).expect("mkdir");
     let names = [
         "wedsonlin_medium_1024_training_memory_snapshot.pickle.gz",
         "wedsonlin_medium_512_inference_memory_snapshot.pickle.gz",
@@ -131,7 +129,7 @@ fn real_files_as_ranks_keep_their_own_figures() {
         .expect("copy");
     }
     let r = ranks(
-        &[root],
+        &[root.to_path_buf()],
         &RanksOptions {
             jobs: 2,
             ..Default::default()

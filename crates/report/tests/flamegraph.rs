@@ -172,8 +172,10 @@ fn golden_svg() {
 
 /// Well-formed XML per CPython's expat; skipped without python3 unless in CI.
 fn well_formed(svg: &str) {
-    let dir = std::env::temp_dir().join(format!("vramscope-flame-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    // One directory per call: the tests run on parallel threads.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = vramscope_testdata::temp_dir(&format!("flame-{n}"));
     let path = dir.join(format!("{:x}.svg", svg.len()));
     std::fs::write(&path, svg).expect("write svg");
     let out = Command::new("python3")

@@ -136,3 +136,45 @@ pub fn reference_counts() -> Vec<ReferenceCounts> {
         })
         .collect()
 }
+
+/// A fresh directory for one test under the system's temporary directory
+/// (`vramscope-test-{name}-{pid}`), removed when dropped; kept when the test
+/// fails (the drop runs while panicking), to look at what it wrote.
+///
+/// ```
+/// let d = vramscope_testdata::temp_dir("doc");
+/// std::fs::write(d.join("a.txt"), "x").unwrap();
+/// let path = d.to_path_buf();
+/// drop(d);
+/// assert!(!path.exists());
+/// ```
+pub fn temp_dir(name: &str) -> TestDir {
+    let d = std::env::temp_dir().join(format!("vramscope-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("cannot create {}: {e}", d.display()));
+    TestDir(d)
+}
+
+/// See [`temp_dir`].
+pub struct TestDir(PathBuf);
+
+impl std::ops::Deref for TestDir {
+    type Target = PathBuf;
+    fn deref(&self) -> &PathBuf {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for TestDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
