@@ -12,8 +12,9 @@ use vramscope_snapshot::Snapshot;
 
 use super::checkpoint::Blocks;
 use super::{
-    answer, fewest_blocks, program_candidates, rank, Advice, Advising, Candidate, ChangeClass,
-    NotOffered,
+    fewest_blocks, program_candidates,
+    verdict::{answer, rank},
+    Advice, Advising, Candidate, ChangeClass, NotOffered,
 };
 use crate::settings::Settings;
 
