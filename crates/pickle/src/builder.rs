@@ -4,6 +4,7 @@
 //! store bare ids and share the run of a list with the same items, and a
 //! container filled in one batch needs no chunk record.
 
+use crate::document::*;
 use crate::hash::FxHashMap;
 use crate::value::*;
 

@@ -18,6 +18,7 @@
 //! ```
 
 mod builder;
+mod document;
 mod error;
 pub mod hash;
 mod ops;
@@ -28,9 +29,9 @@ mod vm;
 pub mod writer;
 
 pub use builder::DocumentBuilder;
-pub use error::PickleError;
-pub use value::{
-    CapacityError, ContainerId, ContainerKind, Document, Items, Opaque, Pairs, Skipped, Truncation,
-    Val, Value, MAX_SKIPPED_RECORDS,
+pub use document::{
+    CapacityError, Document, Items, Pairs, Skipped, Truncation, MAX_SKIPPED_RECORDS,
 };
+pub use error::PickleError;
+pub use value::{ContainerId, ContainerKind, Opaque, Val, Value};
 pub use vm::{parse, parse_with, ParseOptions};

@@ -21,11 +21,12 @@
 use std::collections::HashMap;
 
 use crate::builder::{short_key, DocumentBuilder};
+use crate::document::{Document, Truncation};
 use crate::error::PickleError;
 use crate::ops::*;
 use crate::prefault;
 use crate::text;
-use crate::value::{ContainerKind, Document, Opaque, Truncation, Val, Value, SHORT_STR};
+use crate::value::{ContainerKind, Opaque, Val, Value, SHORT_STR};
 
 /// Options for [`parse_with`]. `Default` gives the documented defaults.
 pub struct ParseOptions<'a> {
