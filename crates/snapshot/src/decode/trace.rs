@@ -245,7 +245,10 @@ impl Decoder<'_> {
         let doc = self.doc;
         let mut f = Fields::default();
         if let Some((shape, vals)) = doc.shaped_dict(c) {
-            // The keys of the shape, resolved once for all its entries.
+            // The keys of the shape, resolved once for all its entries
+            // (taken out while the fields are read, which borrows the
+            // decoder; the length test keeps a plan that is not there from
+            // passing for one).
             let keys = std::mem::take(&mut self.shape_plan);
             let keys = if self.plan_shape == Some(shape) && keys.len() == vals.len() {
                 keys
