@@ -242,16 +242,9 @@ impl<'i> Vm<'i> {
                         self.stack.push(v);
                         continue;
                     }
+                    // Near the end of the input, and longer integers.
                     let bytes = self.take(n, "LONG1")?;
-                    let v = if (1..=8).contains(&n) {
-                        let mut buf = [0u8; 8];
-                        buf[..n].copy_from_slice(bytes);
-                        let shift = 64 - 8 * n as u32;
-                        let x = (i64::from_le_bytes(buf) << shift) >> shift;
-                        self.b.int(x)
-                    } else {
-                        self.b.int_from_le_bytes(bytes)
-                    };
+                    let v = self.b.int_from_le_bytes(bytes);
                     self.stack.push(v);
                 }
                 LONG4 => {
