@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Optional, Sequence, Union
 
 from . import _native
+from ._files import write_text_atomic
 from ._native import SnapshotError
 
 __version__ = _native.__version__
@@ -235,9 +236,7 @@ class Snapshot:
         """Write the HTML report (default: beside the snapshot, `.html`) and return its path."""
         out = Path(path) if path is not None else _default_report_path(self.path)
         text = self.report_html(device, title or Path(self.path).name)
-        tmp = out.with_name(out.name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, out)
+        write_text_atomic(str(out), text)
         return out
 
     def _repr_html_(self) -> str:

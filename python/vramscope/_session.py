@@ -7,19 +7,18 @@ from __future__ import annotations
 
 import bisect
 import collections
-import functools
 import gc
 import os
-import pickle
 import sys
-import tempfile
 import threading
 import time
 import weakref
 from typing import Any, Callable, Deque, Dict, List, Optional
 
+from ._backend import RECORDER_NAMES, choose_backend
 from ._compile import skip_frames
 from ._cuda import CudaRecorder, attach_oom_observer
+from ._files import periodic_path, write_atomic
 from ._holders import Sampler, find_holders
 from ._hooks import compiles
 from ._rank import expand_path
@@ -561,52 +560,6 @@ class _Session:
                     pass
 
 
-# The snapshot's ``vramscope.recorder`` for each backend.
-RECORDER_NAMES = {
-    "cuda": "cuda-allocator-history",
-    "xpu": "xpu-allocator-history",
-    "allocator": "cpu-allocator",
-    "dispatch": "dispatch",
-    "profiler": "cpu-profiler",
-}
-
-
-def choose_backend(backend: str, device: Optional[str] = None) -> str:
-    """The backend ``record(backend=...)`` runs: ``auto`` is the allocator
-    history of CUDA or XPU where present, else on the CPU the allocator
-    hooks where they install, else the dispatcher."""
-    import torch
-
-    def has_history(name: str) -> bool:
-        mod = getattr(torch, name, None)
-        try:
-            return bool(mod is not None and mod.is_available() and hasattr(mod.memory, "_record_memory_history"))
-        except Exception:  # noqa: BLE001 - a broken device module is an absent one
-            return False
-
-    if backend == "auto":
-        for name in ("cuda", "xpu"):
-            if has_history(name):
-                return name
-        from ._dispatch import pick_device
-
-        if device in (None, "cpu") and pick_device() == "cpu":
-            from ._allocator import available
-
-            if available() is None:
-                return "allocator"
-        return "dispatch"
-    if backend == "allocator":
-        from ._allocator import available
-
-        why = available()
-        if why is not None:
-            raise RuntimeError(f"backend='allocator': {why}; use backend='dispatch'")
-    if backend in ("cuda", "xpu") and not has_history(backend):
-        raise RuntimeError(f"backend={backend!r}: this PyTorch has no {backend} device with an allocator history; use backend='dispatch'")
-    return backend
-
-
 def _is_oom(exc: BaseException) -> bool:
     """An out-of-memory error of any device: ``torch.OutOfMemoryError``,
     Python's ``MemoryError``, or the CPU allocator's ``RuntimeError``."""
@@ -614,52 +567,6 @@ def _is_oom(exc: BaseException) -> bool:
         return True
     text = str(exc)[:500].lower()
     return isinstance(exc, RuntimeError) and ("out of memory" in text or "not enough memory" in text)
-
-
-def periodic_path(path: str, n: int) -> str:
-    """``out.pickle`` -> ``out.step000123.pickle`` for step 123."""
-    root, ext = os.path.splitext(path)
-    return f"{root}.step{n:06d}{ext}"
-
-
-def write_atomic(path: str, obj: Any) -> None:
-    """Pickle ``obj`` to ``path`` so that ``path`` is always either the old
-    file or the complete new one: a dot-named temporary file in the same
-    directory (same filesystem), fsync, rename, fsync of the directory."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            # The interpreter's default protocol, as torch.cuda.memory._dump_snapshot writes.
-            pickle.dump(obj, f, protocol=pickle.DEFAULT_PROTOCOL)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; match a plain open()
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    try:
-        dir_fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # not possible on every platform; the rename is still atomic
-        return
-    try:
-        os.fsync(dir_fd)
-    except OSError:
-        pass
-    finally:
-        os.close(dir_fd)
-
-
-@functools.lru_cache(maxsize=1)
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _now_us() -> int:

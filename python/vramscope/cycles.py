@@ -41,6 +41,7 @@ import threading
 import types
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
+from ._files import write_text_atomic
 from ._objgraph import allocation_stacks, _is_tensor, build_graph, held_tensors, reachable
 
 __all__ = ["watch", "stop", "find", "Watcher", "CycleReport", "warn_tensor_cycles"]
@@ -88,7 +89,7 @@ class CycleReport:
 
     def write_html(self, path: str | os.PathLike) -> str:
         path = os.fspath(path)
-        _write_atomic(path, self.html())
+        write_text_atomic(path, self.html())
         return path
 
     def __repr__(self) -> str:
@@ -316,8 +317,8 @@ class Watcher:
         path = os.path.join(self.out_dir, f"cycle-{sig}.html")
         one = dict(self.report or {}, findings=[finding])
         one_json = json.dumps(one)
-        _write_atomic(path, _native.cycles_html(one_json, "vramscope: reference cycle holding tensors"))
-        _write_atomic(path[: -len(".html")] + ".dot", _native.cycles_dot(one_json, 0))
+        write_text_atomic(path, _native.cycles_html(one_json, "vramscope: reference cycle holding tensors"))
+        write_text_atomic(path[: -len(".html")] + ".dot", _native.cycles_dot(one_json, 0))
         self.files[finding["signature"]] = path
         return path
 
@@ -355,13 +356,6 @@ def _release(garbage: List[Any]) -> None:
         except Exception:  # noqa: BLE001 - objects that refuse are left to the collector
             pass
     garbage.clear()
-
-
-def _write_atomic(path: str, text: str) -> None:
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 _watcher: Optional[Watcher] = None

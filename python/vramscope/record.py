@@ -46,7 +46,8 @@ from typing import Any, Callable, Dict, Optional, TypeVar
 from ._env import STACKS_CHOICES, read_env
 from ._rank import expand_path, parse_ranks, rank_info
 from ._session import _is_oom, _Session, _Span
-from ._session import choose_backend, periodic_path, write_atomic  # noqa: F401 - part of this module's API
+from ._backend import choose_backend  # noqa: F401 - part of this module's API
+from ._files import periodic_path, write_atomic  # noqa: F401 - part of this module's API
 
 __all__ = ["record", "start", "stop", "dump", "step", "mark", "is_recording", "live_state"]
 
