@@ -9,7 +9,7 @@
 //!   lifetimes, and memory that grows from one iteration to the next.
 //! * [`categories`]: what each block is (parameter, gradient, optimizer
 //!   state, activation, …), given by the recorder or the profiler, or inferred.
-//! * [`diff`]: what is alive in one snapshot (or moment) and not in another.
+//! * [`diff()`]: what is alive in one snapshot (or moment) and not in another.
 //! * [`optimizers`]: which optimizers ran and the state each keeps.
 //!
 //! ```no_run

@@ -3,8 +3,8 @@
 //! Training frameworks dump one snapshot per rank, and none stores the
 //! rank inside the file: [`names`] reads rank, step and "dumped at exit"
 //! from the path names of torchtitan, torchtune, Megatron-LM and Composer.
-//! [`scan`] reads the files in parallel with a few in memory at a time and
-//! reduces each to its figures; [`compare`] sets the ranks side by side.
+//! [`scan()`] reads the files in parallel with a few in memory at a time and
+//! reduces each to its figures; [`compare()`] sets the ranks side by side.
 //!
 //! ```no_run
 //! use vramscope_ranks::{ranks, RanksOptions};

@@ -27,7 +27,7 @@ pub struct Replayed {
     pub matched_segment_events: usize,
     /// Reserved bytes when the trace starts (from the dumped segments, with
     /// the trace undone): the model starts with those segments, and in them
-    /// the blocks in use then ([`seed`]).
+    /// the blocks in use then (`seed`).
     pub initial_reserved: u64,
     /// Blocks in use at the start that no seeded segment could hold.
     pub seed_misses: usize,
@@ -83,7 +83,7 @@ pub struct ReplaySetup<'a> {
     /// ones ([`crate::horizon`]).
     pub tail: Option<&'a Tail>,
     /// Start from an empty cache, the blocks in use when the trace starts
-    /// allocated first ([`crate::start::seed_cold`]), instead of from the
+    /// allocated first (`start::seed_cold`), instead of from the
     /// file's segments: how a program change is replayed as if made from
     /// the program's start.
     pub cold_start: bool,

@@ -8,7 +8,7 @@
 //!    the optimizer's state.
 //! 2. **Profiler labels**: the `category` of snapshots built from a profiler
 //!    run or read from a profiler's memory timeline.
-//! 3. **Inference** ([`infer`]) for any other snapshot, from the phase each
+//! 3. **Inference** (`infer`) for any other snapshot, from the phase each
 //!    block was allocated and freed in ([`phases`]) and from sizes mirrored
 //!    between parameters and gradients; `unknown` where the evidence is not
 //!    there.
