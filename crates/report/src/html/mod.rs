@@ -25,7 +25,24 @@ use vramscope_text::escape::markup;
 pub use blob::base64;
 
 const TEMPLATE: &str = include_str!("../../assets/report.html");
-const SCRIPT: &str = include_str!("../../assets/report.js");
+/// The page's script: one function (`0_core.js` opens it, `5_navigation.js`
+/// closes it) written in parts by concept, so the parts share its closure
+/// as one file would. Each part starts with its `// ---------- ... ----------`
+/// heading.
+const SCRIPT: &str = concat!(
+    // formatting, data, state, stacks, axes
+    include_str!("../../assets/report/0_core.js"),
+    // the timeline: drawing, minimap, hit testing
+    include_str!("../../assets/report/1_timeline.js"),
+    // one allocation, alive at a time, the allocator's segments
+    include_str!("../../assets/report/2_details.js"),
+    // Leaks, Diff, OOM, Simulate, What to do
+    include_str!("../../assets/report/3_panels.js"),
+    // facts, file panel, legend, categories, search
+    include_str!("../../assets/report/4_facts.js"),
+    // navigation, test and automation hooks, start
+    include_str!("../../assets/report/5_navigation.js"),
+);
 const STYLE: &str = include_str!("../../assets/report.css");
 
 /// Options of `vramscope report`. `Default` gives the documented defaults.
