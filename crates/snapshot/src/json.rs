@@ -92,11 +92,28 @@ impl<'de> Visitor<'de> for Seed<'_> {
     }
 }
 
-/// A pickled value as JSON, `depth` levels deep at most (deeper: `null`).
-pub(crate) fn to_json(doc: &Document, v: Value, depth: usize) -> J {
-    if depth == 0 {
+/// A pickled value as JSON, `depth` levels deep at most (deeper: `null`),
+/// and no more values than the file itself holds; the second item says
+/// whether that cap cut it. A pickle's memo lets one value be referenced any
+/// number of times, so a file of a few MB can stand for a tree of billions
+/// of values (a list that holds the one before it twice, thirty deep):
+/// converted in full, a damaged 1.8 MB file took 14 GB before it was
+/// stopped. A field of a real file is a part of the file.
+pub(crate) fn to_json(doc: &Document, v: Value, depth: usize) -> (J, bool) {
+    // About half the values of the file (a value takes 8 bytes of the arena
+    // or more): a converted value costs a few hundred bytes, so a damaged
+    // 1.8 MB file converts in 0.2 s and 130 MB. The largest field of the
+    // test files converts to 8,822 values, of 485,000 allowed.
+    let mut left = (doc.heap_bytes() / 16).max(1 << 16);
+    let j = convert(doc, v, depth, &mut left);
+    (j, left == 0)
+}
+
+fn convert(doc: &Document, v: Value, depth: usize, left: &mut usize) -> J {
+    if depth == 0 || *left == 0 {
         return J::Null;
     }
+    *left -= 1;
     match doc.get(v) {
         Val::None => J::Null,
         Val::Bool(b) => J::Bool(b),
@@ -106,17 +123,27 @@ pub(crate) fn to_json(doc: &Document, v: Value, depth: usize) -> J {
         Val::Str(s) => J::String(s.to_owned()),
         Val::Bytes(b) | Val::ByteArray(b) => J::String(String::from_utf8_lossy(b).into_owned()),
         Val::List(c) | Val::Tuple(c) | Val::Set(c) | Val::FrozenSet(c) => {
-            J::Array(doc.items(c).map(|x| to_json(doc, x, depth - 1)).collect())
+            let mut out = Vec::new();
+            for x in doc.items(c) {
+                if *left == 0 {
+                    break;
+                }
+                out.push(convert(doc, x, depth - 1, left));
+            }
+            J::Array(out)
         }
         Val::Dict(c) => {
             let mut m = serde_json::Map::new();
             for (k, x) in doc.pairs(c) {
+                if *left == 0 {
+                    break;
+                }
                 let key = match doc.get(k) {
                     Val::Str(s) => s.to_owned(),
                     Val::Int(i) => i.to_string(),
                     other => other.type_name().to_owned(),
                 };
-                m.insert(key, to_json(doc, x, depth - 1));
+                m.insert(key, convert(doc, x, depth - 1, left));
             }
             J::Object(m)
         }

@@ -203,9 +203,8 @@ impl<'d> Decoder<'d> {
                             tags = self.within(Seg::Key("vramscope_tags"), |d| d.tags(v));
                         }
                         Key::Vramscope => {
-                            recorder = crate::RecorderInfo::from_json(&crate::json::to_json(
-                                self.doc, v, 10,
-                            ));
+                            let json = self.json_of("vramscope", v, 10);
+                            recorder = crate::RecorderInfo::from_json(&json);
                         }
                         _ => {}
                     }
@@ -416,11 +415,24 @@ impl<'d> Decoder<'d> {
         Ok(Action::ALL[self.action_map[i] as usize])
     }
 
-    fn settings(&self, v: Value) -> Option<serde_json::Map<String, serde_json::Value>> {
-        match crate::json::to_json(self.doc, v, 16) {
+    fn settings(&mut self, v: Value) -> Option<serde_json::Map<String, serde_json::Value>> {
+        match self.json_of("allocator_settings", v, 16) {
             serde_json::Value::Object(m) => Some(m),
             _ => None,
         }
+    }
+
+    /// The field `key` as JSON ([`crate::json::to_json`]), with a warning
+    /// where the cap on its size cut it.
+    fn json_of(&mut self, key: &str, v: Value, depth: usize) -> serde_json::Value {
+        let (json, cut) = crate::json::to_json(self.doc, v, depth);
+        if cut {
+            self.warnings.push(format!(
+                "`{key}` refers to more values than the whole file holds (a damaged file whose \
+                 references repeat one another); read up to that size, the rest left out"
+            ));
+        }
+        json
     }
 }
 
