@@ -295,8 +295,14 @@ impl Allocator {
         let addr = match self.hint.take() {
             Some((size, at)) if size == seg && self.vacant(at, seg) => at,
             _ => {
-                let a = self.next_address;
-                self.next_address += seg.div_ceil(2 << 20) * (2 << 20);
+                // Past any segment put where the recording had it (a hint
+                // above the model's own addresses): two segments over the
+                // same bytes break the model.
+                let mut a = self.next_address;
+                while let Some(end) = self.overlap_end(a, seg) {
+                    a = end.div_ceil(2 << 20) * (2 << 20);
+                }
+                self.next_address = a + seg.div_ceil(2 << 20) * (2 << 20);
                 a
             }
         };
@@ -318,9 +324,15 @@ impl Allocator {
     }
 
     /// Whether no segment of the model overlaps `[addr, addr + size)`.
-    fn vacant(&self, addr: u64, size: u64) -> bool {
-        let before = self.segments.range(..addr + size).next_back();
-        before.is_none_or(|(&b, &n)| b + n <= addr)
+    pub(crate) fn vacant(&self, addr: u64, size: u64) -> bool {
+        self.overlap_end(addr, size).is_none()
+    }
+
+    /// The end of the highest segment that overlaps `[addr, addr + size)`,
+    /// if one does.
+    fn overlap_end(&self, addr: u64, size: u64) -> Option<u64> {
+        let (&b, &n) = self.segments.range(..addr + size).next_back()?;
+        (b + n > addr).then_some(b + n)
     }
 
     /// `alloc_found_block`: mark the block at `addr` allocated for `size`
@@ -434,6 +446,54 @@ impl Allocator {
 mod tests {
     use super::*;
     use crate::settings::MIB;
+
+    /// A segment put where the recording had it can lie ahead of the
+    /// model's own addresses; the model's next segments go past it rather
+    /// than over it. (Found on a cut file: two segments over the same bytes
+    /// left a free block the model had lost, and the replay panicked.)
+    #[test]
+    fn segments_never_overlap_one_put_where_the_recording_had_it() {
+        let mut a = Allocator::new(Settings::default(), None);
+        let first = a.malloc(30 * MIB, 0).expect("fits");
+        // The recording's next segment, 60 MiB above the first.
+        a.hint_segment(40 * MIB, first + 60 * MIB);
+        let hinted = a.malloc(40 * MIB, 0).expect("fits");
+        assert_eq!(hinted, first + 60 * MIB);
+        // The model's own segments: the third would run into the hinted one.
+        let mut mine = Vec::new();
+        for _ in 0..4 {
+            mine.push(a.malloc(30 * MIB, 0).expect("fits"));
+        }
+        let segs: Vec<(u64, u64)> = a.segments.iter().map(|(&b, &n)| (b, n)).collect();
+        for w in segs.windows(2) {
+            assert!(w[0].0 + w[0].1 <= w[1].0, "segments overlap: {segs:x?}");
+        }
+        for (i, &m) in mine.iter().enumerate() {
+            assert!(
+                m + 30 * MIB <= hinted || m >= hinted + 40 * MIB,
+                "segment {i} at {m:#x} is inside the hinted one"
+            );
+        }
+        // Every block freed merges back into whole segments.
+        for m in mine.into_iter().chain([first, hinted]) {
+            a.free(m);
+        }
+        assert_eq!(a.allocated, 0);
+        assert_eq!(a.free.iter().map(|p| p.len()).sum::<usize>(), segs.len());
+    }
+
+    /// Two segments of a damaged file over the same bytes: the second is
+    /// left out of the start state.
+    #[test]
+    fn a_seeded_segment_over_another_is_left_out() {
+        let mut a = Allocator::new(Settings::default(), None);
+        a.seed_segment(1 << 32, 20 * MIB, 0, false);
+        a.seed_segment((1 << 32) + 2 * MIB, 20 * MIB, 0, false);
+        a.seed_segment((1 << 32) - 2 * MIB, 4 * MIB, 0, false);
+        a.seed_segment((1 << 32) + 20 * MIB, 2 * MIB, 0, true);
+        assert_eq!(a.segments.len(), 2);
+        assert_eq!(a.reserved, 22 * MIB);
+    }
 
     #[test]
     fn best_fit_split_merge_and_release() {

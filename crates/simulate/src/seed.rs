@@ -8,8 +8,12 @@ use crate::model::{Allocator, Block};
 impl Allocator {
     /// A segment that existed before the replay, at its recorded address:
     /// one free block (`seed_allocated` then carves out what was in use).
+    /// One that overlaps a segment already seeded is left out: only a
+    /// damaged file gives two (a trace cut short, whose segment freed at an
+    /// address is back in the dump, made again after the cut in a size of
+    /// its own), and two blocks over the same bytes break the model.
     pub fn seed_segment(&mut self, addr: u64, size: u64, stream: u64, small: bool) {
-        if size == 0 || self.blocks.contains_key(&addr) {
+        if size == 0 || self.blocks.contains_key(&addr) || !self.vacant(addr, size) {
             return;
         }
         self.blocks
