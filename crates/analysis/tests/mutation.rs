@@ -1,7 +1,8 @@
-//! Bounded-time mutation test of the whole read path: real snapshots with
-//! random byte flips, insertions, deletions and truncations go through the
-//! snapshot decoder and the full summary. Nothing may panic; every failure
-//! must be an error value. `VRAMSCOPE_MUTATION_ITERS` raises the count.
+//! Bounded-time mutation test of the whole read path: real snapshots and a
+//! recorder's file with random byte flips, insertions, deletions, repeated
+//! runs and truncations go through the snapshot decoder, the full summary
+//! and the leak finder. Nothing may panic; every failure must be an error
+//! value. `VRAMSCOPE_MUTATION_ITERS` raises the count.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -30,12 +31,19 @@ fn mutate(rng: &mut Rng, seed: &[u8]) -> Vec<u8> {
             break;
         }
         let at = rng.below(v.len());
-        match rng.below(5) {
+        match rng.below(6) {
             0 => v[at] = rng.next() as u8,
             1 => v[at] ^= 1 << rng.below(8),
             2 => v.insert(at, rng.next() as u8),
             3 => {
                 v.remove(at);
+            }
+            // A run of bytes repeated: values and memo references written
+            // twice (how a 1.8 MB file came to stand for billions of values).
+            4 => {
+                let end = (at + 1 + rng.below(64)).min(v.len());
+                let run = v[at..end].to_vec();
+                v.splice(at..at, run);
             }
             _ => v.truncate(at.max(1)),
         }
@@ -51,6 +59,9 @@ fn seeds() -> Vec<(String, Vec<u8>)> {
     ] {
         out.push((name.to_owned(), vramscope_testdata::real_bytes(name)));
     }
+    // A recorder's file: its `vramscope` dict is read whole.
+    let name = "corpus_accelerate_traceback_kept.pickle";
+    out.push((name.to_owned(), vramscope_testdata::recorded_bytes(name)));
     // A small JSON snapshot with every optional field, so mutations hit the
     // JSON path and the rarer keys too.
     out.push((

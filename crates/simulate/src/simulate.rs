@@ -285,7 +285,9 @@ pub fn simulate(snap: &Snapshot, opts: &SimulateOptions) -> Result<Simulation, S
                 })
             })
             .collect();
-        handles.into_iter().filter_map(|h| h.join().ok()).collect()
+        // A run that panicked is a bug of the model: raised here, not
+        // dropped from the comparison without a word.
+        handles.into_iter().map(joined).collect()
     });
     runs[1..].sort_by_key(|r| (r.replayed.oom.is_some(), r.replayed.simulated_peak_reserved));
     let mut must_go = Vec::new();
@@ -316,10 +318,7 @@ pub fn simulate(snap: &Snapshot, opts: &SimulateOptions) -> Result<Simulation, S
                         })
                     })
                     .collect();
-                handles
-                    .into_iter()
-                    .filter_map(|h| h.join().ok().flatten())
-                    .collect()
+                handles.into_iter().filter_map(joined).collect()
             });
         }
     }
@@ -397,4 +396,9 @@ fn recorded_oom(snap: &Snapshot, device: u32) -> Option<RecordedOom> {
         device_total,
         outside: device_total.zip(capacity).map(|(t, c)| t.saturating_sub(c)),
     })
+}
+
+/// A thread's result, or its panic raised again on the caller's thread.
+pub(crate) fn joined<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
+    h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
 }

@@ -55,8 +55,21 @@ pub fn gpu(name: &str) -> PathBuf {
 
 /// The file's bytes as PyTorch wrote them (decompressed).
 pub fn real_bytes(name: &str) -> Vec<u8> {
-    let p = real(name);
-    let raw = std::fs::read(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()));
+    decompressed(&real(name))
+}
+
+/// The bytes of a recorder's file ([`recorded`]), decompressed.
+pub fn recorded_bytes(name: &str) -> Vec<u8> {
+    decompressed(&recorded(name))
+}
+
+/// The bytes of a GPU recording ([`gpu`]), decompressed.
+pub fn gpu_bytes(name: &str) -> Vec<u8> {
+    decompressed(&gpu(name))
+}
+
+fn decompressed(p: &Path) -> Vec<u8> {
+    let raw = std::fs::read(p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()));
     if !raw.starts_with(&[0x1f, 0x8b]) {
         return raw;
     }

@@ -385,7 +385,7 @@ pub fn advise_with(snap: &Snapshot, sim: &Simulation, labelled: &Labelled, ranks
             .map(|c| scope.spawn(|| evaluate(snap, sim, c)))
             .collect();
         let baseline = evaluate(snap, sim, &baseline_candidate);
-        let rest: Vec<(Advice, u64)> = handles.into_iter().filter_map(|h| h.join().ok()).collect();
+        let rest: Vec<(Advice, u64)> = handles.into_iter().map(crate::simulate::joined).collect();
         (baseline, rest)
     });
     let (baseline, mut evaluated) = evaluated;
