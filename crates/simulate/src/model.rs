@@ -493,6 +493,11 @@ mod tests {
         a.seed_segment((1 << 32) + 20 * MIB, 2 * MIB, 0, true);
         assert_eq!(a.segments.len(), 2);
         assert_eq!(a.reserved, 22 * MIB);
+        // A block of no size in use is left out; one of some size is carved.
+        assert!(!a.seed_allocated(1 << 32, 0));
+        assert!(a.seed_allocated(1 << 32, MIB));
+        let x = a.malloc(19 * MIB, 0).expect("the rest of the segment");
+        assert_eq!(x, (1 << 32) + MIB);
     }
 
     #[test]

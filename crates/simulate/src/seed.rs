@@ -88,8 +88,12 @@ impl Allocator {
 
     /// A block in use before the replay: `size` bytes at `addr`, taken out
     /// of the free seeded block that holds them. Returns false when no free
-    /// block holds them.
+    /// block holds them, or `size` is 0 (a damaged file's block: it would
+    /// take the address of the free rest after it).
     pub fn seed_allocated(&mut self, addr: u64, size: u64) -> bool {
+        if size == 0 {
+            return false;
+        }
         let holder = self
             .free
             .iter()
