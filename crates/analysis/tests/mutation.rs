@@ -9,20 +9,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use vramscope_analysis::leaks::{find_leaks, LeakOptions};
 use vramscope_analysis::{summarize, SummaryOptions};
 use vramscope_snapshot::{decode_bytes, LoadOptions};
-
-/// xorshift64*: deterministic, dependency-free.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
+use vramscope_testdata::Rng;
 
 fn mutate(rng: &mut Rng, seed: &[u8]) -> Vec<u8> {
     let mut v = seed.to_vec();

@@ -17,6 +17,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use vramscope_pickle::{Document, Opaque, ParseOptions, PickleError, Val, Value};
+use vramscope_testdata::Rng;
 
 // ----- allocation accounting (per thread, so parallel tests do not interfere) -----
 
@@ -561,27 +562,6 @@ fn every_truncation_of_real_looking_pickles() {
 }
 
 // ----- mutation -----
-
-/// xorshift64*.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        if n == 0 {
-            0
-        } else {
-            (self.next() % n as u64) as usize
-        }
-    }
-}
 
 const INTERESTING_BYTES: &[u8] = &[
     0x00, 0x01, 0x7f, 0x80, 0xff, b'(', b'.', b'0', b'1', b'2', b'a', b'e', b'h', b'j', b'q', b'r',

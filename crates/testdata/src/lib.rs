@@ -10,6 +10,9 @@
 //! assert_eq!(counts.len(), vramscope_testdata::real_snapshots().len());
 //! ```
 
+mod rng;
+pub use rng::Rng;
+
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
