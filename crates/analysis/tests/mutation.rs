@@ -19,9 +19,9 @@ fn mutate(rng: &mut Rng, seed: &[u8]) -> Vec<u8> {
         }
         let at = rng.below(v.len());
         match rng.below(6) {
-            0 => v[at] = rng.next() as u8,
+            0 => v[at] = rng.next_u64() as u8,
             1 => v[at] ^= 1 << rng.below(8),
-            2 => v.insert(at, rng.next() as u8),
+            2 => v.insert(at, rng.next_u64() as u8),
             3 => {
                 v.remove(at);
             }

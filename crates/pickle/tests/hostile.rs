@@ -602,7 +602,7 @@ fn mutate(rng: &mut Rng, seed: &[u8]) -> Vec<u8> {
             2 => {
                 if len > 0 {
                     let i = rng.below(len);
-                    b[i] = rng.next() as u8;
+                    b[i] = rng.next_u64() as u8;
                 }
             }
             3 => {
@@ -619,7 +619,7 @@ fn mutate(rng: &mut Rng, seed: &[u8]) -> Vec<u8> {
                         if rng.below(2) == 0 {
                             INTERESTING_BYTES[rng.below(INTERESTING_BYTES.len())]
                         } else {
-                            rng.next() as u8
+                            rng.next_u64() as u8
                         }
                     })
                     .collect();

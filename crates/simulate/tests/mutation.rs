@@ -69,7 +69,7 @@ fn mutated_files_never_panic_the_model() {
             let at = rng.below(v.len());
             match rng.below(4) {
                 0 => v[at] ^= 1 << rng.below(8),
-                1 => v[at] = rng.next() as u8,
+                1 => v[at] = rng.next_u64() as u8,
                 // A run of bytes repeated: memo references and whole values
                 // written twice.
                 2 => {
