@@ -635,39 +635,6 @@ def test_the_taggers_reads_are_not_seen_by_a_torch_function_mode() -> None:
     assert tagged == alone, f"the mode saw {tagged - alone} more calls with the Tagger"
 
 
-@pytest.mark.parametrize("backend", ["allocator", "dispatch"])
-def test_a_step_is_not_seen_by_a_torch_function_mode(tmp_path: Path, backend: str) -> None:
-    """``vramscope.step()`` closes one iteration's ``record_function`` range
-    and opens the next: two profiler ops that a ``TorchFunctionMode`` on the
-    stack (the allocator recorder's own, or the program's) saw, 28 us of a
-    44 us step on the CPU recorder. They run with torch functions off now;
-    the iterations are still in the snapshot."""
-    from torch.overrides import TorchFunctionMode
-
-    from vramscope import _allocator
-
-    if backend == "allocator" and _allocator.available() is not None:
-        pytest.skip(_allocator.available())
-    seen: List[str] = []
-
-    class Count(TorchFunctionMode):
-        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-            seen.append(getattr(func, "__name__", str(func)))
-            return func(*args, **(kwargs or {}))
-
-    path = tmp_path / "steps.pickle"
-    with vr.record(path, backend=backend, collect_cycles=False):
-        x = torch.ones(100)
-        for _ in range(3):
-            y = x * 2  # (an iteration that allocates nothing is left out)
-            with Count():
-                vr.step()
-        del x, y
-    assert seen == [], f"the mode saw {seen}"
-    names = [(n, stage) for n, stage, _t in step_annotations(load_snapshot(path))]
-    assert names[:6] == [(f"ProfilerStep#{i}", s) for i in (1, 2, 3) for s in ("START", "END")], names
-
-
 def test_tags_are_rows_where_annotations_are_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cpu_path: None) -> None:
     """The CPU recorder (and CUDA builds without ``_annotate_tensor``) write
     the tags as ``vramscope_tags`` columns, read by vramscope."""
