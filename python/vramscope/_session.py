@@ -22,7 +22,6 @@ from ._files import periodic_path, write_atomic
 from ._holders import Sampler, find_holders
 from ._hooks import compiles
 from ._rank import expand_path
-from ._tags import _reads_only
 
 # Name of the annotation around a cycle collection that freed objects.
 GC_ANNOTATION = "gc.collect"
@@ -45,14 +44,12 @@ class _Span:
         self._rf: Any = None
         self.enter()
 
-    @_reads_only
     def enter(self) -> None:
         from torch.autograd.profiler import record_function
 
         self._rf = record_function(self.name)
         self._rf.__enter__()
 
-    @_reads_only
     def exit(self) -> None:
         rf, self._rf = self._rf, None
         if rf is not None:

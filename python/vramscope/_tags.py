@@ -56,14 +56,12 @@ def _now_us() -> int:
 
 
 def _reads_only(fn: Any) -> Any:
-    """Run ``fn`` with torch function handling off, for vramscope's own
-    calls that allocate nothing. A recorder's ``TorchFunctionMode`` (the CPU
-    allocator's stacks) would see each of them: the Tagger's reads of
-    tensors (``.grad``, ``data_ptr``, ``storage_offset``, the device), four
-    per parameter at every optimizer step, 388 calls a step for a GPT of 77
-    parameters where the model's own step made 1,604 (1.2 ms of a 15 ms CPU
-    step); the iteration's ``record_function`` range, two profiler ops at
-    each ``vramscope.step()``."""
+    """Run ``fn`` with torch function handling off. The Tagger reads
+    tensors (``.grad``, ``data_ptr``, ``storage_offset``, the device), which
+    allocates nothing; a recorder's ``TorchFunctionMode`` (the CPU
+    allocator's stacks) would see each read: four per parameter at every
+    optimizer step, 388 calls a step for a GPT of 77 parameters, where the
+    model's own step made 1,604 (1.2 ms of a 15 ms CPU step)."""
 
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
