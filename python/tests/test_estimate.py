@@ -286,7 +286,7 @@ def test_the_largest_batch_brackets_the_gpus(tmp_path: Path, monkeypatch: pytest
     truth = _truth()["max_batch"]
     assert mb["batch"] <= truth <= mb["limit"], mb
     assert mb["limit"] - mb["batch"] <= 8, mb
-    assert mb["total"] == 85_017_493_504 and mb["total_from"] == "measured on an H100-80GB"
+    assert mb["total"] == 85_017_493_504 and mb["total_from"].startswith("measured on the project's H100 SXM")
     assert f"largest batch that fits H100-80GB: {mb['batch']}" in mb["sentence"]
 
 
@@ -306,9 +306,66 @@ def test_a_gpu_without_a_size_has_no_verdict_and_max_batch_says_why(tmp_path: Pa
     est = vramscope.estimate(common.GPT(), (_tokens(2),), gpu="A100", device="cuda")
     assert est.fit is None and est.peak_reserved_bytes > est.peak_bytes
     sized = vramscope.estimate(common.GPT(), (_tokens(2),), gpu="A100-40GB", device="cuda")
-    assert sized.fit["total_from"].startswith("from the name (40 GiB")
-    with pytest.raises(ValueError, match="gives no memory size"):
+    assert sized.fit["total"] == 42_298_834_944 and sized.fit["total_from"].startswith("reported in public for the NVIDIA A100-SXM4-40GB")
+    with pytest.raises(ValueError, match="does not say how much memory"):
         vramscope.estimate(common.GPT(), (_tokens(2),), device="cuda", max_batch_for="A100")
+
+
+# What torch.cuda.get_device_name() returns on common GPUs, with
+# total_memory (tests/fixtures/gpu for the H100 and H200; public prints of
+# PyTorch's device properties or CUDA's deviceQuery for the rest) and the
+# multiprocessors the reductions' scratch depends on.
+GPU_NAMES = [
+    ("NVIDIA H100 80GB HBM3", 85_017_493_504, 132, (9, 0)),
+    ("NVIDIA H100 PCIe", 84_943_044_608, 114, (9, 0)),
+    ("NVIDIA H100 NVL", 99_954_626_396, 132, (9, 0)),
+    ("NVIDIA H200", 150_109_880_320, 132, (9, 0)),
+    ("NVIDIA H20", 102_010_716_160, 78, (9, 0)),
+    ("NVIDIA A100-SXM4-40GB", 42_298_834_944, 108, (8, 0)),
+    ("NVIDIA A100-SXM4-80GB", 84_987_740_160, 108, (8, 0)),
+    ("NVIDIA A100-PCIE-40GB", 42_285_268_992, 108, (8, 0)),
+    ("NVIDIA A100 80GB PCIe", 84_974_239_744, 108, (8, 0)),
+    ("NVIDIA A10G", 23_826_792_448, 80, (8, 6)),
+    ("NVIDIA L4", 23_612_293_120, 58, (8, 9)),
+    ("NVIDIA L40S", 47_803_531_264, 142, (8, 9)),
+    ("NVIDIA RTX A6000", 51_040_485_376, 84, (8, 6)),
+    ("NVIDIA GeForce RTX 3090", 25_414_860_800, 82, (8, 6)),
+    ("NVIDIA GeForce RTX 4090", 25_250_627_584, 128, (8, 9)),
+    ("NVIDIA GeForce RTX 5090", 33_677_180_928, 170, (12, 0)),
+    ("Tesla V100-SXM2-16GB", 16_944_988_160, 80, (7, 0)),
+    ("Tesla V100-SXM2-32GB", 34_072_559_616, 80, (7, 0)),
+    ("Tesla T4", 15_642_329_088, 40, (7, 5)),
+    ("NVIDIA B200", 191_502_483_456, 148, (10, 0)),
+    ("AMD Instinct MI300X", 206_141_652_992, 304, (9, 4)),
+]
+
+
+@pytest.mark.parametrize("name,total,sms,capability", GPU_NAMES)
+def test_every_name_torch_gives_a_gpu_is_read_from_the_one_table(name: str, total: int, sms: int, capability: tuple) -> None:
+    """The estimate's GPU facts are the Rust table's (the allocator model's
+    --gpu reads the same): the name torch reports gives its total memory,
+    never a figure read from a model number ("NVIDIA H100 80GB HBM3" once
+    gave 10,080 GB), and the multiprocessors of that model (the H100 PCIe
+    has 114, not the SXM's 132)."""
+    from vramscope._cuda_trace import capability_of, gpu_memory, sms_of
+
+    got, source = gpu_memory(name)
+    assert got == total, (name, got, source)
+    assert (sms_of(name), capability_of(name)) == (sms, capability)
+    # The allocator model reads the same table: its verdict's total is this.
+    assert vramscope._native.gpu(name)["total"] == total
+
+
+def test_an_unknown_gpu_is_an_error_that_lists_the_known_ones(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    common = _gpt(monkeypatch, tmp_path)
+    for bad in ("NVIDIA GeForce GTX 1080", "H100 10080GB"):
+        with pytest.raises(ValueError, match="unknown GPU") as e:
+            vramscope.estimate(common.GPT(), (_tokens(2),), gpu=bad, device="cuda")
+        assert "NVIDIA H100 PCIe" in str(e.value) and "gpu=<bytes>" in str(e.value)
+    # The name torch gives, to the verdict: the H100's 79.18 GiB, not 9.74 TiB.
+    est = vramscope.estimate(common.GPT(), (_tokens(2),), gpu="NVIDIA H100 80GB HBM3", device="cuda")
+    assert est.fit["total"] == 85_017_493_504 and est.fit["verdict"] == "fits", est.fit
+    assert "TiB" not in est.fit["sentence"] and "78.43 GiB usable" in est.fit["sentence"], est.fit["sentence"]
 
 
 def test_reduction_scratch_is_the_gpus() -> None:

@@ -66,17 +66,11 @@ def flash_backward_scratch(b: int, h: int, m: int, k: int) -> list:
     return [b * h * mr * 4 + b * mr * h * kr * 4 + 256]
 
 
-# Streaming multiprocessors and the most threads each runs, by compute
-# capability's GPUs (CUDA's deviceQuery figures): what reductions size
-# their global scratch by.
-SMS: Dict[str, int] = {
-    "B200": 148, "H200": 132, "H100": 132, "H800": 132, "L40": 142, "L4": 58, "A100": 108, "A800": 108,
-    "A10": 72, "RTX4090": 128, "RTX3090": 82, "V100": 80, "T4": 40,
-}
-
-
+# The most threads one multiprocessor runs, by compute capability (CUDA's
+# deviceQuery figures); the multiprocessors themselves are the GPU table's
+# (vramscope._native.gpu): reductions size their global scratch by both.
 def threads_per_sm(capability: Tuple[int, int]) -> int:
-    if capability in ((8, 6), (8, 7), (8, 9)):
+    if capability in ((8, 6), (8, 7), (8, 9), (12, 0)):
         return 1536
     if capability == (7, 5):
         return 1024

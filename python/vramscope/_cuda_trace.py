@@ -36,27 +36,10 @@ import os
 import sys
 from typing import Any, Dict, Iterator, Optional, Tuple
 
-from ._cuda_kernels import SMS, ATTENTION_BACKWARDS, efficient_backward_scratch, flash_backward_scratch, reduce_scratch, threads_per_sm
+from ._cuda_kernels import ATTENTION_BACKWARDS, efficient_backward_scratch, flash_backward_scratch, reduce_scratch, threads_per_sm
 
 # SDPBackend values (torch.nn.attention.SDPBackend).
 _MATH, _FLASH, _EFFICIENT = 0, 1, 2
-
-# GPUs by name: compute capability. Enough to pick kernels and workspaces.
-GPUS: Dict[str, Tuple[int, int]] = {
-    "B200": (10, 0),
-    "H200": (9, 0),
-    "H100": (9, 0),
-    "H800": (9, 0),
-    "L40": (8, 9),
-    "L4": (8, 9),
-    "A100": (8, 0),
-    "A800": (8, 0),
-    "A10": (8, 6),
-    "RTX4090": (8, 9),
-    "RTX3090": (8, 6),
-    "V100": (7, 0),
-    "T4": (7, 5),
-}
 
 # Backward kernels that copy a gradient that is not contiguous.
 _CONTIGUOUS_GRAD = ("native_layer_norm_backward",)
@@ -69,68 +52,47 @@ def _op(func: Any) -> str:
 _MATMULS = ("mm.default", "addmm.default", "bmm.default", "baddbmm.default", "_addmm_activation.default")
 
 
-# ``torch.cuda.get_device_properties(0).total_memory`` as measured on the
-# project's GPUs (tests/fixtures/gpu): what the name's "80GB" really is.
-MEASURED_TOTAL: Dict[str, int] = {
-    "H100-80GB": 85_017_493_504,  # NVIDIA H100 80GB HBM3 (estimate_truth_h100.json)
-    "H200": 150_109_880_320,  # NVIDIA H200 (facts_*.pickle.gz)
-}
+def _gpu(gpu: Any) -> Dict[str, Any]:
+    """The row of the one table of GPUs (Rust, ``vramscope_gpus``) for a
+    name: ``torch.cuda.get_device_name()``'s or a short one. An unknown
+    name is a ``ValueError`` that lists the known ones."""
+    from . import _native
+
+    try:
+        return _native.gpu(str(gpu))
+    except ValueError as e:
+        raise ValueError(f"gpu={gpu!r}: {e}") from None
 
 
 def gpu_memory(gpu: Any) -> Tuple[Optional[int], str]:
     """(total bytes, where that comes from) for ``gpu``: bytes as given,
-    a name measured on the project's GPUs, or the memory in a name
-    (``"A100-40GB"``) as that many GiB less the 1.03% the H100 80GB keeps
-    for itself (79.18 of 80 GiB). ``(None, ...)`` when nothing says."""
-    import re
-
+    or the table's ``total_memory`` for the name. ``(None, why)`` for no
+    GPU or a family name ("A100": 40 or 80 GB); an unknown name raises."""
     if gpu is None:
         return None, "no GPU named"
     if isinstance(gpu, int):
         return gpu, "as given"
-    key = _key(gpu)
-    for name, total in MEASURED_TOTAL.items():
-        if key == name or key.replace("_", "-") == name or (name == "H100-80GB" and key == "H100"):
-            return total, f"measured on an {name}"
-    m = re.search(r"(\d+)GB", key)
-    if m:
-        gib = int(m.group(1))
-        return int(gib * (1 << 30) * (85_017_493_504 / (80 << 30))), f"from the name ({gib} GiB less what the H100 80GB keeps; pass the bytes for the exact figure)"
-    return None, f"the name {gpu!r} gives no memory size; pass gpu=<total bytes> or a name with one (\"A100-40GB\")"
-
-
-def _key(gpu: Any) -> str:
-    """A GPU's name as the tables spell it: ``"NVIDIA H100 80GB"`` → ``"H10080GB"``."""
-    return str(gpu).upper().replace(" ", "").replace("NVIDIA", "")
-
-
-def _by_name(table: Dict[str, Any], gpu: Any) -> Optional[Any]:
-    """The entry of ``table`` whose name is the longest prefix of ``gpu``'s."""
-    key = _key(gpu)
-    for name in sorted(table, key=len, reverse=True):
-        if key.startswith(name):
-            return table[name]
-    return None
+    row = _gpu(gpu)
+    if row["total"] is None:
+        return None, row["no_memory"]
+    return int(row["total"]), row["total_from"]
 
 
 def sms_of(gpu: Any) -> int:
-    """Streaming multiprocessors of a GPU named like ``"H100-80GB"``;
-    the H100's 132 when no GPU is named (or only its bytes)."""
+    """Streaming multiprocessors of a GPU by name; the H100 SXM's 132 when
+    no GPU is named (or only its bytes)."""
     if gpu is None or isinstance(gpu, int):
         return 132
-    found = _by_name(SMS, gpu)
-    return 132 if found is None else found
+    return int(_gpu(gpu)["sms"])
 
 
 def capability_of(gpu: Any) -> Tuple[int, int]:
-    """Compute capability of a GPU named like ``"H100-80GB"``; Hopper's
-    (9, 0) when no GPU is named (or only its bytes)."""
+    """Compute capability of a GPU by name; Hopper's (9, 0) when no GPU is
+    named (or only its bytes)."""
     if gpu is None or isinstance(gpu, int):
         return (9, 0)
-    found = _by_name(GPUS, gpu)
-    if found is None:
-        raise ValueError(f"gpu={gpu!r}: unknown GPU; expected one of {', '.join(sorted(GPUS))}")
-    return found
+    major, minor = _gpu(gpu)["capability"]
+    return (int(major), int(minor))
 
 
 def sdp_choice(args: Tuple[Any, ...], kwargs: Dict[str, Any], capability: Tuple[int, int]) -> int:

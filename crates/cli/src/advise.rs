@@ -15,8 +15,10 @@ pub struct Args {
     /// release-and-retry bursts show, else none (changes ranked by peak only).
     #[arg(long, value_parser = vramscope_analysis::units::parse_bytes, conflicts_with = "gpu")]
     pub capacity: Option<u64>,
-    /// The GPU to fit on, by name (H100-80GB, H200, A100-40GB): its total
-    /// memory less what the CUDA context holds outside PyTorch's allocator.
+    /// The GPU to fit on, by the name torch.cuda.get_device_name() gives
+    /// ("NVIDIA H100 80GB HBM3") or a short one (H100-80GB, H200,
+    /// A100-40GB): its total memory less what the CUDA context holds
+    /// outside PyTorch's allocator. An unknown name lists the known ones.
     #[arg(long, value_name = "NAME")]
     pub gpu: Option<String>,
     /// The memory fraction the program set with

@@ -35,6 +35,25 @@ fn parse_bytes(s: &str) -> PyResult<u64> {
     vramscope_analysis::units::parse_bytes(s).map_err(PyValueError::new_err)
 }
 
+/// A GPU by the name `torch.cuda.get_device_name()` gives (or a short
+/// name): `{"name", "total", "total_from", "source", "sms", "capability"}`
+/// from the one table of GPUs (`vramscope_gpus`); `total` is `None` for a
+/// family name ("A100"). An unknown name is a `ValueError` listing the
+/// known ones.
+#[pyfunction]
+fn gpu<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+    let g = vramscope_gpus::find(name).map_err(errors::value_err)?;
+    let d = pyo3::types::PyDict::new(py);
+    d.set_item("name", g.name)?;
+    d.set_item("total", g.total)?;
+    d.set_item("total_from", g.total_from())?;
+    d.set_item("source", g.source.as_str())?;
+    d.set_item("no_memory", g.memory().err().map(|e| e.to_string()))?;
+    d.set_item("sms", g.sms)?;
+    d.set_item("capability", (g.capability.0, g.capability.1))?;
+    Ok(d)
+}
+
 /// Run the vramscope command line (`args` without the program name) and
 /// return its exit code; the same implementation as the `vramscope` binary.
 #[pyfunction]
@@ -68,6 +87,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cli, m)?)?;
     m.add_function(wrap_pyfunction!(parse_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(format_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(gpu, m)?)?;
     m.add_function(wrap_pyfunction!(cycles_analyze, m)?)?;
     m.add_function(wrap_pyfunction!(cycles_merge, m)?)?;
     m.add_function(wrap_pyfunction!(cycles_html, m)?)?;

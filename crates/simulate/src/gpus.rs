@@ -1,20 +1,15 @@
 //! GPUs by name: the memory PyTorch can have on one, for `--gpu`.
 //!
-//! `torch.cuda.get_device_properties(0).total_memory` as measured on the
-//! project's GPUs (tests/fixtures/gpu), and for other names the memory in
-//! the name ("A100-40GB") as that many GiB less the share the measured H100
-//! 80GB keeps for itself (79.18 of 80 GiB). The same table as the Python
-//! estimate's (`python/vramscope/_cuda_trace.py`, `MEASURED_TOTAL`).
+//! The figures are `vramscope_gpus`' (the one table of GPUs, read by the
+//! estimate in Python too); here they become what the caching allocator
+//! can have: the total less what the process holds outside it.
 
 use crate::fit::DEFAULT_OUTSIDE;
-
-/// Measured totals, bytes.
-const MEASURED_TOTAL: [(&str, u64); 2] = [("H100-80GB", 85_017_493_504), ("H200", 150_109_880_320)];
 
 /// What a named GPU gives PyTorch.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GpuMemory {
-    /// The device's total memory, bytes.
+    /// The device's total memory, bytes (`total_memory`).
     pub total: u64,
     /// What the caching allocator can have: the total less the memory the
     /// process holds outside it (the CUDA context, [`DEFAULT_OUTSIDE`]).
@@ -23,36 +18,16 @@ pub struct GpuMemory {
     pub source: String,
 }
 
-/// The memory of the GPU `name` (`"H100-80GB"`, `"NVIDIA H200"`,
-/// `"A100-40GB"`), or why the name gives none.
+/// The memory of the GPU `name` (`"NVIDIA H100 80GB HBM3"` as
+/// `torch.cuda.get_device_name()` gives it, or a short name such as
+/// `"H100-80GB"`), or why the name gives none.
 pub fn gpu_memory(name: &str) -> Result<GpuMemory, String> {
-    let key = name
-        .to_uppercase()
-        .replace([' ', '_'], "-")
-        .replace("NVIDIA-", "");
-    let key = key.trim_matches('-');
-    let measured = MEASURED_TOTAL.iter().find(|(n, _)| {
-        key == *n || (*n == "H100-80GB" && (key == "H100" || key == "H100-80GB-HBM3"))
-    });
-    let (total, source) = if let Some((n, t)) = measured {
-        (*t, format!("measured on an {n}"))
-    } else {
-        let gb = key
-            .split(|c: char| !c.is_ascii_alphanumeric())
-            .find_map(|part| part.strip_suffix("GB").and_then(|d| d.parse::<u64>().ok()))
-            .ok_or_else(|| {
-                format!("the name {name:?} gives no memory size: use --capacity, or a name with one (A100-40GB)")
-            })?;
-        let h100 = MEASURED_TOTAL[0].1 as f64 / (80u64 << 30) as f64;
-        (
-            ((gb << 30) as f64 * h100) as u64,
-            format!("{gb} GiB from the name, less what the H100 80GB keeps"),
-        )
-    };
+    let gpu = vramscope_gpus::find(name).map_err(|e| e.to_string())?;
+    let total = gpu.memory().map_err(|e| e.to_string())?;
     Ok(GpuMemory {
         total,
         capacity: total.saturating_sub(DEFAULT_OUTSIDE),
-        source,
+        source: gpu.total_from(),
     })
 }
 
@@ -61,14 +36,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn names_give_the_measured_or_the_named_memory() {
+    fn names_give_the_tables_memory_less_the_context() {
         let h100 = gpu_memory("NVIDIA H100 80GB HBM3").unwrap();
         assert_eq!(h100.total, 85_017_493_504);
         assert_eq!(h100.capacity, 85_017_493_504 - (768 << 20));
         assert_eq!(gpu_memory("h200").unwrap().total, 150_109_880_320);
-        // 40 GiB scaled by the H100's share: 42.5 GB.
-        let a100 = gpu_memory("A100-40GB").unwrap();
-        assert_eq!(a100.total, 42_508_746_752);
+        assert_eq!(gpu_memory("A100-40GB").unwrap().total, 42_298_834_944);
+        // A family name, an unknown one: each says what to pass instead.
+        assert!(gpu_memory("A100").unwrap_err().contains("--capacity"));
         assert!(gpu_memory("RTX").unwrap_err().contains("--capacity"));
     }
 }
