@@ -141,7 +141,7 @@ class Cuda:
         self.lt_made = False
         self.keep: list = []  # the workspaces, alive to the end
         self.held: list = []  # scratch made before an operation, freed after it
-        self.autocast: Any = None  # vramscope._autocast.Autocast, when tracing under it
+        self.autocast: Any = None  # vramscope._autocast.Autocast: casts where the program's autocast is on
         self.sdp: Dict[int, int] = {}  # backend -> calls
 
     def before(self, func: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], rec: Any) -> Optional[Any]:
@@ -239,9 +239,10 @@ def sdpa_as_on_cuda(cuda: Cuda) -> Iterator[None]:
 
     def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
         ac = cuda.autocast
-        if ac is not None and ac.enabled:
+        low = ac.lower() if ac is not None else None
+        if low is not None:
             # scaled_dot_product_attention is on CUDA autocast's lower-precision list.
-            query, key, value = (ac.cast_one(t, ac.dtype) for t in (query, key, value))
+            query, key, value = (ac.cast_one(t, low) for t in (query, key, value))
         choice = _MATH
         if query.dim() == 4 and key.shape[-2] == value.shape[-2]:
             choice = sdp_choice((query, key, value, attn_mask), {}, cuda.capability)

@@ -60,9 +60,11 @@ class Estimate:
     ``verdict`` and ``sentence``; ``None`` without a GPU's memory) and
     ``max_batch`` (with ``max_batch_for=``)."""
 
-    def __init__(self, path: Optional[str], snapshot: Any) -> None:
+    def __init__(self, path: Optional[str], snapshot: Any, notes: Optional[List[str]] = None) -> None:
         self.path = path
         self.snapshot = snapshot
+        # What the trace assumed or could not see, a sentence each.
+        self.notes: List[str] = list(notes or [])
         dev = snapshot.summary()["devices"][0]
         self.peak_bytes: int = int(dev["peak"]["allocated_bytes"])
         self.by_category: Dict[str, int] = {c["category"]: int(c["bytes"]) for c in dev["peak"].get("by_category") or []}
@@ -350,10 +352,11 @@ def estimate(
         raise ValueError("gpu= and max_batch_for= are for device='cuda': the CPU has no caching allocator to replay")
 
     def trace(inputs: Sequence[Any], labels: Sequence[Any], where: Optional[str | os.PathLike]) -> Estimate:
-        out = _trace(model, inputs, optimizer, loss_fn, labels, steps, device, gpu, inference, cast, where, optimizer_options)
+        notes: List[str] = []
+        out = _trace(model, inputs, optimizer, loss_fn, labels, steps, device, gpu, inference, cast, where, optimizer_options, notes)
         if isinstance(out, bytes):
-            return Estimate(None, loads(out))
-        return Estimate(out, load(out))
+            return Estimate(None, loads(out), notes)
+        return Estimate(out, load(out), notes)
 
     est = trace(example_inputs, targets, path)
     if device == "cuda":
@@ -376,6 +379,7 @@ def _trace(
     cast: Any,
     path: Optional[str | os.PathLike],
     optimizer_options: Dict[str, Any],
+    notes: List[str],
 ) -> Union[str, bytes]:
     """Trace ``steps`` iterations; the snapshot's path, or its pickle where
     no ``path`` was asked for."""
@@ -400,13 +404,20 @@ def _trace(
 
     annotations: List[Dict[str, Any]] = []
     on_cuda = contextlib.ExitStack()
-    ac = None
-    if cast is not None:
-        from ._autocast import Autocast
+    # Autocast where the program (or autocast=) turns it on for this device.
+    from ._autocast import Autocast, entered_as_on
 
-        ac = Autocast(cast)
-        on_cuda.enter_context(ac.patched())
-        on_cuda.enter_context(ac.mode)
+    ac = Autocast(device)
+    on_cuda.enter_context(entered_as_on(device, ac, notes))
+    on_cuda.enter_context(ac.patched())
+    on_cuda.enter_context(ac.mode)
+
+    def region() -> Any:
+        """``torch.autocast`` around forward and loss, for ``autocast=``."""
+        if cast is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=device, dtype=cast)
+
     if cuda is not None:
         cuda.autocast = ac
         on_cuda.enter_context(fused_on_meta())
@@ -429,20 +440,15 @@ def _trace(
             else:
                 for p in params.values():
                     p.grad = None
-            if ac is not None:
-                ac.region(True)
             if inference:
-                with torch.no_grad():
+                with torch.no_grad(), region():
                     out = functional_call(model, state, inputs)
                 del out
-                if ac is not None:
-                    ac.region(False)
                 annotations.append({"name": f"ProfilerStep#{step + 1}", "stage": "END", "device": 0, "time_us": rec._tick()})
                 continue
-            out = functional_call(model, state, inputs)
-            loss = loss_fn(out, *labels) if loss_fn is not None else (out if isinstance(out, torch.Tensor) else out[0]).sum()
-            if ac is not None:
-                ac.region(False)  # torch.autocast's exit: the weights' casts are let go
+            with region():  # its exit lets the weights' casts go
+                out = functional_call(model, state, inputs)
+                loss = loss_fn(out, *labels) if loss_fn is not None else (out if isinstance(out, torch.Tensor) else out[0]).sum()
             # The output is not kept through backward: the loss holds what
             # backward needs, and training loops (a train_step function,
             # HF Trainer's compute_loss, Lightning's training_step) let the
@@ -483,7 +489,7 @@ def _trace(
             "device_traces": [list(rec.events)],
             "external_annotations": annotations,
             "allocator_settings": {},
-            "vramscope": {"recorder": "estimate-meta-trace", "assumed_true": rec.assumed[:20], "steps": int(steps), "inference": bool(inference), "autocast": str(cast).replace("torch.", "") if cast is not None else None, "torch": str(torch.__version__)},
+            "vramscope": {"recorder": "estimate-meta-trace", "assumed_true": rec.assumed[:20], "notes": notes, "steps": int(steps), "inference": bool(inference), "autocast": str(cast).replace("torch.", "") if cast is not None else None, "torch": str(torch.__version__)},
         }
         if cuda is not None:
             names = {0: "math", 1: "flash", 2: "efficient"}
