@@ -36,6 +36,7 @@ import os
 import sys
 from typing import Any, Dict, Iterator, Optional, Tuple
 
+from ._kernel_scratch import Kernels, op_name
 from ._cuda_kernels import ATTENTION_BACKWARDS, efficient_backward_scratch, flash_backward_scratch, reduce_scratch, threads_per_sm
 
 # SDPBackend values (torch.nn.attention.SDPBackend).
@@ -44,9 +45,7 @@ _MATH, _FLASH, _EFFICIENT = 0, 1, 2
 # Backward kernels that copy a gradient that is not contiguous.
 _CONTIGUOUS_GRAD = ("native_layer_norm_backward",)
 
-def _op(func: Any) -> str:
-    """An ATen operator's name without its overload (``aten.mm.default`` → ``mm``)."""
-    return str(getattr(func, "__name__", "")).split(".")[0]
+_op = op_name
 
 
 _MATMULS = ("mm.default", "addmm.default", "bmm.default", "baddbmm.default", "_addmm_activation.default")
@@ -129,19 +128,17 @@ def workspace_sizes(capability: Tuple[int, int]) -> Tuple[int, int]:
     return cublas, lt
 
 
-class Cuda:
+class Cuda(Kernels):
     """The CUDA-only behaviour a trace adds: the SDPA choice, and a
     workspace the first time each phase's thread runs a matmul."""
 
     def __init__(self, capability: Tuple[int, int], sms: int = 132) -> None:
+        super().__init__()
         self.capability = capability
         self.sms = sms
         self.cublas, self.lt = workspace_sizes(capability)
         self.threads_seen: set = set()
         self.lt_made = False
-        self.keep: list = []  # the workspaces, alive to the end
-        self.held: list = []  # scratch made before an operation, freed after it
-        self.autocast: Any = None  # vramscope._autocast.Autocast: casts where the program's autocast is on
         self.sdp: Dict[int, int] = {}  # backend -> calls
 
     def before(self, func: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], rec: Any) -> Optional[Any]:
@@ -203,27 +200,6 @@ class Cuda:
             steps = reduce_scratch(tuple(x.shape), tuple(x.stride()), list(dims), x.element_size(), acc, self.sms, threads_per_sm(self.capability))
             self._scratch(steps, rec)
         self.held.clear()
-
-    def _scratch(self, steps: list, rec: Any) -> None:
-        """Allocations (a size) and frees (``-i``: the i-th allocation, from
-        1) in the kernel's order, all freed at the end."""
-        made: list = []
-        for step in steps:
-            if step > 0:
-                made.append(self._workspace(step, rec, "temporary", keep=False))
-            else:
-                made[-step - 1] = None
-        while made:  # the last made is freed first, as C++ destroys locals
-            made.pop()
-
-    def _workspace(self, size: int, rec: Any, category: str = "workspace", keep: bool = True) -> Any:
-        import torch
-
-        t = torch.empty(size, dtype=torch.uint8, device="meta")
-        rec.track(t, category)
-        if keep:
-            self.keep.append(t)
-        return t
 
 
 @contextlib.contextmanager

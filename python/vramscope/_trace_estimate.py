@@ -9,7 +9,10 @@
 
 The model's parameters, buffers and the inputs are replaced by tensors of
 the same shape and dtype on the ``meta`` device (no memory, no compute), and
-``steps`` training iterations run: forward (``torch.func.functional_call``),
+``steps`` training iterations run: forward (the model's own parameters swapped
+for the meta ones for the whole trace, as ``torch.func.functional_call`` swaps
+them for one call: a block checkpointed by ``torch.utils.checkpoint`` runs its
+forward again inside backward),
 loss, backward, optimizer step, ``zero_grad(set_to_none=True)``. A
 ``TorchDispatchMode`` sees every ATen operation, forward and backward; each
 new storage is an allocation (its size is the storage's bytes, the Python
@@ -47,7 +50,11 @@ from ._trace_optimizer import traced_optimizer
 
 __all__ = ["estimate", "Estimate"]
 
-_SKIP_FILES = ("torch/utils/_python_dispatch.py", "vramscope/_trace_estimate.py", "torch/utils/_pytree.py")
+# vramscope's own frames in a trace: the modes and the kernels they stand in for.
+_SKIP_FILES = (
+    "torch/utils/_python_dispatch.py", "torch/utils/_pytree.py", "vramscope/_trace_estimate.py", "vramscope/_autocast.py",
+    "vramscope/_cuda_trace.py", "vramscope/_cpu_trace.py", "vramscope/_kernel_scratch.py",
+)
 
 
 class Estimate:
@@ -134,6 +141,8 @@ class _Recorder:
         if st in self.key_of:
             return
         size = int(st.nbytes())
+        if size == 0:
+            return  # no allocator is asked for an empty storage
         if self.round_to > 1:
             # The CUDA caching allocator hands out multiples of 512 bytes.
             size = max(self.round_to, (size + self.round_to - 1) // self.round_to * self.round_to)
@@ -170,7 +179,7 @@ class _Recorder:
                 self.events[self.alloc_event[key]]["category"] = category
 
 
-def _mode(rec: _Recorder, cuda: Any = None, inplace: Optional[Dict[str, Tuple[int, int]]] = None, probe: Optional[list] = None) -> Any:
+def _mode(rec: _Recorder, kernels: Any = None, inplace: Optional[Dict[str, Tuple[int, int]]] = None, probe: Optional[list] = None) -> Any:
     """The dispatch mode that records every storage an operation makes.
 
     Autograd's engine sums two gradients of one tensor in place
@@ -219,17 +228,17 @@ def _mode(rec: _Recorder, cuda: Any = None, inplace: Optional[Dict[str, Tuple[in
                         fits = new.dim() == 1 and old.dim() > 1 and old.shape[-1] == new.shape[0] and counts(old) == inplace.get("bias")
                     if fits:
                         return old.add_(new)
-            if cuda is not None:
-                instead = cuda.before(func, args, kwargs or {}, rec)
+            if kernels is not None:
+                instead = kernels.before(func, args, kwargs or {}, rec)
                 if instead is not None:
                     return instead
             out = func(*args, **(kwargs or {}))
-            skip = {id(t) for t in cuda.untracked(func, out)} if cuda is not None else set()
+            skip = {id(t) for t in kernels.untracked(func, out)} if kernels is not None else set()
             for t in tree_leaves(out):
                 if id(t) not in skip:
                     rec.track(t)
-            if cuda is not None:
-                cuda.after(func, args, kwargs or {}, rec)
+            if kernels is not None:
+                kernels.after(func, args, kwargs or {}, rec)
             return out
 
     return Track()
@@ -384,14 +393,19 @@ def _trace(
     """Trace ``steps`` iterations; the snapshot's path, or its pickle where
     no ``path`` was asked for."""
     import torch
-    from torch.func import functional_call
+    from torch.nn.utils.stateless import _reparametrize_module
     rec = _Recorder(512 if device == "cuda" else 1)
     cuda = None
+    kernels: Any
     if device == "cuda":
         from ._cuda_trace import Cuda, capability_of, dropout_as_on_cuda, fused_on_meta, sdpa_as_on_cuda, sms_of
 
-        cuda = Cuda(capability_of(gpu), sms_of(gpu))
-    mode = _mode(rec, cuda, inplace=_inplace_counts())
+        kernels = cuda = Cuda(capability_of(gpu), sms_of(gpu))
+    else:
+        from ._cpu_trace import Cpu, rng_state_as_on_cpu, sdpa_as_on_cpu
+
+        kernels = Cpu()
+    mode = _mode(rec, kernels, inplace=_inplace_counts())
     meta = torch.device("meta")
 
     def on_meta(t: Any, category: str) -> Any:
@@ -418,8 +432,11 @@ def _trace(
             return contextlib.nullcontext()
         return torch.autocast(device_type=device, dtype=cast)
 
-    if cuda is not None:
-        cuda.autocast = ac
+    kernels.autocast = ac
+    if cuda is None:
+        on_cuda.enter_context(sdpa_as_on_cpu(kernels))
+        on_cuda.enter_context(rng_state_as_on_cpu(rec))
+    else:
         on_cuda.enter_context(fused_on_meta())
         on_cuda.enter_context(sdpa_as_on_cuda(cuda))
         on_cuda.enter_context(dropout_as_on_cuda())
@@ -432,39 +449,15 @@ def _trace(
         labels = tuple(on_meta(y, "input") for y in targets)
         opt = None if inference else traced_optimizer(optimizer, model, params, optimizer_options, cuda_path=cuda is not None)
         state = {**params, **buffers}
-        for step in range(max(1, int(steps))):
-            annotations.append({"name": f"ProfilerStep#{step + 1}", "stage": "START", "device": 0, "time_us": rec._tick()})
-            rec.phase = "forward"
-            if opt is not None:
-                opt.zero_grad(set_to_none=True)
-            else:
-                for p in params.values():
-                    p.grad = None
-            if inference:
-                with torch.no_grad(), region():
-                    out = functional_call(model, state, inputs)
-                del out
-                annotations.append({"name": f"ProfilerStep#{step + 1}", "stage": "END", "device": 0, "time_us": rec._tick()})
-                continue
-            with region():  # its exit lets the weights' casts go
-                out = functional_call(model, state, inputs)
-                loss = loss_fn(out, *labels) if loss_fn is not None else (out if isinstance(out, torch.Tensor) else out[0]).sum()
-            # The output is not kept through backward: the loss holds what
-            # backward needs, and training loops (a train_step function,
-            # HF Trainer's compute_loss, Lightning's training_step) let the
-            # output go before loss.backward().
-            del out
-            rec.phase = "backward"
-            loss.backward()
-            del loss
-            rec.recategorize([p.grad for p in params.values()], "gradient")
-            if opt is not None:
-                rec.phase = "optimizer"
-                opt.step()
-                states = [v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
-                rec.recategorize(states, "optimizer_state")
-            annotations.append({"name": f"ProfilerStep#{step + 1}", "stage": "END", "device": 0, "time_us": rec._tick()})
-            rec.phase = "setup"
+        swapped = _reparametrize_module(model, state, tie_weights=True, strict=False)
+        swapped.__enter__()
+        try:
+            _steps(
+                model, inputs, labels, loss_fn, steps, inference, opt, params, rec, annotations, region,
+            )
+        finally:
+            swapped.__exit__(None, None, None)
+
         # Blocks alive at the end: the segments of the snapshot.
         live = list(rec.live.values())
         segments = [
@@ -499,9 +492,53 @@ def _trace(
                 "sdpa": {names.get(k, str(k)): v for k, v in cuda.sdp.items()},
                 "workspace_bytes": cuda.cublas,
             }
+        else:
+            snap["vramscope"]["estimate"] = {"device": "cpu", "threads": kernels.threads, "sdpa": dict(kernels.sdp)}
     if path is None:
         return pickle.dumps(snap, protocol=pickle.DEFAULT_PROTOCOL)
     path = os.fspath(path)
     with open(path, "wb") as f:
         pickle.dump(snap, f, protocol=pickle.DEFAULT_PROTOCOL)
     return path
+
+
+def _steps(
+    model: Any, inputs: Tuple[Any, ...], labels: Tuple[Any, ...], loss_fn: Optional[Callable[..., Any]], steps: int,
+    inference: bool, opt: Any, params: Dict[str, Any], rec: _Recorder, annotations: List[Dict[str, Any]], region: Callable[[], Any],
+) -> None:
+    """The traced iterations, on the model whose parameters are the meta ones."""
+    import torch
+
+    for step in range(max(1, int(steps))):
+        annotations.append({"name": f"ProfilerStep#{step + 1}", "stage": "START", "device": 0, "time_us": rec._tick()})
+        rec.phase = "forward"
+        if opt is not None:
+            opt.zero_grad(set_to_none=True)
+        else:
+            for p in params.values():
+                p.grad = None
+        if inference:
+            with torch.no_grad(), region():
+                out = model(*inputs)
+            del out
+            annotations.append({"name": f"ProfilerStep#{step + 1}", "stage": "END", "device": 0, "time_us": rec._tick()})
+            continue
+        with region():  # its exit lets the weights' casts go
+            out = model(*inputs)
+            loss = loss_fn(out, *labels) if loss_fn is not None else (out if isinstance(out, torch.Tensor) else out[0]).sum()
+        # The output is not kept through backward: the loss holds what
+        # backward needs, and training loops (a train_step function,
+        # HF Trainer's compute_loss, Lightning's training_step) let the
+        # output go before loss.backward().
+        del out
+        rec.phase = "backward"
+        loss.backward()
+        del loss
+        rec.recategorize([p.grad for p in params.values()], "gradient")
+        if opt is not None:
+            rec.phase = "optimizer"
+            opt.step()
+            states = [v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
+            rec.recategorize(states, "optimizer_state")
+        annotations.append({"name": f"ProfilerStep#{step + 1}", "stage": "END", "device": 0, "time_us": rec._tick()})
+        rec.phase = "setup"

@@ -1,0 +1,184 @@
+"""What the CPU build would run, traced on the meta device.
+
+On ``meta`` ``scaled_dot_product_attention`` has no kernel choice to make
+and runs the math backend, which keeps the B·H·L·S attention weights (and,
+for grouped-query attention, copies of the keys and values repeated to every
+head). On the CPU, ``select_sdp_backend_cpp``
+(aten/src/ATen/native/transformers/sdp_utils_cpp.cpp) takes the flash
+kernel wherever its checks pass: flash enabled, no dropout, 4-D inputs of
+one head size with the last dimension contiguous, a 2-D or 4-D mask that
+broadcasts, grouped or single key/value heads allowed, and a float, double,
+bfloat16 or half dtype. ``F.scaled_dot_product_attention`` is replaced
+during the trace by the kernel the CPU would run:
+``_scaled_dot_product_flash_attention_for_cpu`` has a meta implementation
+(its output and fp32 ``logsumexp``), and its autograd formula gives the
+backward, whose meta implementation gives the three gradients.
+
+:class:`Cpu` adds what those kernels allocate inside themselves
+(aten/src/ATen/native/cpu/FlashAttentionKernel.cpp): per thread, blocks of
+``qSplit × kvSplit`` in the accumulation type (fp32), and for bfloat16 and
+half the same blocks again in the input's type, freed when the kernel
+returns; backward also copies a gradient of the output that is not
+contiguous, and each thread's ``dsum`` row. The block sizes follow the
+query length (32 rows below 192, 64 below 768, else 256; 512 keys at most).
+
+``torch.utils.checkpoint`` keeps the CPU's random number generator state
+(``torch.get_rng_state()``, a 5,056-byte tensor of c10's CPU allocator) for
+every checkpointed call until its recomputation: on the CPU that is the
+device's memory, so :func:`rng_state_as_on_cpu` traces it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Dict, Iterator, Optional, Tuple
+
+from ._kernel_scratch import Kernels, op_name
+
+_FORWARD = "_scaled_dot_product_flash_attention_for_cpu"
+_BACKWARD = "_scaled_dot_product_flash_attention_for_cpu_backward"
+
+
+def _splits(q_len: int, kv_len: int) -> Tuple[int, int]:
+    """(qSplitSize, kvSplitSize) as flash_attention_kernel_impl picks them."""
+    q_split = 256 if q_len >= 768 else 64 if q_len >= 192 else 32
+    return min(q_split, q_len), min(512, kv_len)
+
+
+def forward_scratch(q_len: int, kv_len: int, head: int, dtype: Any, threads: int) -> list:
+    """``cpu_flash_attention``'s per-thread buffers: ``buf`` (fp32: the
+    scores block, the running max and sum, the output block) and
+    ``buf_reduced`` (the scores block in the input's type, for half types)."""
+    import torch
+
+    qs, kvs = _splits(q_len, kv_len)
+    steps = [threads * (qs * kvs + 2 * qs + qs * head) * 4]
+    if dtype in (torch.bfloat16, torch.float16):
+        steps.append(threads * qs * kvs * dtype.itemsize)
+    return steps
+
+
+def backward_scratch(b: int, h: int, q_len: int, kv_len: int, dtype: Any, threads: int) -> list:
+    """``cpu_flash_attention_backward``'s: ``buf`` (fp32 attention and its
+    gradient, one block each per thread), ``buf_reduced`` (the same in the
+    input's type, for half types) and one ``dsum`` row per thread that runs
+    (``parallel_for`` over B·H)."""
+    import torch
+
+    qs, kvs = _splits(q_len, kv_len)
+    steps = [threads * 2 * qs * kvs * 4]
+    if dtype in (torch.bfloat16, torch.float16):
+        steps.append(threads * 2 * qs * kvs * dtype.itemsize)
+    steps += [qs * 4] * min(threads, b * h)
+    return steps
+
+
+def flash_applies(q: Any, k: Any, v: Any, mask: Any, dropout_p: float, enable_gqa: bool) -> bool:
+    """Whether the CPU would run the flash kernel for these inputs."""
+    import torch
+
+    if not torch.backends.cuda.flash_sdp_enabled():  # the one flag for both devices
+        return False
+    if dropout_p > 0.0 or not (q.dim() == k.dim() == v.dim() == 4):
+        return False
+    if not (q.shape[0] == k.shape[0] == v.shape[0]):
+        return False
+    hq, hk, hv = q.shape[-3], k.shape[-3], v.shape[-3]
+    if not (hq == hk == hv):
+        grouped = enable_gqa and hk == hv and hk > 0 and hq % hk == 0
+        if not (grouped or (hk == 1 and hv == 1)):
+            return False
+    if mask is not None:
+        if mask.requires_grad or mask.dim() not in (2, 4):
+            return False
+        ok = lambda m, t: m == t or m == 1  # noqa: E731
+        if not (ok(mask.shape[-2], q.shape[-2]) and ok(mask.shape[-1], k.shape[-2])):
+            return False
+        if mask.dim() == 4 and not (ok(mask.shape[0], q.shape[0]) and ok(mask.shape[1], hq)):
+            return False
+    if not (q.shape[-1] == k.shape[-1] == v.shape[-1]):
+        return False
+    if min(q.shape[-2], k.shape[-2]) == 0:
+        return False
+    if not (q.stride(-1) == k.stride(-1) == v.stride(-1) == 1):
+        return False
+    return q.dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+
+
+class Cpu(Kernels):
+    """The CPU's kernel choices and scratch a trace adds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import torch
+
+        self.threads = int(torch.get_num_threads())
+        self.sdp: Dict[str, int] = {}  # backend -> calls
+
+    def before(self, func: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], rec: Any) -> Optional[Any]:
+        if op_name(func) == _BACKWARD and args and not args[0].is_contiguous():
+            # flash_attention_backward_kernel_impl: grad_out.contiguous(),
+            # alive through the kernel.
+            g = args[0]
+            self.held.append(self._workspace(g.numel() * g.element_size(), rec, "temporary", keep=False))
+        return None
+
+    def after(self, func: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], rec: Any) -> None:
+        name = op_name(func)
+        if name == _FORWARD:
+            q, k = args[0], args[1]
+            self._scratch(forward_scratch(int(q.shape[2]), int(k.shape[2]), int(q.shape[3]), q.dtype, self.threads), rec)
+        elif name == _BACKWARD:
+            q, k = args[1], args[2]
+            b, h = int(q.shape[0]), int(q.shape[1])
+            self._scratch(backward_scratch(b, h, int(q.shape[2]), int(k.shape[2]), q.dtype, self.threads), rec)
+        self.held.clear()
+
+
+@contextlib.contextmanager
+def sdpa_as_on_cpu(cpu: Cpu) -> Iterator[None]:
+    """``F.scaled_dot_product_attention`` running the kernel the CPU would
+    choose: the flash kernel where its checks pass, math otherwise."""
+    import torch
+    import torch.nn.functional as F
+
+    original = F.scaled_dot_product_attention
+    aten = torch.ops.aten
+
+    def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        ac = cpu.autocast
+        low = ac.lower() if ac is not None else None
+        if low is not None:
+            # scaled_dot_product_attention is on the CPU autocast's lower-precision list.
+            query, key, value, attn_mask = (ac.cast_one(t, low) for t in (query, key, value, attn_mask))
+        if flash_applies(query, key, value, attn_mask, dropout_p, enable_gqa):
+            cpu.sdp["flash"] = cpu.sdp.get("flash", 0) + 1
+            return aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)[0]
+        cpu.sdp["math"] = cpu.sdp.get("math", 0) + 1
+        return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+
+    F.scaled_dot_product_attention = sdpa
+    try:
+        yield
+    finally:
+        F.scaled_dot_product_attention = original
+
+
+@contextlib.contextmanager
+def rng_state_as_on_cpu(rec: Any) -> Iterator[None]:
+    """``torch.get_rng_state()`` (a real CPU tensor: the trace's dispatch
+    mode never sees it made) recorded as an allocation of the trace."""
+    import torch
+
+    original = torch.get_rng_state
+
+    def get_rng_state() -> Any:
+        state = original()
+        rec.track(state)
+        return state
+
+    torch.get_rng_state = get_rng_state
+    try:
+        yield
+    finally:
+        torch.get_rng_state = original
