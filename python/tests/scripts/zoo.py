@@ -51,7 +51,13 @@ def _lm_loss(out: Any, y: Any) -> Any:
 
 
 def _hf_checkpoint(model: nn.Module) -> None:
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    """Hugging Face's own per-layer checkpointing (``activation_checkpointing_enable``
+    from transformers 5, ``gradient_checkpointing_enable`` before)."""
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    if enable is not None:
+        enable()
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
 def _tokens(batch: int, seq: int, vocab: int = VOCAB) -> Tuple[Any, Any]:
@@ -208,6 +214,12 @@ def prepared(arch: str, style: str, device: str = "cpu", seed: int = 0) -> Tuple
     checkpointed as the style asks)."""
     torch.manual_seed(seed)
     case = ARCHS[arch]()
+    if device != "cpu":
+        move = lambda t: t.to(device) if isinstance(t, torch.Tensor) else t  # noqa: E731
+        case.model.to(device)
+        case.inputs = tuple(move(t) for t in case.inputs)
+        case.targets = tuple(move(t) for t in case.targets)
+        case.kwargs = {k: move(v) for k, v in case.kwargs.items()}
     model = case.model
     if style == "checkpoint":
         case.checkpoint(model)
