@@ -29,10 +29,11 @@ import zoo  # noqa: E402
 EXACT = 0.005
 
 # Known misses: the real run's CPU kernels allocate what a meta trace cannot
-# see. (low, high) error band as measured, and why.
-ONEDNN_LSTM = "nn.LSTM on the CPU runs oneDNN's RNN kernel: its workspace, packed weights and scratchpad are not traced"
-ONEDNN_CONV = "oneDNN convolutions reorder their weights (and activations) into blocked layouts, a copy the trace does not see"
-ONEDNN_BF16 = "oneDNN's bf16 matmuls pack their operands in backward, scratch the trace does not see"
+# see. (low, high) error band as measured, and the words of the estimate's
+# note that says so.
+ONEDNN_LSTM = "oneDNN's RNN kernel"
+ONEDNN_CONV = "oneDNN's reorders"
+ONEDNN_BF16 = "oneDNN's packing"
 KNOWN = {
     ("lstm", "fp32"): (-0.13, -0.10, ONEDNN_LSTM),
     ("lstm", "bf16"): (-0.12, -0.09, ONEDNN_LSTM),
@@ -64,7 +65,13 @@ def test_the_estimate_is_the_real_peak(arch: str, style: str) -> None:
     else:
         low, high, why = known
         assert low <= err <= high, f"{arch} {style}: {err:+.2%} outside [{low:+.1%}, {high:+.1%}] ({why})"
-    assert not est.notes, est.notes
+        # The estimate says what it could not see.
+        assert any(why in n for n in est.notes), (why, est.notes)
+    # Notes only for kernels the model runs: none for a transformer LM in
+    # fp32 (in bf16, oneDNN's packing is noted: not traced, whether or not
+    # it reaches the peak).
+    if arch in ("llama", "qwen2", "mixtral", "gpt2", "bert", "t5") and style in ("fp32", "checkpoint", "inference"):
+        assert not est.notes, est.notes
 
 
 def test_autocast_in_the_forward_is_autocast_given() -> None:
@@ -83,3 +90,11 @@ def test_a_compiled_model_says_its_estimate_is_the_eager_step() -> None:
     eager = zoo.estimated("gpt2", "fp32")
     assert est.peak_bytes == eager.peak_bytes
     assert len(est.notes) == 1 and "is compiled (torch.compile): this estimate is of its eager step" in est.notes[0], est.notes
+
+
+def test_the_cuda_estimate_says_which_kernels_it_does_not_see() -> None:
+    """cuDNN's convolution workspaces and RNN kernels have no model yet: a
+    CUDA estimate of a ResNet or an LSTM says so; a Llama's says nothing."""
+    assert any("cuDNN's workspaces" in n for n in zoo.estimated("resnet", "fp32", device="cuda").notes)
+    assert any("cuDNN's RNN kernel" in n for n in zoo.estimated("lstm", "inference", device="cuda").notes)
+    assert zoo.estimated("llama", "bf16", device="cuda").notes == []

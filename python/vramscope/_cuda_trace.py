@@ -113,6 +113,12 @@ def sdp_choice(args: Tuple[Any, ...], kwargs: Dict[str, Any], capability: Tuple[
     return _MATH
 
 
+RNN_NOTE = (
+    "recurrent layers (nn.LSTM, nn.GRU, nn.RNN) on CUDA run cuDNN's RNN kernel, whose reserve space and workspace "
+    "are not traced: the trace runs PyTorch's own cells"
+)
+
+
 def workspace_sizes(capability: Tuple[int, int]) -> Tuple[int, int]:
     """(cuBLAS, cuBLASLt) workspace bytes, as CublasHandlePool.cpp sizes
     them (``CUBLAS_WORKSPACE_CONFIG``'s ``:SIZE:COUNT`` pairs in KiB)."""
@@ -175,6 +181,8 @@ class Cuda(Kernels):
         """Run after ``func`` made its outputs: the scratch its CUDA kernel
         allocates and frees inside itself, which no meta kernel shows."""
         name = _op(func)
+        if name in ("convolution", "convolution_backward"):
+            self.note("conv", "convolutions: cuDNN's workspaces (the algorithm is chosen at run time) are not traced")
         if f"{name}.{getattr(func, '_overloadname', '')}" in _MATMULS:
             # The handle's workspace comes when the matmul runs, after its
             # output is allocated (getCurrentCUDABlasHandle → setWorkspaceForHandle).

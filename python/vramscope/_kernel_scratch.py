@@ -24,6 +24,12 @@ class Kernels:
         self.keep: list = []  # alive to the end (workspaces)
         self.held: list = []  # made before an operation, freed after it
         self.autocast: Any = None  # vramscope._autocast.Autocast: casts where the program's autocast is on
+        self.unmodelled: Dict[str, str] = {}  # kernel kind -> what the trace does not see of it
+
+    def note(self, kind: str, sentence: str) -> None:
+        """Say once that a kernel of ``kind`` ran whose own memory the trace
+        does not see (the estimate's ``notes``)."""
+        self.unmodelled.setdefault(kind, sentence)
 
     def before(self, func: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], rec: Any) -> Optional[Any]:
         return None

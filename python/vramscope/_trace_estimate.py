@@ -382,6 +382,10 @@ def estimate(
     return est
 
 
+def _modules(model: Any) -> List[Any]:
+    return [m for _, m in model.named_modules()] if hasattr(model, "named_modules") else []
+
+
 def _compiled(model: Any) -> Optional[str]:
     """The module of ``model`` that ``torch.compile`` wraps (``OptimizedModule``
     or ``nn.Module.compile()``), by name; None when nothing is compiled."""
@@ -511,6 +515,13 @@ def _trace(
             }
         else:
             snap["vramscope"]["estimate"] = {"device": "cpu", "threads": kernels.threads, "sdpa": dict(kernels.sdp)}
+    notes.extend(kernels.unmodelled.values())
+    if any(isinstance(m, torch.nn.RNNBase) and (cuda is not None or isinstance(m, torch.nn.LSTM)) for m in _modules(model)):
+        from ._cpu_trace import RNN_NOTE as CPU_RNN
+        from ._cuda_trace import RNN_NOTE as CUDA_RNN
+
+        notes.append(CUDA_RNN if cuda is not None else CPU_RNN)
+    snap["vramscope"]["notes"] = notes
     if path is None:
         return pickle.dumps(snap, protocol=pickle.DEFAULT_PROTOCOL)
     path = os.fspath(path)

@@ -209,14 +209,16 @@ class AutocastInForward(nn.Module):
             return self.inner(*args, **kwargs)
 
 
-def prepared(arch: str, style: str, device: str = "cpu", seed: int = 0) -> Tuple[Case, nn.Module]:
+def prepared(arch: str, style: str, device: str = "cpu", seed: int = 0, place: Optional[str] = None) -> Tuple[Case, nn.Module]:
     """The case and the module to train in ``style`` (wrapped, compiled or
-    checkpointed as the style asks)."""
+    checkpointed as the style asks) on ``device``; ``place`` keeps the
+    tensors elsewhere (an estimate for CUDA reads CPU tensors' shapes)."""
     torch.manual_seed(seed)
     case = ARCHS[arch]()
-    if device != "cpu":
-        move = lambda t: t.to(device) if isinstance(t, torch.Tensor) else t  # noqa: E731
-        case.model.to(device)
+    where = place or device
+    if where != "cpu":
+        move = lambda t: t.to(where) if isinstance(t, torch.Tensor) else t  # noqa: E731
+        case.model.to(where)
         case.inputs = tuple(move(t) for t in case.inputs)
         case.targets = tuple(move(t) for t in case.targets)
         case.kwargs = {k: move(v) for k, v in case.kwargs.items()}
@@ -287,7 +289,7 @@ def estimated(arch: str, style: str, device: str = "cpu", **options: Any) -> Any
     """``vramscope.estimate`` of the same ``STEPS`` iterations."""
     import vramscope
 
-    case, model = prepared(arch, style, device)
+    case, model = prepared(arch, style, device, place="cpu")
     model.train(style != "inference")
     kwargs = case.kwargs
 
