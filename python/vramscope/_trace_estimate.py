@@ -96,6 +96,8 @@ class Estimate:
             more += f", {self.fit['verdict']}"
         if self.max_batch is not None:
             more += f", max batch {self.max_batch['batch']}"
+        if self.notes:
+            more += f", {len(self.notes)} note{'s' if len(self.notes) > 1 else ''} in .notes"
         return f"<vramscope.Estimate peak {self.peak_bytes} bytes ({cats}){more}>"
 
 
@@ -321,8 +323,12 @@ def estimate(
             ``select_sdp_backend`` picks them, ``sdpa_kernel(...)``
             respected; ``foreach`` optimizers; ``fused=True`` allowed; the
             cuBLAS/cuBLASLt workspaces) and rounds every block up to 512
-            bytes as the CUDA caching allocator does; ``"cpu"`` counts exact
-            bytes, as the CPU allocator does.
+            bytes as the CUDA caching allocator does; ``"cpu"`` runs what the
+            CPU build would (its flash attention kernel and that kernel's
+            scratch, the CPU's autocast lists) and counts exact bytes, as
+            the CPU allocator does. Kernels whose own memory is not traced
+            (oneDNN's on the CPU, cuDNN's convolutions and RNNs on CUDA, a
+            compiled model's) are named in ``est.notes``.
         gpu: the GPU, by name (``"H100-80GB"``, ``"A100-40GB"``) or total
             bytes: its compute capability decides the attention kernels and
             the workspace size (default: a Hopper GPU), its memory the
@@ -337,9 +343,11 @@ def estimate(
         inference: forward passes only, under ``torch.no_grad()`` (no
             loss, backward or optimizer).
         autocast: ``torch.bfloat16`` or ``torch.float16`` (``True``:
-            bfloat16): forward and loss run as under
-            ``torch.autocast(device_type="cuda", dtype=...)``, by CUDA's
-            autocast lists (vramscope._autocast), weights cast once per step.
+            bfloat16): forward and loss run under
+            ``torch.autocast(device_type=device, dtype=...)``, cast by that
+            device's autocast lists (vramscope._autocast), weights cast once
+            per step. Autocast the model or ``loss_fn`` enters itself is
+            followed without it.
         max_batch_for: a GPU (as ``gpu``): also search the largest batch
             that fits it (``est.max_batch``), re-tracing with every input
             and target resized along ``batch_dim``.
