@@ -255,3 +255,50 @@ def test_autocast_for_another_device_leaves_the_trace_alone(gpt: Any, tmp_path: 
     # bf16 logits under autocast=; fp32 ones where the head runs with autocast off.
     assert logits * 2 in sizes(gpt.GPT(), autocast=torch.bfloat16) and logits * 4 not in sizes(gpt.GPT(), autocast=torch.bfloat16)
     assert logits * 4 in sizes(HeadInFp32())
+
+
+def test_an_ordinary_bias_add_is_not_made_in_place() -> None:
+    """The trace makes an addition in place only where PyTorch does
+    (``at::linear``'s bias on a non-contiguous input, autograd's sum of two
+    gradients): ``h + b`` in a model's own code, with ``h`` used again, is a
+    new tensor on the CPU as on meta. The estimate matches a real CPU run
+    of it to the byte."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "scripts"))
+    import zoo
+
+    class BiasAdds(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(64, 64, bias=False)
+            self.b = nn.Parameter(torch.zeros(64))
+            self.c = nn.Parameter(torch.zeros(64))
+
+        def forward(self, x: Any) -> Any:
+            h = self.lin(x)
+            y = h + self.b  # h is used again below
+            z = y.transpose(0, 1) + self.c  # a non-contiguous first operand
+            return (y * h).sum() + z.sum()
+
+    torch.manual_seed(0)
+    x = torch.randn(8, 32, 64)
+    case = zoo.Case(BiasAdds(), (x,), (), lambda out: out, lambda m: None)
+
+    def run() -> None:
+        zoo.train(case, case.model, "fp32")
+
+    from vramscope import _native
+
+    there = zoo._storages([*case.model.parameters(), x])
+    _native.cpu_allocator_install()
+    _native.cpu_allocator_start(1)
+    try:
+        for addr, size in there.items():
+            _native.cpu_allocator_adopt(addr, size)
+        run()
+        real = _native.cpu_allocator_totals()[1]
+    finally:
+        _native.cpu_allocator_stop()
+    est = vramscope.estimate(case.model, (x,), torch.optim.AdamW, loss_fn=lambda out: out, steps=zoo.STEPS, device="cpu", lr=zoo.LR)
+    assert est.peak_bytes == real, (est.peak_bytes, real)
