@@ -56,7 +56,8 @@ class Kernels:
         import torch
 
         t = torch.empty(size, dtype=torch.uint8, device="meta")
-        rec.track(t, category)
+        # A workspace kept for good is made once, compiled code or not.
+        rec.track(t, category, force=keep)
         if keep:
             self.keep.append(t)
         return t

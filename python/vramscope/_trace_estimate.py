@@ -32,8 +32,15 @@ the peak reserved; for the GPT of tests/fixtures/gpu both peaks equal the
 H200's and H100's to the byte (reserved) and within 0.3% (allocated) in
 fp32 and under bf16 autocast, from batch 16 to 520.
 
+For ``device="cpu"`` it is what the CPU build runs (vramscope._cpu_trace):
+its flash attention kernel and that kernel's scratch, the CPU's autocast
+lists. A compiled module (``torch.compile``) is planned by Inductor itself
+on fake tensors, and its plan stands in for its eager step
+(vramscope._compiled_trace).
+
 What it cannot see: kernels whose scratch is not modelled (cuDNN
-convolution workspaces, oneDNN), and memory outside PyTorch's allocator.
+convolution workspaces and RNNs, oneDNN's), and memory outside PyTorch's
+allocator; ``est.notes`` names those the model runs.
 """
 
 from __future__ import annotations
@@ -53,7 +60,7 @@ __all__ = ["estimate", "Estimate"]
 # vramscope's own frames in a trace: the modes and the kernels they stand in for.
 _SKIP_FILES = (
     "torch/utils/_python_dispatch.py", "torch/utils/_pytree.py", "vramscope/_trace_estimate.py", "vramscope/_autocast.py",
-    "vramscope/_cuda_trace.py", "vramscope/_cpu_trace.py", "vramscope/_kernel_scratch.py",
+    "vramscope/_cuda_trace.py", "vramscope/_cpu_trace.py", "vramscope/_kernel_scratch.py", "vramscope/_compiled_trace.py",
 )
 
 
@@ -117,6 +124,9 @@ class _Recorder:
         self.time = 0
         self.phase = "setup"
         self.alloc_event: Dict[int, int] = {}  # key -> index of its alloc event
+        # > 0 while a compiled module's eager storages are hidden (its plan
+        # stands in for them: vramscope._compiled_trace).
+        self.paused = 0
         self.assumed: List[List[Dict[str, Any]]] = []  # stacks where a bool was read as true
 
     def _tick(self) -> int:
@@ -133,8 +143,8 @@ class _Recorder:
             f = f.f_back
         return out
 
-    def track(self, t: Any, category: Optional[str] = None) -> None:
-        if not isinstance(t, self.torch.Tensor):
+    def track(self, t: Any, category: Optional[str] = None, force: bool = False) -> None:
+        if not isinstance(t, self.torch.Tensor) or (self.paused and not force):
             return
         try:
             st = t.untyped_storage()
@@ -376,18 +386,45 @@ def estimate(
         return Estimate(out, load(out), notes)
 
     est = trace(example_inputs, targets, path)
-    compiled = _compiled(model)
-    if compiled:
-        est.notes.append(
-            f"{compiled} is compiled (torch.compile): this estimate is of its eager step. On the zoo of "
-            "docs/estimate.md (CPU) compiled peaks ranged from 21% below to 10% above the eager ones; "
-            "compiled steps are not estimated yet"
-        )
     if device == "cuda":
         attach_fit(est, gpu, settings, outside_bytes)
         if max_batch_for is not None:
             search_max_batch(est, trace, example_inputs, targets, batch_dim, max_batch_for, settings, outside_bytes)
     return est
+
+
+def _compiled_plans(
+    model: Any, example_inputs: Sequence[Any], targets: Sequence[Any], loss_fn: Optional[Callable[..., Any]], device: str,
+    region: Callable[[], Any], inference: bool, rec: _Recorder, notes: List[str],
+) -> Any:
+    """Inductor's plans of the compiled modules of ``model``
+    (vramscope._compiled_trace), to stand in for their eager steps; None
+    where nothing is compiled or the plans cannot be had (said in ``notes``)."""
+    compiled = _compiled(model)
+    if not compiled:
+        return None
+    import torch
+
+    from ._compiled_trace import NotCaptured, Replay, capture
+
+    eager = f"{compiled} is compiled (torch.compile), and is estimated as its eager step"
+    state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    try:
+        plans = capture(model, state, tuple(example_inputs), tuple(targets), loss_fn, device, region, inference)
+    except NotCaptured as e:
+        notes.append(f"{eager}: {e}")
+        return None
+    if not plans:
+        notes.append(f"{eager}: the compiled wrapper is not an nn.Module torch.compile returns")
+        return None
+    where = "CUDA" if device == "cuda" and torch.cuda.is_available() else "this machine's CPU"
+    notes.append(
+        f"{compiled} is compiled (torch.compile): estimated from Inductor's own plan (what AOTAutograd saves for "
+        f"backward, Inductor's fused buffers and their lifetimes), scheduled for {where}; the scratch inside its "
+        "kernels is not traced"
+        + ("" if where == "CUDA" or device != "cuda" else ", and Triton's fusions and CUDA's attention kernels differ from the CPU's in places")
+    )
+    return Replay(rec, plans)
 
 
 def _modules(model: Any) -> List[Any]:
@@ -445,6 +482,15 @@ def _trace(
         rec.recategorize([m], category)
         return m
 
+    def region() -> Any:
+        """``torch.autocast`` around forward and loss, for ``autocast=``."""
+        if cast is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=device, dtype=cast)
+
+    # Compiled modules are planned by Inductor first, outside every mode
+    # and patch of the trace.
+    replay = _compiled_plans(model, example_inputs, targets, loss_fn, device, region, inference, rec, notes)
     annotations: List[Dict[str, Any]] = []
     on_cuda = contextlib.ExitStack()
     # Autocast where the program (or autocast=) turns it on for this device.
@@ -454,12 +500,6 @@ def _trace(
     on_cuda.enter_context(entered_as_on(device, ac, notes))
     on_cuda.enter_context(ac.patched())
     on_cuda.enter_context(ac.mode)
-
-    def region() -> Any:
-        """``torch.autocast`` around forward and loss, for ``autocast=``."""
-        if cast is None:
-            return contextlib.nullcontext()
-        return torch.autocast(device_type=device, dtype=cast)
 
     kernels.autocast = ac
     if cuda is None:
@@ -480,12 +520,16 @@ def _trace(
         state = {**params, **buffers}
         swapped = _reparametrize_module(model, state, tie_weights=True, strict=False)
         swapped.__enter__()
+        if replay is not None:
+            replay.install(model)
         try:
             _steps(
-                model, inputs, labels, loss_fn, steps, inference, opt, params, rec, annotations, region,
+                model, inputs, labels, loss_fn, steps, inference, opt, params, rec, annotations, region, replay,
             )
         finally:
             swapped.__exit__(None, None, None)
+            if replay is not None:
+                replay.remove()
 
         # Blocks alive at the end: the segments of the snapshot.
         live = list(rec.live.values())
@@ -541,6 +585,7 @@ def _trace(
 def _steps(
     model: Any, inputs: Tuple[Any, ...], labels: Tuple[Any, ...], loss_fn: Optional[Callable[..., Any]], steps: int,
     inference: bool, opt: Any, params: Dict[str, Any], rec: _Recorder, annotations: List[Dict[str, Any]], region: Callable[[], Any],
+    replay: Any = None,
 ) -> None:
     """The traced iterations, on the model whose parameters are the meta ones."""
     import torch
@@ -570,6 +615,8 @@ def _steps(
         rec.phase = "backward"
         loss.backward()
         del loss
+        if replay is not None:
+            replay.end_backward(params)
         rec.recategorize([p.grad for p in params.values()], "gradient")
         if opt is not None:
             rec.phase = "optimizer"

@@ -270,6 +270,8 @@ def real_peak(arch: str, style: str) -> int:
     the model, its inputs and targets there from the start."""
     from vramscope import _native
 
+    if style == "compiled":
+        torch._dynamo.reset()  # each cell compiles afresh (Dynamo's recompilation limits are per process)
     case, model = prepared(arch, style)
     model.train(style != "inference")
     there = _storages([*model.parameters(), *model.buffers(), *case.inputs, *case.targets, *case.kwargs.values()])
