@@ -117,6 +117,25 @@ def test_a_compiled_model_is_estimated_from_inductors_plan(arch: str) -> None:
             assert any(why in n for n in est.notes), est.notes
 
 
+def test_the_compiled_model_is_left_as_it_was() -> None:
+    """Estimating a compiled model changes nothing of it: its parameters,
+    its modules, and what it computes when it runs next."""
+    import vramscope
+
+    case, model = zoo.prepared("gpt2", "compiled")
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    ids = {n: id(p) for n, p in model.named_parameters()}
+    case.model.eval()  # no dropout: the same logits twice
+    with torch.no_grad():
+        expected = case.model(*case.inputs).logits
+    vramscope.estimate(model, case.inputs, torch.optim.AdamW, loss_fn=case.loss_fn, targets=case.targets, steps=1, device="cpu")
+    assert {n: id(p) for n, p in model.named_parameters()} == ids
+    assert all(torch.equal(p, before[n]) and p.device.type == "cpu" for n, p in model.named_parameters())
+    with torch.no_grad():
+        got = model(*case.inputs).logits
+    assert torch.allclose(got, expected, atol=1e-5)
+
+
 def test_a_compiled_model_for_cuda_is_planned_for_the_cpu_and_says_so() -> None:
     """Without a GPU, Dynamo cannot compile for CUDA: the plan is the CPU's
     (said so), below the eager step's; under CUDA autocast, which a CPU

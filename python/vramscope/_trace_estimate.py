@@ -364,6 +364,11 @@ def estimate(
         batch_dim: the batch dimension of the inputs and targets.
         path: where the snapshot goes (default: nowhere: the trace is read
             from memory and no file is left behind).
+
+    A compiled ``model`` (``torch.compile``) is compiled once more by
+    Inductor on fake tensors for its plan (seconds to a minute on a CPU);
+    Dynamo's caches are then emptied, so the program's own compiled code
+    compiles again at its next call.
         **optimizer_options: passed to ``optimizer`` (``lr=1e-3``, ...); for
             an instance, they override every group's options.
     """
