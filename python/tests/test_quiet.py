@@ -234,3 +234,33 @@ def test_c10_log_level_is_raised_while_recording_and_restored(tmp_path: Path, mo
             assert level.value == 1
     finally:
         level.value = saved
+
+
+@pytest.mark.parametrize("backend", ["allocator", "dispatch"])
+def test_a_warning_from_the_program_keeps_the_programs_line(tmp_path: Path, backend: str) -> None:
+    """PyTorch's warnings raised by the program's own lines are shown
+    there, not at the recorder's mode that was the innermost Python frame
+    (``float(loss)`` read ``vramscope/_allocator.py:169``). (That warning is
+    raised once per process; the copy-construction one every time.)"""
+    import inspect
+    import warnings
+
+    import vramscope
+
+    if backend == "allocator" and native_module() is None:
+        pytest.skip("vramscope._native is not built")
+    x = torch.ones(3, requires_grad=True)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with vramscope.record(tmp_path / "w.pickle", backend=backend):
+            line = inspect.currentframe().f_lineno + 1  # type: ignore[union-attr]
+            value = float((x * 2).sum())
+            copy_line = inspect.currentframe().f_lineno + 1  # type: ignore[union-attr]
+            copied = torch.tensor(x.detach())
+    assert value == 6.0 and copied.shape == (3,)
+    placed = [(w.filename, w.lineno) for w in seen if "to a scalar" in str(w.message)]
+    placed += [(w.filename, w.lineno - (copy_line - line)) for w in seen if "copy construct" in str(w.message)]
+    assert placed, [str(w.message) for w in seen]
+    assert all(p == (__file__, line) for p in placed), placed
+    # Outside a recording nothing is changed.
+    assert warnings._showwarnmsg.__module__ == "warnings"  # type: ignore[attr-defined]

@@ -22,6 +22,7 @@ from ._files import periodic_path, write_atomic
 from ._holders import Sampler, find_holders
 from ._hooks import compiles
 from ._rank import expand_path
+from ._warn_place import program_location
 
 # Name of the annotation around a cycle collection that freed objects.
 GC_ANNOTATION = "gc.collect"
@@ -255,6 +256,8 @@ class _Session:
 
     def begin(self) -> None:
         skip_frames(_Session._on_gc)
+        self.warnings = program_location()
+        self.warnings.__enter__()
         self.backend.start()
         if self.kind == "allocator":
             from . import _native
@@ -553,6 +556,7 @@ class _Session:
                 if watcher is not None:
                     watcher.close()
                 self.backend.stop()
+                self.warnings.__exit__(None, None, None)
                 self.tagger.uninstall()
                 try:
                     gc.callbacks.remove(self._on_gc)
