@@ -63,18 +63,39 @@ pub(crate) fn pick_device(
     file: &Path,
     device: Option<u32>,
 ) -> Result<u32, CliError> {
-    snap.pick_device(device)
-        .map_err(|e| CliError::Invalid(anyhow!("{}: {e}", file.display())))
+    let picked = snap
+        .pick_device(device)
+        .map_err(|e| CliError::Invalid(anyhow!("{}: {e}", file.display())))?;
+    let present = snap.devices();
+    if device.is_none() && present.len() > 1 {
+        let others: Vec<String> = present
+            .iter()
+            .filter(|&&d| d != picked)
+            .map(|d| d.to_string())
+            .collect();
+        let why = if snap.has_activity(picked) {
+            "the first with allocations"
+        } else {
+            "none has allocations"
+        };
+        eprintln!(
+            "vramscope: {}: device {picked} ({why}; the file also has device {}: --device picks one)",
+            file.display(),
+            others.join(", ")
+        );
+    }
+    Ok(picked)
 }
 
-/// `--device` of a one-device command checked against the file: `None`
-/// leaves the choice to the library (its first device).
+/// `--device` of a one-device command checked against the file, or the
+/// device the library's rule picks (said on stderr where the file has
+/// several).
 pub(crate) fn chosen_device(
     snap: &Snapshot,
     file: &Path,
     device: Option<u32>,
 ) -> Result<Option<u32>, CliError> {
-    device.map(|d| pick_device(snap, file, Some(d))).transpose()
+    pick_device(snap, file, device).map(Some)
 }
 
 /// The file's name for titles.

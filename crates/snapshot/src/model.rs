@@ -374,19 +374,38 @@ impl Snapshot {
     }
 
     /// The device an analysis of one device reads: `device` when the file
-    /// has segments or events on it, else the first device that has. The
-    /// one rule for every command and the Python module: a device the file
-    /// does not have is an error, never a silent switch to another.
+    /// has segments or events on it; without one, the first device with
+    /// activity (an allocation in its trace, or a block in use in its
+    /// segments), else the first device the file has. The one rule for
+    /// every command and the Python module: a device the file does not
+    /// have is an error, never a silent switch to another.
     pub fn pick_device(&self, device: Option<u32>) -> Result<u32, crate::SnapshotError> {
         let present = self.devices();
         match device {
             Some(d) if present.contains(&d) => Ok(d),
             Some(d) => Err(crate::SnapshotError::NoSuchDevice { device: d, present }),
             None => present
-                .first()
+                .iter()
                 .copied()
+                .find(|&d| self.has_activity(d))
+                .or_else(|| present.first().copied())
                 .ok_or(crate::SnapshotError::NoDevice),
         }
+    }
+
+    /// Whether `device` ever held memory for the program: an allocation
+    /// in its trace, or a block in use in its segments (a device with
+    /// segments of cached memory only, or no events, has none).
+    pub fn has_activity(&self, device: u32) -> bool {
+        let traced = self
+            .trace(device)
+            .is_some_and(|t| t.action.iter().any(|a| *a == Action::Alloc));
+        traced
+            || self.segments_of(device).any(|s| {
+                self.blocks_of(s)
+                    .iter()
+                    .any(|b| b.state != BlockState::Inactive && b.size > 0)
+            })
     }
 
     /// Trace of `device` (empty if it has none).
@@ -407,11 +426,11 @@ impl Snapshot {
         self.strings.get(id)
     }
 
-    /// `device`, or the first device with segments or events (0 when none).
+    /// `device`, or the device [`Snapshot::pick_device`] picks (0 when the
+    /// file has none): the same rule, lenient about a device the file does
+    /// not have.
     pub fn device_or_first(&self, device: Option<u32>) -> u32 {
-        device
-            .or_else(|| self.devices().first().copied())
-            .unwrap_or(0)
+        device.or_else(|| self.pick_device(None).ok()).unwrap_or(0)
     }
 
     /// Whether this is an estimate's trace (`vramscope.estimate`): the
