@@ -78,3 +78,35 @@ def test_the_device_with_allocations_is_read_and_named(tmp_path: Path) -> None:
     # --device 0 still reads device 0, and says nothing.
     zero = _cli("advise", str(path), "--device", "0", "--capacity", "1GiB", "--json")
     assert json.loads(zero.stdout)["device"] == 0 and "picks one" not in zero.stderr
+
+
+@pytest.mark.parametrize("backend", ["allocator", "dispatch"])
+def test_a_wrapped_history_is_said_by_every_command(tmp_path: Path, backend: str) -> None:
+    """A CPU recording longer than its history: the file keeps the last
+    ``max_entries`` allocations and frees (the segment events of a block of
+    its own are not counted against them), says how many it saw, and every
+    command says the history wrapped and how to keep more."""
+    import json
+
+    import torch
+
+    path = tmp_path / "wrapped.pickle"
+    model = torch.nn.Linear(32, 32)
+    with vramscope.record(path, backend=backend, max_entries=200):
+        for _ in range(30):
+            model(torch.randn(8, 32)).sum().backward()
+    meta = pickle.loads(path.read_bytes())["vramscope"]["history"]
+    assert meta["unit"] == "events" and meta["max"] == 200 and meta["kept"] == 200 and meta["seen"] > 300, meta
+    trace = pickle.loads(path.read_bytes())["device_traces"][0]
+    assert sum(1 for e in trace if e["action"] in ("alloc", "free_completed")) == 200
+    note = vramscope.load(path).summary()["source"]["history"]
+    assert note.startswith("the recording kept its last 200 allocations and frees of ") and "max_entries=N" in note, note
+    for command in (["summary"], ["leaks"], ["advise"]):
+        run = _cli(*command, str(path))
+        assert "the recording kept its last 200 allocations and frees" in run.stderr, (command, run.stderr)
+    # A run the history holds whole says nothing.
+    whole = tmp_path / "whole.pickle"
+    with vramscope.record(whole, backend=backend):
+        model(torch.randn(8, 32)).sum().backward()
+    assert vramscope.load(whole).summary()["source"]["history"] is None
+    assert "history" not in _cli("summary", str(whole)).stderr

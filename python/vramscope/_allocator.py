@@ -59,8 +59,9 @@ class AllocatorRecorder(DispatchRecorder):
         from . import _native
 
         _native.cpu_allocator_install()
-        # Events in the native ring: a free is 3 trace entries, an alloc 2.
-        _native.cpu_allocator_start(max(1, self.max_entries // 2))
+        # The native ring keeps the last max_entries allocations and frees
+        # (each two or three trace entries in the file).
+        _native.cpu_allocator_start(max(1, self.max_entries))
         self._wanted = self._fast_wanted()  # type: ignore[method-assign]
         self._adopt_native()
         self._mode = _make_function_mode(self, _native)
@@ -90,6 +91,12 @@ class AllocatorRecorder(DispatchRecorder):
                     print("vramscope: a torch function mode entered after the recording is still active; the recorder's stays, idle", file=sys.stderr)
         finally:
             _native.cpu_allocator_stop()
+
+    def history(self) -> Dict[str, Any]:
+        from . import _native
+
+        kept = len(self.trace) if self.trace else 0
+        return {"unit": "events", "max": self.max_entries, "seen": int(_native.cpu_allocator_mark()), "kept": kept}
 
     def _records(self) -> List[Tuple[int, int, int, int, int, str]]:
         from . import _native

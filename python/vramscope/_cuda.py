@@ -39,6 +39,12 @@ class CudaRecorder:
     def snapshot(self) -> Dict[str, Any]:
         return self._module().memory._snapshot()
 
+    def history(self) -> Dict[str, Any]:
+        """PyTorch's history keeps the last ``max_entries`` trace entries;
+        how many it saw is not said (the reader compares the kept with the
+        most)."""
+        return {"unit": "entries", "max": self.max_entries}
+
     def set_label(self, label: str) -> None:
         """Stamp ``label`` on the allocations that follow (``user_metadata``)."""
         memory = self._module().memory

@@ -161,7 +161,9 @@ class DispatchRecorder:
     """Records allocations and frees of one device type at the dispatcher.
 
     Args:
-        max_entries: trace entries kept, oldest dropped first.
+        max_entries: allocations and frees kept, oldest dropped first (each
+            becomes two or three trace entries in the file: the segment
+            events of a block of its own are not counted).
         stacks: ``"python"``/``"all"`` keep Python stacks (there are no C++
             frames at this level); ``"none"`` records none (cheaper).
         device: device type followed (``"cpu"``, ``"mps"``, ...); default
@@ -177,6 +179,7 @@ class DispatchRecorder:
         # walks them all): (ALLOC or FREE, address, size, time µs, stack id,
         # label). They become PyTorch's trace entries at a dump.
         self.trace: Deque[Tuple[int, int, int, int, int, str]] = collections.deque(maxlen=max_entries)
+        self.seen = 0  # allocations and frees since the start, kept or not
         # Live blocks: storage id -> (address, size, stack id, label), and
         # the weak reference that reports the storage's end.
         self.live: Dict[int, Tuple[int, int, int, str]] = {}
@@ -346,6 +349,7 @@ class DispatchRecorder:
         self._refs[key] = ref
         self.live[key] = (addr, size, sid, label)
         self.trace.append((_ALLOC, addr, size, t, sid, label))
+        self.seen += 1
         self._grow(size)
 
     def _on_release(self, ref: _StorageRef) -> None:
@@ -368,6 +372,7 @@ class DispatchRecorder:
         addr, size, sid, label = held
         self.allocated -= size
         self.trace.append((_FREE, addr, size, _now_us(), sid, label))
+        self.seen += 1
 
     def _stack(self, depth: int) -> int:
         """Id of the Python stack of the caller ``depth`` frames up,
@@ -427,9 +432,10 @@ class DispatchRecorder:
         """Nothing to collect: the trace is always current."""
 
     def entries(self) -> List[Dict[str, Any]]:
-        """The trace as PyTorch writes it, the last ``max_entries`` entries:
-        ``segment_alloc`` + ``alloc`` per allocation (nothing is cached) and
-        ``free_requested`` + ``free_completed`` + ``segment_free`` per free."""
+        """The trace as PyTorch writes it, of the last ``max_entries``
+        allocations and frees: ``segment_alloc`` + ``alloc`` per allocation
+        (nothing is cached) and ``free_requested`` + ``free_completed`` +
+        ``segment_free`` per free."""
         stacks = self.stack_list
         out: List[Dict[str, Any]] = []
         append = out.append
@@ -444,7 +450,12 @@ class DispatchRecorder:
             else:
                 for action in ("free_requested", "free_completed", "segment_free"):
                     append({"action": action, "addr": addr, "size": size, "stream": 0, "time_us": t, "frames": frames})
-        return out[-self.max_entries :]
+        return out
+
+    def history(self) -> Dict[str, Any]:
+        """How much of the recording the trace holds (the snapshot's
+        ``vramscope.history``): events are allocations and frees."""
+        return {"unit": "events", "max": self.max_entries, "seen": self.seen, "kept": len(self.trace)}
 
     def snapshot(self, marks: Optional[List[Tuple[str, int, int]]] = None) -> Dict[str, Any]:
         """The snapshot so far; the recording goes on."""

@@ -443,6 +443,11 @@ class _Session:
                 facts = self.backend.device_facts()
                 if facts is not None:
                     snap["vramscope"]["device"] = facts
+            history = getattr(self.backend, "history", None)
+            if history is not None:
+                # How much of the run the trace holds: what tells a wrapped
+                # history (and how to raise it) from a short run.
+                snap["vramscope"]["history"] = history()
             if self.ooms:
                 snap["vramscope"]["ooms"] = list(self.ooms)
             if final:

@@ -76,8 +76,10 @@ class record:
             ``RANK``/``WORLD_SIZE``) a path that names no rank is written
             under ``rank{rank}/`` beside the file name, so ranks never
             overwrite each other and ``vramscope ranks <dir>`` reads them.
-        max_entries: allocator events kept (the oldest are dropped). Default
-            100000 (``$VRAMSCOPE_MAX_ENTRIES``).
+        max_entries: history kept (the oldest is dropped): on CUDA and XPU
+            PyTorch's trace entries, on the CPU recorders allocations and
+            frees. Default 100000 (``$VRAMSCOPE_MAX_ENTRIES``). When a
+            recording outgrows it, every command says so and how to keep more.
         stacks: ``"python"`` (default), ``"all"`` (adds C++ frames on CUDA)
             or ``"none"`` (``$VRAMSCOPE_STACKS``).
         backend: what observes the allocations (``$VRAMSCOPE_BACKEND``):

@@ -47,6 +47,11 @@ pub(crate) fn load(file: &Path, quiet: bool) -> Result<Snapshot, CliError> {
         if let Some(note) = vramscope_analysis::summary::damage(s) {
             eprintln!("vramscope: warning: {}: {note}", file.display());
         }
+        if !quiet {
+            if let Some(note) = vramscope_analysis::summary::history(s) {
+                eprintln!("vramscope: note: {}: {note}", file.display());
+            }
+        }
     }
     snap.map_err(|e| match CliError::from(e) {
         CliError::Io(e) => CliError::Io(e),

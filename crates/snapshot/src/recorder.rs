@@ -36,10 +36,29 @@ pub struct RecorderInfo {
     pub device: Option<DeviceFacts>,
     /// Out-of-memory errors the allocator's observer saw, in order.
     pub ooms: Vec<OomSeen>,
+    /// How much of the recording the trace holds (the `history` key;
+    /// absent in files of older recorders).
+    pub history: Option<History>,
     /// The autocast states the model's outermost forward calls ran under
     /// (`off`, `bfloat16`, `float16`); empty where not recorded. A snapshot
     /// records sizes, not dtypes: this says whether activations are 16-bit.
     pub autocast: Vec<String>,
+}
+
+/// The recording's history: its limit, and how many of the recording's
+/// events it saw and kept.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct History {
+    /// What `max` counts: `events` (allocations and frees: vramscope's CPU
+    /// and dispatch recorders) or `entries` (trace entries: PyTorch's own
+    /// history on CUDA and XPU).
+    pub unit: String,
+    /// The most it keeps (`record(max_entries=...)`).
+    pub max: u64,
+    /// Events the recording saw, kept or not (`None`: not known).
+    pub seen: Option<u64>,
+    /// Events the trace holds (`None`: the trace's length tells).
+    pub kept: Option<u64>,
 }
 
 /// What a PyTorch file leaves out about its device: how much memory it has,
@@ -256,6 +275,14 @@ impl RecorderInfo {
                 .map(|rows| rows.iter().filter_map(optimizer).collect())
                 .unwrap_or_default(),
             device: v.get("device").and_then(device_facts),
+            history: v.get("history").and_then(|h| {
+                Some(History {
+                    unit: h.get("unit")?.as_str()?.to_owned(),
+                    max: h.get("max")?.as_u64()?,
+                    seen: h.get("seen").and_then(|n| n.as_u64()),
+                    kept: h.get("kept").and_then(|n| n.as_u64()),
+                })
+            }),
             autocast: v
                 .get("autocast")
                 .and_then(|a| a.as_array())

@@ -80,6 +80,10 @@ pub struct SourceSummary {
     /// What a damaged file lost, in one sentence every output shows
     /// (terminal, page banner); `None` for a whole, undamaged file.
     pub damage: Option<String>,
+    /// That the recording's history wrapped (its oldest events are not in
+    /// the file) and how to keep more; `None` when it holds the whole run
+    /// or the file does not say.
+    pub history: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -273,10 +277,51 @@ pub fn summary_of(snap: &Snapshot, devices: Vec<DeviceSummary>) -> Summary {
             repairs: src.repairs.clone(),
             skipped: src.skipped.clone(),
             damage: damage(snap),
+            history: history(snap),
         },
         devices,
         allocator_settings: snap.allocator_settings.clone(),
         annotations,
+    }
+}
+
+/// That the recording's history wrapped, for every command to say: the
+/// oldest allocations and frees were dropped, so memory allocated before
+/// the trace's window is counted from its start and earlier iterations are
+/// gone; and how to keep more. `None` when the file holds the whole run or
+/// does not say (PyTorch's own files: no recorder's `history`).
+pub fn history(snap: &Snapshot) -> Option<String> {
+    let h = snap.source.recorder.as_ref()?.history.as_ref()?;
+    let raise = "keep more with vramscope.record(max_entries=N) or VRAMSCOPE_MAX_ENTRIES=N";
+    match h.unit.as_str() {
+        "events" => {
+            let seen = h.seen?;
+            let kept = h.kept.unwrap_or(h.max);
+            (seen > kept).then(|| {
+                format!(
+                    "the recording kept its last {} allocations and frees of {} ({} older ones dropped): memory allocated before its window is counted from the window's start, and the iterations before it are not in the file; {raise}",
+                    crate::units::count(kept),
+                    crate::units::count(seen),
+                    crate::units::count(seen - kept)
+                )
+            })
+        }
+        _ => {
+            // PyTorch's history says nothing of what it dropped: a trace as
+            // long as the limit has filled it.
+            let longest = snap
+                .traces
+                .iter()
+                .map(|t| t.len() as u64)
+                .max()
+                .unwrap_or(0);
+            (h.max > 0 && longest >= h.max).then(|| {
+                format!(
+                    "the allocator history is full ({} entries, its limit): older events were dropped, memory allocated before its window is counted from the window's start, and earlier iterations are not in the file; {raise}",
+                    crate::units::count(h.max)
+                )
+            })
+        }
     }
 }
 
