@@ -54,6 +54,8 @@ pub struct CheckReport {
     pub checks: Vec<Check>,
     /// The leak analysis, when a check needed it.
     pub leaks: Option<LeakReport>,
+    /// How far a passing limit holds ([`crate::reach`]).
+    pub reach: crate::reach::Reach,
 }
 
 /// Check `device` of `snap` against `gates`.
@@ -64,6 +66,12 @@ pub fn check(
     leak_opts: &LeakOptions,
 ) -> CheckReport {
     let mut checks = Vec::new();
+    let reach = crate::reach::reach(snap, device, None, None);
+    // A limit met is met over what was recorded: said the way every "fits" is.
+    let held = |passed: bool, message: String| match passed {
+        true => format!("{message}, {}", reach.sentence()),
+        false => message,
+    };
     if let Some(limit) = gates.max_peak {
         let peak = Liveness::new(snap, device).peak_bytes;
         checks.push(Check {
@@ -71,7 +79,10 @@ pub fn check(
             passed: peak <= limit,
             value: peak as f64,
             limit: limit as f64,
-            message: format!("peak allocated {} (limit {})", bytes(peak), bytes(limit)),
+            message: held(
+                peak <= limit,
+                format!("peak allocated {} (limit {})", bytes(peak), bytes(limit)),
+            ),
         });
     }
     if let Some(limit) = gates.max_reserved {
@@ -81,10 +92,13 @@ pub fn check(
             passed: reserved <= limit,
             value: reserved as f64,
             limit: limit as f64,
-            message: format!(
-                "reserved at the end {} (limit {})",
-                bytes(reserved),
-                bytes(limit)
+            message: held(
+                reserved <= limit,
+                format!(
+                    "reserved at the end {} (limit {})",
+                    bytes(reserved),
+                    bytes(limit)
+                ),
             ),
         });
     }
@@ -131,5 +145,6 @@ pub fn check(
         passed: checks.iter().all(|c| c.passed),
         checks,
         leaks,
+        reach,
     }
 }

@@ -34,6 +34,7 @@ pub mod liveness;
 pub mod moment;
 pub mod oom;
 pub mod optimizers;
+pub mod reach;
 pub mod segments;
 pub mod segments_map;
 pub mod sites;

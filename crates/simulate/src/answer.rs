@@ -5,6 +5,7 @@
 use crate::horizon::Horizon;
 use crate::must_go::MustGo;
 use crate::simulate::{RecordedOom, Run};
+use vramscope_analysis::reach::Reach;
 
 /// Bytes as the rest of vramscope prints them (`762.00 MiB`, `1.00 GiB`):
 /// never a "0.00 GiB" for an amount that is not zero.
@@ -62,10 +63,18 @@ fn verdict(r: &Run, capacity: Option<u64>) -> String {
     }
 }
 
+/// A verdict that says "fits" says how far it holds, as every command does.
+fn held(v: String, reach: &Reach) -> String {
+    match v.starts_with("fits") {
+        true => format!("{v}, {}", reach.sentence()),
+        false => v,
+    }
+}
+
 /// Where the recording ends, said plainly after a request that fits
 /// there: the projected rest of the iteration's verdict, or what was not
 /// replayed and what would tell.
-fn beyond(best: &Run, h: &Horizon, cap: u64) -> String {
+fn beyond(best: &Run, h: &Horizon, cap: u64, reach: &Reach) -> String {
     let which = match h.iteration {
         Some(k) => format!("in iteration {k}"),
         None => "before the first iteration".to_string(),
@@ -86,9 +95,10 @@ fn beyond(best: &Run, h: &Horizon, cap: u64) -> String {
             match p.oom {
                 None => format!(
                     ". The recording ends there, {which}; the rest of that iteration, {how}, peaks at {} reserved: \
-                     the whole iteration fits, {} to spare (a projection, not a replay; later iterations were not recorded)",
+                     the whole iteration fits, {} to spare (a projection, not a replay), {}",
                     gib(p.peak_reserved),
-                    gib(cap.saturating_sub(p.peak_reserved))
+                    gib(cap.saturating_sub(p.peak_reserved)),
+                    reach.sentence()
                 ),
                 Some((_, size)) => format!(
                     ", but the recording ends there, {which}, and the rest of that iteration, {how}, runs out of memory: \
@@ -118,6 +128,7 @@ pub(crate) fn answer(
     must_go: Option<&MustGo>,
     capacity: Option<u64>,
     changed: bool,
+    reach: &Reach,
 ) -> String {
     let Some(base) = runs.first() else {
         return String::new();
@@ -142,8 +153,8 @@ pub(crate) fn answer(
                     gib(best.replayed.simulated_peak_reserved),
                 );
                 match horizon {
-                    Some(h) => format!("{head}{}", beyond(best, h, cap)),
-                    None => head,
+                    Some(h) => format!("{head}{}", beyond(best, h, cap, reach)),
+                    None => format!("{head}, {}", reach.sentence()),
                 }
             } else if o.request > cap {
                 format!(
@@ -192,7 +203,7 @@ pub(crate) fn answer(
         }
         _ if changed => {
             let c = runs.iter().find(|r| r.changed).unwrap_or(base);
-            let v = verdict(c, capacity);
+            let v = held(verdict(c, capacity), reach);
             format!(
                 "peak reserved {} → {} with {}{}{}",
                 gib(base.replayed.simulated_peak_reserved),
@@ -203,7 +214,7 @@ pub(crate) fn answer(
             )
         }
         _ => {
-            let v = verdict(base, capacity);
+            let v = held(verdict(base, capacity), reach);
             let tail = if v.is_empty() {
                 String::new()
             } else {

@@ -322,6 +322,7 @@ pub fn simulate(snap: &Snapshot, opts: &SimulateOptions) -> Result<Simulation, S
             });
         }
     }
+    let reach = reach_of(snap, device, horizon.as_ref(), &runs);
     let answer = crate::answer::answer(
         &runs,
         recorded_oom.as_ref(),
@@ -329,6 +330,7 @@ pub fn simulate(snap: &Snapshot, opts: &SimulateOptions) -> Result<Simulation, S
         must_go.first(),
         capacity,
         changed,
+        &reach,
     );
     Ok(Simulation {
         device,
@@ -342,6 +344,30 @@ pub fn simulate(snap: &Snapshot, opts: &SimulateOptions) -> Result<Simulation, S
         answer,
         from_estimate: snap.is_estimate(),
     })
+}
+
+/// How far the replay's answers hold: the interrupted iteration and the
+/// one its rest was projected from, where a run's projection was made.
+fn reach_of(
+    snap: &Snapshot,
+    device: u32,
+    horizon: Option<&crate::horizon::Horizon>,
+    runs: &[Run],
+) -> vramscope_analysis::reach::Reach {
+    let projected = runs.iter().any(|r| r.projection.is_some());
+    vramscope_analysis::reach::reach(
+        snap,
+        device,
+        horizon.and_then(|h| h.iteration),
+        horizon.and_then(|h| h.from_iteration).filter(|_| projected),
+    )
+}
+
+impl Simulation {
+    /// How far its answers hold ([`vramscope_analysis::reach`]).
+    pub fn reach(&self, snap: &Snapshot) -> vramscope_analysis::reach::Reach {
+        reach_of(snap, self.device, self.horizon.as_ref(), &self.runs)
+    }
 }
 
 /// One replay under `settings` as `setup` says (its `tail` is set here),

@@ -102,6 +102,8 @@ pub fn advise_counted(
     ));
     let (baseline, advice, no_gain) = rank(baseline, evaluated);
     let answer = answer(&baseline, &advice, capacity, "peak allocated");
+    let reach = vramscope_analysis::reach::reach(snap, device, None, None);
+    let answer = super::verdict::with_reach(answer, &baseline, &advice, &reach);
     Advising {
         device,
         caching_allocator: false,
@@ -113,5 +115,6 @@ pub fn advise_counted(
         no_gain,
         not_offered,
         answer,
+        reach,
     }
 }

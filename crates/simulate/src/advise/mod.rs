@@ -194,6 +194,10 @@ pub struct Advising {
     pub not_offered: Vec<NotOffered>,
     /// One sentence: which change makes it fit, or lowers the peak most.
     pub answer: String,
+    /// How far a "fits" holds: the recorded iterations, whether they grew
+    /// and that later ones were not recorded (`analysis::reach`; its
+    /// sentence ends the answer where something fits).
+    pub reach: vramscope_analysis::reach::Reach,
 }
 
 /// A change to evaluate.
@@ -424,6 +428,8 @@ pub fn advise_with(snap: &Snapshot, sim: &Simulation, labelled: &Labelled, ranks
         }
         None => answer(&baseline, &advice, sim.capacity, "peak reserved"),
     };
+    let reach = sim.reach(snap);
+    let answer = verdict::with_reach(answer, &baseline, &advice, &reach);
     Advising {
         device,
         caching_allocator: true,
@@ -435,6 +441,7 @@ pub fn advise_with(snap: &Snapshot, sim: &Simulation, labelled: &Labelled, ranks
         no_gain,
         not_offered,
         answer,
+        reach,
     }
 }
 

@@ -247,3 +247,19 @@ pub(super) fn answer(
         ),
     }
 }
+
+/// The answer with how far a "fits" in it holds, where one does (the run
+/// as recorded, or a change): the same sentence simulate, the gates and
+/// the report say ([`vramscope_analysis::reach`]).
+pub(super) fn with_reach(
+    answer: String,
+    baseline: &Advice,
+    advice: &[Advice],
+    reach: &vramscope_analysis::reach::Reach,
+) -> String {
+    let fits = baseline.fits == Some(true) || advice.iter().any(|a| a.fits == Some(true));
+    if !fits {
+        return answer;
+    }
+    format!("{answer} Each \"fits\" holds {}.", reach.sentence())
+}
