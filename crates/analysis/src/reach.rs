@@ -152,6 +152,7 @@ mod tests {
             interrupted: Some(4),
             projected_from: Some(3),
             grew: Some(((1, 3 << 30), (3, 4 << 30))),
+            varied: None,
         };
         assert_eq!(
             grown.sentence(),

@@ -399,7 +399,7 @@ impl Snapshot {
     pub fn has_activity(&self, device: u32) -> bool {
         let traced = self
             .trace(device)
-            .is_some_and(|t| t.action.iter().any(|a| *a == Action::Alloc));
+            .is_some_and(|t| t.action.contains(&Action::Alloc));
         traced
             || self.segments_of(device).any(|s| {
                 self.blocks_of(s)
