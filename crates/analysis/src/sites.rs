@@ -104,9 +104,13 @@ pub fn is_noise(file: &str, name: &str) -> bool {
 }
 
 /// Whether a Python file belongs to a library rather than the user's code.
+/// Code that `torch.compile` generates (Inductor's modules, in its cache
+/// directory) is not the user's either: it would own every allocation of a
+/// compiled model under a name that means nothing once the run is over.
 pub fn is_library(file: &str) -> bool {
     let f = file.replace('\\', "/");
-    f.contains("site-packages/")
+    is_generated(&f)
+        || f.contains("site-packages/")
         || f.contains("dist-packages/")
         || f.starts_with("<frozen")
         || f.starts_with("torch/")
@@ -114,6 +118,28 @@ pub fn is_library(file: &str) -> bool {
         || f.contains("/lib/python3")
         || f.contains("/Lib/")
         || f.starts_with('<')
+}
+
+/// Whether a file is a module Inductor generated: under its cache
+/// directory (`/tmp/torchinductor_<user>/` by default), or named as it
+/// names them (`<two characters>/c<51 characters>.py`) where
+/// `TORCHINDUCTOR_CACHE_DIR` moved it.
+pub fn is_generated(file: &str) -> bool {
+    if file.contains("/torchinductor_") {
+        return true;
+    }
+    let mut parts = file.rsplit('/');
+    let (Some(name), Some(dir)) = (parts.next(), parts.next()) else {
+        return false;
+    };
+    let stem = name.strip_suffix(".py").unwrap_or("");
+    dir.len() == 2
+        && stem.len() == 52
+        && stem.starts_with('c')
+        && stem
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        && stem.get(1..3) == Some(dir)
 }
 
 /// Training loops of frameworks that call the model's code from the
@@ -304,6 +330,14 @@ mod tests {
             "C:\\Users\\me\\venv\\Lib\\site-packages\\torch\\nn\\functional.py"
         ));
         assert!(is_library("<frozen runpy>"));
+        // What torch.compile generated is no one's code.
+        assert!(is_library(
+            "/tmp/torchinductor_root/tj/ctjztwcgrsexhdwvyfbmoo4n6t7gmi52hcuifmil4ffwggfhp4md.py"
+        ));
+        assert!(is_library(
+            "/scratch/cache/yk/cykt33ffwggfhp4mdctjztwcgrsexhdwvyfbmoo4n6t7gmi52hcu.py"
+        ));
+        assert!(!is_library("/home/me/project/ab/cool_model.py"));
         assert!(!is_library("/home/me/project/train.py"));
         assert!(!is_library("D:\\work\\cs336\\model.py"));
     }

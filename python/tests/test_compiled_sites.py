@@ -1,0 +1,89 @@
+"""A compiled model's memory is not named by the files torch.compile
+generates (``/tmp/torchinductor_<user>/xx/c….py:92 in call``), which mean
+nothing once the run is over: its sites are the program's lines.
+
+A CUDA recording takes its stacks inside the generated code (PyTorch's own
+traceback capture sees every Python frame); the CPU recorders do not, so
+this test takes the stacks the way CUDA does: it wraps the allocation
+helper the generated modules call (``empty_strided_cpu``), records the real
+Python stack of each buffer they allocate, and writes those stacks into a
+snapshot in PyTorch's format."""
+
+from __future__ import annotations
+
+import pickle
+import traceback
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from conftest import native_module  # noqa: E402
+
+if native_module() is None:
+    pytest.skip("vramscope._native is not built", allow_module_level=True)
+
+import vramscope  # noqa: E402
+
+
+def _generated_allocations():
+    """(bytes, stack) of every buffer the generated code of one compiled
+    training step allocates, the stack innermost frame first as PyTorch
+    records it."""
+    from torch._inductor.codecache import PyCodeCache
+
+    torch._dynamo.reset()
+    model = torch.compile(torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64)))
+    x = torch.randn(32, 64)
+    model(x).sum().backward()  # compiles forward and backward
+    seen = []
+    patched = []
+    for mod in list(PyCodeCache.modules):
+        helper = getattr(mod, "empty_strided_cpu", None)
+        if helper is None:
+            continue
+
+        def wrapped(size, stride, dtype, _helper=helper):
+            t = _helper(size, stride, dtype)
+            frames = [{"filename": f.filename, "line": f.lineno, "name": f.name} for f in traceback.extract_stack()[:-1]]
+            seen.append((t.untyped_storage().nbytes(), frames[::-1]))
+            return t
+
+        mod.empty_strided_cpu = wrapped
+        patched.append((mod, helper))
+    try:
+        model(x).sum().backward()  # the line compiled forward is run from
+    finally:
+        for mod, helper in patched:
+            mod.empty_strided_cpu = helper
+        torch._dynamo.reset()
+    return seen
+
+
+def test_compiled_allocations_are_sited_at_the_programs_lines(tmp_path: Path) -> None:
+    allocations = _generated_allocations()
+    assert allocations, "the compiled step allocated nothing through its generated code"
+    # The stacks are inside Inductor's generated modules...
+    innermost = {frames[0]["filename"] for _, frames in allocations}
+    assert all(Path(f).parent.name == Path(f).stem[1:3] and len(Path(f).stem) == 52 for f in innermost), innermost
+    # ...written as a CUDA recording writes them: every buffer allocated, in
+    # a segment of its own, and still live at the end.
+    base, events, segments = 0x7F0000000000, [], []
+    for i, (size, frames) in enumerate(allocations):
+        addr = base + i * (1 << 21)
+        events.append({"action": "segment_alloc", "addr": addr, "size": 1 << 21, "stream": 0, "time_us": i, "frames": frames})
+        events.append({"action": "alloc", "addr": addr, "size": size, "stream": 0, "time_us": i, "frames": frames})
+        segments.append({"device": 0, "address": addr, "total_size": 1 << 21, "allocated_size": size, "active_size": size,
+                         "requested_size": size, "stream": 0, "segment_type": "large", "segment_pool_id": (0, 0),
+                         "is_expandable": False, "frames": frames,
+                         "blocks": [{"address": addr, "size": size, "requested_size": size, "state": "active_allocated", "frames": frames},
+                                    {"address": addr + size, "size": (1 << 21) - size, "requested_size": 0, "state": "inactive", "frames": []}]})
+    path = tmp_path / "compiled.pickle"
+    path.write_bytes(pickle.dumps({"segments": segments, "device_traces": [events]}))
+
+    summary = vramscope.load(path).summary()["devices"][0]
+    sites = [s["site"] for s in summary["peak"]["top_sites"] + summary["end_top_sites"]]
+    assert sites and not any("torchinductor" in s for s in sites), sites
+    # Every buffer is owned by this file's line that ran the compiled model.
+    assert all(f"{Path(__file__).name}:" in s and s.endswith("in _generated_allocations") for s in sites), sites
