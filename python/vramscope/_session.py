@@ -431,6 +431,11 @@ class _Session:
                 # the analysis names the real rule from it.
                 "optimizers": self.tagger.optimizers(refresh=tag),
             }
+            modules = self.tagger.module_map.rows()
+            if modules:
+                # Which module's code each frame of a stack is: the part of
+                # the model that made memory its stack shows as `forward`.
+                snap["vramscope"]["modules"] = modules
             if self.tagger.autocast:
                 # Which dtype the forward computed in: what tells advice that
                 # halves activations (bf16 weights) from advice that would

@@ -45,6 +45,7 @@ from typing import Any, Dict, List, Optional
 
 from . import _hooks
 from ._compile import compiling
+from ._modules import ModuleMap
 from ._optimizers import describe
 
 # Metadata key the recorder adds to the program's own.
@@ -107,6 +108,10 @@ class Tagger:
         # "bfloat16", "float16").
         self.autocast: set = set()
         self.block_spans: "collections.deque[tuple]" = collections.deque(maxlen=200_000)
+        # Which code is which module (path, class, forward's lines) for
+        # every outermost module called: what names the part of a model
+        # that made memory its stack shows only as `forward`.
+        self.module_map = ModuleMap()
         self._local = threading.local()
         # ``(mark, stamp, stack)`` of a recorder that stamps stacks on
         # allocations after the fact (the CPU allocator hooks), or None.
@@ -168,6 +173,7 @@ class Tagger:
         if id(module) not in self._seen:
             if getattr(self._local, "depth", 0) == 0:
                 self._find_blocks(module)
+                self.module_map.add(module)
             self._seen.add(id(module))
             # torch.compile(module) wraps it in an OptimizedModule whose call
             # runs here, outside the compiled graph; the modules inside run in

@@ -2,7 +2,8 @@
 //!
 //! * [`liveness`]: which blocks are alive after any event, the peak, blocks
 //!   from before the trace window.
-//! * [`sites`]: allocation sites (the first frame in the user's code).
+//! * [`sites`]: allocation sites (the first frame in the user's code), and
+//!   [`within`] them the model's modules and lines that made the memory.
 //! * [`segments`]: reserved/allocated/active memory and fragmentation.
 //! * [`summary`]: all of the above per device, the `vramscope summary` model.
 //! * [`iterations`], [`lifetimes`], [`leaks`]: training iterations, block
@@ -39,6 +40,7 @@ pub mod segments;
 pub mod segments_map;
 pub mod sites;
 pub mod summary;
+pub mod within;
 pub use vramscope_text::units;
 
 pub use categories::{Category, CategoryTotal};

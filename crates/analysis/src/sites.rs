@@ -11,6 +11,7 @@ use serde::Serialize;
 use vramscope_snapshot::{Frame, FrameId, Snapshot, StackId};
 
 use crate::liveness::LiveBlock;
+use crate::within::{parts, ModuleIndex, SitePart};
 
 /// Frames PyTorch's viewer hides (names and files).
 const NOISE_NAMES: &[&str] = &[
@@ -237,7 +238,15 @@ pub struct Site {
     pub count: u64,
     /// Stack of the largest block at this site, innermost first, noise removed.
     pub stack: Vec<String>,
+    /// What within the site made the memory: the model's modules and lines
+    /// beneath the user's line, largest first (empty when the stacks name
+    /// none). See [`crate::within`].
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub within: Vec<SitePart>,
 }
+
+/// Parts listed beneath each site.
+pub const PARTS_PER_SITE: usize = 5;
 
 /// A frame as one line: `file:line in function`; C++ frames as their
 /// qualified name without the argument list (`at::_ops::mm::call (C++)`),
@@ -290,6 +299,14 @@ pub fn group_by_site(snap: &Snapshot, blocks: &[LiveBlock], top: usize) -> Vec<S
     let mut v: Vec<_> = groups.into_iter().collect();
     v.sort_unstable_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(&b.0)));
     v.truncate(top);
+    let modules = ModuleIndex::new(snap);
+    let within = |key: Option<FrameId>| {
+        let mine = blocks
+            .iter()
+            .filter(|b| site_of_stack.get(&b.stack) == Some(&key))
+            .map(|b| (b.stack, b.size));
+        parts(snap, &modules, key, mine, PARTS_PER_SITE)
+    };
     v.into_iter()
         .map(|(key, (bytes, count, example))| match key {
             Some(fid) => {
@@ -302,6 +319,7 @@ pub fn group_by_site(snap: &Snapshot, blocks: &[LiveBlock], top: usize) -> Vec<S
                     bytes,
                     count,
                     stack: stack_lines(snap, example.stack),
+                    within: within(key),
                 }
             }
             None => Site {
@@ -312,6 +330,7 @@ pub fn group_by_site(snap: &Snapshot, blocks: &[LiveBlock], top: usize) -> Vec<S
                 bytes,
                 count,
                 stack: Vec::new(),
+                within: Vec::new(),
             },
         })
         .collect()

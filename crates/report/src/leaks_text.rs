@@ -128,6 +128,9 @@ fn finding(o: &mut String, k: usize, f: &Finding) {
         if let Some(c) = &s.code {
             let _ = writeln!(o, "       {}: {c}", s.line);
         }
+        for part in &s.within {
+            let _ = writeln!(o, "       └ {}  {}", bytes(part.bytes), part.label);
+        }
         if let Some(h) = &s.held_by {
             let _ = writeln!(o, "       {}", h.text);
         } else if let Some((line, c)) = &s.kept_by {

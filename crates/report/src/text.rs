@@ -347,5 +347,20 @@ fn sites(o: &mut String, title: &str, sites: &[Site], total: u64) {
             count(s.count),
             s.site
         );
+        for part in &s.within {
+            let share = if total > 0 {
+                part.bytes as f64 * 100.0 / total as f64
+            } else {
+                0.0
+            };
+            let _ = writeln!(
+                o,
+                "  {:>12} {:>5.1}% {:>8}    └ {}",
+                bytes(part.bytes),
+                share,
+                count(part.count),
+                part.label
+            );
+        }
     }
 }

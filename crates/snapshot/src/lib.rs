@@ -39,6 +39,7 @@ pub use intern::{Frame, FrameId, FrameTable, StackId, StackTable, StrId, StringT
 pub use model::*;
 pub use options::{LoadOptions, LoadProgress};
 pub use recorder::{
-    DeviceCounter, DeviceFacts, Holder, HolderScan, OomSeen, OptimizerInfo, RecorderInfo,
+    DeviceCounter, DeviceFacts, Holder, HolderScan, ModuleCode, OomSeen, OptimizerInfo,
+    RecorderInfo,
 };
 pub use repair::Repair;

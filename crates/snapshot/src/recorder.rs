@@ -43,6 +43,25 @@ pub struct RecorderInfo {
     /// (`off`, `bfloat16`, `float16`); empty where not recorded. A snapshot
     /// records sizes, not dtypes: this says whether activations are 16-bit.
     pub autocast: Vec<String>,
+    /// Which code is which module of the model (the `modules` key; empty
+    /// in PyTorch's own files and older recorders'): what names the part
+    /// of a model whose frames a stack shows only as `forward`.
+    pub modules: Vec<ModuleCode>,
+}
+
+/// One module of a model the recording ran: its path with repeated blocks
+/// grouped (`model.layers[*].mlp`; `""` for the outermost module), its
+/// class, the lines of its `forward`, and the module that calls it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ModuleCode {
+    pub path: String,
+    pub class: String,
+    /// The nearest ancestor that is called (containers such as
+    /// `ModuleList` skipped); `None` for the outermost module.
+    pub caller: Option<String>,
+    pub file: String,
+    pub first_line: u32,
+    pub last_line: u32,
 }
 
 /// The recording's history: its limit, and how many of the recording's
@@ -292,6 +311,11 @@ impl RecorderInfo {
                         .collect()
                 })
                 .unwrap_or_default(),
+            modules: v
+                .get("modules")
+                .and_then(|m| m.as_array())
+                .map(|rows| rows.iter().filter_map(module_code).collect())
+                .unwrap_or_default(),
             ooms: v
                 .get("ooms")
                 .and_then(|o| o.as_array())
@@ -314,6 +338,23 @@ impl RecorderInfo {
                 .unwrap_or_default(),
         })
     }
+}
+
+fn module_code(r: &serde_json::Value) -> Option<ModuleCode> {
+    let text = |k: &str| r.get(k).and_then(|t| t.as_str()).map(str::to_owned);
+    let line = |k: &str| {
+        r.get(k)
+            .and_then(|n| n.as_u64())
+            .and_then(|n| u32::try_from(n).ok())
+    };
+    Some(ModuleCode {
+        path: text("path")?,
+        class: text("class").unwrap_or_default(),
+        caller: text("caller"),
+        file: text("file")?,
+        first_line: line("first_line")?,
+        last_line: line("last_line")?,
+    })
 }
 
 fn device_facts(d: &serde_json::Value) -> Option<DeviceFacts> {

@@ -156,6 +156,11 @@ pub struct SiteEvidence {
     /// (`train.py:28 in validate`, `train.py:20 in train_step`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub leaking_path: Option<(String, String)>,
+    /// What within the site made the memory still alive at the end: the
+    /// model's modules and lines beneath the user's line (the summary's
+    /// `within`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub within: Vec<crate::within::SitePart>,
     /// What the site's memory is (the category of most of its bytes that
     /// outlived their iteration), `null` when unknown.
     pub category: Option<crate::categories::Category>,

@@ -302,6 +302,15 @@
       const td = el('td', 'wrap', s.file && parts.length > 2 && !s.site.endsWith('(C++)') ? '…/' + parts.slice(-2).join('/') + ':' + s.line + ' in ' + s.function : s.site);
       td.title = s.site; tr.appendChild(td);
       tb.appendChild(tr);
+      // Beneath the user's line: the model's modules and lines that made it.
+      for (const w of s.within || []) {
+        const sub = el('tr', 'part');
+        sub.appendChild(el('td', 'n', fmtBytes(w.bytes)));
+        sub.appendChild(el('td', 'n', (total > 0 ? (w.bytes / total * 100).toFixed(1) : '0') + '%'));
+        sub.appendChild(el('td', 'n', fmtCount(w.count)));
+        const wd = el('td', 'wrap', '\u2514 ' + w.label); wd.title = w.line || w.label; sub.appendChild(wd);
+        tb.appendChild(sub);
+      }
     }
     d.appendChild(tb); return d;
   }

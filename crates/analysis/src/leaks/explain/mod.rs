@@ -7,9 +7,11 @@ use super::findings::{Context, HeldScan, Role, SiteSeries};
 use super::series::Shape;
 use super::source::Sources;
 use super::{Finding, FindingKind, Severity, SiteEvidence};
+use crate::lifetimes::STILL_ALIVE;
 use crate::optimizers;
-use crate::sites::{frame_label, frame_location, is_noise, stack_lines};
+use crate::sites::{frame_label, frame_location, is_noise, stack_lines, PARTS_PER_SITE};
 use crate::units::bytes;
+use crate::within::{parts, ModuleIndex};
 
 mod growth;
 
@@ -60,6 +62,19 @@ impl Context<'_> {
             &user_files(self.snap, shown),
             src,
         );
+        // Beneath the site: the model's modules and lines that made what
+        // is still alive at the end (what the finding is about).
+        let lt = self.lifetimes;
+        let mine = (0..lt.len())
+            .filter(|&b| self.sites.of_block[b] == site && lt.death[b] == STILL_ALIVE)
+            .map(|b| (lt.stack[b], lt.size[b]));
+        let within = parts(
+            self.snap,
+            &ModuleIndex::new(self.snap),
+            s.site,
+            mine,
+            PARTS_PER_SITE,
+        );
         let path = (s.leak_example.0 > 0 && s.freed_example.0 > 0)
             .then(|| leaking_path(self.snap, s.leak_example.1, s.freed_example.1))
             .flatten();
@@ -89,6 +104,7 @@ impl Context<'_> {
             gc_freed_bytes: s.gc_freed_bytes,
             stack,
             leaking_path: path,
+            within,
             category: s
                 .category()
                 .filter(|c| *c != crate::categories::Category::Unknown),

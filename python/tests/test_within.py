@@ -1,0 +1,202 @@
+"""Beneath the user's line, the part of the model that made the memory.
+
+A Hugging Face model's memory is allocated inside the library, so its site
+is the user's ``out = model(x)``; the by-site tables, the leaks and the
+report name beneath it the model's modules (``model.layers[*].mlp``) and
+lines (``modeling_llama.py:NNN in forward``), from the stacks and the
+recorder's module map."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from conftest import native_module  # noqa: E402
+
+if native_module() is None:
+    pytest.skip("vramscope._native is not built", allow_module_level=True)
+
+import vramscope  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent / "scripts"))
+import zoo  # noqa: E402
+
+THIS = Path(__file__).name
+
+
+def _record_llama(path: Path, keep: bool = False) -> int:
+    """Three AdamW steps of the zoo's Llama (4 layers); with ``keep``, six,
+    keeping each step's logits (a leak). Returns the line of ``model(x)``."""
+    torch.manual_seed(0)
+    case = zoo.llama()
+    model, (x,), (y,) = case.model, case.inputs, case.targets
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    kept = []
+    import inspect
+
+    line = inspect.currentframe().f_lineno + 3
+    with vramscope.record(path, backend="allocator"):
+        for _ in range(6 if keep else 3):
+            out = model(x)
+            loss = case.loss_fn(out, y)
+            loss.backward()
+            if keep:
+                kept.append(out.logits)
+            opt.step()
+            opt.zero_grad()
+            vramscope.step()
+    return line
+
+
+def _site(sites, line: int) -> dict:
+    for s in sites:
+        if s["site"].endswith(f"{THIS}:{line} in _record_llama"):
+            return s
+    raise AssertionError(f"no site at {THIS}:{line}: {[s['site'] for s in sites]}")
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    path = tmp_path_factory.mktemp("within") / "llama.pickle"
+    return path, _record_llama(path)
+
+
+def test_a_library_models_memory_is_named_beneath_the_users_line(llama) -> None:
+    path, line = llama
+    snap = pickle.loads(path.read_bytes())
+    rows = {r["path"]: r for r in snap["vramscope"]["modules"]}
+    # The recorder's map: repeated blocks grouped, callers past containers.
+    assert rows["model.layers[*].mlp"]["class"] == "LlamaMLP"
+    assert rows["model.layers[*].mlp"]["caller"] == "model.layers[*]"
+    assert rows["model.layers[*]"]["caller"] == "model"
+    assert rows[""]["class"] == "LlamaForCausalLM" and rows[""]["caller"] is None
+    assert rows["model.layers[*].mlp"]["file"].endswith("modeling_llama.py")
+
+    site = _site(vramscope.load(path).summary()["devices"][0]["peak"]["top_sites"], line)
+    within = site["within"]
+    assert within and sum(p["bytes"] for p in within) <= site["bytes"]
+    assert [p["bytes"] for p in within] == sorted((p["bytes"] for p in within), reverse=True)
+    modules = {p["module"] for p in within}
+    # The MLP's projections (one of three: the line calls all of them), the
+    # LM head, named alone; each at its line in modeling_llama.py.
+    assert "model.layers[*].mlp.{gate_proj,up_proj,down_proj}" in modules, modules
+    assert "lm_head" in modules, modules
+    head = next(p for p in within if p["module"] == "lm_head")
+    assert head["class"] == "Linear" and "llama/modeling_llama.py:" in head["line"], head
+    # The LM head's logits: batch 4 x 128 tokens x 4096 vocabulary in fp32.
+    assert head["bytes"] == 4 * 128 * zoo.VOCAB * 4, head
+    assert head["label"].startswith("lm_head (Linear) at transformers/models/llama/modeling_llama.py:"), head
+
+    text = subprocess.run([sys.executable, "-m", "vramscope", "summary", str(path)], capture_output=True, text=True, check=True).stdout
+    assert "└ lm_head (Linear) at transformers/models/llama/modeling_llama.py:" in text, text
+
+
+def test_without_the_module_map_the_lines_remain(llama, tmp_path: Path) -> None:
+    """PyTorch's own files have no module map: the parts are the model's
+    lines alone, and no module is guessed."""
+    path, line = llama
+    snap = pickle.loads(path.read_bytes())
+    del snap["vramscope"]["modules"]
+    bare = tmp_path / "bare.pickle"
+    bare.write_bytes(pickle.dumps(snap))
+    site = _site(vramscope.load(bare).summary()["devices"][0]["peak"]["top_sites"], line)
+    assert site["within"] and all(p["module"] is None for p in site["within"]), site["within"]
+    assert any("llama/modeling_llama.py:" in p["line"] for p in site["within"])
+
+
+def test_a_leak_in_a_library_model_names_the_module_it_comes_from(tmp_path: Path) -> None:
+    path = tmp_path / "leak.pickle"
+    _record_llama(path, keep=True)
+    out = subprocess.run([sys.executable, "-m", "vramscope", "leaks", str(path), "--json"], capture_output=True, text=True, check=True)
+    leaks = [f for f in json.loads(out.stdout)["findings"] if f["severity"] == "leak"]
+    assert leaks, out.stdout[:2000]
+    site = leaks[0]["sites"][0]
+    assert site["held_by"] and "kept" in site["held_by"]["text"], site.get("held_by")
+    # What is kept is the LM head's logits: 2 MiB a step.
+    top = site["within"][0]
+    assert top["module"] == "lm_head", site["within"]
+    assert top["bytes"] >= 5 * 4 * 128 * zoo.VOCAB * 4, top
+
+
+class Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(32, 128), torch.nn.Linear(128, 32)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+class Stack(torch.nn.Module):
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(Block() for _ in range(n))
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = b(x)
+        return x
+
+
+class Decoder(Stack):
+    """A decoder's own forward (as BART's or Whisper's has): its code
+    tells its blocks from the encoder's."""
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = b(x) + x
+        return x
+
+
+class Seq2Seq(torch.nn.Module):
+    def __init__(self, decoder: type) -> None:
+        super().__init__()
+        self.enc, self.dec = Stack(2), decoder(3)
+
+    def forward(self, x):
+        return self.dec(self.enc(x))
+
+
+def _sited(tmp_path: Path, model: torch.nn.Module) -> dict:
+    path = tmp_path / "s2s.pickle"
+    with vramscope.record(path, backend="allocator"):
+        for _ in range(2):
+            model(torch.randn(64, 32)).sum().backward()
+            vramscope.step()
+    sites = vramscope.load(path).summary()["devices"][0]["peak"]["top_sites"]
+    mine = [s for s in sites if f"{THIS}:" in s["site"] and s["function"] == "forward"]
+    assert mine, [s["site"] for s in sites]
+    return {p["module"]: p for s in mine for p in s.get("within", [])}
+
+
+def test_one_block_class_in_two_places_is_told_apart(tmp_path: Path) -> None:
+    """The encoder and decoder run the same Block code; the decoder's own
+    forward around it says whose each frame is. The user's own model has
+    its sites in its own code; the parts beneath name the modules."""
+    named = _sited(tmp_path, Seq2Seq(Decoder))
+    # ReLU's output (64 x 128 fp32, kept for fc2's backward) is made by
+    # the Block's own line: three in the decoder, two in the encoder.
+    dec, enc = named["dec.blocks[*]"], named["enc.blocks[*]"]
+    assert dec["class"] == enc["class"] == "Block", named.keys()
+    assert (dec["bytes"], dec["count"]) == (3 * 64 * 128 * 4, 3), dec
+    assert (enc["bytes"], enc["count"]) == (2 * 64 * 128 * 4, 2), enc
+    # Each encoder block's fc2 output is kept as the next block's input:
+    # the linear is one of two in the encoder's blocks.
+    assert named["enc.blocks[*].{fc1,fc2}"]["class"] == "Linear", named.keys()
+    assert not any(k.startswith("{") for k in named), named.keys()
+
+
+def test_what_the_stacks_cannot_tell_is_named_as_both(tmp_path: Path) -> None:
+    """Encoder and decoder of one class, called on one line: no frame says
+    which ran, so the part is named as either (never one of them)."""
+    named = _sited(tmp_path, Seq2Seq(Stack))
+    assert set(named) == {"{enc,dec}.blocks[*]"}, named.keys()
+    assert named["{enc,dec}.blocks[*]"]["class"] == "Block"
