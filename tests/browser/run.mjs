@@ -684,6 +684,17 @@ async function testReport(browser, snap) {
         return snap.expectHeld;
       });
     }
+    if (snap.expectPart) {
+      await check(T("the peak's sites and the leak name the module beneath the user's line"), async () => {
+        await page.click('.tabs button[data-tab="about"]');
+        const about = await textOf(page, '#panel-about');
+        assert(about.includes('\u2514 ' + snap.expectPart), `#panel-about lacks "${snap.expectPart}": "${short(about, 400)}"`);
+        await page.click('.tabs button[data-tab="leaks"]');
+        const leaks = await textOf(page, '#panel-leaks');
+        assert(leaks.includes('made by') && leaks.includes(snap.expectPart), `#panel-leaks lacks the part: "${short(leaks, 400)}"`);
+        return snap.expectPart;
+      });
+    }
     if (snap.expectLeak) {
       await check(T('Leaks tab shows the planted leak; its site highlights the allocations'), async () => {
         await page.click('.tabs button[data-tab="leaks"]');
@@ -875,7 +886,10 @@ async function main() {
   for (const f of fs.readdirSync(recorded).sort().filter((f) => f.endsWith('.pickle.gz'))) {
     // The corpus recording keeps its exceptions in `errors`: the page names it.
     const held = f.startsWith('corpus_accelerate_traceback_kept') ? 'held by `errors` (list, local of accelerate' : undefined;
-    snaps.push({ name: f.replace(/\.pickle\.gz$/, ''), file: path.join(recorded, f), expectHeld: held });
+    // A Hugging Face Llama's kept logits: the memory beneath the user's line
+    // is named by the model's module and line.
+    const part = f.startsWith('llama_kept_logits') ? 'lm_head (Linear) at transformers/models/llama/modeling_llama.py:' : undefined;
+    snaps.push({ name: f.replace(/\.pickle\.gz$/, ''), file: path.join(recorded, f), expectHeld: held, expectPart: part });
   }
   const gen = path.join(outDir, 'synth_oom_20000.pickle');
   snaps.push({ name: 'synth_oom_20000', file: gen, expectOom: true, expectLeak: 'train.py:74 in accumulate_history',

@@ -168,3 +168,63 @@ fn a_framework_run_loop_is_shown_at_the_model_code_not_the_launcher() {
         ]
     );
 }
+
+/// A Hugging Face Llama trained on the CPU under `vramscope.record`, each
+/// step's logits kept (tests/fixtures/recorded/llama_kept_logits): the
+/// memory made inside the library is named beneath the user's line by the
+/// model's modules and lines.
+#[test]
+fn a_library_models_memory_is_named_by_its_modules() {
+    use vramscope_analysis::{leaks::find_leaks, summarize, SummaryOptions};
+    let snap = vramscope_snapshot::load(
+        &vramscope_testdata::recorded("llama_kept_logits.pickle.gz"),
+        &Default::default(),
+    )
+    .expect("loads");
+    let s = summarize(&snap, &SummaryOptions::default());
+    let peak = &s.devices[0].peak;
+    let site = peak
+        .top_sites
+        .iter()
+        .find(|s| s.site.ends_with("llama_loop.py:29 in main"))
+        .expect("the model's call line is a site");
+    let names: Vec<&str> = site
+        .within
+        .iter()
+        .filter_map(|p| p.module.as_deref())
+        .collect();
+    assert!(names.contains(&"lm_head"), "{names:?}");
+    assert!(
+        names.contains(&"model.layers[*].mlp.{gate_proj,up_proj,down_proj}"),
+        "{names:?}"
+    );
+    let parts: u64 = site.within.iter().map(|p| p.bytes).sum();
+    assert!(parts <= site.bytes, "{parts} > {}", site.bytes);
+    let head = site
+        .within
+        .iter()
+        .find(|p| p.module.as_deref() == Some("lm_head"))
+        .expect("head");
+    // The logits of batch 4 x 128 tokens x 4096 vocabulary, fp32: the kept
+    // ones of earlier steps and this step's.
+    assert_eq!(head.bytes % (4 * 128 * 4096 * 4), 0, "{head:?}");
+    assert!(head
+        .label
+        .starts_with("lm_head (Linear) at transformers/models/llama/modeling_llama.py:"));
+
+    let leaks = find_leaks(&snap, 0, &Default::default());
+    let leak = leaks
+        .findings
+        .iter()
+        .find(|f| f.severity == vramscope_analysis::leaks::Severity::Leak)
+        .expect("the kept logits are a leak");
+    assert!(leak.title.contains("→ Module.__call__"), "{}", leak.title);
+    let top = &leak.sites[0].within[0];
+    assert_eq!(
+        top.module.as_deref(),
+        Some("lm_head"),
+        "{:?}",
+        leak.sites[0].within
+    );
+    assert_eq!(top.bytes, 4 * (4 * 128 * 4096 * 4), "{top:?}");
+}

@@ -33,6 +33,8 @@
         row.appendChild(sum);
         const rows = [];
         if (s.code) rows.push(['line ' + s.line, s.code]);
+        // Beneath the user's line: the model's modules and lines that made it.
+        for (const w of s.within || []) rows.push(['made by', fmtBytes(w.bytes) + '  ' + w.label]);
         // What held the tensors, by name, as the recorder found it.
         if (s.held_by) rows.push(['held by', s.held_by.text]);
         if (s.kept_by && s.kept_by[0] !== s.line && !(s.held_by && s.held_by.stored_at)) rows.push(['kept by line ' + s.kept_by[0], s.kept_by[1]]);

@@ -368,6 +368,15 @@ pub(super) fn callee_label(snap: &Snapshot, fid: vramscope_snapshot::FrameId) ->
     if let Some(m) = name.strip_prefix("nn.Module: ") {
         return m.to_owned();
     }
+    // PyTorch's module-call plumbing (`module.py:1787 in
+    // _wrapped_call_impl`) says only that a module was called.
+    if file
+        .replace('\\', "/")
+        .ends_with("torch/nn/modules/module.py")
+        && matches!(name.as_str(), "_wrapped_call_impl" | "_call_impl" | "inner")
+    {
+        return "Module.__call__".to_owned();
+    }
     if crate::sites::is_native(&file, &name) {
         return format!("{}()", crate::sites::native_name(&name));
     }
