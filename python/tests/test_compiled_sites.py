@@ -11,6 +11,7 @@ snapshot in PyTorch's format."""
 
 from __future__ import annotations
 
+import inspect
 import pickle
 import traceback
 from pathlib import Path
@@ -25,6 +26,8 @@ if native_module() is None:
     pytest.skip("vramscope._native is not built", allow_module_level=True)
 
 import vramscope  # noqa: E402
+
+THIS = Path(__file__).name
 
 
 def _generated_allocations():
@@ -64,7 +67,8 @@ def _generated_allocations():
 def test_compiled_allocations_are_sited_at_the_programs_lines(tmp_path: Path) -> None:
     allocations = _generated_allocations()
     assert allocations, "the compiled step allocated nothing through its generated code"
-    # The stacks are inside Inductor's generated modules...
+    # The stacks are inside Inductor's generated modules (no source map in
+    # this file: the reader has only the rule that they are no one's code)...
     innermost = {frames[0]["filename"] for _, frames in allocations}
     assert all(Path(f).parent.name == Path(f).stem[1:3] and len(Path(f).stem) == 52 for f in innermost), innermost
     # ...written as a CUDA recording writes them: every buffer allocated, in
@@ -87,3 +91,68 @@ def test_compiled_allocations_are_sited_at_the_programs_lines(tmp_path: Path) ->
     assert sites and not any("torchinductor" in s for s in sites), sites
     # Every buffer is owned by this file's line that ran the compiled model.
     assert all(f"{Path(__file__).name}:" in s and s.endswith("in _generated_allocations") for s in sites), sites
+
+
+class Net(torch.nn.Module):
+    """Sizes no other test compiles: Inductor's cache serves a graph's code
+    (and its source map) to any program with the same graph."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(48, 272), torch.nn.Linear(272, 48)
+
+    def forward(self, x):
+        h = self.up(x)
+        h = torch.nn.functional.silu(h)
+        return self.down(h)
+
+
+def test_a_compiled_recording_names_the_models_source_lines(tmp_path: Path) -> None:
+    """Recorded for real on the CPU: the buffers the generated code
+    allocates get its lines' stacks, and the reader puts the source each
+    line computes into them: the sites are Net.forward's lines, from the
+    first (compiling) iteration on."""
+    import inspect
+
+    torch._dynamo.reset()
+    model = torch.compile(Net())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(512, 48)
+    path = tmp_path / "compiled.pickle"
+    try:
+        with vramscope.record(path, backend="allocator"):
+            for _ in range(3):
+                loss = model(x).sum()
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+                vramscope.step()
+    finally:
+        torch._dynamo.reset()
+    snap = pickle.loads(path.read_bytes())
+    generated = snap["vramscope"]["generated"]
+    assert generated and all("/c" in g["file"] for g in generated), generated
+    first = inspect.getsourcelines(Net.forward)[1]
+    up, silu = first + 1, first + 2
+    summary = vramscope.load(path).summary()["devices"][0]
+    sites = {s["site"].rsplit("/", 1)[-1]: s for s in summary["peak"]["top_sites"]}
+    assert not any("torchinductor" in s for s in sites), list(sites)
+    # The up projection's output and SiLU's (512 x 272 fp32 each), kept for
+    # backward, at the lines that compute them.
+    assert sites[f"{THIS}:{up} in forward"]["bytes"] >= 512 * 272 * 4, list(sites)
+    assert sites[f"{THIS}:{silu} in forward"]["bytes"] >= 512 * 272 * 4, list(sites)
+
+
+def test_a_source_line_that_no_longer_reads_the_same_is_not_named() -> None:
+    """Inductor's cache can serve one program the code another compiled
+    (same graph): the traced stacks are then the other program's. A frame
+    whose file does not read as the trace says is not written."""
+    from vramscope._generated import _frames
+
+    line = inspect.currentframe().f_lineno
+    code = "line = inspect.currentframe().f_lineno"  # the line above, as a trace quotes it
+    good = f'  File "{__file__}", line {line}, in f\n    {code}\n'
+    assert _frames(good) == [{"filename": __file__, "line": line, "name": "f"}]
+    stale = f'  File "{__file__}", line {line}, in f\n    y = 2\n'
+    assert _frames(stale) is None
+    assert _frames("") is None

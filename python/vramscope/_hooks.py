@@ -159,10 +159,20 @@ class _Hooks:
             return
         if self._compile_start not in callback_handler.start_callbacks:
             callback_handler.register_start_callback(self._compile_start)
+        ends = getattr(callback_handler, "end_callbacks", None)
+        if ends is not None and self._compile_end not in ends:
+            callback_handler.register_end_callback(self._compile_end)
 
     def _compile_start(self, *_args: Any) -> None:
         if self.installed:
             self.compiles += 1
+
+    def _compile_end(self, *_args: Any) -> None:
+        # The code just generated is loaded: its allocations get their
+        # lines' stacks from its first run (CPU allocator recordings).
+        generated = getattr(_active, "generated", None) if self.installed else None
+        if generated is not None:
+            generated.refresh()
 
 
 _hooks = _Hooks()

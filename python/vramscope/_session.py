@@ -19,6 +19,7 @@ from ._backend import RECORDER_NAMES, choose_backend
 from ._compile import skip_frames
 from ._cuda import CudaRecorder, attach_oom_observer
 from ._files import periodic_path, write_atomic
+from ._generated import GeneratedStacks, source_map
 from ._holders import Sampler, find_holders
 from ._hooks import compiles
 from ._rank import expand_path
@@ -263,6 +264,9 @@ class _Session:
             from . import _native
 
             self.tagger.bracket = (_native.cpu_allocator_mark, _native.cpu_allocator_stamp, self.backend._stack)
+            # Compiled code allocates outside the function mode that gives
+            # stacks: its buffers get the generated line's stack.
+            self.tagger.generated = GeneratedStacks(*self.tagger.bracket)
         self.tagger.install()
         self.compiles_at_start = compiles()
         gc.callbacks.append(self._on_gc)
@@ -431,6 +435,11 @@ class _Session:
                 # the analysis names the real rule from it.
                 "optimizers": self.tagger.optimizers(refresh=tag),
             }
+            generated = source_map()
+            if generated:
+                # The source lines torch.compile's generated code computes:
+                # what names a compiled model's memory by its model lines.
+                snap["vramscope"]["generated"] = generated
             modules = self.tagger.module_map.rows()
             if modules:
                 # Which module's code each frame of a stack is: the part of
@@ -568,6 +577,8 @@ class _Session:
                 self.backend.stop()
                 self.warnings.__exit__(None, None, None)
                 self.tagger.uninstall()
+                if self.tagger.generated is not None:
+                    self.tagger.generated.restore()
                 try:
                     gc.callbacks.remove(self._on_gc)
                 except ValueError:

@@ -112,6 +112,9 @@ class Tagger:
         # every outermost module called: what names the part of a model
         # that made memory its stack shows only as `forward`.
         self.module_map = ModuleMap()
+        # Wraps the allocations of torch.compile's generated modules
+        # (``_generated.GeneratedStacks``; CPU allocator recordings).
+        self.generated: Optional[Any] = None
         self._local = threading.local()
         # ``(mark, stamp, stack)`` of a recorder that stamps stacks on
         # allocations after the fact (the CPU allocator hooks), or None.
@@ -201,6 +204,8 @@ class Tagger:
                 if isinstance(a, self._tensor) and not a.requires_grad:
                     self.tag(a, "input")
             self._note_autocast()
+            if self.generated is not None:
+                self.generated.refresh()
             self._enter_phase("forward")
             if self.bracket is not None:
                 local.since = self.bracket[0]()
@@ -253,6 +258,8 @@ class Tagger:
         local.depth = depth - 1
         if depth != 1:
             return
+        if self.generated is not None:  # a first call compiles: wrap its code for backward
+            self.generated.refresh()
         if self.bracket is not None:
             # What the outermost call allocated and nothing gave a stack:
             # a compiled graph's own allocations (Inductor's code calls no

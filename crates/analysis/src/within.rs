@@ -125,7 +125,10 @@ pub fn part_of(
             chain.push(rows);
         }
     }
-    (resolve(modules, &chain), line)
+    // The outermost module alone, with no line of the model's beneath the
+    // site, says nothing the site does not.
+    let module = resolve(modules, &chain).filter(|m| line.is_some() || !m.2);
+    (module.map(|m| (m.0, m.1)), line)
 }
 
 /// The innermost module call the chain (innermost link first) names
@@ -134,7 +137,8 @@ pub fn part_of(
 /// outside it call; a link left with one path names it, a link left with a
 /// few of one class and caller names them together, and a link left with
 /// more names nothing (the answer stays the module around it).
-fn resolve(modules: &ModuleIndex, chain: &[Vec<u32>]) -> Option<(String, String)> {
+/// The third value says whether it is the outermost module.
+fn resolve(modules: &ModuleIndex, chain: &[Vec<u32>]) -> Option<(String, String, bool)> {
     let mut outer: Vec<&str> = Vec::new();
     let mut answer = None;
     for link in chain.iter().rev() {
@@ -156,13 +160,13 @@ fn resolve(modules: &ModuleIndex, chain: &[Vec<u32>]) -> Option<(String, String)
             continue;
         };
         if paths.len() == 1 {
-            answer = Some((display(first), first.class.clone()));
+            answer = Some((display(first), first.class.clone(), first.path.is_empty()));
         } else if cands.iter().all(|c| c.class == first.class) && paths.len() <= ALTERNATIVES {
             // In the order the model declares them, not sorted.
             let mut declared: Vec<&str> = cands.iter().map(|c| c.path.as_str()).collect();
             declared.dedup();
             if let Some(name) = together(&declared) {
-                answer = Some((name, first.class.clone()));
+                answer = Some((name, first.class.clone(), false));
             }
         }
         outer = paths;
@@ -358,36 +362,39 @@ mod tests {
         let c = chain(&idx, &[lin, ("m.py", 15), ("m.py", 45), ("m.py", 55)]);
         assert_eq!(
             resolve(&idx, &c),
-            Some(("dec.blocks[*].{fc1,fc2}".into(), "Linear".into()))
+            Some(("dec.blocks[*].{fc1,fc2}".into(), "Linear".into(), false))
         );
         // The block's own line, called by the encoder: the encoder's blocks.
         let c = chain(&idx, &[("m.py", 15), ("m.py", 35), ("m.py", 55)]);
         assert_eq!(
             resolve(&idx, &c),
-            Some(("enc.blocks[*]".into(), "Block".into()))
+            Some(("enc.blocks[*]".into(), "Block".into(), false))
         );
         // The head, called from the model's own forward: named alone.
         let c = chain(&idx, &[lin, ("m.py", 58)]);
-        assert_eq!(resolve(&idx, &c), Some(("head".into(), "Linear".into())));
+        assert_eq!(
+            resolve(&idx, &c),
+            Some(("head".into(), "Linear".into(), false))
+        );
         // The outermost module is named by its class.
         let c = chain(&idx, &[("m.py", 58)]);
         assert_eq!(
             resolve(&idx, &c),
-            Some(("Seq2Seq".into(), "Seq2Seq".into()))
+            Some(("Seq2Seq".into(), "Seq2Seq".into(), true))
         );
         // A block's line with nothing around it: encoder or decoder, both
         // named (one would be a guess).
         let c = chain(&idx, &[("m.py", 15)]);
         assert_eq!(
             resolve(&idx, &c),
-            Some(("{enc,dec}.blocks[*]".into(), "Block".into()))
+            Some(("{enc,dec}.blocks[*]".into(), "Block".into(), false))
         );
         // Five linears of three places: nothing names them together; the
         // answer is the module around them.
         let c = chain(&idx, &[lin, ("m.py", 15)]);
         assert_eq!(
             resolve(&idx, &c),
-            Some(("{enc,dec}.blocks[*]".into(), "Block".into()))
+            Some(("{enc,dec}.blocks[*]".into(), "Block".into(), false))
         );
         // No module map (PyTorch's own files): nothing.
         let none = ModuleIndex::from_rows(&[]);

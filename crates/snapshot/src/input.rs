@@ -113,7 +113,9 @@ fn decode_inner(
         recorder: d.recorder.take(),
     };
     drop_aside(doc);
-    Ok(d.into_snapshot(source))
+    let mut snap = d.into_snapshot(source);
+    crate::generated::expand(&mut snap);
+    Ok(snap)
 }
 
 /// Documents from this size on are freed on another thread.

@@ -21,6 +21,7 @@
 
 mod decode;
 mod error;
+mod generated;
 pub use vramscope_pickle::hash;
 mod input;
 mod intern;
@@ -39,7 +40,7 @@ pub use intern::{Frame, FrameId, FrameTable, StackId, StackTable, StrId, StringT
 pub use model::*;
 pub use options::{LoadOptions, LoadProgress};
 pub use recorder::{
-    DeviceCounter, DeviceFacts, Holder, HolderScan, ModuleCode, OomSeen, OptimizerInfo,
-    RecorderInfo,
+    DeviceCounter, DeviceFacts, GeneratedCode, Holder, HolderScan, ModuleCode, OomSeen,
+    OptimizerInfo, RecorderInfo,
 };
 pub use repair::Repair;

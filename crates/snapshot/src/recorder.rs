@@ -47,6 +47,20 @@ pub struct RecorderInfo {
     /// in PyTorch's own files and older recorders'): what names the part
     /// of a model whose frames a stack shows only as `forward`.
     pub modules: Vec<ModuleCode>,
+    /// The source lines `torch.compile`'s generated modules compute (the
+    /// `generated` key); the reader has put them into the stacks.
+    pub generated: Vec<GeneratedCode>,
+}
+
+/// One module Inductor generated: `lines[i]` is the first line of its
+/// `call` that computes what was traced from `frames[i]` (a source stack,
+/// innermost first; empty where nothing is known), up to `lines[i + 1]`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GeneratedCode {
+    pub file: String,
+    pub lines: Vec<u32>,
+    /// `(file, line, function)` per frame.
+    pub frames: Vec<Vec<(String, u32, String)>>,
 }
 
 /// One module of a model the recording ran: its path with repeated blocks
@@ -311,6 +325,11 @@ impl RecorderInfo {
                         .collect()
                 })
                 .unwrap_or_default(),
+            generated: v
+                .get("generated")
+                .and_then(|m| m.as_array())
+                .map(|rows| rows.iter().filter_map(generated_code).collect())
+                .unwrap_or_default(),
             modules: v
                 .get("modules")
                 .and_then(|m| m.as_array())
@@ -338,6 +357,43 @@ impl RecorderInfo {
                 .unwrap_or_default(),
         })
     }
+}
+
+fn generated_code(r: &serde_json::Value) -> Option<GeneratedCode> {
+    let file = r.get("file")?.as_str()?.to_owned();
+    let lines: Vec<u32> = r
+        .get("lines")?
+        .as_array()?
+        .iter()
+        .map(|n| n.as_u64().and_then(|n| u32::try_from(n).ok()))
+        .collect::<Option<_>>()?;
+    let frames: Vec<Vec<(String, u32, String)>> = r
+        .get("frames")?
+        .as_array()?
+        .iter()
+        .map(|stack| {
+            stack
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|f| {
+                    Some((
+                        f.get("filename")?.as_str()?.to_owned(),
+                        u32::try_from(f.get("line")?.as_u64()?).ok()?,
+                        f.get("name")?.as_str()?.to_owned(),
+                    ))
+                })
+                .collect()
+        })
+        .collect();
+    // Each start needs its frames, in order: otherwise the map is damaged.
+    (lines.len() == frames.len() && lines.windows(2).all(|w| w[0] <= w[1])).then_some(
+        GeneratedCode {
+            file,
+            lines,
+            frames,
+        },
+    )
 }
 
 fn module_code(r: &serde_json::Value) -> Option<ModuleCode> {
