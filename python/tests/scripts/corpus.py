@@ -324,10 +324,53 @@ def rnn(form: str) -> None:
     print("rnn", float(h.sum()))
 
 
+# The zoo's architectures (scripts/zoo.py), each trained in one of its
+# styles, as a loop of its own: correct, and keeping each step's output.
+ZOO_STYLES: Dict[str, str] = {
+    "llama": "compiled", "qwen2": "fp32", "mixtral": "bf16", "gpt2": "checkpoint",
+    "bert": "autocast_forward", "t5": "fp32", "vit": "inference", "resnet": "fp32",
+    "unet": "checkpoint", "lstm": "fp32",
+}
+for _arch in ZOO_STYLES:
+    FORMS[f"zoo_{_arch}"] = {"clean": None, "outputs_kept": ("growth", "kept")}
+
+
+def _zoo_program(arch: str) -> Callable[[str], None]:
+    def run(form: str) -> None:
+        import contextlib
+        import os
+
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import zoo
+
+        style = ZOO_STYLES[arch]
+        case, model = zoo.prepared(arch, style)
+        training = style != "inference"
+        opt = torch.optim.AdamW(model.parameters(), lr=zoo.LR) if training else None
+        region = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if style == "bf16" else contextlib.nullcontext
+        kept: List[Any] = []
+        for _ in range(STEPS):
+            if opt is not None:
+                opt.zero_grad(set_to_none=True)
+            with torch.set_grad_enabled(training), region():
+                out = model(*case.inputs, **case.kwargs)
+                loss = case.loss_fn(out, *case.targets) if training else None
+            if opt is not None:
+                loss.backward()
+                opt.step()
+            if form == "outputs_kept":
+                kept.append(out)  # PLANTED
+            del out, loss
+        print(arch, style, len(kept))
+
+    return run
+
+
 PROGRAMS: Dict[str, Callable[[str], None]] = {
     "vision": vision, "nanogpt": nanogpt, "hf_loop": hf_loop, "hf_trainer": hf_trainer,
     "lightning": lightning, "accelerate": accelerate, "gan": gan, "grad_accum": grad_accum,
     "amp": amp, "eval": eval, "rnn": rnn,
+    **{f"zoo_{a}": _zoo_program(a) for a in ZOO_STYLES},
 }
 
 
