@@ -40,8 +40,8 @@ pub struct SitePart {
     pub count: u64,
 }
 
-/// The key of a part: the module named (an index into the names a
-/// [`Parts`] run has made) and the model's line.
+/// The key of a part: the module named (an index into the names one
+/// [`parts`] call has met) and the model's line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub struct PartKey {
     pub module: Option<u32>,
