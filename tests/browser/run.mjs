@@ -692,6 +692,10 @@ async function testReport(browser, snap) {
         await page.click('.tabs button[data-tab="leaks"]');
         const leaks = await textOf(page, '#panel-leaks');
         assert(leaks.includes('made by') && leaks.includes(snap.expectPart), `#panel-leaks lacks the part: "${short(leaks, 400)}"`);
+        // Alive at the peak, grouped in the page from each stack's part.
+        await page.click('.tabs button[data-tab="alive"]');
+        const alive = await textOf(page, '#panel-alive');
+        assert(alive.includes('\u2514 ' + snap.expectPart), `#panel-alive lacks the part: "${short(alive, 400)}"`);
         return snap.expectPart;
       });
     }

@@ -258,6 +258,25 @@ pub fn parts(
     v
 }
 
+/// The part of one stack as one phrase ([`SitePart::label`]), `None`
+/// when the stack names none: for views that group by stack.
+pub fn part_label(
+    snap: &Snapshot,
+    modules: &ModuleIndex,
+    stack: StackId,
+    site: Option<FrameId>,
+) -> Option<String> {
+    let (module, line) = part_of(snap, modules, stack, site);
+    if module.is_none() && line.is_none() {
+        return None;
+    }
+    let line = line.map(|f| frame_label(snap, f));
+    Some(label(
+        module.as_ref().map(|m| (m.0.as_str(), m.1.as_str())),
+        line.as_deref(),
+    ))
+}
+
 /// A part as one phrase (see [`SitePart::label`]).
 fn label(module: Option<(&str, &str)>, line: Option<&str>) -> String {
     let line = line.map(|l| {

@@ -45,19 +45,35 @@ fn generated_frames_get_the_source_they_compute() {
             ]
         }]}
     });
-    let snap = decode_bytes(&serde_json::to_vec(&doc).unwrap(), &LoadOptions::default()).expect("decodes");
+    let snap =
+        decode_bytes(&serde_json::to_vec(&doc).unwrap(), &LoadOptions::default()).expect("decodes");
     let t = &snap.traces[0];
     // Line 92 computes what line 7 traced: the source is inside the call.
     assert_eq!(
         labels(&snap, t.stack[0]),
-        ["/home/u/model.py:7", &format!("{GEN}:92"), "/home/u/train.py:30"]
+        [
+            "/home/u/model.py:7",
+            &format!("{GEN}:92"),
+            "/home/u/train.py:30"
+        ]
     );
     // Line 99: the entry from 98 on, two source frames, innermost first.
     assert_eq!(
         labels(&snap, t.stack[1]),
-        ["/home/u/model.py:9", "/home/u/model.py:20", &format!("{GEN}:99"), "/home/u/train.py:30"]
+        [
+            "/home/u/model.py:9",
+            "/home/u/model.py:20",
+            &format!("{GEN}:99"),
+            "/home/u/train.py:30"
+        ]
     );
     // Before the first mapped line, and in a range with no source: as recorded.
-    assert_eq!(labels(&snap, t.stack[2]), [format!("{GEN}:40"), "/home/u/train.py:30".into()]);
-    assert_eq!(labels(&snap, t.stack[3]), [format!("{GEN}:97"), "/home/u/train.py:30".into()]);
+    assert_eq!(
+        labels(&snap, t.stack[2]),
+        [format!("{GEN}:40"), "/home/u/train.py:30".into()]
+    );
+    assert_eq!(
+        labels(&snap, t.stack[3]),
+        [format!("{GEN}:97"), "/home/u/train.py:30".into()]
+    );
 }

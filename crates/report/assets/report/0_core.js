@@ -132,7 +132,7 @@
   // ---------- global state ----------
   let H, A, S, model;             // header, arrays, string table, device model
   let frames;                      // Uint32Array, 4 per frame: file, line, name, kind
-  let stackOff, stackFrames, stackSite;
+  let stackOff, stackFrames, stackSite, stackPart;
   const view = { x0: 0, x1: 1, y0: 0, y1: 1, axis: 'time' };
   let colorBy = 'site', showReserved = true;
   let highlightCat = -1;           // category index whose allocations stand out, or -1

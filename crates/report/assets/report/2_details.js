@@ -100,7 +100,10 @@
     const bySite = new Map();
     for (const a of live) {
       const s = m.stack[a], f = s === 0xffffffff ? -1 : siteFrameOfStack[s];
-      const g = bySite.get(f) || { bytes: 0, n: 0 }; g.bytes += m.size[a]; g.n++; bySite.set(f, g);
+      const g = bySite.get(f) || { bytes: 0, n: 0, parts: new Map() }; g.bytes += m.size[a]; g.n++; bySite.set(f, g);
+      // What beneath the site made it: the model's module and line.
+      const pt = s === 0xffffffff || !stackPart ? 0xffffffff : stackPart[s];
+      if (pt !== 0xffffffff) { const q = g.parts.get(pt) || { bytes: 0, n: 0 }; q.bytes += m.size[a]; q.n++; g.parts.set(pt, q); }
     }
     const rows = [...bySite.entries()].sort((x, y) => y[1].bytes - x[1].bytes).slice(0, 40);
     const tb = el('table'); const hr = el('tr');
@@ -113,6 +116,14 @@
       tr.appendChild(el('td', 'n', fmtCount(g.n)));
       tr.appendChild(siteCell(f, '<no stack recorded>'));
       tb.appendChild(tr);
+      for (const [pt, q] of [...g.parts.entries()].sort((x, y) => y[1].bytes - x[1].bytes).slice(0, 3)) {
+        const sub = el('tr', 'part');
+        sub.appendChild(el('td', 'n', fmtBytes(q.bytes)));
+        sub.appendChild(el('td', 'n', (total > 0 ? (q.bytes / total * 100).toFixed(1) : '0') + '%'));
+        sub.appendChild(el('td', 'n', fmtCount(q.n)));
+        sub.appendChild(el('td', 'wrap', '\u2514 ' + S[pt]));
+        tb.appendChild(sub);
+      }
     }
     p.appendChild(tb);
     p.appendChild(el('h3', null, 'Flamegraph (outermost frame at the top)'));

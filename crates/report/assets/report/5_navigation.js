@@ -270,7 +270,7 @@
     try {
       const { header, arrays } = await loadData();
       H = header; A = arrays; S = header.strings;
-      frames = arrays.frames; stackOff = arrays.stack_off; stackFrames = arrays.stack_frames; stackSite = arrays.stack_site;
+      frames = arrays.frames; stackOff = arrays.stack_off; stackFrames = arrays.stack_frames; stackSite = arrays.stack_site; stackPart = arrays.stack_part;
       metrics.loadMs = performance.now() - T0;
       computeColors();
       $('title').textContent = H.title;

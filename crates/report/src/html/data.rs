@@ -14,6 +14,7 @@ use serde_json::json;
 use vramscope_analysis::categories::{Categories, Category, Labelled, CATEGORIES};
 use vramscope_analysis::lifetimes::{Lifetimes, BEFORE_WINDOW, NO_BLOCK};
 use vramscope_analysis::sites::{frame_location, is_library, is_native, is_noise, site_frame};
+use vramscope_analysis::within::{part_label, ModuleIndex};
 use vramscope_analysis::{DeviceSummary, LiveBlock};
 use vramscope_snapshot::hash::FxHashMap;
 use vramscope_snapshot::{Action, DeviceTrace, Snapshot, StackId, NO_TIME};
@@ -272,6 +273,9 @@ pub struct Tables {
     stack_frames: Vec<u32>,
     /// Per stack: its allocation site (a `frames` index), as the summary picks it.
     stack_site: Vec<u32>,
+    /// Per stack: what beneath the site made it (a `strings` index of the
+    /// part's label, `crate::within`), u32::MAX when nothing is named.
+    stack_part: Vec<u32>,
 }
 
 impl Tables {
@@ -336,6 +340,21 @@ impl Tables {
         }
     }
 
+    /// Each stack's part beneath its site, once every stack is known.
+    pub fn parts(&mut self, snap: &Snapshot) {
+        let modules = ModuleIndex::new(snap);
+        let mut stacks: Vec<(StackId, u32)> =
+            self.stack_map.iter().map(|(&k, &v)| (k, v)).collect();
+        stacks.sort_unstable_by_key(|&(_, v)| v);
+        self.stack_part = vec![u32::MAX; self.stack_site.len()];
+        for (id, s) in stacks {
+            let site = site_frame(snap, id);
+            if let Some(label) = part_label(snap, &modules, id, site) {
+                self.stack_part[s as usize] = self.string(&label);
+            }
+        }
+    }
+
     /// Write the tables into the blob.
     pub fn finish(self, blob: &mut Blob) {
         blob.header.insert("strings".into(), json!(self.strings));
@@ -344,6 +363,7 @@ impl Tables {
         blob.u32("stack_off", &self.stack_off);
         blob.u32("stack_frames", &self.stack_frames);
         blob.u32("stack_site", &self.stack_site);
+        blob.u32("stack_part", &self.stack_part);
     }
 }
 

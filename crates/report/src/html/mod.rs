@@ -201,6 +201,7 @@ pub fn report_html_against(
             v
         })
         .collect();
+    tables.parts(snap);
     tables.finish(&mut b);
     let title = opts
         .title
