@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # The project's test command. Works from any directory:
 #
-#   scripts/test.sh [extra args passed to `cargo test`]
+#   scripts/test.sh [--quick] [extra args passed to `cargo test`]
+#
+# --quick is the inner loop (a few minutes): the Rust unit tests (`--lib`)
+# and the Python tests not marked slow (`-m "not slow"`; conftest.py marks
+# the modules that record whole training programs), no browser tests. The
+# full command is what `.ci/run` runs.
 #
 # Steps:
 #   1. scripts/setup-venv.sh        (.venv with maturin, pytest, hypothesis, numpy, torch)
@@ -32,6 +37,18 @@ fail_step() { printf '\ntest.sh: FAILED step: %s\n' "$*" >&2; }
 logdir="$(mktemp -d "${TMPDIR:-/tmp}/vramscope-test.XXXXXX")"
 trap 'rm -rf -- "$logdir"' EXIT
 
+quick=""
+if [[ "${1:-}" == "--quick" ]]; then
+    quick=1
+    shift
+fi
+cargo_scope=()
+pytest_marks=()
+if [[ -n "$quick" ]]; then
+    cargo_scope=(--lib)
+    pytest_marks=(-m "not slow")
+fi
+
 failed_steps=()
 passed=0
 failed=0
@@ -54,9 +71,9 @@ if ! cargo build --release --workspace; then
 fi
 
 # 3. Rust tests (output shown and kept for the summary).
-say "cargo test --workspace --release --no-fail-fast $*"
+say "cargo test --workspace --release --no-fail-fast ${cargo_scope[*]} $*"
 cargo_log="$logdir/cargo-test.log"
-if ! cargo test --workspace --release --no-fail-fast "$@" 2>&1 | tee "$cargo_log"; then
+if ! cargo test --workspace --release --no-fail-fast "${cargo_scope[@]}" "$@" 2>&1 | tee "$cargo_log"; then
     fail_step "cargo test --workspace --release"
     failed_steps+=("cargo test")
 fi
@@ -107,7 +124,7 @@ if [[ ${#py_test_dirs[@]} -gt 0 ]]; then
     say "pytest -q ${py_test_dirs[*]}"
     py_log="$logdir/pytest.log"
     set +e
-    python -m pytest -q "${py_test_dirs[@]}" 2>&1 | tee "$py_log"
+    python -m pytest -q "${pytest_marks[@]}" "${py_test_dirs[@]}" 2>&1 | tee "$py_log"
     py_rc=${PIPESTATUS[0]}
     set -e
     if [[ $py_rc -eq 5 ]]; then
@@ -141,7 +158,9 @@ if [[ ! -x "$chromium_bin" ]]; then
 elif ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
     browser_missing="node/npm not found on PATH (Node.js 20 or later is needed)"
 fi
-if [[ -n "$browser_missing" ]]; then
+if [[ -n "$quick" ]]; then
+    say "skipping browser tests (--quick)"
+elif [[ -n "$browser_missing" ]]; then
     if [[ "${CI:-}" == "true" ]]; then
         fail_step "browser tests: $browser_missing"
         failed_steps+=("browser tests")

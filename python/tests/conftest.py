@@ -142,3 +142,26 @@ def clean_recording(monkeypatch: pytest.MonkeyPatch):
     if rec.is_recording():
         rec.stop(write=False)
         pytest.fail("the test left a recording active")
+
+
+# Modules that record or compile whole training programs (a minute or more
+# each on 2 cores): `scripts/test.sh --quick` leaves them out (`-m "not
+# slow"`); the full suite, which CI runs, keeps them.
+SLOW_MODULES = {
+    "test_advise_cpu.py",
+    "test_compat.py",
+    "test_corpus.py",
+    "test_integrations.py",
+    "test_integrations_hf.py",
+    "test_zoo_estimate.py",
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "slow: records or compiles whole training programs (left out by scripts/test.sh --quick)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
+    for item in items:
+        if Path(str(item.fspath)).name in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
