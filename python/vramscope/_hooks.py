@@ -160,7 +160,7 @@ class _Hooks:
         if self._compile_start not in callback_handler.start_callbacks:
             callback_handler.register_start_callback(self._compile_start)
         ends = getattr(callback_handler, "end_callbacks", None)
-        if ends is not None and self._compile_end not in ends:
+        if ends is not None and hasattr(callback_handler, "register_end_callback") and self._compile_end not in ends:
             callback_handler.register_end_callback(self._compile_end)
 
     def _compile_start(self, *_args: Any) -> None:
