@@ -200,3 +200,17 @@ def test_what_the_stacks_cannot_tell_is_named_as_both(tmp_path: Path) -> None:
     named = _sited(tmp_path, Seq2Seq(Stack))
     assert set(named) == {"{enc,dec}.blocks[*]"}, named.keys()
     assert named["{enc,dec}.blocks[*]"]["class"] == "Block"
+
+
+def test_a_failed_memory_limit_says_which_module_leaks() -> None:
+    """``vramscope.limits``' failure message (the check's result) names,
+    beneath the leaking line, the module that made what is kept."""
+    from vramscope.testing import failure_message
+
+    fixture = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "recorded" / "llama_kept_logits.pickle.gz"
+    out = subprocess.run([sys.executable, "-m", "vramscope", "check", str(fixture), "--no-leaks", "--json"], capture_output=True, text=True)
+    result = json.loads(out.stdout)
+    assert result["passed"] is False, result["checks"]
+    message = failure_message(result, str(fixture))
+    assert "made by lm_head (Linear) at transformers/models/llama/modeling_llama.py:" in message, message
+    assert "held by `logits`" in message, message

@@ -56,6 +56,8 @@ def failure_message(result: dict, path: str) -> str:
         lines.append(f"\n  {f['title']}\n  {f['explanation']}\n  fix: {f['fix']}")
         for s in f["sites"][:3]:
             lines.append(f"    at {s['site']}")
+            # Beneath the user's line: the model's module and line that made it.
+            lines += [f"       made by {p['label']}" for p in s.get("within", [])[:3]]
             if s.get("held_by"):
                 lines.append(f"       {s['held_by']['text']}")
             lines += [f"       {frame}" for frame in s["stack"][:6]]
