@@ -135,8 +135,8 @@ pub fn part_of(
 /// without doubt, with its class. Links are read from the outermost in:
 /// each link's rows are narrowed to those the modules named by the link
 /// outside it call; a link left with one path names it, a link left with a
-/// few of one class and caller names them together, and a link left with
-/// more names nothing (the answer stays the module around it).
+/// few of one class whose paths differ in one place names them together,
+/// and any other link names nothing (the answer stays the module around it).
 /// The third value says whether it is the outermost module.
 fn resolve(modules: &ModuleIndex, chain: &[Vec<u32>]) -> Option<(String, String, bool)> {
     let mut outer: Vec<&str> = Vec::new();
