@@ -96,8 +96,8 @@ class GeneratedStacks:
             from torch._inductor.codecache import PyCodeCache
         except Exception:  # noqa: BLE001
             return
-        mods = PyCodeCache.modules
-        if len(mods) == self._seen:
+        mods = getattr(PyCodeCache, "modules", None)
+        if not isinstance(mods, list) or len(mods) == self._seen:
             return
         for mod in mods[self._seen :]:
             helper = getattr(mod, "empty_strided_cpu", None)

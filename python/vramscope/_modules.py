@@ -14,6 +14,7 @@ docs/recorder-format.md).
 
 from __future__ import annotations
 
+import dis
 import inspect
 import re
 from typing import Any, Dict, List, Optional, Tuple
@@ -49,7 +50,8 @@ def _code_lines(module: Any) -> Optional[Tuple[str, int, int]]:
     if code is None:
         return None
     last = code.co_firstlineno
-    for _, _, line in code.co_lines():
+    # (co_lines is Python 3.10+; findlinestarts reads the same table.)
+    for _, line in dis.findlinestarts(code):
         if line is not None and line > last:
             last = line
     return code.co_filename, code.co_firstlineno, last
@@ -79,7 +81,10 @@ class ModuleMap:
                 return
             if isinstance(m, containers):
                 continue
-            lines = _code_lines(m)
+            try:
+                lines = _code_lines(m)
+            except Exception:  # noqa: BLE001 - a module we cannot read is left unnamed; the program goes on
+                continue
             if lines is None:
                 continue
             g = grouped(path)
