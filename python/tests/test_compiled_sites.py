@@ -25,6 +25,17 @@ from conftest import native_module  # noqa: E402
 if native_module() is None:
     pytest.skip("vramscope._native is not built", allow_module_level=True)
 
+
+@pytest.fixture(autouse=True)
+def _no_garbage_left():
+    """Compiling leaves Dynamo's caches and reference cycles behind; the
+    tests after these (the cycle watcher's) must not find them."""
+    yield
+    torch._dynamo.reset()
+    import gc
+
+    gc.collect()
+
 import vramscope  # noqa: E402
 
 THIS = Path(__file__).name
@@ -107,13 +118,17 @@ class Net(torch.nn.Module):
         return self.down(h)
 
 
-def test_a_compiled_recording_names_the_models_source_lines(tmp_path: Path) -> None:
+def test_a_compiled_recording_names_the_models_source_lines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Recorded for real on the CPU: the buffers the generated code
     allocates get its lines' stacks, and the reader puts the source each
     line computes into them: the sites are Net.forward's lines, from the
-    first (compiling) iteration on."""
-    import inspect
+    first (compiling) iteration on. Compiled afresh (Inductor's caches off),
+    so the source map is this compilation's."""
+    import torch._functorch.config as aot_config
+    import torch._inductor.config as inductor_config
 
+    monkeypatch.setattr(inductor_config, "fx_graph_cache", False)
+    monkeypatch.setattr(aot_config, "enable_autograd_cache", False)
     torch._dynamo.reset()
     model = torch.compile(Net())
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -153,6 +168,12 @@ def test_a_source_line_that_no_longer_reads_the_same_is_not_named() -> None:
     code = "line = inspect.currentframe().f_lineno"  # the line above, as a trace quotes it
     good = f'  File "{__file__}", line {line}, in f\n    {code}\n'
     assert _frames(good) == [{"filename": __file__, "line": line, "name": "f"}]
-    stale = f'  File "{__file__}", line {line}, in f\n    y = 2\n'
+    # The file edited since (lines moved): the one line that reads so.
+    moved = f'  File "{__file__}", line {line - 7}, in f\n    {code}\n'
+    assert _frames(moved) == [{"filename": __file__, "line": line, "name": "f"}]
+    # A line no longer there, or there several times: not named.
+    stale = f'  File "{__file__}", line {line}, in f\n    y = 2  # nowhere in this file\n'
     assert _frames(stale) is None
+    twice = f'  File "{__file__}", line {line}, in f\n    torch._dynamo.reset()\n'
+    assert _frames(twice) is None
     assert _frames("") is None

@@ -11,9 +11,10 @@ stack beside the generated frame, so sites, leaks and the report name the
 model's lines (``modeling_llama.py:164 in forward``) and modules.
 
 A source frame is written only where the file still reads as it did when
-it was traced (the trace keeps each line's text): Inductor's cache can
-serve one program the code compiled for another with the same graph, and
-then its source stacks are the other program's.
+it was traced (the trace keeps each line's text), at the line that reads
+so now: Inductor's cache serves the code compiled before an edit that
+moved the lines (the same graph), or compiled for another program with
+the same graph, and its source stacks are then as they were.
 
 On the CPU, the allocator recorder's stacks come from a function mode that
 compiled code never calls; :class:`GeneratedStacks` gives the buffers a
@@ -46,12 +47,23 @@ def _frames(trace: Optional[str]) -> Optional[List[Dict[str, Any]]]:
         return None
     out = []
     for file, line, name, code in _FRAME.findall(trace):
-        if code and linecache.getline(file, int(line)).strip() != code.strip():
+        at = _where(file, int(line), code.strip()) if code else int(line)
+        if at is None:
             return None
         if os.path.abspath(file).startswith(_OWN):
             continue
-        out.append({"filename": file, "line": int(line), "name": name})
+        out.append({"filename": file, "line": at, "name": name})
     return out[::-1] or None
+
+
+def _where(file: str, line: int, code: str) -> Optional[int]:
+    """The line of ``file`` that reads ``code``: ``line`` itself, or, where
+    the file was edited since the trace (lines moved), the one line of the
+    file that reads so; ``None`` when none or several do."""
+    if linecache.getline(file, line).strip() == code:
+        return line
+    found = [i + 1 for i, text in enumerate(linecache.getlines(file)) if text.strip() == code]
+    return found[0] if len(found) == 1 else None
 
 
 def source_map() -> List[Dict[str, Any]]:
