@@ -104,58 +104,67 @@ def test_compiled_allocations_are_sited_at_the_programs_lines(tmp_path: Path) ->
     assert all(f"{Path(__file__).name}:" in s and s.endswith("in _generated_allocations") for s in sites), sites
 
 
-class Net(torch.nn.Module):
-    """Sizes no other test compiles: Inductor's cache serves a graph's code
-    (and its source map) to any program with the same graph."""
+NET = """
+import sys
+import torch
+import torch._functorch.config as aot_config
+import torch._inductor.config as inductor_config
+import vramscope
 
-    def __init__(self) -> None:
+# Compiled afresh: the source map is this compilation's.
+inductor_config.fx_graph_cache = False
+aot_config.enable_autograd_cache = False
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
         super().__init__()
         self.up, self.down = torch.nn.Linear(48, 272), torch.nn.Linear(272, 48)
 
     def forward(self, x):
-        h = self.up(x)
-        h = torch.nn.functional.silu(h)
+        h = self.up(x)  # UP
+        h = torch.nn.functional.silu(h)  # SILU
         return self.down(h)
 
 
-def test_a_compiled_recording_names_the_models_source_lines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Recorded for real on the CPU: the buffers the generated code
-    allocates get its lines' stacks, and the reader puts the source each
-    line computes into them: the sites are Net.forward's lines, from the
-    first (compiling) iteration on. Compiled afresh (Inductor's caches off),
-    so the source map is this compilation's."""
-    import torch._functorch.config as aot_config
-    import torch._inductor.config as inductor_config
+model = torch.compile(Net())
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(512, 48)
+with vramscope.record(sys.argv[1], backend="allocator"):
+    for _ in range(3):
+        loss = model(x).sum()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        vramscope.step()
+"""
 
-    monkeypatch.setattr(inductor_config, "fx_graph_cache", False)
-    monkeypatch.setattr(aot_config, "enable_autograd_cache", False)
-    torch._dynamo.reset()
-    model = torch.compile(Net())
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    x = torch.randn(512, 48)
+
+def test_a_compiled_recording_names_the_models_source_lines(tmp_path: Path) -> None:
+    """Recorded for real on the CPU (a program of its own, as a user runs
+    it): the buffers the generated code allocates get its lines' stacks,
+    and the reader puts the source each line computes into them: the sites
+    are Net.forward's lines, from the first (compiling) iteration on."""
+    from conftest import run_python
+
+    script = tmp_path / "net.py"
+    script.write_text(NET)
     path = tmp_path / "compiled.pickle"
-    try:
-        with vramscope.record(path, backend="allocator"):
-            for _ in range(3):
-                loss = model(x).sum()
-                loss.backward()
-                opt.step()
-                opt.zero_grad()
-                vramscope.step()
-    finally:
-        torch._dynamo.reset()
+    r = run_python([str(script), str(path)], cwd=tmp_path, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
     snap = pickle.loads(path.read_bytes())
     generated = snap["vramscope"]["generated"]
     assert generated and all("/c" in g["file"] for g in generated), generated
-    first = inspect.getsourcelines(Net.forward)[1]
-    up, silu = first + 1, first + 2
+    lines = NET.splitlines()
+    up = next(i + 1 for i, text in enumerate(lines) if "# UP" in text)
+    silu = next(i + 1 for i, text in enumerate(lines) if "# SILU" in text)
     summary = vramscope.load(path).summary()["devices"][0]
     sites = {s["site"].rsplit("/", 1)[-1]: s for s in summary["peak"]["top_sites"]}
     assert not any("torchinductor" in s for s in sites), list(sites)
     # The up projection's output and SiLU's (512 x 272 fp32 each), kept for
     # backward, at the lines that compute them.
-    assert sites[f"{THIS}:{up} in forward"]["bytes"] >= 512 * 272 * 4, list(sites)
-    assert sites[f"{THIS}:{silu} in forward"]["bytes"] >= 512 * 272 * 4, list(sites)
+    assert sites[f"net.py:{up} in forward"]["bytes"] >= 512 * 272 * 4, list(sites)
+    assert sites[f"net.py:{silu} in forward"]["bytes"] >= 512 * 272 * 4, list(sites)
 
 
 def test_a_source_line_that_no_longer_reads_the_same_is_not_named() -> None:
