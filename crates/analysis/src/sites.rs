@@ -300,12 +300,17 @@ pub fn group_by_site(snap: &Snapshot, blocks: &[LiveBlock], top: usize) -> Vec<S
     v.sort_unstable_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(&b.0)));
     v.truncate(top);
     let modules = ModuleIndex::new(snap);
-    let within = |key: Option<FrameId>| {
-        let mine = blocks
-            .iter()
-            .filter(|b| site_of_stack.get(&b.stack) == Some(&key))
-            .map(|b| (b.stack, b.size));
-        parts(snap, &modules, key, mine, PARTS_PER_SITE)
+    // The blocks of each site shown, gathered in one pass.
+    let mut of_site: HashMap<Option<FrameId>, Vec<(StackId, u64)>> =
+        v.iter().map(|(k, _)| (*k, Vec::new())).collect();
+    for b in blocks {
+        if let Some(mine) = site_of_stack.get(&b.stack).and_then(|k| of_site.get_mut(k)) {
+            mine.push((b.stack, b.size));
+        }
+    }
+    let mut within = |key: Option<FrameId>| {
+        let mine = of_site.remove(&key).unwrap_or_default();
+        parts(snap, &modules, key, mine.into_iter(), PARTS_PER_SITE)
     };
     v.into_iter()
         .map(|(key, (bytes, count, example))| match key {

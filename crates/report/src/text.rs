@@ -333,31 +333,28 @@ fn sites(o: &mut String, title: &str, sites: &[Site], total: u64) {
     }
     let _ = writeln!(o, "\n  {title}");
     let _ = writeln!(o, "  {:>12} {:>6} {:>8}  site", "bytes", "share", "blocks");
-    for s in sites {
-        let share = if total > 0 {
-            s.bytes as f64 * 100.0 / total as f64
+    let share = |b: u64| {
+        if total > 0 {
+            b as f64 * 100.0 / total as f64
         } else {
             0.0
-        };
+        }
+    };
+    for s in sites {
         let _ = writeln!(
             o,
             "  {:>12} {:>5.1}% {:>8}  {}",
             bytes(s.bytes),
-            share,
+            share(s.bytes),
             count(s.count),
             s.site
         );
         for part in &s.within {
-            let share = if total > 0 {
-                part.bytes as f64 * 100.0 / total as f64
-            } else {
-                0.0
-            };
             let _ = writeln!(
                 o,
                 "  {:>12} {:>5.1}% {:>8}    └ {}",
                 bytes(part.bytes),
-                share,
+                share(part.bytes),
                 count(part.count),
                 part.label
             );
