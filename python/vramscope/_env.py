@@ -10,7 +10,7 @@ are left out (an argument always wins over a variable):
 variable                    meaning                              default
 ==========================  ===================================  ==========
 ``VRAMSCOPE_RECORD``        snapshot path; switches recording on  (off)
-``VRAMSCOPE_MAX_ENTRIES``   trace entries kept                   100000
+``VRAMSCOPE_MAX_ENTRIES``   history kept (``max_entries``)        100000; CPU hooks 3000000
 ``VRAMSCOPE_STACKS``        ``python``, ``all`` or ``none``      python
 ``VRAMSCOPE_BACKEND``       ``auto``, ``cuda``, ``xpu``,          auto
                             ``allocator``, ``dispatch`` or

@@ -25,7 +25,19 @@ def periodic_path(path: str, n: int) -> str:
 def write_atomic(path: str, obj: Any) -> None:
     """Pickle ``obj`` to ``path``, whole or not at all, with the
     interpreter's default protocol (as ``torch.cuda.memory._dump_snapshot``
-    writes)."""
+    writes). A snapshot whose trace is the CPU allocator hooks' (a
+    ``_native.CpuTrace``) is written by the native writer, entry by entry."""
+    traces = obj.get("device_traces") if isinstance(obj, dict) else None
+    if traces and any(type(t).__name__ == "CpuTrace" for t in traces):
+        from . import _native
+
+        try:
+            replace_atomically(path, lambda f: _native.write_pickle(f, obj, pickle.DEFAULT_PROTOCOL))
+            return
+        except TypeError:
+            # Something in the snapshot that is not plain data: pickle
+            # writes it, with the trace made into Python objects.
+            obj = dict(obj, device_traces=[t.entries() if type(t).__name__ == "CpuTrace" else t for t in traces])
     replace_atomically(path, lambda f: pickle.dump(obj, f, protocol=pickle.DEFAULT_PROTOCOL))
 
 

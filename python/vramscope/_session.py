@@ -5,6 +5,7 @@ one of these while it records."""
 
 from __future__ import annotations
 
+import array
 import bisect
 import collections
 import gc
@@ -13,7 +14,7 @@ import sys
 import threading
 import time
 import weakref
-from typing import Any, Callable, Deque, Dict, List, Optional
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
 
 from ._backend import RECORDER_NAMES, choose_backend
 from ._compile import skip_frames
@@ -65,6 +66,18 @@ class _Span:
 # One dump_at snapshot, whichever thread sees the threshold first.
 _THRESHOLD_LOCK = threading.Lock()
 
+def _trace_times(snap: Dict[str, Any]) -> Sequence[int]:
+    """Every trace entry's time, sorted (a native trace gives its events')."""
+    traces = snap.get("device_traces", [])
+    native = [t for t in traces if hasattr(t, "times")]
+    if native:
+        out = array.array("q")
+        for t in native:
+            out.frombytes(t.times())
+        return out if len(native) == 1 else sorted(out)
+    return sorted(e["time_us"] for t in traces for e in t if "time_us" in e)
+
+
 class _Session:
     """One recording: the backend, iteration and mark ranges, file output."""
 
@@ -82,9 +95,10 @@ class _Session:
         if self.kind in ("cuda", "xpu"):
             self.backend = CudaRecorder(owner.max_entries, owner.stacks, self.kind)
         elif self.kind == "allocator":
-            from ._allocator import AllocatorRecorder
+            from ._allocator import DEFAULT_EVENTS, AllocatorRecorder
 
-            self.backend = AllocatorRecorder(owner.max_entries, owner.stacks)
+            events = owner.max_entries_given or DEFAULT_EVENTS
+            self.backend = AllocatorRecorder(events, owner.stacks)
         elif self.kind == "dispatch":
             from ._dispatch import DispatchRecorder
 
@@ -484,7 +498,7 @@ class _Session:
         the last ``step()`` before the end, typically), and without any when
         ``step()`` was never called."""
         now = _now_us()
-        times = sorted(e["time_us"] for t in snap.get("device_traces", []) for e in t if "time_us" in e)
+        times = _trace_times(snap)
         if times:  # ranges that ended before the oldest event kept can never show again
             self.spans = [s for s in self.spans if s.end_us is None or s.end_us >= times[0]]
 

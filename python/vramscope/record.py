@@ -78,8 +78,10 @@ class record:
             overwrite each other and ``vramscope ranks <dir>`` reads them.
         max_entries: history kept (the oldest is dropped): on CUDA and XPU
             PyTorch's trace entries, on the CPU recorders allocations and
-            frees. Default 100000 (``$VRAMSCOPE_MAX_ENTRIES``). When a
-            recording outgrows it, every command says so and how to keep more.
+            frees. Default 100000, and 3000000 for the CPU allocator hooks
+            (``backend="allocator"``, the CPU's default on Linux)
+            (``$VRAMSCOPE_MAX_ENTRIES``). When a recording outgrows it, every
+            command says so and how to keep more.
         stacks: ``"python"`` (default), ``"all"`` (adds C++ frames on CUDA)
             or ``"none"`` (``$VRAMSCOPE_STACKS``).
         backend: what observes the allocations (``$VRAMSCOPE_BACKEND``):
@@ -176,7 +178,10 @@ class record:
         pick = lambda key, default: self._kwargs[key] if self._kwargs[key] is not None else env.get(key, default)  # noqa: E731
         # Absolute now: the program may change directory before the dump.
         self.path_template: str = os.path.abspath(os.fspath(pick("path", DEFAULT_PATH)))
-        self.max_entries: int = int(pick("max_entries", DEFAULT_MAX_ENTRIES))
+        given = pick("max_entries", None)
+        # None: the recorder's own default, once it is known which one runs.
+        self.max_entries_given: Optional[int] = None if given is None else int(given)
+        self.max_entries: int = DEFAULT_MAX_ENTRIES if given is None else int(given)
         self.stacks: str = str(pick("stacks", DEFAULT_STACKS))
         self.on_oom: bool = bool(on_oom)
         self.every: int = int(pick("every", 0))

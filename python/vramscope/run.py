@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run a Python script while recording a memory snapshot, then summarise it and write the report.",
     )
     p.add_argument("-o", "--output", metavar="PATH", help="snapshot path (default: vramscope-<script name>.pickle here)")
-    p.add_argument("--max-entries", type=int, metavar="N", help="allocator events kept (default 100000)")
+    p.add_argument("--max-entries", type=int, metavar="N", help="history kept: trace entries on CUDA/XPU, allocations and frees on the CPU (default 100000; 3000000 with the CPU allocator hooks)")
     p.add_argument("--stacks", choices=STACKS_CHOICES, help="stacks recorded (default python)")
     p.add_argument("--every", type=int, default=None, metavar="N", help="also dump every N vramscope.step() calls")
     p.add_argument("--keep", type=int, default=None, metavar="K", help="periodic dumps kept (default 3)")

@@ -22,16 +22,64 @@ pub struct Event {
     pub size: u64,
     /// Wall clock, µs since the epoch (the clock of PyTorch's `time_us`).
     pub time_us: i64,
-    /// The allocating thread (`pthread_self`).
-    pub thread: u64,
     /// The allocation's stack id ([`stamp`]); a free carries its block's.
     pub stack: u32,
+}
+
+/// One event as the ring keeps it, with its thread (what [`stamp`]
+/// matches): 32 bytes, so a history of millions stays small inside the
+/// program recorded.
+#[derive(Clone, Copy)]
+struct Slot {
+    addr: u64,
+    /// The size, with [`FREE_BIT`] set for a free.
+    size_kind: u64,
+    time_us: i64,
+    thread: u32,
+    stack: u32,
+}
+
+const FREE_BIT: u64 = 1 << 63;
+
+impl Slot {
+    fn new(e: &Event, thread: u32) -> Slot {
+        let kind = if e.kind == EventKind::Free {
+            FREE_BIT
+        } else {
+            0
+        };
+        Slot {
+            addr: e.addr,
+            size_kind: (e.size & !FREE_BIT) | kind,
+            time_us: e.time_us,
+            thread,
+            stack: e.stack,
+        }
+    }
+
+    fn is_alloc(&self) -> bool {
+        self.size_kind & FREE_BIT == 0
+    }
+
+    fn event(&self) -> Event {
+        Event {
+            kind: if self.is_alloc() {
+                EventKind::Alloc
+            } else {
+                EventKind::Free
+            },
+            addr: self.addr,
+            size: self.size_kind & !FREE_BIT,
+            time_us: self.time_us,
+            stack: self.stack,
+        }
+    }
 }
 
 pub(crate) static RECORDING: AtomicBool = AtomicBool::new(false);
 
 struct State {
-    ring: VecDeque<Event>,
+    ring: VecDeque<Slot>,
     max: usize,
     /// Events ever pushed: the sequence number of the next one.
     pushed: u64,
@@ -68,11 +116,11 @@ fn with_state<R>(f: impl FnOnce(&mut State) -> R) -> Option<R> {
     guard.as_mut().map(f)
 }
 
-fn push(s: &mut State, e: Event) {
+fn push(s: &mut State, e: Event, thread: u32) {
     if s.ring.len() == s.max {
         s.ring.pop_front();
     }
-    s.ring.push_back(e);
+    s.ring.push_back(Slot::new(&e, thread));
     s.pushed += 1;
 }
 
@@ -139,7 +187,7 @@ pub fn stamp(since: u64, stack: u32) -> usize {
         let mut stamped = 0;
         for i in n.saturating_sub(newer)..n {
             let e = &mut s.ring[i];
-            if e.kind == EventKind::Alloc && e.stack == NO_STACK && e.thread == me {
+            if e.is_alloc() && e.stack == NO_STACK && e.thread == me {
                 e.stack = stack;
                 if let Some(b) = s.live.get_mut(&e.addr) {
                     if b.1 == NO_STACK {
@@ -156,7 +204,7 @@ pub fn stamp(since: u64, stack: u32) -> usize {
 
 /// The events kept, oldest first.
 pub fn events() -> Vec<Event> {
-    with_state(|s| s.ring.iter().copied().collect()).unwrap_or_default()
+    with_state(|s| s.ring.iter().map(Slot::event).collect()).unwrap_or_default()
 }
 
 /// `(address, size, stack)` of every block alive now, by address.
@@ -174,16 +222,16 @@ pub(crate) fn on_alloc(addr: u64, size: u64) {
         addr,
         size,
         time_us: now_us(),
-        thread: thread_id(),
         stack: NO_STACK,
     };
+    let thread = thread_id();
     with_state(|s| {
         if let Some((old, _)) = s.live.insert(addr, (size, NO_STACK)) {
             // An address the allocator gave out twice without a free we saw.
             s.allocated = s.allocated.saturating_sub(old);
         }
         grow(s, size);
-        push(s, e);
+        push(s, e, thread);
     });
 }
 
@@ -199,23 +247,30 @@ pub(crate) fn on_free(addr: u64) {
                     addr,
                     size,
                     time_us,
-                    thread,
                     stack,
                 },
+                thread,
             );
         }
     });
 }
 
-#[cfg(target_os = "linux")]
-pub(crate) fn thread_id() -> u64 {
-    // SAFETY: pthread_self has no preconditions and allocates nothing.
-    unsafe { libc::pthread_self() as u64 }
-}
-
-#[cfg(not(target_os = "linux"))]
-pub(crate) fn thread_id() -> u64 {
-    0
+/// This thread's number: given at its first allocation, from 1 up. (A
+/// `const` thread-local with no destructor: safe to read inside a hook of
+/// the allocator, even while the thread exits.)
+pub(crate) fn thread_id() -> u32 {
+    use std::cell::Cell;
+    use std::sync::atomic::AtomicU32;
+    static NEXT: AtomicU32 = AtomicU32::new(1);
+    thread_local! {
+        static ME: Cell<u32> = const { Cell::new(0) };
+    }
+    ME.with(|me| {
+        if me.get() == 0 {
+            me.set(NEXT.fetch_add(1, Ordering::Relaxed));
+        }
+        me.get()
+    })
 }
 
 fn now_us() -> i64 {
@@ -259,5 +314,26 @@ mod tests {
         assert_eq!(mark(), 7);
         stop();
         assert!(events().is_empty());
+    }
+}
+
+#[cfg(test)]
+mod slot_tests {
+    use super::*;
+
+    #[test]
+    fn a_slot_is_32_bytes_and_gives_its_event_back() {
+        assert_eq!(std::mem::size_of::<Slot>(), 32);
+        assert_eq!(std::mem::size_of::<Event>(), 32);
+        for kind in [EventKind::Alloc, EventKind::Free] {
+            let e = Event {
+                kind,
+                addr: 0x7f00_1234_5678,
+                size: (1 << 40) + 3,
+                time_us: 1_795_000_000_000_000,
+                stack: 9,
+            };
+            assert_eq!(Slot::new(&e, 7).event(), e);
+        }
     }
 }

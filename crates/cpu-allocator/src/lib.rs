@@ -31,10 +31,12 @@
 mod events;
 #[cfg(target_os = "linux")]
 mod got;
+mod trace;
 
 pub use events::{
     adopt, events, live, mark, stamp, start, stop, totals, Event, EventKind, Totals, NO_STACK,
 };
+pub use trace::{entries, TraceEntry};
 
 /// Why the hooks could not be installed.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]

@@ -15,6 +15,7 @@ use pyo3::prelude::*;
 mod cpu_allocator;
 mod cycles;
 mod errors;
+mod pickle_out;
 mod ranks;
 mod snapshot;
 
@@ -76,10 +77,12 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(cpu_allocator_adopt, m)?,
         wrap_pyfunction!(cpu_allocator_events, m)?,
         wrap_pyfunction!(cpu_allocator_live, m)?,
+        wrap_pyfunction!(pickle_out::write_pickle, m)?,
     ] {
         m.add_function(f)?;
     }
     m.add_class::<Snapshot>()?;
+    m.add_class::<pickle_out::CpuTrace>()?;
     m.add_function(wrap_pyfunction!(load, m)?)?;
     m.add_function(wrap_pyfunction!(ranks::ranks, m)?)?;
     m.add_function(wrap_pyfunction!(ranks::rank_files, m)?)?;

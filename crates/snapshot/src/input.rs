@@ -114,6 +114,7 @@ fn decode_inner(
     };
     drop_aside(doc);
     let mut snap = d.into_snapshot(source);
+    crate::uncached::expand(&mut snap);
     crate::generated::expand(&mut snap);
     Ok(snap)
 }

@@ -32,6 +32,7 @@ mod options;
 mod profiler;
 mod recorder;
 mod repair;
+mod uncached;
 mod zip;
 
 pub use error::SnapshotError;

@@ -50,6 +50,12 @@ pub struct RecorderInfo {
     /// The source lines `torch.compile`'s generated modules compute (the
     /// `generated` key); the reader has put them into the stacks.
     pub generated: Vec<GeneratedCode>,
+    /// `"events"`: the trace holds one entry per allocation (`alloc`) and
+    /// per free (`free_completed`) of an allocator that caches nothing; the
+    /// reader adds the entries PyTorch would write around them
+    /// (`segment_alloc`; `free_requested`, `segment_free`). `None`: the
+    /// trace is as PyTorch writes it.
+    pub trace_form: Option<String>,
 }
 
 /// One module Inductor generated: `lines[i]` is the first line of its
@@ -267,6 +273,10 @@ impl RecorderInfo {
             .unwrap_or_default();
         Some(RecorderInfo {
             name,
+            trace_form: v
+                .get("trace_form")
+                .and_then(|d| d.as_str())
+                .map(str::to_owned),
             device_type: v
                 .get("device_type")
                 .and_then(|d| d.as_str())

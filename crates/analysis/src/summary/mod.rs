@@ -292,7 +292,7 @@ pub fn summary_of(snap: &Snapshot, devices: Vec<DeviceSummary>) -> Summary {
 /// does not say (PyTorch's own files: no recorder's `history`).
 pub fn history(snap: &Snapshot) -> Option<String> {
     let h = snap.source.recorder.as_ref()?.history.as_ref()?;
-    let raise = "keep more with vramscope.record(max_entries=N) or VRAMSCOPE_MAX_ENTRIES=N";
+    let raise = "keep more with vramscope.record(max_entries=N), vramscope run --max-entries N or VRAMSCOPE_MAX_ENTRIES=N";
     match h.unit.as_str() {
         "events" => {
             let seen = h.seen?;
