@@ -58,9 +58,10 @@ class AllocatorRecorder(DispatchRecorder):
     """Records c10's CPU allocator through native hooks; stacks come from a
     ``TorchFunctionMode`` around torch API calls."""
 
-    def __init__(self, max_entries: int, stacks: str) -> None:
+    def __init__(self, max_entries: int, stacks: str, limit: Optional[int] = None) -> None:
         super().__init__(max_entries, stacks, "cpu")
         self.trace: Any = None  # the last snapshot's _native.CpuTrace
+        self.limit = limit  # bytes the program's tensors may hold (record(cpu_limit=))
 
     def start(self) -> None:
         from . import _native
@@ -69,6 +70,7 @@ class AllocatorRecorder(DispatchRecorder):
         # The native ring keeps the last max_entries allocations and frees
         # (each one trace entry in the file).
         _native.cpu_allocator_start(max(1, self.max_entries))
+        _native.cpu_allocator_set_limit(self.limit or 0)
         self._wanted = self._fast_wanted()  # type: ignore[method-assign]
         self._adopt_native()
         self._mode = _make_function_mode(self, _native)
@@ -97,6 +99,7 @@ class AllocatorRecorder(DispatchRecorder):
                 else:
                     print("vramscope: a torch function mode entered after the recording is still active; the recorder's stays, idle", file=sys.stderr)
         finally:
+            _native.cpu_allocator_set_limit(0)
             _native.cpu_allocator_stop()
 
     def history(self) -> Dict[str, Any]:
@@ -119,7 +122,10 @@ class AllocatorRecorder(DispatchRecorder):
     def meta(self) -> Dict[str, Any]:
         # One trace entry per allocation and per free: the reader adds the
         # segment entries of an allocator that caches nothing.
-        return {"device_type": "cpu", "trace_form": "events"}
+        out: Dict[str, Any] = {"device_type": "cpu", "trace_form": "events"}
+        if self.limit:
+            out["cpu_limit"] = self.limit
+        return out
 
     def totals(self, reset_window: bool = False) -> Tuple[int, int, int]:
         """``(allocated, peak, window peak)``, counted by the hooks."""

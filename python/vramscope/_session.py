@@ -98,7 +98,7 @@ class _Session:
             from ._allocator import DEFAULT_EVENTS, AllocatorRecorder
 
             events = owner.max_entries_given or DEFAULT_EVENTS
-            self.backend = AllocatorRecorder(events, owner.stacks)
+            self.backend = AllocatorRecorder(events, owner.stacks, owner.cpu_limit)
         elif self.kind == "dispatch":
             from ._dispatch import DispatchRecorder
 

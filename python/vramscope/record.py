@@ -126,6 +126,13 @@ class record:
             live registry, ``"127.0.0.1:PORT"``, or ``"file:PATH"``.
             Default False (``$VRAMSCOPE_LIVE``).
         live_interval: seconds between publications. Default 0.5.
+        cpu_limit: with the CPU allocator hooks (``backend="allocator"``),
+            the most bytes the program's tensors may hold: an allocation
+            past it fails as on a device of that size (PyTorch raises its
+            out-of-memory ``RuntimeError``) and is recorded as an ``oom``
+            with what was free, so ``advise`` and ``simulate`` answer for
+            that device. A rehearsal on the CPU of a run that will not fit
+            (``"2.5GiB"``, or bytes). Default None: no limit.
         rank: this process's rank where the program knows it better than
             ``torch.distributed`` and ``RANK`` do (a framework's own
             launcher); used for paths and ``ranks``. May be set on the
@@ -157,6 +164,7 @@ class record:
         live: Optional[Any] = None,
         live_interval: float = DEFAULT_LIVE_INTERVAL,
         rank: Optional[int] = None,
+        cpu_limit: Optional[Any] = None,
     ) -> None:
         self._kwargs = dict(
             path=path,
@@ -174,6 +182,13 @@ class record:
             rank=rank,
         )
         self.collect_cycles: bool = bool(collect_cycles)
+        self.cpu_limit: Optional[int] = None
+        if cpu_limit is not None:
+            from . import _native
+
+            self.cpu_limit = int(cpu_limit) if isinstance(cpu_limit, int) else int(_native.parse_bytes(str(cpu_limit)))
+            if self.cpu_limit <= 0:
+                raise ValueError(f"cpu_limit={cpu_limit!r}: must be positive")
         env = read_env()
         pick = lambda key, default: self._kwargs[key] if self._kwargs[key] is not None else env.get(key, default)  # noqa: E731
         # Absolute now: the program may change directory before the dump.

@@ -513,12 +513,24 @@ impl PhaseEnds {
         let n = t.len();
         let mut last = vec![None; n];
         let phases = Phases::new(snap, t);
+        let iterations = find_iterations(snap, device);
         if phases.any_marked && phases.run.len() == n {
+            // A run of one phase never crosses the end of an iteration: an
+            // evaluation forward at the end of one iteration and the next
+            // iteration's training forward are two forwards, and what the
+            // first made is freed where it ends (a fixed leak freed only
+            // after the next forward would sit on that forward's peak).
+            let mut iteration = vec![usize::MAX; n];
+            for (k, it) in iterations.list.iter().enumerate() {
+                for x in iteration.iter_mut().take(it.end.min(n)).skip(it.start) {
+                    *x = k;
+                }
+            }
             let mut j = n;
             while j > 0 {
-                let run = phases.run[j - 1];
+                let run = (phases.run[j - 1], iteration[j - 1]);
                 let mut i = j;
-                while i > 0 && phases.run[i - 1] == run {
+                while i > 0 && (phases.run[i - 1], iteration[i - 1]) == run {
                     i -= 1;
                 }
                 for x in &mut last[i..j] {
@@ -528,7 +540,7 @@ impl PhaseEnds {
             }
             return PhaseEnds { last };
         }
-        for it in find_iterations(snap, device).list {
+        for it in iterations.list {
             for x in last.iter_mut().take(it.end.min(n)).skip(it.start) {
                 *x = Some(it.end.min(n) - 1);
             }

@@ -2,7 +2,7 @@
 //! lock (allocations also come from the allocator's worker threads).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// Stack id of an event nobody stamped.
@@ -12,6 +12,9 @@ pub const NO_STACK: u32 = 0;
 pub enum EventKind {
     Alloc,
     Free,
+    /// An allocation refused by the limit ([`set_limit`]): `size` is what
+    /// was asked for, and `addr` the bytes the limit left free then.
+    Oom,
 }
 
 /// One allocation or free of the CPU allocator.
@@ -40,17 +43,19 @@ struct Slot {
 }
 
 const FREE_BIT: u64 = 1 << 63;
+const OOM_BIT: u64 = 1 << 62;
+const KIND_BITS: u64 = FREE_BIT | OOM_BIT;
 
 impl Slot {
     fn new(e: &Event, thread: u32) -> Slot {
-        let kind = if e.kind == EventKind::Free {
-            FREE_BIT
-        } else {
-            0
+        let kind = match e.kind {
+            EventKind::Alloc => 0,
+            EventKind::Free => FREE_BIT,
+            EventKind::Oom => OOM_BIT,
         };
         Slot {
             addr: e.addr,
-            size_kind: (e.size & !FREE_BIT) | kind,
+            size_kind: (e.size & !KIND_BITS) | kind,
             time_us: e.time_us,
             thread,
             stack: e.stack,
@@ -58,18 +63,18 @@ impl Slot {
     }
 
     fn is_alloc(&self) -> bool {
-        self.size_kind & FREE_BIT == 0
+        self.size_kind & KIND_BITS == 0
     }
 
     fn event(&self) -> Event {
         Event {
-            kind: if self.is_alloc() {
-                EventKind::Alloc
-            } else {
-                EventKind::Free
+            kind: match self.size_kind & KIND_BITS {
+                0 => EventKind::Alloc,
+                FREE_BIT => EventKind::Free,
+                _ => EventKind::Oom,
             },
             addr: self.addr,
-            size: self.size_kind & !FREE_BIT,
+            size: self.size_kind & !KIND_BITS,
             time_us: self.time_us,
             stack: self.stack,
         }
@@ -77,6 +82,43 @@ impl Slot {
 }
 
 pub(crate) static RECORDING: AtomicBool = AtomicBool::new(false);
+
+/// The most bytes allocations may hold while recording (0: no limit).
+static LIMIT: AtomicU64 = AtomicU64::new(0);
+
+/// Refuse allocations that would take the bytes alive past `limit` (0:
+/// none), as a device with that much memory would: the hook returns
+/// `ENOMEM`, PyTorch raises its out-of-memory error, and an
+/// [`EventKind::Oom`] event records the request. A rehearsal, on the CPU,
+/// of a run on a device of that size.
+pub fn set_limit(limit: u64) {
+    LIMIT.store(limit, Ordering::SeqCst);
+}
+
+/// Whether an allocation of `size` must be refused; if so the refusal is
+/// recorded.
+pub(crate) fn refuse(size: u64) -> bool {
+    let limit = LIMIT.load(Ordering::Relaxed);
+    if limit == 0 {
+        return false;
+    }
+    let thread = thread_id();
+    with_state(|s| {
+        if s.allocated.saturating_add(size) <= limit {
+            return false;
+        }
+        let e = Event {
+            kind: EventKind::Oom,
+            addr: limit.saturating_sub(s.allocated),
+            size,
+            time_us: now_us(),
+            stack: NO_STACK,
+        };
+        push(s, e, thread);
+        true
+    })
+    .unwrap_or(false)
+}
 
 struct State {
     ring: VecDeque<Slot>,
@@ -325,7 +367,7 @@ mod slot_tests {
     fn a_slot_is_32_bytes_and_gives_its_event_back() {
         assert_eq!(std::mem::size_of::<Slot>(), 32);
         assert_eq!(std::mem::size_of::<Event>(), 32);
-        for kind in [EventKind::Alloc, EventKind::Free] {
+        for kind in [EventKind::Alloc, EventKind::Free, EventKind::Oom] {
             let e = Event {
                 kind,
                 addr: 0x7f00_1234_5678,

@@ -9,7 +9,7 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
 
-use crate::events::{on_alloc, on_free, RECORDING};
+use crate::events::{on_alloc, on_free, refuse, RECORDING};
 use crate::HookError;
 
 type PosixMemalign = unsafe extern "C" fn(*mut *mut c_void, usize, usize) -> c_int;
@@ -27,6 +27,9 @@ unsafe extern "C" fn hook_posix_memalign(
     let Some(real) = REAL_POSIX_MEMALIGN.get() else {
         return libc::ENOMEM;
     };
+    if RECORDING.load(Ordering::Relaxed) && refuse(size as u64) {
+        return libc::ENOMEM;
+    }
     // SAFETY: the caller's arguments go unchanged to the real function.
     let r = unsafe { real(out, align, size) };
     if r == 0 && RECORDING.load(Ordering::Relaxed) && !out.is_null() {

@@ -34,7 +34,8 @@ mod got;
 mod trace;
 
 pub use events::{
-    adopt, events, live, mark, stamp, start, stop, totals, Event, EventKind, Totals, NO_STACK,
+    adopt, events, live, mark, set_limit, stamp, start, stop, totals, Event, EventKind, Totals,
+    NO_STACK,
 };
 pub use trace::{entries, TraceEntry};
 

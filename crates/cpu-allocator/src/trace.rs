@@ -23,6 +23,8 @@ pub struct TraceEntry {
     pub time_us: i64,
     pub stack: u32,
     pub mark: Option<u32>,
+    /// An `oom`'s bytes free under the limit (PyTorch's `device_free`).
+    pub device_free: Option<u64>,
 }
 
 /// The entries of `events` (oldest first), one per event. `marks` are `(start_us, end_us)`
@@ -43,6 +45,7 @@ pub fn entries<'a>(
                 stack_of.insert(e.addr, e.stack);
                 e.stack
             }
+            EventKind::Oom => e.stack,
             EventKind::Free => {
                 let held = stack_of.remove(&e.addr).unwrap_or(NO_STACK);
                 if e.stack != NO_STACK {
@@ -61,12 +64,14 @@ pub fn entries<'a>(
             action: match e.kind {
                 EventKind::Alloc => "alloc",
                 EventKind::Free => "free_completed",
+                EventKind::Oom => "oom",
             },
-            addr: e.addr,
+            addr: if e.kind == EventKind::Oom { 0 } else { e.addr },
             size: e.size,
             time_us: e.time_us,
             stack,
             mark,
+            device_free: (e.kind == EventKind::Oom).then_some(e.addr),
         }
     })
 }

@@ -36,19 +36,11 @@ pub(crate) fn cpu_allocator_adopt(addr: u64, size: u64) {
     vramscope_cpu_allocator::adopt(addr, size)
 }
 
-/// `(kind, addr, size, time_us, stack)` per event, kind 0 alloc, 1 free.
+/// Refuse allocations past `limit` bytes alive (0: no limit), as a device
+/// of that size would (`record(cpu_limit=...)`).
 #[pyfunction]
-pub(crate) fn cpu_allocator_events(py: Python<'_>) -> Vec<(u8, u64, u64, i64, u32)> {
-    let ev = py.detach(vramscope_cpu_allocator::events);
-    ev.into_iter()
-        .map(|e| {
-            let kind = match e.kind {
-                vramscope_cpu_allocator::EventKind::Alloc => 0,
-                vramscope_cpu_allocator::EventKind::Free => 1,
-            };
-            (kind, e.addr, e.size, e.time_us, e.stack)
-        })
-        .collect()
+pub(crate) fn cpu_allocator_set_limit(limit: u64) {
+    vramscope_cpu_allocator::set_limit(limit)
 }
 
 /// `(addr, size, stack)` of the blocks alive, by address.

@@ -75,7 +75,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(cpu_allocator_mark, m)?,
         wrap_pyfunction!(cpu_allocator_stamp, m)?,
         wrap_pyfunction!(cpu_allocator_adopt, m)?,
-        wrap_pyfunction!(cpu_allocator_events, m)?,
+        wrap_pyfunction!(cpu_allocator_set_limit, m)?,
         wrap_pyfunction!(cpu_allocator_live, m)?,
         wrap_pyfunction!(pickle_out::write_pickle, m)?,
     ] {

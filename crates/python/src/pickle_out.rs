@@ -74,6 +74,9 @@ impl CpuTrace {
             if let Some(k) = e.mark {
                 d.set_item("user_metadata", &self.marks[k as usize].0)?;
             }
+            if let Some(free) = e.device_free {
+                d.set_item("device_free", free)?;
+            }
             out.append(d)?;
         }
         Ok(out)
@@ -216,7 +219,8 @@ impl<'py, W: Write> State<'py, W> {
         let mut path = vec!["[device_traces]".to_owned()];
         for e in hooks::entries(&t.events, &marks) {
             let mark = e.mark.map(|k| t.marks[k as usize].0.as_str());
-            self.w.begin_dict_len(if mark.is_some() { 7 } else { 6 });
+            self.w
+                .begin_dict_len(6 + mark.is_some() as u64 + e.device_free.is_some() as u64);
             self.str("action");
             self.str(e.action);
             self.str("addr");
@@ -233,6 +237,10 @@ impl<'py, W: Write> State<'py, W> {
             if let Some(m) = mark {
                 self.str("user_metadata");
                 self.str(m);
+            }
+            if let Some(free) = e.device_free {
+                self.str("device_free");
+                self.w.int128(free as i128);
             }
             self.w.end_dict();
         }

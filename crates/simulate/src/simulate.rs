@@ -406,7 +406,7 @@ pub(crate) fn run_once<'a>(
     (replayed, projection)
 }
 
-fn recorded_oom(snap: &Snapshot, device: u32) -> Option<RecordedOom> {
+pub(crate) fn recorded_oom(snap: &Snapshot, device: u32) -> Option<RecordedOom> {
     let t = snap.trace(device)?;
     let i = (0..t.len()).find(|&i| t.action[i] == Action::Oom)?;
     // Reserved at the OOM: the dumped segments with the trace after it undone.

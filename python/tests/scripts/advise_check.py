@@ -91,6 +91,25 @@ CHECKS_8BIT: List[Tuple[str, str, str, str]] = [
     ("transformer", "baseline", "optimizer_state8bit", "adamw8bit"),
 ]
 
+# The zoo's Hugging Face models (zoo.py), as their users train them: each
+# change the advice offers, made for real (checkpointing: the library's own
+# ``activation_checkpointing_enable()``).
+ZOO_CHANGES: List[Tuple[str, str, str]] = [
+    ("baseline", "half_batch", "half_batch"),
+    ("baseline", "checkpoint", "checkpoint"),
+    ("baseline", "bf16_weights", "bf16"),
+    ("baseline", "foreach_off", "foreach_off"),
+    ("baseline", "delete_outputs", "del_outputs"),
+    ("keep_grads", "set_to_none", "baseline"),
+    ("leak", "fix_leak", "leak_fixed"),
+]
+ZOO_8BIT: Tuple[str, str, str] = ("baseline", "optimizer_state8bit", "adamw8bit")
+
+
+def zoo_checks(archs=("llama", "gpt2", "bert", "vit", "mixtral")) -> List[Tuple[str, str, str, str, Optional[float], int]]:
+    changes = ZOO_CHANGES + ([ZOO_8BIT] if have_torchao() else [])
+    return [(f"zoo_{a}", base, cls, variant, None, 2) for a in archs for base, cls, variant in changes]
+
 
 def have_torchao() -> bool:
     import importlib.util

@@ -4,7 +4,9 @@
 convolutional classifier; ``transformer``: a small causal language model;
 ``mlp``: wide layers and a small batch, whose peak is the optimizer step;
 ``wide_lm``: the language model with four wider layers at batch 2;
-``resnet``: torchvision's ResNet-18)
+``resnet``: torchvision's ResNet-18; ``zoo_llama``, ``zoo_gpt2``,
+``zoo_bert``, ``zoo_vit``, ``zoo_mixtral``: the zoo's Hugging Face models,
+``zoo.py``)
 for a few steps on the CPU under ``vramscope.record(backend="allocator")``
 and writes the snapshot to OUT. VARIANT ``baseline`` is the program as a
 user would first write it; each other variant is that program with one
@@ -18,7 +20,9 @@ change made the way the advice's code says:
 * ``del_outputs``: ``del out_, loss`` after the step, so the next forward
   does not run with the last step's outputs still bound;
 * ``checkpoint``: each Transformer layer under
-  ``torch.utils.checkpoint.checkpoint(..., use_reentrant=False)``;
+  ``torch.utils.checkpoint.checkpoint(..., use_reentrant=False)``; a zoo
+  model's own per-layer checkpointing (Hugging Face's
+  ``activation_checkpointing_enable()``);
 * ``checkpoint_first``: the first of the two layers only (the fewest
   blocks the advice wraps to fit a capacity);
 * ``bf16``: ``model.to(torch.bfloat16)`` (floating inputs too): weights,
@@ -128,7 +132,27 @@ def resnet(batch: int):
     return model, x, y, nn.functional.cross_entropy
 
 
+def _zoo(arch: str):
+    """A model of the zoo (``zoo.py``: Hugging Face's Llama, GPT-2, BERT,
+    ViT, ...) at the zoo's batch, with the loss its users compute; its
+    ``checkpoint`` variant is the library's own per-layer checkpointing."""
+
+    def make(batch: int):
+        sys.path.insert(0, __file__.rsplit("/", 1)[0])
+        import zoo
+
+        case = getattr(zoo, arch)()
+        case.model.train()
+        (x,), (y,) = case.inputs, case.targets
+        case.model.zoo_checkpoint = case.checkpoint  # type: ignore[attr-defined]
+        return case.model, x, y, case.loss_fn
+
+    return make
+
+
 MODELS = {"cnn": (cnn, 32), "transformer": (transformer, 16), "mlp": (mlp, 8), "wide_lm": (wide_lm, 2), "resnet": (resnet, 16)}
+ZOO = ("llama", "gpt2", "bert", "vit", "mixtral")
+MODELS.update({f"zoo_{a}": (_zoo(a), 0) for a in ZOO})
 VARIANTS = ("baseline", "half_batch", "foreach_off", "del_outputs", "checkpoint", "checkpoint_first", "bf16", "autocast", "keep_grads", "keep_grads_late", "varlen",
             "keep_grads_varlen", "leak", "leak_fixed")
 
@@ -188,13 +212,20 @@ def _zero_rank(rank: int, model_name: str, out: str, port: int, variant: str, ra
         dist.destroy_process_group()
 
 
+def _logits(out):
+    """A model's output tensor (a Hugging Face output's ``logits``)."""
+    return getattr(out, "logits", out)
+
+
 def main(model_name: str, variant: str, out: str) -> None:
     if variant in ("zero", "fsdp", "zero4", "fsdp4", "fsdp_model"):
         return zero(model_name, out, variant)
     torch.manual_seed(0)
     make, batch = MODELS[model_name]
     model, x, y, loss_fn = make(batch)
-    if variant == "checkpoint":
+    if variant == "checkpoint" and hasattr(model, "zoo_checkpoint"):
+        model.zoo_checkpoint(model)  # the library's own, as its users turn it on
+    elif variant == "checkpoint":
         model.checkpointing = len(model.blocks.layers)
     if variant == "checkpoint_first":
         model.checkpointing = 1
@@ -242,7 +273,7 @@ def main(model_name: str, variant: str, out: str) -> None:
                 kept.append(model(x[:4]))  # evaluation outputs kept with their graph
             elif variant == "leak_fixed":
                 with torch.no_grad():  # the fix: no graph, and a number kept, not the outputs
-                    kept.append(model(x[:4]).float().mean().item())
+                    kept.append(_logits(model(x[:4])).float().mean().item())
             vramscope.step()
 
 

@@ -127,7 +127,16 @@ fn saved_calls(
     };
     let l = &labelled.lifetimes;
     let mut out: Vec<SavedCall> = Vec::new();
+    // A run cut by running out of memory: the calls of its last forward
+    // never reached backward, and what they saved is alive at the end.
+    let cut = t.action.iter().rposition(|&a| a == Action::Oom);
     for (name, first, last) in calls {
+        if cut.is_some_and(|o| o > last) {
+            if let Some(c) = cut_call(t, l, &name, first, last, out.last()) {
+                out.push(c);
+                continue;
+            }
+        }
         // The blocks allocated during the call that outlive it.
         let mut saved: Vec<usize> = (first..=last)
             .filter(|&i| t.action[i] == Action::Alloc)
@@ -195,6 +204,56 @@ fn saved_calls(
         });
     }
     out
+}
+
+/// A call whose backward the recording never reached (the run ran out of
+/// memory first): checkpointed, what it saved is freed when it ends and
+/// never made again within the trace; its input is kept to the end. The
+/// output is the last block the call made (what it returns). `None` where
+/// the call keeps nothing alive to the end, or has backward in the trace.
+fn cut_call(
+    t: &vramscope_snapshot::DeviceTrace,
+    l: &Lifetimes,
+    name: &str,
+    first: usize,
+    last: usize,
+    previous: Option<&SavedCall>,
+) -> Option<SavedCall> {
+    let made: Vec<usize> = (first..=last)
+        .filter(|&i| t.action[i] == Action::Alloc)
+        .filter_map(|i| {
+            let b = *l.event_block.get(i)? as usize;
+            (l.birth.get(b) == Some(&(i as u32))).then_some(b)
+        })
+        .collect();
+    // Freed after the call: backward reached it (the usual rule applies).
+    if made
+        .iter()
+        .any(|&b| l.death[b] != STILL_ALIVE && l.death[b] as usize > last)
+    {
+        return None;
+    }
+    let mut saved: Vec<usize> = made
+        .into_iter()
+        .filter(|&b| l.death[b] == STILL_ALIVE)
+        .collect();
+    let output = saved.pop()?;
+    if saved.is_empty() {
+        return None;
+    }
+    let end = t.len() - 1;
+    let floor = previous.map_or(first.saturating_sub(INPUT_LOOKBACK), |c| c.first);
+    let input = input_of(t, l, floor, first, l.size[output])
+        .filter(|&b| l.death[b] != STILL_ALIVE && (l.death[b] as usize) < end);
+    Some(SavedCall {
+        name: name.to_owned(),
+        first,
+        last,
+        again: end,
+        blocks: saved,
+        input,
+        rerun: Vec::new(),
+    })
 }
 
 /// How far before a call its input is looked for, where no call precedes it.

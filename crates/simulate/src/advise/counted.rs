@@ -7,7 +7,8 @@
 //! same as on CUDA.
 
 use vramscope_analysis::categories::Labelled;
-use vramscope_analysis::edits::peak_allocated;
+use vramscope_analysis::edits::{peak_allocated, Extra};
+use vramscope_snapshot::Action;
 use vramscope_snapshot::Snapshot;
 
 use super::checkpoint::Blocks;
@@ -77,10 +78,25 @@ pub fn advise_counted(
     }
     let entries = snap.trace(device).map_or(0, |t| t.len());
     let l = &labelled.lifetimes;
+    // Requests the run was refused (`record(cpu_limit=...)`): it needed
+    // them there, so each change's count holds them for that moment.
+    let refused: Vec<(usize, u64)> = snap.trace(device).map_or_else(Vec::new, |t| {
+        (0..t.len())
+            .filter(|&i| t.action[i] == Action::Oom)
+            .map(|i| (i, t.size[i]))
+            .collect()
+    });
     let evaluate = |c: &Candidate| -> (Advice, u64) {
-        let no_edits = Default::default();
-        let edits = c.edits.as_ref().unwrap_or(&no_edits);
-        let peak = peak_allocated(l, entries, edits);
+        let mut edits = c.edits.clone().unwrap_or_default();
+        for (k, &(i, size)) in refused.iter().enumerate() {
+            let id = u32::MAX - k as u32;
+            edits
+                .extra_after
+                .entry(i)
+                .or_default()
+                .extend([Extra::Make { id, size }, Extra::Free(id)]);
+        }
+        let peak = peak_allocated(l, entries, &edits);
         let how = format!(
             "{}; allocated bytes counted event by event, each tensor its own allocation as recorded (no caching \
              allocator)",
@@ -102,7 +118,15 @@ pub fn advise_counted(
     ));
     let (baseline, advice, no_gain) = rank(baseline, evaluated);
     let answer = answer(&baseline, &advice, capacity, "peak allocated");
-    let reach = vramscope_analysis::reach::reach(snap, device, None, None);
+    // A run that ran out of memory ends inside the iteration it failed in.
+    let interrupted = refused.first().and_then(|&(i, _)| {
+        let its = vramscope_analysis::iterations::find_iterations(snap, device);
+        its.list
+            .iter()
+            .find(|it| it.start <= i && i < it.end && !it.complete)
+            .map(|it| it.number)
+    });
+    let reach = vramscope_analysis::reach::reach(snap, device, interrupted, None);
     let answer = super::verdict::with_reach(answer, &baseline, &advice, &reach);
     Advising {
         device,

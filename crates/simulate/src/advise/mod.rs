@@ -331,11 +331,16 @@ pub fn advise(snap: &Snapshot, opts: &AdviseOptions) -> Result<Advising, Simulat
         // Recorded without a caching allocator (the CPU): the peak is
         // allocated memory, counted with each change applied.
         let device = snap.device_or_first(opts.device);
+        // A CPU run under a limit (`record(cpu_limit=...)`) that ran out
+        // says how much it had: the allocation refused and what was free.
+        let capacity = opts
+            .capacity
+            .or_else(|| crate::simulate::recorded_oom(snap, device).and_then(|o| o.capacity));
         return match counted_applies(snap, device) {
             true => Ok(advise_counted(
                 snap,
                 device,
-                opts.capacity,
+                capacity,
                 ranks,
                 &Labelled::new(snap, device),
             )),

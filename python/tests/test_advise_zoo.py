@@ -1,0 +1,79 @@
+"""`vramscope advise` on models from outside the project, change by change:
+the zoo's Hugging Face Llama (``advise_check.zoo_checks``, each change made
+for real, checkpointing with the library's own switch), and a language model
+whose sequence length doubles every step and runs out of memory part way on
+the CPU (``record(cpu_limit=...)``, ``growing_seq.py``)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import vramscope
+
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+sys.path.insert(0, str(SCRIPTS))
+import advise_check  # noqa: E402
+
+pytest.importorskip("transformers")
+
+MIB = 2**20
+
+
+@pytest.fixture(scope="module")
+def llama_rows(tmp_path_factory):
+    return advise_check.rows(str(tmp_path_factory.mktemp("advise-zoo")), advise_check.zoo_checks(("llama",)))
+
+
+def test_each_change_on_a_hugging_face_llama_is_within_three_percent(llama_rows):
+    print("\n" + advise_check.table(llama_rows))
+    by = {r.change: r for r in llama_rows}
+    # bf16 weights are left out: the loss upcasts the 16-bit logits
+    # (`logits.float()`, as Hugging Face's own losses do), which an fp32
+    # recording cannot show (docs/advise.md says by how much).
+    for change in ("half_batch", "checkpoint", "foreach_off", "delete_outputs", "set_to_none", "fix_leak", "optimizer_state8bit"):
+        if change == "optimizer_state8bit" and not advise_check.have_torchao():
+            continue
+        r = by[change]
+        assert r.method in ("replayed", "rule"), r
+        assert abs(r.error) <= 0.03, f"{change}: predicted {r.predicted}, measured {r.measured} ({100 * r.error:+.1f}%)"
+    # Hugging Face's own checkpointing lowers the peak as the replay of the
+    # marked layers says; the leak's fix takes the run back to the one
+    # without the evaluation's graphs.
+    assert by["checkpoint"].measured < 0.85 * by["checkpoint"].baseline
+    assert by["fix_leak"].predicted < 0.5 * by["fix_leak"].baseline
+    bf16 = by["bf16_weights"]
+    assert bf16.predicted < bf16.measured < bf16.baseline
+
+
+def _grow(variant: str, out: Path, limit: str) -> str:
+    r = subprocess.run([sys.executable, str(SCRIPTS / "growing_seq.py"), variant, str(out), limit], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r.stdout.strip().splitlines()[-1]
+
+
+def test_a_growing_run_that_ran_out_is_told_what_checkpointing_gives(tmp_path):
+    # Without a limit: six steps, 32 to 1,024 tokens; checkpointed for real.
+    assert _grow("baseline", tmp_path / "free.pickle", "4GiB") == "completed"
+    assert _grow("checkpoint", tmp_path / "ck.pickle", "4GiB") == "completed"
+    free = vramscope.load(str(tmp_path / "free.pickle"))
+    real_ck = vramscope.load(str(tmp_path / "ck.pickle")).summary()["devices"][0]["peak"]["allocated_bytes"]
+    (ck,) = [a for a in free.advise()["advice"] if a["class"] == "checkpoint"]
+    assert abs(ck["peak_allocated"] - real_ck) <= 0.03 * real_ck, (ck["peak_allocated"], real_ck)
+
+    # Under 300 MiB the program runs out in its last step; checkpointed it
+    # does not.
+    assert _grow("baseline", tmp_path / "oom.pickle", "300MiB") == "oom at step 6"
+    assert _grow("checkpoint", tmp_path / "ck300.pickle", "300MiB") == "completed"
+    a = vramscope.load(str(tmp_path / "oom.pickle")).advise()
+    assert a["capacity"] == 300 * MIB, "the limit the run ran out under is the capacity"
+    base = a["baseline"]
+    assert base["fits"] is False and base["peak_allocated"] > 300 * MIB, base
+    (ck,) = [x for x in a["advice"] if x["class"] == "checkpoint"]
+    assert ck["fits"] is True and ck["peak_allocated"] < 300 * MIB
+    text = vramscope.load(str(tmp_path / "oom.pickle")).advise(text=True)
+    assert "up to where the recording ends, inside iteration 6; the rest of it was not recorded" in text
+    assert "the recorded iterations grew" in text
