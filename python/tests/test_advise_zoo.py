@@ -31,9 +31,7 @@ def llama_rows(tmp_path_factory):
 def test_each_change_on_a_hugging_face_llama_is_within_three_percent(llama_rows):
     print("\n" + advise_check.table(llama_rows))
     by = {r.change: r for r in llama_rows}
-    # bf16 weights are left out: the loss upcasts the 16-bit logits
-    # (`logits.float()`, as Hugging Face's own losses do), which an fp32
-    # recording cannot show (docs/advise.md says by how much).
+    # bf16 weights are a bound here (below).
     for change in ("half_batch", "checkpoint", "foreach_off", "delete_outputs", "set_to_none", "fix_leak", "optimizer_state8bit"):
         if change == "optimizer_state8bit" and not advise_check.have_torchao():
             continue
@@ -45,8 +43,11 @@ def test_each_change_on_a_hugging_face_llama_is_within_three_percent(llama_rows)
     # without the evaluation's graphs.
     assert by["checkpoint"].measured < 0.85 * by["checkpoint"].baseline
     assert by["fix_leak"].predicted < 0.5 * by["fix_leak"].baseline
+    # The recorder saw the loss ask for fp32 of fp32 logits (`.float()`): in
+    # bf16 that is a copy, and the row says it is the least the change
+    # gives, which the real run never goes below.
     bf16 = by["bf16_weights"]
-    assert bf16.predicted < bf16.measured < bf16.baseline
+    assert bf16.method == "bound" and bf16.predicted <= bf16.measured < bf16.baseline
 
 
 def _grow(variant: str, out: Path, limit: str) -> str:

@@ -22,6 +22,7 @@ hooks cannot be installed, the CPU is recorded at the dispatcher.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -37,6 +38,9 @@ __all__ = ["AllocatorRecorder", "available", "DEFAULT_EVENTS"]
 # minutes of a small model's CPU training: tiny Hugging Face models made
 # 12,000 (GPT-2) to 52,000 (a diffusers UNet) a second, a 4-layer Llama 14,000.
 DEFAULT_EVENTS = 3_000_000
+
+# This package's files: never where a program's call is.
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def available() -> Optional[str]:
@@ -62,6 +66,8 @@ class AllocatorRecorder(DispatchRecorder):
         super().__init__(max_entries, stacks, "cpu")
         self.trace: Any = None  # the last snapshot's _native.CpuTrace
         self.limit = limit  # bytes the program's tensors may hold (record(cpu_limit=))
+        # (file, line, function) -> (calls, largest bytes): fp32 asked of fp32.
+        self.upcasts: Dict[Tuple[str, int, str], Tuple[int, int]] = {}
 
     def start(self) -> None:
         from . import _native
@@ -102,6 +108,26 @@ class AllocatorRecorder(DispatchRecorder):
             _native.cpu_allocator_set_limit(0)
             _native.cpu_allocator_stop()
 
+    def note_upcast(self, to: bool, args: Any, kwargs: Any) -> None:
+        """``x.float()`` or ``x.to(torch.float32)`` of a tensor that already
+        is fp32: nothing in this run, an fp32 copy in a 16-bit one (what
+        tells ``advise`` that bf16 weights keep the loss in fp32). Counted
+        by the calling line."""
+        import torch
+
+        x = args[0]
+        if x.dtype is not torch.float32:
+            return
+        if to and torch.float32 not in args[1:] and (kwargs or {}).get("dtype") is not torch.float32:
+            return  # .to(device) and the like
+        frames = self.stack_list[self._stack(1)]
+        where = next((f for f in frames if "/torch/" not in f["filename"] and not f["filename"].startswith(_PACKAGE)), None)
+        if where is None:
+            return
+        key = (where["filename"], where["line"], where["name"])
+        count, most = self.upcasts.get(key, (0, 0))
+        self.upcasts[key] = (count + 1, max(most, x.numel() * 4))
+
     def history(self) -> Dict[str, Any]:
         from . import _native
 
@@ -125,6 +151,10 @@ class AllocatorRecorder(DispatchRecorder):
         out: Dict[str, Any] = {"device_type": "cpu", "trace_form": "events"}
         if self.limit:
             out["cpu_limit"] = self.limit
+        if self.upcasts:
+            out["upcasts"] = [
+                {"file": f, "line": n, "name": name, "count": c, "bytes": b} for (f, n, name), (c, b) in sorted(self.upcasts.items())
+            ]
         return out
 
     def totals(self, reset_window: bool = False) -> Tuple[int, int, int]:
@@ -158,12 +188,14 @@ def _function_mode_class() -> type:
     compiling = _compile.bind()
     ENTER = torch.ops.profiler._record_function_enter_new
     EXIT = torch.ops.profiler._record_function_exit._RecordFunction
+    FLOAT, TO = torch.Tensor.float, torch.Tensor.to
 
     class VramscopeStacks(TorchFunctionMode):
         def __init__(self, rec: AllocatorRecorder, native: Any) -> None:
             super().__init__()
             self.mark, self.stamp, self.stack = native.cpu_allocator_mark, native.cpu_allocator_stamp, rec._stack
             self.enter_range, self.exit_range = rec.ranges.enter, rec.ranges.exit
+            self.upcast = rec.note_upcast
 
         def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             # torch.compile traces function modes into its graphs: there the
@@ -181,6 +213,8 @@ def _function_mode_class() -> type:
                     self.enter_range(args[0], out)
                 elif args:
                     self.exit_range(args[0])
+            elif (func is FLOAT or func is TO) and args and out is args[0]:
+                self.upcast(func is TO, args, kwargs)
             return out
 
     return VramscopeStacks

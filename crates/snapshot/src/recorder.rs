@@ -43,6 +43,10 @@ pub struct RecorderInfo {
     /// (`off`, `bfloat16`, `float16`); empty where not recorded. A snapshot
     /// records sizes, not dtypes: this says whether activations are 16-bit.
     pub autocast: Vec<String>,
+    /// Calls that ask for fp32 of a tensor that already is fp32
+    /// (`logits.float()`): nothing in this run, an fp32 copy in a 16-bit
+    /// one (the `upcasts` key; CPU allocator recorder only).
+    pub upcasts: Vec<Upcast>,
     /// Which code is which module of the model (the `modules` key; empty
     /// in PyTorch's own files and older recorders'): what names the part
     /// of a model whose frames a stack shows only as `forward`.
@@ -56,6 +60,17 @@ pub struct RecorderInfo {
     /// (`segment_alloc`; `free_requested`, `segment_free`). `None`: the
     /// trace is as PyTorch writes it.
     pub trace_form: Option<String>,
+}
+
+/// Where a program asked for fp32 of a tensor that already was fp32, how
+/// often, and the largest such tensor's bytes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Upcast {
+    pub file: String,
+    pub line: u32,
+    pub name: String,
+    pub count: u64,
+    pub bytes: u64,
 }
 
 /// One module Inductor generated: `lines[i]` is the first line of its
@@ -326,6 +341,23 @@ impl RecorderInfo {
                     kept: h.get("kept").and_then(|n| n.as_u64()),
                 })
             }),
+            upcasts: v
+                .get("upcasts")
+                .and_then(|a| a.as_array())
+                .map(|rows| {
+                    rows.iter()
+                        .filter_map(|r| {
+                            Some(Upcast {
+                                file: r.get("file")?.as_str()?.to_owned(),
+                                line: r.get("line")?.as_u64()? as u32,
+                                name: r.get("name")?.as_str()?.to_owned(),
+                                count: r.get("count")?.as_u64()?,
+                                bytes: r.get("bytes")?.as_u64()?,
+                            })
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
             autocast: v
                 .get("autocast")
                 .and_then(|a| a.as_array())
