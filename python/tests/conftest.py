@@ -149,6 +149,7 @@ def clean_recording(monkeypatch: pytest.MonkeyPatch):
 # slow"`); the full suite, which CI runs, keeps them.
 SLOW_MODULES = {
     "test_advise_cpu.py",
+    "test_advise_zoo.py",
     "test_compat.py",
     "test_corpus.py",
     "test_integrations.py",
