@@ -164,7 +164,7 @@ class Tagger:
         if self.on_step is not None:
             self.on_step(opt)
         if self.sampler is not None:
-            self.sampler.maybe()
+            self.sampler.maybe("step")
         if opt not in self._stepped:
             self._stepped.add(opt)
             self._tag_optimizer(opt, everything=True)  # state created by the first step
