@@ -131,7 +131,7 @@ class AllocatorRecorder(DispatchRecorder):
     def history(self) -> Dict[str, Any]:
         from . import _native
 
-        kept = self.trace.events if self.trace is not None else 0
+        kept = len(self.trace) if self.trace is not None else 0
         return {"unit": "events", "max": self.max_entries, "seen": int(_native.cpu_allocator_mark()), "kept": kept}
 
     def snapshot(self, marks: Optional[List[Tuple[str, int, int]]] = None) -> Dict[str, Any]:

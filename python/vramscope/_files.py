@@ -28,7 +28,7 @@ def write_atomic(path: str, obj: Any) -> None:
     writes). A snapshot whose trace is the CPU allocator hooks' (a
     ``_native.CpuTrace``) is written by the native writer, entry by entry."""
     traces = obj.get("device_traces") if isinstance(obj, dict) else None
-    if traces and any(type(t).__name__ == "CpuTrace" for t in traces):
+    if traces and any(map(is_native_trace, traces)):
         from . import _native
 
         try:
@@ -37,8 +37,14 @@ def write_atomic(path: str, obj: Any) -> None:
         except TypeError:
             # Something in the snapshot that is not plain data: pickle
             # writes it, with the trace made into Python objects.
-            obj = dict(obj, device_traces=[t.entries() if type(t).__name__ == "CpuTrace" else t for t in traces])
+            obj = dict(obj, device_traces=[t.entries() if is_native_trace(t) else t for t in traces])
     replace_atomically(path, lambda f: pickle.dump(obj, f, protocol=pickle.DEFAULT_PROTOCOL))
+
+
+def is_native_trace(trace: Any) -> bool:
+    """Whether a snapshot's trace is the CPU allocator hooks' (a
+    ``_native.CpuTrace``, written entry by entry) rather than a list."""
+    return type(trace).__name__ == "CpuTrace"
 
 
 def write_text_atomic(path: str, text: str) -> None:

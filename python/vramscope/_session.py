@@ -19,7 +19,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
 from ._backend import RECORDER_NAMES, choose_backend
 from ._compile import skip_frames
 from ._cuda import CudaRecorder, attach_oom_observer
-from ._files import periodic_path, write_atomic
+from ._files import is_native_trace, periodic_path, write_atomic
 from ._generated import GeneratedStacks, source_map
 from ._holders import Sampler, find_holders
 from ._hooks import compiles
@@ -69,7 +69,7 @@ _THRESHOLD_LOCK = threading.Lock()
 def _trace_times(snap: Dict[str, Any]) -> Sequence[int]:
     """Every trace entry's time, sorted (a native trace gives its events')."""
     traces = snap.get("device_traces", [])
-    native = [t for t in traces if hasattr(t, "times")]
+    native = [t for t in traces if is_native_trace(t)]
     if native:
         out = array.array("q")
         for t in native:

@@ -182,13 +182,11 @@ class record:
             rank=rank,
         )
         self.collect_cycles: bool = bool(collect_cycles)
-        self.cpu_limit: Optional[int] = None
-        if cpu_limit is not None:
-            from . import _native
+        from . import _size
 
-            self.cpu_limit = int(cpu_limit) if isinstance(cpu_limit, int) else int(_native.parse_bytes(str(cpu_limit)))
-            if self.cpu_limit <= 0:
-                raise ValueError(f"cpu_limit={cpu_limit!r}: must be positive")
+        self.cpu_limit: Optional[int] = _size(cpu_limit)
+        if self.cpu_limit is not None and self.cpu_limit <= 0:
+            raise ValueError(f"cpu_limit={cpu_limit!r}: must be positive")
         env = read_env()
         pick = lambda key, default: self._kwargs[key] if self._kwargs[key] is not None else env.get(key, default)  # noqa: E731
         # Absolute now: the program may change directory before the dump.

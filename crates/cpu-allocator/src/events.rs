@@ -102,11 +102,11 @@ pub(crate) fn refuse(size: u64) -> bool {
     if limit == 0 {
         return false;
     }
-    let thread = thread_id();
     with_state(|s| {
         if s.allocated.saturating_add(size) <= limit {
             return false;
         }
+        let thread = thread_id();
         let e = Event {
             kind: EventKind::Oom,
             addr: limit.saturating_sub(s.allocated),

@@ -15,6 +15,7 @@ use pyo3::exceptions::{PyOSError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use vramscope_cpu_allocator as hooks;
+use vramscope_cpu_allocator::TraceEntry;
 use vramscope_pickle::writer::{MemoId, PickleWriter};
 
 /// The allocator hooks' events at one moment, with what turns them into
@@ -40,12 +41,6 @@ impl CpuTrace {
         }
     }
 
-    /// Events (allocations and frees) kept.
-    #[getter]
-    fn events(&self) -> usize {
-        self.events.len()
-    }
-
     /// Trace entries the file will hold: one per event.
     fn __len__(&self) -> usize {
         self.events.len()
@@ -65,17 +60,12 @@ impl CpuTrace {
         let stacks = self.stacks.bind(py);
         for e in hooks::entries(&self.events, &self.range_marks()) {
             let d = PyDict::new(py);
-            d.set_item("action", e.action)?;
-            d.set_item("addr", e.addr)?;
-            d.set_item("size", e.size)?;
-            d.set_item("stream", 0)?;
-            d.set_item("time_us", e.time_us)?;
-            d.set_item("frames", stacks.get_item(e.stack as usize)?)?;
-            if let Some(k) = e.mark {
-                d.set_item("user_metadata", &self.marks[k as usize].0)?;
-            }
-            if let Some(free) = e.device_free {
-                d.set_item("device_free", free)?;
+            for (key, field) in self.fields(&e) {
+                match field {
+                    Field::Str(v) => d.set_item(key, v)?,
+                    Field::Int(v) => d.set_item(key, v)?,
+                    Field::Frames(sid) => d.set_item(key, stacks.get_item(sid as usize)?)?,
+                }
             }
             out.append(d)?;
         }
@@ -83,9 +73,41 @@ impl CpuTrace {
     }
 }
 
+/// One value of a trace entry: the frames are the recorder's stack list.
+enum Field<'a> {
+    Str(&'a str),
+    Int(i128),
+    Frames(u32),
+}
+
 impl CpuTrace {
     fn range_marks(&self) -> Vec<(i64, i64)> {
         self.marks.iter().map(|m| (m.1, m.2)).collect()
+    }
+
+    /// An entry's keys and values as PyTorch's history writes them, in its
+    /// order: the one place both writers take them from.
+    fn fields<'s>(&'s self, e: &TraceEntry) -> impl Iterator<Item = (&'static str, Field<'s>)> {
+        let mark = e.mark.map(|k| {
+            (
+                "user_metadata",
+                Field::Str(self.marks[k as usize].0.as_str()),
+            )
+        });
+        let free = e
+            .device_free
+            .map(|f| ("device_free", Field::Int(f as i128)));
+        [
+            ("action", Field::Str(e.action)),
+            ("addr", Field::Int(e.addr as i128)),
+            ("size", Field::Int(e.size as i128)),
+            ("stream", Field::Int(0)),
+            ("time_us", Field::Int(e.time_us as i128)),
+            ("frames", Field::Frames(e.stack)),
+        ]
+        .into_iter()
+        .chain(mark)
+        .chain(free)
     }
 }
 
@@ -218,29 +240,14 @@ impl<'py, W: Write> State<'py, W> {
         let marks = t.range_marks();
         let mut path = vec!["[device_traces]".to_owned()];
         for e in hooks::entries(&t.events, &marks) {
-            let mark = e.mark.map(|k| t.marks[k as usize].0.as_str());
-            self.w
-                .begin_dict_len(6 + mark.is_some() as u64 + e.device_free.is_some() as u64);
-            self.str("action");
-            self.str(e.action);
-            self.str("addr");
-            self.w.int128(e.addr as i128);
-            self.str("size");
-            self.w.int128(e.size as i128);
-            self.str("stream");
-            self.w.int(0);
-            self.str("time_us");
-            self.w.int(e.time_us);
-            self.str("frames");
-            let frames = stacks.get_item(e.stack as usize)?;
-            self.value(&frames, &mut path)?;
-            if let Some(m) = mark {
-                self.str("user_metadata");
-                self.str(m);
-            }
-            if let Some(free) = e.device_free {
-                self.str("device_free");
-                self.w.int128(free as i128);
+            self.w.begin_dict();
+            for (key, field) in t.fields(&e) {
+                self.str(key);
+                match field {
+                    Field::Str(v) => self.str(v),
+                    Field::Int(v) => self.w.int128(v),
+                    Field::Frames(sid) => self.value(&stacks.get_item(sid as usize)?, &mut path)?,
+                }
             }
             self.w.end_dict();
         }

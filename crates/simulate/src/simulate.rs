@@ -406,12 +406,10 @@ pub(crate) fn run_once<'a>(
     (replayed, projection)
 }
 
-pub(crate) fn recorded_oom(snap: &Snapshot, device: u32) -> Option<RecordedOom> {
+fn recorded_oom(snap: &Snapshot, device: u32) -> Option<RecordedOom> {
     let t = snap.trace(device)?;
-    let i = (0..t.len()).find(|&i| t.action[i] == Action::Oom)?;
-    // Reserved at the OOM: the dumped segments with the trace after it undone.
-    let reserved = crate::start::reserved_before(snap, device, i + 1);
-    let capacity = t.device_free_at(i).map(|free| reserved + free);
+    let i = first_oom(t)?;
+    let capacity = capacity_at(snap, device, i);
     let live = vramscope_analysis::Liveness::new(snap, device).live_after(t, i.checked_sub(1));
     let (device_total, _) = vramscope_analysis::summary::device_limits(snap, device);
     Some(RecordedOom {
@@ -422,6 +420,24 @@ pub(crate) fn recorded_oom(snap: &Snapshot, device: u32) -> Option<RecordedOom> 
         device_total,
         outside: device_total.zip(capacity).map(|(t, c)| t.saturating_sub(c)),
     })
+}
+
+fn first_oom(t: &vramscope_snapshot::DeviceTrace) -> Option<usize> {
+    t.action.iter().position(|&a| a == Action::Oom)
+}
+
+/// What PyTorch could have had at the OOM entry `i`: reserved then (the
+/// dumped segments with the trace after it undone) plus the free memory it
+/// recorded; `None` where the entry has no `device_free`.
+fn capacity_at(snap: &Snapshot, device: u32, i: usize) -> Option<u64> {
+    let free = snap.trace(device)?.device_free_at(i)?;
+    Some(crate::start::reserved_before(snap, device, i + 1) + free)
+}
+
+/// The capacity the first OOM of `device`'s trace says the run had
+/// (a CPU run under `record(cpu_limit=...)` records one too).
+pub(crate) fn oom_capacity(snap: &Snapshot, device: u32) -> Option<u64> {
+    capacity_at(snap, device, first_oom(snap.trace(device)?)?)
 }
 
 /// A thread's result, or its panic raised again on the caller's thread.

@@ -335,7 +335,7 @@ pub fn advise(snap: &Snapshot, opts: &AdviseOptions) -> Result<Advising, Simulat
         // says how much it had: the allocation refused and what was free.
         let capacity = opts
             .capacity
-            .or_else(|| crate::simulate::recorded_oom(snap, device).and_then(|o| o.capacity));
+            .or_else(|| crate::simulate::oom_capacity(snap, device));
         return match counted_applies(snap, device) {
             true => Ok(advise_counted(
                 snap,

@@ -156,7 +156,11 @@ pub(super) fn precision_candidates(
         .iter()
         .map(|&b| (b, ChangeKind::Scale(0.5)))
         .collect();
-    let upcast = upcasts(snap);
+    // Where the program upcasts, halving is the least the change gives.
+    let (method, lead, upcast) = match upcasts(snap) {
+        Some(why) => (Method::Bound, "the least the peak can be: ", why),
+        None => (Method::Replayed, "", String::new()),
+    };
     let mut out = vec![Candidate {
         class: ChangeClass::Bf16Weights,
         change: "bf16 weights: the model, its gradients and optimizer state in bfloat16 (no fp32 master copy)".into(),
@@ -165,24 +169,16 @@ pub(super) fn precision_candidates(
                # updates smaller than bf16's resolution are lost: mixed precision keeps fp32 weights"
             .into(),
         settings: recorded.clone(),
-        method: if upcast.is_some() {
-            Method::Bound
-        } else {
-            Method::Replayed
-        },
+        method,
         edits: Some(for_blocks(snap, device, l, &v, "parameters, gradients, optimizer state, activations")),
         how: format!(
             "{}replayed with the {} parameter, gradient, optimizer-state, activation, autograd-detail and \
              temporary blocks ({}) at half their size: the recorder saw fp32 parameters and a forward outside \
              autocast; inputs as recorded{}",
-            if upcast.is_some() {
-                "the least the peak can be: "
-            } else {
-                ""
-            },
+            lead,
             halved.len(),
             bytes(total),
-            upcast.unwrap_or_default()
+            upcast
         ),
     }];
     out.extend(mixed_precision(snap, device, labelled, recorded, ESTIMATE));
