@@ -182,9 +182,11 @@ class record:
             rank=rank,
         )
         self.collect_cycles: bool = bool(collect_cycles)
-        from . import _size
+        self.cpu_limit: Optional[int] = None
+        if cpu_limit is not None:  # (the byte parser is native: not needed otherwise)
+            from . import _size
 
-        self.cpu_limit: Optional[int] = _size(cpu_limit)
+            self.cpu_limit = _size(cpu_limit)
         if self.cpu_limit is not None and self.cpu_limit <= 0:
             raise ValueError(f"cpu_limit={cpu_limit!r}: must be positive")
         env = read_env()
