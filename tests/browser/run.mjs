@@ -771,6 +771,24 @@ async function testReport(browser, snap) {
       return `zoomBy ${ms[0].toFixed(1)} ms, panBy ${ms[1].toFixed(1)} ms`;
     });
 
+    // The level of detail draws what the whole stack would: every column's
+    // alive allocations and each row's colour, against a scan of every
+    // allocation's life, at the whole trace, zoomed in and panned.
+    await check(T('the plot draws the stack of every column'), async () => {
+      const r = await page.evaluate(() => {
+        const v = window.vramscope, out = [];
+        v.reset(); out.push(v.stackCheck(3));
+        v.zoomBy(0.37); out.push(v.stackCheck(3));
+        v.panBy(0.61); v.zoomBy(0.05); out.push(v.stackCheck(1));
+        v.panBy(-0.9); out.push(v.stackCheck(1));
+        v.reset();
+        return out;
+      });
+      for (const x of r) assert(x.aliveMismatch === 0 && x.pixelMismatch === 0, `mismatches ${JSON.stringify(r)}`);
+      assert(r[0].columns > 0, `no column checked: ${JSON.stringify(r)}`);
+      return r.map((x) => `${x.columns} columns, ${x.rows} rows`).join('; ');
+    });
+
     if (snap.xss) {
       await check(T('no payload runs'), async () => {
         await page.waitForTimeout(200);
@@ -860,6 +878,42 @@ async function testRanks(browser) {
   }
 }
 
+// A trace long enough that a column of the whole view spans several of
+// the level of detail's blocks (256 events): the stack drawn from the
+// blocks' lists must be the stack of every allocation's life.
+async function testLevelOfDetail(browser) {
+  const file = path.join(outDir, 'synth_lod_400000.pickle');
+  const html = path.join(outDir, 'synth_lod_400000.html');
+  const made = await check('level of detail: a 400,000-entry report written', () => {
+    vramscope(['synth', '-o', file, '--entries', '400000', '--seed', '3', '--iterations', '4']);
+    vramscope(['report', file, '-o', html]);
+    return `${(fs.statSync(html).size / 1e6).toFixed(2)} MB`;
+  });
+  if (!made) return;
+  const { context, page, st } = await openReport(browser, html);
+  try {
+    await page.goto(st.url);
+    await page.waitForFunction(() => window.vramscope && (window.vramscope.ready || window.vramscope.error), null, { timeout: 60000 });
+    await check('level of detail: every column drawn as the whole stack, across blocks', async () => {
+      const r = await page.evaluate(() => {
+        const v = window.vramscope, out = [];
+        v.reset(); out.push({ ...v.stackCheck(11), span: v.view().eventRange });
+        v.zoomBy(0.6); v.panBy(0.3); out.push({ ...v.stackCheck(11), span: v.view().eventRange });
+        v.zoomBy(0.02); out.push({ ...v.stackCheck(1), span: v.view().eventRange });
+        v.reset();
+        return out;
+      });
+      for (const x of r) assert(x.aliveMismatch === 0 && x.pixelMismatch === 0 && x.rows > 0, JSON.stringify(r));
+      // The whole view's columns each span more than one block.
+      const perColumn = (r[0].span[1] - r[0].span[0]) / 1500;
+      assert(perColumn > 256, `${perColumn} events per column`);
+      return r.map((x) => `${x.columns} columns, ${x.rows} rows`).join('; ');
+    });
+  } finally {
+    await context.close().catch(() => {});
+  }
+}
+
 // ---------- main ----------
 async function main() {
   if (!fs.existsSync(opt.bin)) {
@@ -943,6 +997,7 @@ async function main() {
       await testReport(browser, s);
     }
     if (!opt.only || 'ranks'.includes(opt.only)) await testRanks(browser);
+    if (!opt.only || 'level of detail'.includes(opt.only)) await testLevelOfDetail(browser);
   } finally {
     await browser.close().catch(() => {});
   }

@@ -22,17 +22,50 @@
     const rep = new Int32Array(W), first = new Int32Array(W + 1);
     const dx = (view.x1 - view.x0) / W;
     for (let c = 0; c <= W; c++) first[c] = eventAt(view.x0 + c * dx);
-    const al = model.alloc;
+    const al = model.alloc, bm = model.blkMax, ba = model.blkArg;
     for (let c = 0; c < W; c++) {
       const a = first[c], b = first[c + 1];
       if (b <= a) { rep[c] = a - 1; continue; }
       let best = a, bv = al[a + 1];
-      for (let e = a + 1; e < b; e++) if (al[e + 1] > bv) { bv = al[e + 1]; best = e; }
+      // Events up to the first whole block, the whole blocks by their
+      // maxima, then the events after the last (the first maximum wins, as
+      // an event-by-event scan would pick it).
+      const b0 = Math.ceil(a / BLK), b1 = Math.floor(b / BLK);
+      if (b1 > b0) {
+        for (let e = a + 1; e < b0 * BLK; e++) if (al[e + 1] > bv) { bv = al[e + 1]; best = e; }
+        for (let k = b0; k < b1; k++) if (bm[k] > bv) { bv = bm[k]; best = ba[k]; }
+        for (let e = b1 * BLK; e < b; e++) if (al[e + 1] > bv) { bv = al[e + 1]; best = e; }
+      } else {
+        for (let e = a + 1; e < b; e++) if (al[e + 1] > bv) { bv = al[e + 1]; best = e; }
+      }
       rep[c] = best;
     }
     return rep;
   }
 
+  // The events after `from` up to and including `to`, as what changes the
+  // state at `to`: `born(a)` for each allocation born there and alive at
+  // `to`, `freed(f)` for each freed there that was born before (callers
+  // ignore the frees of allocations they never saw born). Whole blocks are
+  // crossed by their long-lived lists ([`lodIndex`]).
+  function walkStep(m, from, to, born, freed) {
+    const t1 = m.t1;
+    let e = from + 1;
+    while (e <= to) {
+      if (e % LBLK === 0 && e + LBLK - 1 <= to) {
+        const k = e / LBLK;
+        for (let i = m.lbOff[k], n = m.lbOff[k + 1]; i < n; i++) { const a = m.lbIdx[i]; if (t1[a] > to) born(a); }
+        for (let i = m.ldOff[k], n = m.ldOff[k + 1]; i < n; i++) freed(m.ldIdx[i]);
+        e += LBLK;
+      } else {
+        const a = m.evAlloc[e];
+        if (a >= 0 && t1[a] > to) born(a);
+        const f = m.evFree[e];
+        if (f >= 0) freed(f);
+        e++;
+      }
+    }
+  }
   function render() {
     viewNote();
     const t0 = performance.now();
@@ -40,26 +73,44 @@
     if (W <= 0 || Hh <= 0) return;
     if (!image || image.width !== W || image.height !== Hh) image = ctx.createImageData(W, Hh);
     const px = new Uint32Array(image.data.buffer); px.fill(BG);
-    const m = model, nA = m.nA, fen = m.fen;
+    const m = model, nA = m.nA;
     const rep = columns(W); colRep = rep;
     const bpr = (view.y1 - view.y0) / Hh; // bytes per row
-    const y0 = view.y0, y1 = view.y1;
-    // Live state after the first column's event.
-    const startE = rep.length ? rep[0] : -1;
-    const live = m.liveBuf;
-    for (let a = 0; a < nA; a++) live[a] = (m.t0[a] <= startE && m.t1[a] > startE) ? m.size[a] : 0;
-    fen.build(live);
+    const y1 = view.y1;
+    // The stack is drawn in allocation order over the allocations alive
+    // at the first column's event (slots 0..L-1) and those born in view
+    // (slot L + their index less the first born in view's: allocations
+    // are numbered in the order they were made). A Fenwick tree over the
+    // slots gives every band's offset.
+    const startE = rep.length ? rep[0] : -1, endE = rep.length ? rep[rep.length - 1] : -1;
+    const first = aliveAt(m, startE), L = first.length;
+    let base = nA;
+    for (let e = startE + 1; e <= endE; e++) if (m.evAlloc[e] >= 0) { base = m.evAlloc[e]; break; }
+    let last = base - 1;
+    for (let e = endE; e > startE; e--) if (m.evAlloc[e] >= 0) { last = m.evAlloc[e]; break; }
+    const gen = ++m.gen, slotOf = m.slotOf, slotGen = m.slotGen;
+    for (let i = 0; i < L; i++) { slotOf[first[i]] = i; slotGen[first[i]] = gen; }
+    const nSlots = L + Math.max(0, last - base + 1);
+    const fen = new Fenwick(nSlots), live = new Float64Array(nSlots);
+    // (Only the first L slots start non-zero: L additions, not a build
+    // over every slot.)
+    for (let i = 0; i < L; i++) { live[i] = m.size[first[i]]; fen.add(i, live[i]); }
+    const slotA = (k) => (k < L ? first[k] : base + k - L);
+    metrics.slots = nSlots;
+    // Colours of the allocations drawn, cleared after the render (an
+    // array over every allocation, not made anew at each render).
+    if (!m.colorBuf) m.colorBuf = new Uint32Array(nA);
+    const colors = m.colorBuf, colored = [];
+    const colorOf = (a) => { let c = colors[a]; if (c === 0) { c = allocColor(a); colors[a] = c; colored.push(a); } return c; };
+    const born = (a) => { const k = L + a - base; fen.add(k, m.size[a]); live[k] = m.size[a]; };
+    const freed = (f) => {
+      const k = f >= base ? L + f - base : slotGen[f] === gen ? slotOf[f] : -1;
+      if (k >= 0 && live[k] > 0) { fen.add(k, -live[k]); live[k] = 0; }
+    };
     let cursor = startE;
-    const colors = new Uint32Array(nA);
-    const colorOf = (a) => { let c = colors[a]; if (c === 0) { c = allocColor(a); colors[a] = c; } return c; };
     for (let c = 0; c < W; c++) {
       const target = rep[c];
-      while (cursor < target) {
-        cursor++;
-        const a = m.evAlloc[cursor], f = m.evFree[cursor];
-        if (a >= 0) { fen.add(a, m.size[a]); live[a] = m.size[a]; }
-        if (f >= 0 && live[f] > 0) { fen.add(f, -live[f]); live[f] = 0; }
-      }
+      if (target > cursor) { walkStep(m, cursor, target, born, freed); cursor = target; }
       const total = Math.min(m.alloc[target + 1], y1);
       // Sample the stack at each row's centre: the allocation found there
       // fills all the rows it covers, then the search jumps past it.
@@ -67,15 +118,16 @@
       while (r >= 0) {
         const v = y1 - (r + 0.5) * bpr;
         if (v >= total) break;
-        const a = fen.find(v);
-        if (a >= nA) break;
-        const top = fen.prefix(a), end = top + live[a];
+        const k = fen.find(v);
+        if (k >= nSlots) break;
+        const top = fen.prefix(k), end = top + live[k];
         const rTop = Math.max(0, Math.ceil((y1 - end) / bpr - 0.5));
-        const col = colorOf(a);
-        for (let k = r; k >= rTop; k--) px[k * W + c] = col;
+        const col = colorOf(slotA(k));
+        for (let q = r; q >= rTop; q--) px[q * W + c] = col;
         r = Math.min(r - 1, rTop - 1);
       }
     }
+    for (const a of colored) colors[a] = 0;
     edgeCache.clear();
     present();
     metrics.lastRenderMs = performance.now() - t0; metrics.renders++;
@@ -172,7 +224,7 @@
       const e = colRep[c];
       if (!(m.t0[a] <= e && m.t1[a] > e)) continue;
       if (prevE === null) {
-        for (let k = 0; k < a; k++) if (m.t0[k] <= e && m.t1[k] > e) off += m.size[k];
+        for (const k of aliveAt(m, e)) { if (k >= a) break; off += m.size[k]; }
       } else {
         for (let x = prevE + 1; x <= e; x++) {
           const f = m.evFree[x]; if (f >= 0 && f < a) off -= m.size[f];
@@ -233,9 +285,7 @@
     const bytes = view.y0 + (ar.t + ar.h - cy) / ar.h * (view.y1 - view.y0);
     if (bytes < 0 || bytes >= model.alloc[e + 1]) return -1;
     const m = model; let s = 0;
-    for (let a = 0; a < m.nA; a++) {
-      if (m.t0[a] <= e && m.t1[a] > e) { s += m.size[a]; if (s > bytes) return a; }
-    }
+    for (const a of aliveAt(m, e)) { s += m.size[a]; if (s > bytes) return a; }
     return -1;
   }
 

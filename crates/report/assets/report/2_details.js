@@ -86,11 +86,7 @@
   }
 
   // ---------- alive at a time: table and icicle ----------
-  function liveAt(e) {
-    const m = model, out = [];
-    for (let a = 0; a < m.nA; a++) if (m.t0[a] <= e && m.t1[a] > e) out.push(a);
-    return out;
-  }
+  function liveAt(e) { return aliveAt(model, e); }
   function showAlive(e) {
     selectedEvent = e;
     const p = $('panel-alive'); p.textContent = '';

@@ -115,7 +115,9 @@
   }
 
   function selectDevice(i) {
+    const t = performance.now();
     model = deviceModel(H.devices[i], A, S);
+    metrics.modelMs = performance.now() - t;
     pinned = hovered = -1; selectedEvent = null; oomCursor = -1; miniCols = null; highlightCat = -1;
     view.axis = model.time ? 'time' : 'event';
     $('btn-xaxis').textContent = 'x: ' + (view.axis === 'time' ? 'time' : 'event index');
@@ -206,6 +208,33 @@
       }
       const c = order[0];
       return { x: r.left + (ar.l + c) / dpr, y: r.top + yPix(ar, edges[c] + model.size[a] / 2) / dpr, heightPx, exact: false };
+    },
+    // The plot as drawn against the stack recomputed from every
+    // allocation's life (no level of detail): for every `every`-th column,
+    // the allocations alive at its event in order, and the colour each
+    // row's centre must have.
+    stackCheck(every = 7) {
+      const m = model, ar = area(), W = ar.w, Hh = ar.h, px = new Uint32Array(image.data.buffer);
+      const bpr = (view.y1 - view.y0) / Hh;
+      let columns = 0, rows = 0, aliveMismatch = 0, pixelMismatch = 0;
+      for (let c = 0; c < colRep.length; c += every) {
+        const e = colRep[c], alive = [];
+        for (let a = 0; a < m.nA; a++) if (m.t0[a] <= e && m.t1[a] > e) alive.push(a);
+        const lod = aliveAt(m, e);
+        if (lod.length !== alive.length || lod.some((a, i) => a !== alive[i])) aliveMismatch++;
+        columns++;
+        const total = Math.min(m.alloc[e + 1], view.y1);
+        let k = 0, below = 0;
+        for (let r = Hh - 1; r >= 0; r--) {
+          const v = view.y1 - (r + 0.5) * bpr;
+          if (v >= total) break;
+          while (k < alive.length && below + m.size[alive[k]] <= v) below += m.size[alive[k++]];
+          if (k >= alive.length) break;
+          rows++;
+          if (px[r * W + c] !== (allocColor(alive[k]) >>> 0)) pixelMismatch++;
+        }
+      }
+      return { columns, rows, aliveMismatch, pixelMismatch };
     },
     // The largest allocation alive at the peak and the first user frame of its stack.
     biggestAtPeak() {
