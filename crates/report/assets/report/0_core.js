@@ -331,17 +331,34 @@
   // without iterations, or where they are most of the trace, the whole trace.
   function activityX() {
     const full = fullX(), m = model;
+    if (m.nE < 2) return full;
     const its = (m.info.leaks && m.info.leaks.iterations) || [];
-    if (!its.length || m.nE < 2) return full;
-    let lo = its[0].start, hi = Math.min(m.nE - 1, Math.max(its[0].start, its[its.length - 1].end - 1));
+    let lo = its.length ? its[0].start : 0, hi = its.length ? Math.min(m.nE - 1, Math.max(its[0].start, its[its.length - 1].end - 1)) : m.nE - 1;
     const take = (e) => { if (e !== null && e !== undefined && e >= 0 && e < m.nE) { lo = Math.min(lo, e); hi = Math.max(hi, e); } };
     take(m.peakEvent);
     for (const o of m.info.ooms) take(o.event);
     markEvents().forEach(take);
+    // On the time axis, an idle stretch of more than half the span (setup,
+    // compilation, a data loader's start) would squeeze the activity into
+    // one edge: the view starts or ends at it, on the side that holds what
+    // the page is about (the last OOM, else the peak).
+    activityIdle = 0;
+    if (m.time) {
+      const focus = m.info.ooms.length ? m.info.ooms[m.info.ooms.length - 1].event : m.peakEvent;
+      if (hi > lo && focus !== null && focus !== undefined) {
+        let gap = 0, at = -1;
+        for (let e = lo; e < hi; e++) { const g = m.time[e + 1] - m.time[e]; if (g > gap) { gap = g; at = e; } }
+        if (gap > 0.5 * (m.time[hi] - m.time[lo])) {
+          if (focus > at) lo = at + 1; else hi = at;
+          activityIdle = gap;
+        }
+      }
+    }
     const p0 = posOfEvent(lo), p1 = posOfEvent(hi), pad = Math.max((p1 - p0) * 0.03, 1);
     const x0 = Math.max(full[0], p0 - pad), x1 = Math.min(full[1], p1 + pad);
     return x1 - x0 > 0.8 * (full[1] - full[0]) ? full : [x0, x1];
   }
+  let activityIdle = 0; // idle time the first view leaves out (µs)
   // What the first view leaves out, for the note beside the buttons.
   let activity = null; // the first view's x range when it leaves something out
   function viewNote() {
@@ -349,7 +366,7 @@
     let text = '';
     if (activity && view.x0 === activity[0] && view.x1 === activity[1]) {
       const full = fullX(), head = eventAt(view.x0), tail = model.nE - eventAt(view.x1);
-      text = 'showing the iterations; ' + (hasTime()
+      text = (activityIdle > 0 ? 'showing the activity (' + fmtDur(activityIdle) + ' idle left out); ' : 'showing the iterations; ') + (hasTime()
         ? fmtDur(view.x0 - full[0]) + ' before' + (tail > 0 ? ', ' + fmtDur(full[1] - view.x1) + ' after' : '')
         : fmtCount(head) + ' events before' + (tail > 0 ? ', ' + fmtCount(tail) + ' after' : '')) + ' (Reset zoom: the whole trace)';
     }
