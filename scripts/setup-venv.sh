@@ -25,12 +25,13 @@ vpy="$venv/bin/python"
 
 # Each of these distributions is importable under the same name (ray's
 # Data library is installed as the ray[data] extra: see requirement()).
-packages=(maturin pytest hypothesis numpy torch duckdb pyarrow pandas ray perfetto lightning transformers accelerate torchvision torchao diffusers)
+packages=(maturin pytest xdist hypothesis numpy torch duckdb pyarrow pandas ray perfetto lightning transformers accelerate torchvision torchao diffusers)
 
 # The pip requirement for a module name.
 requirement() {
     case "$1" in
         ray) echo "ray[data]" ;;
+        xdist) echo "pytest-xdist" ;;
         *) echo "$1" ;;
     esac
 }

@@ -10,8 +10,11 @@
 #
 # Steps:
 #   1. scripts/setup-venv.sh        (.venv with maturin, pytest, hypothesis, numpy, torch)
-#   2. cargo build --release --workspace
-#   3. cargo test --workspace --release --no-fail-fast
+#   2. cargo build --release --workspace, less the Python extension (the CLI,
+#      for the Python and browser tests; maturin reuses its crates)
+#   3. cargo test --workspace --no-fail-fast, in the test profile (opt-level
+#      2, no link-time optimisation: a release build of the ~70 test
+#      binaries took more than 13 minutes on two cores, this one 7.5)
 #   4. if a Python package (pyproject.toml using maturin) exists: maturin develop --release
 #   5. pytest -q on python/tests and/or tests/python, if they contain test files
 #   6. browser tests of the HTML report (tests/browser/run.mjs, headless
@@ -64,17 +67,22 @@ export PATH="$VIRTUAL_ENV/bin:$PATH"
 unset PYTHONHOME
 
 # 2. Build.
-say "cargo build --release --workspace"
-if ! cargo build --release --workspace; then
+# (Not the Python extension: maturin builds it below with its own features,
+# and building it here too would build it twice.)
+say "cargo build --release --workspace --exclude vramscope-python"
+if ! cargo build --release --workspace --exclude vramscope-python; then
     fail_step "cargo build --release --workspace"
     exit 1
 fi
 
 # 3. Rust tests (output shown and kept for the summary).
-say "cargo test --workspace --release --no-fail-fast ${cargo_scope[*]} $*"
+# A clean machine builds each crate once in this profile: incremental
+# compilation only adds work there.
+[[ "${CI:-}" == "true" ]] && export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+say "cargo test --workspace --no-fail-fast ${cargo_scope[*]} $*"
 cargo_log="$logdir/cargo-test.log"
-if ! cargo test --workspace --release --no-fail-fast "${cargo_scope[@]}" "$@" 2>&1 | tee "$cargo_log"; then
-    fail_step "cargo test --workspace --release"
+if ! cargo test --workspace --no-fail-fast "${cargo_scope[@]}" "$@" 2>&1 | tee "$cargo_log"; then
+    fail_step "cargo test --workspace"
     failed_steps+=("cargo test")
 fi
 # Lines look like: "test result: ok. 12 passed; 0 failed; 1 ignored; ..."
@@ -121,10 +129,20 @@ if [[ ${#py_test_dirs[@]} -gt 0 ]]; then
         fi
     done
 
-    say "pytest -q ${py_test_dirs[*]}"
+    # On two or more cores the modules run on as many workers (pytest-xdist,
+    # at most 4; VRAMSCOPE_TEST_WORKERS=1 runs them in this process), each
+    # module whole on one worker so its recordings are made once. Most tests
+    # run one small program at a time, which keeps one core busy.
+    workers="${VRAMSCOPE_TEST_WORKERS:-$(nproc 2>/dev/null || echo 1)}"
+    [[ "$workers" -gt 4 ]] && workers=4
+    py_workers=()
+    if [[ "$workers" -gt 1 ]] && python -c "import xdist" 2>/dev/null; then
+        py_workers=(-n "$workers" --dist loadfile --no-loadscope-reorder)
+    fi
+    say "pytest -q ${py_workers[*]} ${py_test_dirs[*]}"
     py_log="$logdir/pytest.log"
     set +e
-    python -m pytest -q "${pytest_marks[@]}" "${py_test_dirs[@]}" 2>&1 | tee "$py_log"
+    python -m pytest -q "${py_workers[@]}" "${pytest_marks[@]}" "${py_test_dirs[@]}" 2>&1 | tee "$py_log"
     py_rc=${PIPESTATUS[0]}
     set -e
     if [[ $py_rc -eq 5 ]]; then

@@ -61,6 +61,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
         free_early: a.free_early,
         scale: a.scale,
         curve_points: 0,
+        sweep_first: None,
     };
     let sim = simulate(&snap, &opts).map_err(|e| CliError::Invalid(e.into()))?;
     let name = input::display_name(&a.file);

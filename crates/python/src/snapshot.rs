@@ -220,6 +220,7 @@ impl Snapshot {
             free_early,
             scale,
             curve_points: 0,
+            sweep_first: None,
         };
         let name = self.display_name();
         let sim = py

@@ -37,5 +37,6 @@ pub use must_go::{GoneSite, MustGo};
 pub use replay::{replay, ReplaySetup, Replayed};
 pub use settings::{SettingError, Settings};
 pub use simulate::{
-    modelled, simulate, Projected, RecordedOom, Run, SimulateOptions, Simulation, SWEEP,
+    modelled, page_sweep, simulate, Projected, RecordedOom, Run, SimulateOptions, Simulation,
+    PAGE_SWEEP_FULL_BELOW, PAGE_SWEEP_LONG, SWEEP,
 };

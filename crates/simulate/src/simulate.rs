@@ -31,6 +31,9 @@ pub struct SimulateOptions {
     pub fraction: Option<f64>,
     /// Also try the settings users commonly turn to ([`SWEEP`]).
     pub sweep: bool,
+    /// Of [`SWEEP`], only its first this many (`None`: all). A page made
+    /// with the report takes [`page_sweep`]'s.
+    pub sweep_first: Option<usize>,
     /// Program changes: sites whose allocations are never made, are freed
     /// at the end of their phase, or scaled (`SITE=FACTOR`).
     pub drop: Vec<String>,
@@ -53,6 +56,30 @@ pub const SWEEP: [&str; 8] = [
     "max_split_size_mb:512,garbage_collection_threshold:0.8,per_process_memory_fraction:1.0",
     "expandable_segments:True,roundup_power2_divisions:4",
 ];
+
+/// Trace entries from which a report's page replays only the first
+/// [`PAGE_SWEEP_LONG`] settings of [`SWEEP`]: each replay of a 10M-entry
+/// trace takes about a second of one core, and the whole sweep doubled the
+/// time to make the page on two cores.
+pub const PAGE_SWEEP_FULL_BELOW: usize = 2_000_000;
+/// How many of [`SWEEP`]'s settings a long trace's page replays: the
+/// settings users turn to first (expandable segments, then a split limit).
+pub const PAGE_SWEEP_LONG: usize = 3;
+
+/// The sweep a report's page shows for a trace of `entries` entries:
+/// `None` (all of [`SWEEP`]) or how many of its first settings, and the
+/// sentence the page says about the ones it left out.
+pub fn page_sweep(entries: usize) -> (Option<usize>, Option<String>) {
+    if entries < PAGE_SWEEP_FULL_BELOW {
+        return (None, None);
+    }
+    let note = format!(
+        "{entries} trace entries: the page replays the recorded settings and {PAGE_SWEEP_LONG} of the {} \
+         common ones; `vramscope simulate FILE --sweep` replays them all",
+        SWEEP.len()
+    );
+    (Some(PAGE_SWEEP_LONG), Some(note))
+}
 
 /// One replay.
 #[derive(Clone, Debug, Serialize)]
@@ -240,7 +267,7 @@ pub fn simulate(snap: &Snapshot, opts: &SimulateOptions) -> Result<Simulation, S
         .iter()
         .map(String::as_str)
         .chain(if opts.sweep {
-            SWEEP.to_vec()
+            SWEEP[..opts.sweep_first.unwrap_or(SWEEP.len()).min(SWEEP.len())].to_vec()
         } else {
             Vec::new()
         })

@@ -113,3 +113,62 @@ fn ordinary_segments_too_and_expandable_ones_reserve_less() {
     assert!(predicted.simulated_peak_reserved < r.simulated_peak_reserved);
     assert!(predicted.cuda_mallocs > 0 && r.cuda_mallocs > 0);
 }
+
+/// A report's page replays the whole sweep below 2M entries and the first
+/// three of its settings from there, saying so; the runs it keeps are the
+/// whole sweep's first ones, replayed alike.
+#[test]
+fn a_long_traces_page_replays_the_first_settings_of_the_sweep() {
+    use vramscope_simulate::{page_sweep, SimulateOptions, PAGE_SWEEP_LONG, SWEEP};
+    assert_eq!(page_sweep(1_999_999), (None, None));
+    let (first, note) = page_sweep(10_000_000);
+    assert_eq!(first, Some(PAGE_SWEEP_LONG));
+    let note = note.expect("a note");
+    assert!(
+        note.contains("10000000 trace entries") && note.contains("--sweep"),
+        "{note}"
+    );
+    let snap = generated(SynthOptions {
+        entries: 20_000,
+        seed: 5,
+        ..Default::default()
+    });
+    let all = simulate(
+        &snap,
+        &SimulateOptions {
+            sweep: true,
+            ..Default::default()
+        },
+    )
+    .expect("simulates");
+    let some = simulate(
+        &snap,
+        &SimulateOptions {
+            sweep: true,
+            sweep_first: first,
+            ..Default::default()
+        },
+    )
+    .expect("simulates");
+    assert_eq!(all.runs.len(), 1 + SWEEP.len());
+    assert_eq!(some.runs.len(), 1 + PAGE_SWEEP_LONG);
+    for r in &some.runs {
+        let same = all
+            .runs
+            .iter()
+            .find(|a| a.label == r.label)
+            .expect("in the whole sweep");
+        assert_eq!(
+            same.replayed.simulated_peak_reserved, r.replayed.simulated_peak_reserved,
+            "{}",
+            r.label
+        );
+    }
+    let kept: Vec<&str> = some.runs[1..].iter().map(|r| r.label.as_str()).collect();
+    for label in &kept {
+        assert!(
+            SWEEP[..PAGE_SWEEP_LONG].contains(label),
+            "{label} not among the first settings"
+        );
+    }
+}

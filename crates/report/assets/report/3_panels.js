@@ -170,6 +170,7 @@
         ' segment events reproduced in order, reserved within ' + (ag.max_reserved_error * 100).toFixed(2) + '% after every request.'
       : 'The trace records no segment events: it starts with ' + fmtBytes(ag.initial_reserved) + ' reserved, and every run starts from those segments, so a setting changes only what happens after.'));
     if (w.capacity !== null) p.appendChild(el('p', 'muted', 'Device memory for PyTorch: ' + fmtBytes(w.capacity) + ' (reserved plus free when the OOM happened, or as given).'));
+    if (w.sweep_note) { const n = el('p', 'muted', w.sweep_note); n.id = 'simulate-sweep-note'; p.appendChild(n); }
     const legend = el('div', 'legend');
     for (const [name, col] of [['recorded reserved', '#9ca3af'], ['simulated: ' + w.runs[simRun].label.replace(/,/g, ', '), '#2563eb'], ['device memory', '#dc2626']]) {
       const sp = el('span'); const sw = el('span', 'sw'); sw.style.background = col; sp.appendChild(sw); sp.appendChild(document.createTextNode(name)); legend.appendChild(sp);

@@ -55,8 +55,11 @@ pub fn simulation_and_advice(
             false => (None, None),
         };
     }
+    let entries = snap.trace(device).map_or(0, |t| t.len());
+    let (sweep_first, sweep_note) = vramscope_simulate::page_sweep(entries);
     let opts = SimulateOptions {
         curve_points: CURVE_POINTS,
+        sweep_first,
         ..sweep_options(&AdviseOptions {
             device: Some(device),
             ..Default::default()
@@ -65,7 +68,11 @@ pub fn simulation_and_advice(
     let Ok(sim) = simulate(snap, &opts) else {
         return (None, None);
     };
-    (simulation(&sim), advice(snap, device, &sim, labelled))
+    let mut tab = simulation(&sim);
+    if let (Some(Value::Object(t)), Some(note)) = (tab.as_mut(), sweep_note) {
+        t.insert("sweep_note".into(), Value::String(note));
+    }
+    (tab, advice(snap, device, &sim, labelled))
 }
 
 /// The Simulate tab's data.
