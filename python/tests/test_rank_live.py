@@ -146,17 +146,29 @@ def test_dump_at_keeps_the_growth_that_the_final_snapshot_lost(tmp_path: Path) -
     (written the moment the threshold was crossed) still holds the first
     iterations' growth, which the final snapshot's trace lost."""
     path = tmp_path / "grow.pickle"
-    held = []
-    with vramscope.record(path, dump_at="6MiB", max_entries=200, backend="dispatch"):
-        for _ in range(30):
-            held.append(torch.zeros(256 * 1024))  # 1 MiB
-            for _ in range(5):
-                torch.ones(16).add_(1)  # churn that fills the trace
-            vramscope.step()
-        state = vramscope.live_state()
+    # In a process of its own: the threshold counts everything the process
+    # holds, and a test process holds whatever earlier tests kept.
+    code = textwrap.dedent(
+        f"""
+        import json, sys, torch, vramscope
+        held = []
+        with vramscope.record({str(path)!r}, dump_at="6MiB", max_entries=200, backend="dispatch"):
+            for _ in range(30):
+                held.append(torch.zeros(256 * 1024))  # 1 MiB
+                for _ in range(5):
+                    torch.ones(16).add_(1)  # churn that fills the trace
+                vramscope.step()
+            state = vramscope.live_state()
+        print(json.dumps([d["reason"] for d in state["dumps"]]))
+        """
+    )
+    from conftest import run_python
+
+    proc = run_python(["-c", code], cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
     early = tmp_path / "grow.dump_at.pickle"
     assert early.exists()
-    assert [d["reason"] for d in state["dumps"]] == ["dump_at"]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == ["dump_at"]
     es, fs = vramscope.load(early).summary()["devices"][0], vramscope.load(path).summary()["devices"][0]
     # The early file ends just past the threshold; the final one 30 MiB in.
     assert 6 * 2**20 <= es["end"]["allocated_bytes"] < 8 * 2**20, es["end"]
