@@ -338,13 +338,13 @@
     take(m.peakEvent);
     for (const o of m.info.ooms) take(o.event);
     markEvents().forEach(take);
-    // On the time axis, an idle stretch of more than half the span (setup,
-    // compilation, a data loader's start) would squeeze the activity into
-    // one edge: the view starts or ends at it, on the side that holds what
-    // the page is about (the last OOM, else the peak).
+    // On the time axis of a file that ran out of memory, an idle stretch of
+    // more than half the span (setup, compilation, a data loader's start)
+    // would squeeze the activity into one edge: the view starts or ends at
+    // it, on the side of the last OOM, which the page is about.
     activityIdle = 0;
-    if (m.time) {
-      const focus = m.info.ooms.length ? m.info.ooms[m.info.ooms.length - 1].event : m.peakEvent;
+    if (m.time && m.info.ooms.length) {
+      const focus = m.info.ooms[m.info.ooms.length - 1].event;
       if (hi > lo && focus !== null && focus !== undefined) {
         let gap = 0, at = -1;
         for (let e = lo; e < hi; e++) { const g = m.time[e + 1] - m.time[e]; if (g > gap) { gap = g; at = e; } }
