@@ -37,15 +37,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pickle
 import random
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_summary  # noqa: E402  (one way to measure a child process)
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = REPO / "target" / "release" / "vramscope"
@@ -66,7 +67,7 @@ def log(msg: str) -> None:
 # --------------------------------------------------------------------------
 
 
-def _site_frames(rng: random.Random, sites: int, depth: int) -> list:
+def _site_frames(sites: int, depth: int) -> list:
     """`sites` Python stacks of `depth` frames: the user's script at the
     bottom, library frames above it, the allocating op innermost."""
     libs = [
@@ -98,7 +99,7 @@ def random_trace_snapshot(entries: int, seed: int, devices: int = 1, streams: in
     life is as likely to span the whole trace as a few events. No iteration
     marks, no segment events (a warm cache)."""
     rng = random.Random(seed)
-    frames = _site_frames(rng, sites, depth)
+    frames = _site_frames(sites, depth)
     site_size = [max(512, int(2 ** rng.uniform(9, 26))) for _ in range(sites)]
     stream_ids = [0] + [94_000_000_000_000 + 4096 * k for k in range(1, streams)]
     traces = []
@@ -197,17 +198,13 @@ def command(tool: str, path: Path, binary: Path, python: str, scratch: Path) -> 
 
 
 def measure_once(cmd: list) -> tuple:
-    """Wall seconds and peak RSS (MiB) of one child process."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, ru = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-    code = os.waitstatus_to_exitcode(status)
-    proc.returncode = code
-    if code not in (0, 1):  # 1: leaks/oom findings reported by exit status
-        raise RuntimeError(f"{' '.join(cmd)} exited {code}:\n{err[-2000:]}")
-    return wall, ru.ru_maxrss / 1024
+    """Wall seconds and peak RSS (MiB) of one child process
+    (`bench_summary.measure_once`, which resets this process's RSS
+    high-water mark first)."""
+    r = bench_summary.measure_once(cmd)
+    if r["exit"] not in (0, 1):  # 1: leaks/oom findings reported by exit status
+        raise RuntimeError(f"{' '.join(cmd)} exited {r['exit']}:\n{r['stderr'][-2000:]}")
+    return r["wall_s"], r["rss_kib"] / 1024
 
 
 def bench_shape(path: Path, binary: Path, python: str, repeat: int, tools: tuple) -> dict:

@@ -61,14 +61,6 @@
   // Fenwick tree over allocation order: prefix sums of live sizes.
   class Fenwick {
     constructor(n) { this.n = n; this.t = new Float64Array(n + 1); }
-    build(vals) { // vals: Float64Array(n), O(n)
-      const t = this.t; t.fill(0);
-      for (let i = 1; i <= this.n; i++) {
-        t[i] += vals[i - 1];
-        const j = i + (i & -i);
-        if (j <= this.n) t[j] += t[i];
-      }
-    }
     add(i, v) { for (let k = i + 1; k <= this.n; k += k & -k) this.t[k] += v; }
     prefix(i) { let s = 0; for (let k = i; k > 0; k -= k & -k) s += this.t[k]; return s; } // sum of [0, i)
     // Largest i with prefix(i) <= v (i in [0, n]).

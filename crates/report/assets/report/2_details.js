@@ -86,11 +86,10 @@
   }
 
   // ---------- alive at a time: table and icicle ----------
-  function liveAt(e) { return aliveAt(model, e); }
   function showAlive(e) {
     selectedEvent = e;
     const p = $('panel-alive'); p.textContent = '';
-    const m = model, live = liveAt(e);
+    const m = model, live = aliveAt(model, e);
     const total = m.alloc[e + 1];
     p.appendChild(el('h3', null, 'Alive ' + (e < 0 ? 'at the start' : 'after ' + eventTime(e)) + ': ' + fmtBytes(total) + ' in ' + fmtCount(live.length) + ' blocks'));
     const bySite = new Map();
@@ -177,7 +176,7 @@
     const m = model, segs = [];
     for (let s = 0; s < m.s_t0.length; s++) if (m.s_t0[s] <= e && m.s_t1[s] > e) segs.push(s);
     segs.sort((x, y) => m.s_addr[x] - m.s_addr[y]);
-    const live = liveAt(e).sort((x, y) => m.addr[x] - m.addr[y]);
+    const live = aliveAt(model, e).sort((x, y) => m.addr[x] - m.addr[y]);
     // Blocks placed into segments by address; gaps are cached free memory.
     let li = 0, reserved = 0, allocated = 0, pending = 0, waste = 0, largestFree = 0, freeBytes = 0;
     const rows = [];

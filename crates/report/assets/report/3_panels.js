@@ -283,7 +283,7 @@
     const m = model; let largestFree = 0;
     const segs = []; for (let s = 0; s < m.s_t0.length; s++) if (m.s_t0[s] <= e && m.s_t1[s] > e) segs.push(s);
     segs.sort((x, y) => m.s_addr[x] - m.s_addr[y]);
-    const live = liveAt(e).sort((x, y) => m.addr[x] - m.addr[y]); let li = 0;
+    const live = aliveAt(model, e).sort((x, y) => m.addr[x] - m.addr[y]); let li = 0;
     for (const s of segs) {
       const lo = m.s_addr[s], hi = lo + m.s_size[s]; let cur = lo;
       while (li < live.length && m.addr[live[li]] < lo) li++;

@@ -52,7 +52,7 @@
   // Sites alive at the peak, largest first: [frame (-1: no stack), bytes].
   function peakSites() {
     const by = new Map();
-    for (const a of liveAt(model.peakEvent === null ? -1 : model.peakEvent)) {
+    for (const a of aliveAt(model, model.peakEvent === null ? -1 : model.peakEvent)) {
       const st = model.stack[a], f = st === 0xffffffff ? -1 : siteFrameOfStack[st];
       by.set(f, (by.get(f) || 0) + model.size[a]);
     }
@@ -107,7 +107,7 @@
   // Bytes per category alive right after event e (exact: from the allocations).
   function categoryBytesAt(e) {
     const m = model, out = new Float64Array(m.info.categories.length);
-    for (const a of liveAt(e)) { const k = m.cat[a]; if (k !== 0xffff) out[k] += m.size[a]; }
+    for (const a of aliveAt(model, e)) { const k = m.cat[a]; if (k !== 0xffff) out[k] += m.size[a]; }
     return out;
   }
   function showCategories() {

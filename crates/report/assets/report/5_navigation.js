@@ -239,7 +239,7 @@
     // The largest allocation alive at the peak and the first user frame of its stack.
     biggestAtPeak() {
       const e = model.peakEvent === null ? -1 : model.peakEvent;
-      let best = -1; for (const a of liveAt(e)) if (best < 0 || model.size[a] > model.size[best]) best = a;
+      let best = -1; for (const a of aliveAt(model, e)) if (best < 0 || model.size[a] > model.size[best]) best = a;
       if (best < 0) return null;
       const s = model.stack[best], f = s === 0xffffffff ? -1 : siteFrameOfStack[s];
       return { alloc: best, event: e, bytes: model.size[best], frame: f < 0 ? null : frameText(f).label };
