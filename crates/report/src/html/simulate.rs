@@ -17,7 +17,8 @@ pub const CURVE_POINTS: usize = 400;
 /// advice replays each change from an empty cache (a dozen replays more),
 /// which on a 10M-entry file would double the report's time; the panel
 /// then says to run `vramscope advise`.
-pub const ADVISE_MAX_ENTRIES: usize = 2_000_000;
+/// (The same length from which the page replays a shorter sweep.)
+pub const ADVISE_MAX_ENTRIES: usize = vramscope_simulate::PAGE_SWEEP_FULL_BELOW;
 
 /// Whether the model applies: a CUDA caching-allocator trace
 /// ([`vramscope_simulate::modelled`]) with requests in it.
