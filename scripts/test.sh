@@ -12,9 +12,10 @@
 #   1. scripts/setup-venv.sh        (.venv with maturin, pytest, hypothesis, numpy, torch)
 #   2. cargo build --release --workspace, less the Python extension (the CLI,
 #      for the Python and browser tests; maturin reuses its crates)
-#   3. cargo test --workspace --no-fail-fast, in the test profile (opt-level
-#      2, no link-time optimisation: a release build of the ~70 test
-#      binaries took more than 13 minutes on two cores, this one 7.5)
+#   3. cargo test --release --workspace --no-fail-fast (the release build's
+#      dependencies and crates serve it: one build of each; the release
+#      profile has no link-time optimisation, so the ~90 test binaries link
+#      quickly)
 #   4. if a Python package (pyproject.toml using maturin) exists: maturin develop --release
 #   5. pytest -q on python/tests and/or tests/python, if they contain test files
 #   6. browser tests of the HTML report (tests/browser/run.mjs, headless
@@ -76,12 +77,9 @@ if ! cargo build --release --workspace --exclude vramscope-python; then
 fi
 
 # 3. Rust tests (output shown and kept for the summary).
-# A clean machine builds each crate once in this profile: incremental
-# compilation only adds work there.
-[[ "${CI:-}" == "true" ]] && export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
-say "cargo test --workspace --no-fail-fast ${cargo_scope[*]} $*"
+say "cargo test --release --workspace --no-fail-fast ${cargo_scope[*]} $*"
 cargo_log="$logdir/cargo-test.log"
-if ! cargo test --workspace --no-fail-fast "${cargo_scope[@]}" "$@" 2>&1 | tee "$cargo_log"; then
+if ! cargo test --release --workspace --no-fail-fast "${cargo_scope[@]}" "$@" 2>&1 | tee "$cargo_log"; then
     fail_step "cargo test --workspace"
     failed_steps+=("cargo test")
 fi

@@ -36,6 +36,7 @@ SCRIPT = TESTS / "scripts" / "compat.py"
 sys.path.insert(0, str(TESTS / "scripts"))
 sys.path.insert(0, str(TESTS))
 import compat  # noqa: E402
+import forkserver  # noqa: E402
 from conftest import subprocess_env  # noqa: E402
 
 RECORDERS = ("allocator", "dispatch", "profiler", "fakecuda")
@@ -126,7 +127,7 @@ def run_once(program: str, recorder: str, entry: str, out: Path) -> Run:
     out.mkdir(parents=True, exist_ok=True)
     cmd, env = command(program, recorder, entry, out)
     t0 = time.monotonic()
-    p = subprocess.run(cmd, env=env, cwd=str(out), capture_output=True, text=True, timeout=TIMEOUT)
+    p = forkserver.run(cmd[1:], env, out, timeout=TIMEOUT)  # a fresh process for the env entry
     run = Run(p.returncode, (p.stdout + p.stderr)[-6000:], seconds=time.monotonic() - t0)
     for f in sorted(out.glob("result*.pt")):
         suffix = f.name[len("result") : -len(".pt")]

@@ -115,15 +115,12 @@ def subprocess_env(**extra: str) -> Dict[str, str]:
 
 
 def run_python(args: List[str], cwd: os.PathLike | str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
-    """Run ``python ARGS`` in ``cwd`` with :func:`subprocess_env`."""
-    return subprocess.run(
-        [sys.executable, *args],
-        cwd=str(cwd),
-        env=subprocess_env(**env),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    """Run ``python ARGS`` in ``cwd`` with :func:`subprocess_env`, forked
+    from a Python that has imported torch where the environment allows
+    (``forkserver.py``)."""
+    import forkserver
+
+    return forkserver.run(args, subprocess_env(**env), cwd, timeout=timeout)
 
 
 @pytest.fixture(autouse=True, scope="module")

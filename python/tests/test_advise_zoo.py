@@ -6,13 +6,13 @@ the CPU (``record(cpu_limit=...)``, ``growing_seq.py``)."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 import vramscope
+from conftest import run_python
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 sys.path.insert(0, str(SCRIPTS))
@@ -51,7 +51,7 @@ def test_each_change_on_a_hugging_face_llama_is_within_three_percent(llama_rows)
 
 
 def _grow(variant: str, out: Path, limit: str) -> str:
-    r = subprocess.run([sys.executable, str(SCRIPTS / "growing_seq.py"), variant, str(out), limit], capture_output=True, text=True)
+    r = run_python([str(SCRIPTS / "growing_seq.py"), variant, str(out), limit], cwd=out.parent, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     return r.stdout.strip().splitlines()[-1]
 

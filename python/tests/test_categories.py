@@ -12,11 +12,11 @@ the outermost module call) completed by inference.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_python
 
 torch = pytest.importorskip("torch")
 try:
@@ -32,12 +32,7 @@ RUNS = ("cnn_sgd", "transformer_adamw", "mlp_adam")
 @pytest.fixture(scope="module")
 def recordings(tmp_path_factory):
     out = tmp_path_factory.mktemp("categories")
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPTS / "category_runs.py"), str(out), "--iterations", "4"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = run_python([str(SCRIPTS / "category_runs.py"), str(out), "--iterations", "4"], cwd=out, timeout=600)
     assert proc.returncode == 0, proc.stderr
     return {name: out / f"{name}.pickle" for name in RUNS}
 

@@ -24,6 +24,8 @@ import vramscope
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RUNS = os.path.join(HERE, "advise_runs.py")
+sys.path.insert(0, os.path.dirname(HERE))
+import forkserver  # noqa: E402
 
 # (model, the unchanged program, the advice's class, the program changed).
 CHECKS: List[Tuple[str, str, str, str]] = [
@@ -150,7 +152,10 @@ def record(model: str, variant: str, out_dir: str) -> str:
     ranks = variant in ("zero", "fsdp", "zero4", "fsdp4", "fsdp_model")
     path = os.path.join(out_dir, f"{model}-{variant}" + (".r{rank}" if ranks else "") + ".pickle")
     if not os.path.exists(path.replace("{rank}", "0")):
-        subprocess.run([sys.executable, RUNS, model, variant, path], check=True)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("VRAMSCOPE_")}
+        p = forkserver.run([RUNS, model, variant, path], env, out_dir, check=False)
+        if p.returncode != 0:
+            raise AssertionError(f"{RUNS} {model} {variant} failed (exit {p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}")
     return path
 
 

@@ -1,0 +1,81 @@
+"""The suite's fork server (``forkserver.py``) runs a program as ``python
+ARGS`` would: the same output, exit status, ``__main__``, ``sys.argv``,
+``sys.path[0]``, environment, directory and shutdown, checked against a
+fresh process for each way a test starts Python."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import forkserver
+from conftest import subprocess_env
+
+pytest.importorskip("torch")
+
+PROGRAM = textwrap.dedent(
+    """
+    import atexit, os, pickle, sys, threading
+
+    class Point:
+        pass
+
+    print(__name__, __file__, sys.argv, sys.path[0], os.getcwd(), os.environ.get("VRAMSCOPE_TEST_VALUE"))
+    print("stderr line", file=sys.stderr)
+    pickle.dumps(Point())  # a class of __main__ pickles
+    atexit.register(lambda: print("atexit ran"))
+    late = open("late.txt", "w")
+    late.write("written, never closed")  # flushed at shutdown
+    threading.Thread(target=lambda: (__import__("time").sleep(0.2), print("thread joined at exit"))).start()
+    if sys.argv[1] == "raise":
+        raise ValueError("from the program")
+    sys.exit(int(sys.argv[1]))
+    """
+)
+
+
+def _both(args, cwd: Path):
+    env = subprocess_env(VRAMSCOPE_TEST_VALUE="42")
+    forked = forkserver.run(args, env, cwd, timeout=60)
+    fresh = subprocess.run([sys.executable, *args], env=env, cwd=str(cwd), capture_output=True, text=True, timeout=60)
+    return forked, fresh
+
+
+@pytest.mark.parametrize("status", ["0", "3", "raise"])
+def test_a_script_runs_as_in_a_fresh_python(tmp_path: Path, status: str) -> None:
+    script = tmp_path / "prog.py"
+    script.write_text(PROGRAM)
+    forked, fresh = _both([str(script), status], tmp_path)
+    assert forked.returncode == fresh.returncode == {"0": 0, "3": 3, "raise": 1}[status]
+    assert forked.stdout == fresh.stdout
+    assert "42" in forked.stdout and "atexit ran" in forked.stdout and "thread joined" in forked.stdout
+    assert (tmp_path / "late.txt").read_text() == "written, never closed"
+    # The traceback's last lines are the program's (the server's own frames
+    # may come first).
+    assert forked.stderr.splitlines()[-2:] == fresh.stderr.splitlines()[-2:]
+
+
+def test_code_and_modules_run_as_in_a_fresh_python(tmp_path: Path) -> None:
+    code = "import sys, os; print(__name__, sys.argv, repr(sys.path[0]), os.getcwd())"
+    forked, fresh = _both(["-c", code, "a", "b"], tmp_path)
+    assert (forked.returncode, forked.stdout) == (fresh.returncode, fresh.stdout) == (0, fresh.stdout)
+    forked, fresh = _both(["-m", "vramscope", "--help"], tmp_path)
+    assert (forked.returncode, forked.stdout) == (fresh.returncode, fresh.stdout)
+    assert forked.returncode == 0 and "usage" in forked.stdout
+
+
+def test_recording_from_the_start_gets_a_fresh_process(tmp_path: Path) -> None:
+    # VRAMSCOPE_RECORD is read by the interpreter's .pth hook at start-up,
+    # which a forked child never passes through.
+    env = subprocess_env(VRAMSCOPE_RECORD=str(tmp_path / "x.pickle"))
+    assert forkserver._startup_key(env) is None
+    assert forkserver._startup_key(subprocess_env(VRAMSCOPE_BACKEND="dispatch")) == forkserver._startup_key(subprocess_env())
+
+
+def test_a_program_past_its_timeout_is_killed(tmp_path: Path) -> None:
+    with pytest.raises(subprocess.TimeoutExpired):
+        forkserver.run(["-c", "import time; time.sleep(60)"], subprocess_env(), tmp_path, timeout=1)
