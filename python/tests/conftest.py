@@ -114,13 +114,16 @@ def subprocess_env(**extra: str) -> Dict[str, str]:
     return env
 
 
-def run_python(args: List[str], cwd: os.PathLike | str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
+def run_python(
+    args: List[str], cwd: os.PathLike | str, timeout: float = 120, preload: Tuple[str, ...] = (), **env: str
+) -> subprocess.CompletedProcess:
     """Run ``python ARGS`` in ``cwd`` with :func:`subprocess_env`, forked
-    from a Python that has imported torch where the environment allows
+    from a Python that has imported torch (and ``preload``, modules the
+    program imports itself) where the environment allows
     (``forkserver.py``)."""
     import forkserver
 
-    return forkserver.run(args, subprocess_env(**env), cwd, timeout=timeout)
+    return forkserver.run(args, subprocess_env(**env), cwd, timeout=timeout, preload=preload)
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -34,7 +34,7 @@ def record(program: str, form: str, workdir: Path) -> Dict[str, Any]:
     """Run one cell under `vramscope run` and read its leaks."""
     out = workdir / f"{program}.{form}.pickle"
     proc = run_python(["-c", MAIN, "-q", "--no-report", "-o", str(out), str(SCRIPTS / "corpus.py"), program, form],
-                      cwd=workdir, timeout=600)
+                      cwd=workdir, timeout=600, preload=corpus.preload(program))
     cell: Dict[str, Any] = {"rc": proc.returncode, "stderr": proc.stderr[-3000:], "findings": []}
     if proc.returncode == 0 and out.exists():
         import vramscope

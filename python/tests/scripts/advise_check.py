@@ -26,6 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 RUNS = os.path.join(HERE, "advise_runs.py")
 sys.path.insert(0, os.path.dirname(HERE))
 import forkserver  # noqa: E402
+import zoo  # noqa: E402
 
 # (model, the unchanged program, the advice's class, the program changed).
 CHECKS: List[Tuple[str, str, str, str]] = [
@@ -153,7 +154,8 @@ def record(model: str, variant: str, out_dir: str) -> str:
     path = os.path.join(out_dir, f"{model}-{variant}" + (".r{rank}" if ranks else "") + ".pickle")
     if not os.path.exists(path.replace("{rank}", "0")):
         env = {k: v for k, v in os.environ.items() if not k.startswith("VRAMSCOPE_")}
-        p = forkserver.run([RUNS, model, variant, path], env, out_dir, check=False)
+        hf = model.startswith("zoo_") and model[len("zoo_"):] in zoo.TRANSFORMERS
+        p = forkserver.run([RUNS, model, variant, path], env, out_dir, preload=zoo.HF_PRELOAD if hf else ())
         if p.returncode != 0:
             raise AssertionError(f"{RUNS} {model} {variant} failed (exit {p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}")
     return path

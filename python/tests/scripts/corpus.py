@@ -11,7 +11,7 @@ finding must name. Sizes are small so that a run takes seconds on a CPU.
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -364,6 +364,15 @@ def _zoo_program(arch: str) -> Callable[[str], None]:
         print(arch, style, len(kept))
 
     return run
+
+
+def preload(program: str) -> Tuple[str, ...]:
+    """The slow imports ``program`` makes itself (for the tests' fork
+    server): the Hugging Face programs' modeling code."""
+    import zoo
+
+    hf = {"hf_loop", "hf_trainer"} | {f"zoo_{a}" for a in zoo.TRANSFORMERS}
+    return zoo.HF_PRELOAD if program in hf else ()
 
 
 PROGRAMS: Dict[str, Callable[[str], None]] = {

@@ -194,6 +194,12 @@ ARCHS: Dict[str, Callable[[], Case]] = {
 
 STYLES = ("fp32", "bf16", "autocast_forward", "checkpoint", "compiled", "inference")
 
+# The architectures built with Hugging Face's transformers: the tests start
+# their programs from a Python that has imported its modeling code
+# (forkserver.py's preload).
+TRANSFORMERS = frozenset({"llama", "qwen2", "mixtral", "gpt2", "bert", "t5", "vit"})
+HF_PRELOAD = ("transformers.modeling_utils",)
+
 
 class AutocastInForward(nn.Module):
     """The model with ``torch.autocast`` entered by its own forward: the
