@@ -63,7 +63,8 @@ if ! scripts/setup-venv.sh; then
     fail_step "scripts/setup-venv.sh"
     exit 1
 fi
-export VIRTUAL_ENV="$repo_root/.venv"
+# The same environment scripts/setup-venv.sh made (VRAMSCOPE_VENV moves it).
+export VIRTUAL_ENV="${VRAMSCOPE_VENV:-$repo_root/.venv}"
 export PATH="$VIRTUAL_ENV/bin:$PATH"
 unset PYTHONHOME
 
