@@ -181,15 +181,15 @@ def pytest_configure(config: pytest.Config) -> None:
 # that under pytest-xdist (`scripts/test.sh` on two or more cores) no worker
 # starts a long module while the other is about to run out of work.
 LONGEST_FIRST = (
-    "test_compat.py",  # 510
-    "test_corpus.py",  # 440
-    "test_advise_cpu.py",  # 290
-    "test_zoo_estimate.py",  # 270
-    "test_record.py",  # 150
-    "test_leaks.py",  # 120
-    "test_advise_zoo.py",  # 100
-    "test_estimate.py",  # 80
-    "test_run.py",  # 75
+    "test_compat.py",  # 540
+    "test_advise_cpu.py",  # 405
+    "test_corpus.py",  # 365
+    "test_zoo_estimate.py",  # 290
+    "test_advise_zoo.py",  # 130
+    "test_record.py",  # 105
+    "test_run.py",  # 70
+    "test_rank_live.py",  # 65
+    "test_leaks.py",  # 60
 )
 
 
