@@ -51,6 +51,10 @@ def enabled() -> bool:
     return os.environ.get("VRAMSCOPE_TEST_FORK", "1") != "0" and hasattr(os, "fork")
 
 
+class _NotStarted(Exception):
+    """The server ended before it forked the command: nothing ran."""
+
+
 class _Server:
     """One fork server and the commands it is running."""
 
@@ -87,7 +91,7 @@ class _Server:
         slot: Dict[str, Any] = {"event": threading.Event(), "started": threading.Event()}
         with self.lock:
             if self.dead:
-                raise RuntimeError("the fork server ended")
+                raise _NotStarted()
             self.next_id += 1
             request["id"] = slot["id"] = self.next_id
             self.pending[self.next_id] = slot
@@ -101,6 +105,10 @@ class _Server:
         slot = self._ask({"args": args, "env": env, "cwd": cwd, "stdout": out, "stderr": err})
         # The timeout counts from the fork, not from a new server's imports.
         slot["started"].wait()
+        if "pid" not in slot:  # the server ended before forking (a preload failed)
+            with self.lock:
+                self.pending.pop(slot["id"], None)
+            raise _NotStarted()
         done = slot["event"].wait(timeout)
         try:
             if not done:
@@ -172,7 +180,12 @@ def run(
 
     with tempfile.TemporaryDirectory(prefix="vramscope-fork-") as tmp:
         out, err = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
-        rc = server.run(list(args), env, os.path.abspath(str(cwd)), timeout, out, err)
+        try:
+            rc = server.run(list(args), env, os.path.abspath(str(cwd)), timeout, out, err)
+        except _NotStarted:
+            # A server that could not start (its stderr says why) must not
+            # fail the test: the command runs as a fresh process.
+            return subprocess.run([sys.executable, *args], env=env, cwd=str(cwd), capture_output=True, text=True, timeout=timeout, check=check)
         with open(out, encoding="utf-8", errors="replace") as f:
             stdout = f.read()
         with open(err, encoding="utf-8", errors="replace") as f:

@@ -79,3 +79,9 @@ def test_recording_from_the_start_gets_a_fresh_process(tmp_path: Path) -> None:
 def test_a_program_past_its_timeout_is_killed(tmp_path: Path) -> None:
     with pytest.raises(subprocess.TimeoutExpired):
         forkserver.run(["-c", "import time; time.sleep(60)"], subprocess_env(), tmp_path, timeout=1)
+
+
+def test_a_server_that_cannot_start_leaves_the_program_to_a_fresh_process(tmp_path: Path) -> None:
+    code = "import sys; print('ran', sys.argv[1:])"
+    proc = forkserver.run(["-c", code, "x"], subprocess_env(), tmp_path, timeout=60, preload=("no_such_module_anywhere",))
+    assert (proc.returncode, proc.stdout) == (0, "ran ['x']\n")
