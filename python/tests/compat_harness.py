@@ -37,6 +37,7 @@ sys.path.insert(0, str(TESTS / "scripts"))
 sys.path.insert(0, str(TESTS))
 import compat  # noqa: E402
 import forkserver  # noqa: E402
+import zoo  # noqa: E402
 from conftest import subprocess_env  # noqa: E402
 
 RECORDERS = ("allocator", "dispatch", "profiler", "fakecuda")
@@ -129,7 +130,7 @@ def run_once(program: str, recorder: str, entry: str, out: Path) -> Run:
     t0 = time.monotonic()
     # (A fresh process for the env entry; the Hugging Face programs from a
     # Python that has imported its modeling code, unrecorded and recorded.)
-    preload = ("transformers.modeling_utils",) if program.startswith("hf_") else ()
+    preload = zoo.HF_PRELOAD if program.startswith("hf_") else ()
     p = forkserver.run(cmd[1:], env, out, timeout=TIMEOUT, preload=preload)
     run = Run(p.returncode, (p.stdout + p.stderr)[-6000:], seconds=time.monotonic() - t0)
     for f in sorted(out.glob("result*.pt")):

@@ -105,13 +105,10 @@ class _Server:
         slot = self._ask({"args": args, "env": env, "cwd": cwd, "stdout": out, "stderr": err})
         # The timeout counts from the fork, not from a new server's imports.
         slot["started"].wait()
-        if "pid" not in slot:  # the server ended before forking (a preload failed)
-            with self.lock:
-                self.pending.pop(slot["id"], None)
-            raise _NotStarted()
-        done = slot["event"].wait(timeout)
         try:
-            if not done:
+            if "pid" not in slot:  # the server ended before forking (a preload failed)
+                raise _NotStarted()
+            if not slot["event"].wait(timeout):
                 os.kill(slot["pid"], 9)
                 slot["event"].wait(30)
                 raise subprocess.TimeoutExpired([sys.executable, *args], timeout or 0)
@@ -173,9 +170,12 @@ def run(
     before forking too (``transformers.modeling_utils``: 3-4 s of CPU), for
     programs that import them anyway; never for one that does not (an
     import can change torch's state)."""
+    def fresh() -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, *args], env=env, cwd=str(cwd), capture_output=True, text=True, timeout=timeout, check=check)
+
     server = _server_for(env, tuple(preload)) if enabled() else None
     if server is None:
-        return subprocess.run([sys.executable, *args], env=env, cwd=str(cwd), capture_output=True, text=True, timeout=timeout, check=check)
+        return fresh()
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="vramscope-fork-") as tmp:
@@ -185,7 +185,7 @@ def run(
         except _NotStarted:
             # A server that could not start (its stderr says why) must not
             # fail the test: the command runs as a fresh process.
-            return subprocess.run([sys.executable, *args], env=env, cwd=str(cwd), capture_output=True, text=True, timeout=timeout, check=check)
+            return fresh()
         with open(out, encoding="utf-8", errors="replace") as f:
             stdout = f.read()
         with open(err, encoding="utf-8", errors="replace") as f:
@@ -297,7 +297,7 @@ def _main() -> None:
     if kind == "script":
         import importlib.machinery
 
-        path = os.path.abspath(what) if os.path.dirname(what) else what
+        path = os.path.abspath(what)
         main.__file__ = what
         main.__loader__ = importlib.machinery.SourceFileLoader("__main__", path)  # type: ignore[assignment]
         main.__cached__ = None  # type: ignore[attr-defined]

@@ -14,7 +14,6 @@ the figure both sides give.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 RUNS = os.path.join(HERE, "advise_runs.py")
 sys.path.insert(0, os.path.dirname(HERE))
 import forkserver  # noqa: E402
+from conftest import subprocess_env  # noqa: E402
 import zoo  # noqa: E402
 
 # (model, the unchanged program, the advice's class, the program changed).
@@ -153,9 +153,7 @@ def record(model: str, variant: str, out_dir: str) -> str:
     ranks = variant in ("zero", "fsdp", "zero4", "fsdp4", "fsdp_model")
     path = os.path.join(out_dir, f"{model}-{variant}" + (".r{rank}" if ranks else "") + ".pickle")
     if not os.path.exists(path.replace("{rank}", "0")):
-        env = {k: v for k, v in os.environ.items() if not k.startswith("VRAMSCOPE_")}
-        hf = model.startswith("zoo_") and model[len("zoo_"):] in zoo.TRANSFORMERS
-        p = forkserver.run([RUNS, model, variant, path], env, out_dir, preload=zoo.HF_PRELOAD if hf else ())
+        p = forkserver.run([RUNS, model, variant, path], subprocess_env(), out_dir, preload=zoo.preload(model))
         if p.returncode != 0:
             raise AssertionError(f"{RUNS} {model} {variant} failed (exit {p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}")
     return path

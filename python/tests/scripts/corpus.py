@@ -371,8 +371,7 @@ def preload(program: str) -> Tuple[str, ...]:
     server): the Hugging Face programs' modeling code."""
     import zoo
 
-    hf = {"hf_loop", "hf_trainer"} | {f"zoo_{a}" for a in zoo.TRANSFORMERS}
-    return zoo.HF_PRELOAD if program in hf else ()
+    return zoo.HF_PRELOAD if program in ("hf_loop", "hf_trainer") else zoo.preload(program)
 
 
 PROGRAMS: Dict[str, Callable[[str], None]] = {

@@ -201,6 +201,12 @@ TRANSFORMERS = frozenset({"llama", "qwen2", "mixtral", "gpt2", "bert", "t5", "vi
 HF_PRELOAD = ("transformers.modeling_utils",)
 
 
+def preload(program: str) -> Tuple[str, ...]:
+    """What the tests' fork server imports for a program named
+    ``zoo_<arch>`` (the corpus's and the advice checks' name for it)."""
+    return HF_PRELOAD if program.startswith("zoo_") and program[len("zoo_"):] in TRANSFORMERS else ()
+
+
 class AutocastInForward(nn.Module):
     """The model with ``torch.autocast`` entered by its own forward: the
     program's region, not the estimate's ``autocast=``."""
