@@ -219,6 +219,37 @@ def test_module_level_loop_and_holdout_leak_name_their_lines(tmp_path: Path, bac
     assert not any(f":{forward} in <module>" in s for s in sites2), sites2
 
 
+@needs_native
+def test_storages_over_the_same_memory_are_one_block(tmp_path: Path) -> None:
+    """``torch.from_numpy(t.numpy())`` makes a second storage over ``t``'s
+    memory: one block, adopted once before the recording, allocated once
+    inside it, freed when the last storage over it goes (the first one may
+    go first)."""
+    import vramscope
+
+    held = torch.ones(1 << 20)  # 4 MiB, before the recording
+    held_alias = torch.from_numpy(held.numpy())
+    path = tmp_path / "alias.pickle"
+    with vr.record(path, backend="dispatch", device="cpu", collect_cycles=False):
+        made = torch.ones(1 << 19)  # 2 MiB, inside
+        alias = torch.from_numpy(made.numpy())
+        alias.add_(1)  # the recorder sees the second storage here
+        addr = made.data_ptr()
+        del made  # the array behind the alias keeps the memory
+        alias.mul_(2)
+        del alias
+    snap = load_snapshot(path)
+    trace = snap["device_traces"][0]
+    mine = [(e["action"], e["size"]) for e in trace if e["addr"] == addr and e["action"] in ("alloc", "free_completed")]
+    assert mine == [("alloc", 2 << 20), ("free_completed", 2 << 20)], mine
+    adopted = [s["total_size"] for s in snap["segments"] if s["address"] == held.data_ptr()]
+    assert adopted == [4 << 20], adopted
+    s = vramscope.load(path).summary(top=100_000)["devices"][0]["peak"]
+    assert sum(x["bytes"] for x in s["top_sites"]) == s["allocated_bytes"]
+    assert s["allocated_bytes"] >= (4 << 20) + (2 << 20)
+    del held_alias
+
+
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 def test_dump_goes_on_recording(tmp_path: Path, backend: Dict[str, str]) -> None:
     model, opt, batch = build("cnn")

@@ -183,6 +183,13 @@ class DispatchRecorder:
         # Live blocks: storage id -> (address, size, stack id, label), and
         # the weak reference that reports the storage's end.
         self.live: Dict[int, Tuple[int, int, int, str]] = {}
+        # Storages over memory another live storage already holds (one made
+        # by ``torch.from_numpy(t.numpy())``, ``frombuffer``, DLPack): one
+        # block, not two. Address -> the keys of the live storages there, the
+        # block's owner (the entry with its size) among them; an alias is
+        # ``live[key] = (address, 0, 0, "")``. When the owner goes first the
+        # block passes to an alias: the memory is freed with the last one.
+        self._at_addr: Dict[int, List[int]] = {}
         # Bytes in live blocks; the most since the start and since the last
         # totals(reset_window=True) (for the live view and dump_at).
         self.allocated = self.peak = self.window_peak = 0
@@ -258,6 +265,8 @@ class DispatchRecorder:
             ref = _StorageRef(st, self._on_release)
             ref.key = key
             self._refs[key] = ref
+            if self._alias(key, addr):
+                continue
             self.live[key] = (addr, size, 0, "")
             total += size
         self._grow(total)
@@ -335,18 +344,33 @@ class DispatchRecorder:
         size = st.nbytes()
         if held is None:
             return
-        if held[1] == size and held[0] == st.data_ptr():
-            return
+        if held[0] == st.data_ptr() and held[1] in (size, 0):
+            return  # the same block, or an alias of a live one
         self._release(key)
         if size:
             self._alloc(st, key, size, depth + 1)
 
+    def _alias(self, key: int, addr: int) -> bool:
+        """Whether the new storage ``key`` is over memory a live storage
+        holds (then it is followed as an alias, not counted); otherwise it is
+        the owner of the block at ``addr`` from now on."""
+        keys = self._at_addr.get(addr)
+        if keys:
+            keys.append(key)
+            self.live[key] = (addr, 0, 0, "")
+            return True
+        self._at_addr[addr] = [key]
+        return False
+
     def _alloc(self, st: Any, key: int, size: int, depth: int) -> None:
-        sid = self._stack(depth + 1)
-        addr, t, label = st.data_ptr(), _now_us(), self.label
+        addr = st.data_ptr()
         ref = _StorageRef(st, self._on_release)
         ref.key = key
         self._refs[key] = ref
+        if self._alias(key, addr):
+            return
+        sid = self._stack(depth + 1)
+        t, label = _now_us(), self.label
         self.live[key] = (addr, size, sid, label)
         self.trace.append((_ALLOC, addr, size, t, sid, label))
         self.seen += 1
@@ -358,8 +382,13 @@ class DispatchRecorder:
         if self.active:
             self._release(ref.key)
         else:
-            self.live.pop(ref.key, None)
+            held = self.live.pop(ref.key, None)
             self._refs.pop(ref.key, None)
+            keys = self._at_addr.get(held[0]) if held else None
+            if keys is not None and ref.key in keys:
+                keys.remove(ref.key)
+                if not keys:
+                    del self._at_addr[held[0]]
 
     def _release(self, key: int) -> None:
         """The block's free. It carries the allocation's stack: walking the
@@ -367,7 +396,18 @@ class DispatchRecorder:
         stack the analyses do not use."""
         self._refs.pop(key, None)
         held = self.live.pop(key, None)
-        if held is None or not held[1]:
+        if held is None:
+            return
+        keys = self._at_addr.get(held[0])
+        if keys is not None and key in keys:
+            keys.remove(key)
+            if not keys:
+                del self._at_addr[held[0]]
+            elif held[1]:
+                # The owner went first: an alias still holds the memory.
+                self.live[keys[0]] = held
+                return
+        if not held[1]:
             return
         addr, size, sid, label = held
         self.allocated -= size

@@ -219,6 +219,40 @@ fn each_kind_of_odd_value_is_repaired() {
     );
 }
 
+/// Two segments starting at one address of a device (a recorder that saw
+/// two storages over one memory) are one: the second is left out and
+/// counted, so the peak is what the blocks at the peak add up to. The same
+/// address on another device is another segment.
+#[test]
+fn a_second_segment_at_the_same_address_is_left_out() {
+    let seg = |device: u32, size: u64| {
+        json!({"device": device, "address": 1u64 << 20, "total_size": size, "stream": 0,
+               "blocks": [{"address": 1u64 << 20, "size": size, "state": "active_allocated"}]})
+    };
+    let doc = json!({
+        "segments": [seg(0, 4096), seg(0, 4096), seg(1, 8192)],
+        "device_traces": [[
+            {"action": "alloc", "addr": 65536, "size": 512, "stream": 0, "time_us": 1},
+            {"action": "free_completed", "addr": 65536, "size": 512, "stream": 0, "time_us": 2}
+        ], []]
+    });
+    let d = temp_dir("repairs-same-address");
+    let p = d.join("twice.json");
+    std::fs::write(&p, serde_json::to_vec(&doc).unwrap()).unwrap();
+    let j = summary_json(&p);
+    let r = repair(&j, "segments[*].address");
+    assert_eq!(r["fix"], "segment left out");
+    assert_eq!(r["count"], 1);
+    assert_eq!(
+        r["example"],
+        "segments[1].address: expected an address no earlier segment of its device starts at, found 0x100000 again (device 0)"
+    );
+    let d0 = &j["devices"][0];
+    assert_eq!(d0["end"]["reserved_bytes"], 4096);
+    assert_eq!(d0["peak"]["allocated_bytes"], 4096 + 512);
+    assert_eq!(j["devices"][1]["end"]["reserved_bytes"], 8192);
+}
+
 /// Only a top level that is not a snapshot is rejected.
 #[test]
 fn a_top_level_that_is_not_a_snapshot_is_still_an_error() {

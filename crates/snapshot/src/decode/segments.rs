@@ -16,6 +16,10 @@ impl Decoder<'_> {
         };
         let doc = self.doc;
         let n = doc.items(c).count();
+        // (device, address) of the segments kept: two segments cannot start
+        // at one address of a device, and counting both would count its
+        // memory twice (every total above what the blocks at the peak add up to).
+        let mut starts = vramscope_pickle::hash::FxHashSet::default();
         self.path.push(Seg::Idx(0));
         for (i, sv) in doc.items(c).enumerate() {
             self.set_index(i);
@@ -31,6 +35,15 @@ impl Decoder<'_> {
                         "dropped the last segment (device {}, address 0x{:x}), cut short: its blocks cover {covered} of its {} bytes",
                         s.device, s.address, s.total_size
                     ));
+                    continue;
+                }
+                if !starts.insert((s.device, s.address)) {
+                    blocks.truncate(before);
+                    let e = PathErr::new(
+                        "an address no earlier segment of its device starts at",
+                        format!("0x{:x} again (device {})", s.address, s.device),
+                    );
+                    self.repair(e.key("address"), "segment left out");
                     continue;
                 }
                 segs.push(s);
