@@ -250,6 +250,28 @@ def test_storages_over_the_same_memory_are_one_block(tmp_path: Path) -> None:
     del held_alias
 
 
+def test_fake_tensors_hold_no_memory(tmp_path: Path) -> None:
+    """Fake tensors (left alive by an estimate or a compile in the same
+    process) say "cpu" over storages without memory: not adopted, no
+    warning about their addresses."""
+    import warnings
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        fakes = [torch.empty(1 << 22) for _ in range(4)]  # 64 MiB that does not exist
+    path = tmp_path / "fake.pickle"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with vr.record(path, backend="dispatch", device="cpu", collect_cycles=False):
+            real = torch.ones(1000)
+            del real
+    snap = load_snapshot(path)
+    assert all(s["address"] for s in snap["segments"]), [s for s in snap["segments"] if not s["address"]]
+    assert sum(s["total_size"] for s in snap["segments"]) < (16 << 20)
+    del fakes
+
+
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 def test_dump_goes_on_recording(tmp_path: Path, backend: Dict[str, str]) -> None:
     model, opt, batch = build("cnn")

@@ -231,11 +231,15 @@ class DispatchRecorder:
         import torch
 
         Tensor = torch.Tensor
+        # Fake tensors (what torch.compile, estimates and FakeTensorMode make)
+        # say "cpu" over a storage with no memory; asking for its address warns.
+        fake_mod = sys.modules.get("torch._subclasses.fake_tensor")
+        Fake = getattr(fake_mod, "FakeTensor", None) or ()
         seen = set()
         for o in gc.get_objects():
             # type(), not isinstance(): no __class__ lookups on lazy module
             # attributes and proxies, which may warn or import.
-            if not issubclass(type(o), Tensor):
+            if not issubclass(type(o), Tensor) or (Fake and issubclass(type(o), Fake)):
                 continue
             for t in (o, getattr(o, "_grad", None) if o.is_leaf else None):
                 if t is None:
@@ -250,6 +254,8 @@ class DispatchRecorder:
                     addr = st.data_ptr()
                 except Exception:  # noqa: BLE001 - fake, functional, meta and sparse tensors have no plain storage
                     continue
+                if not addr:
+                    continue  # a storage without memory
                 seen.add(key)
                 yield st, key, size, addr
 
@@ -367,6 +373,9 @@ class DispatchRecorder:
         ref = _StorageRef(st, self._on_release)
         ref.key = key
         self._refs[key] = ref
+        if not addr:  # a size over no memory (a fake tensor's storage)
+            self.live[key] = (0, 0, 0, "")
+            return
         if self._alias(key, addr):
             return
         sid = self._stack(depth + 1)
