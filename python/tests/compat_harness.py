@@ -93,19 +93,14 @@ def command(program: str, recorder: str, entry: str, out: Path) -> Tuple[List[st
     else:
         raise ValueError(entry)
     if program in compat.DISTRIBUTED:
-        launcher = ["-m", "torch.distributed.run", "--nproc-per-node=2", "--master-port", str(_free_port())]
+        # --standalone: the launcher's store listens on a port the system
+        # gives it; a port picked in advance was once taken by another cell
+        # before the store listened on it (EADDRINUSE).
+        launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
         if tail[0] == "-m":
             return [sys.executable, *launcher, "-m", *tail[1:]], env
         return [sys.executable, *launcher, *tail], env
     return [sys.executable, *tail], env
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

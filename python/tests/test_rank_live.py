@@ -70,7 +70,10 @@ def test_ranks_not_asked_for_run_unrecorded(tmp_path: Path, monkeypatch: pytest.
 _JOB = textwrap.dedent(
     """
     import datetime, os, sys, torch, torch.distributed as dist, vramscope
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=20))
+    # A file store: a port picked in advance can be taken by another
+    # process before the store listens on it.
+    dist.init_process_group("gloo", init_method=os.environ["STORE"], rank=int(os.environ["RANK"]),
+                            world_size=int(os.environ["WORLD_SIZE"]), timeout=datetime.timedelta(seconds=20))
     rank = dist.get_rank()
     out = sys.argv[1]
     held = []
@@ -101,12 +104,10 @@ def test_a_two_rank_gloo_job_writes_per_rank_and_ranks_reads_it(tmp_path: Path) 
     script = tmp_path / "job.py"
     script.write_text(_JOB)
     out = tmp_path / "out"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    store = f"file://{tmp_path / 'store'}"
     procs = []
     for rank in (0, 1):
-        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank))
+        env = dict(os.environ, STORE=store, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank))
         procs.append(subprocess.Popen([sys.executable, str(script), str(out)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     outs = [p.communicate(timeout=120) for p in procs]
     assert "rank 1: OutOfMemoryError" in outs[1][0], outs[1]
@@ -279,12 +280,11 @@ def test_vramscope_record_under_torchrun_records_each_rank_not_the_launcher(tmp_
     rank writes its own file under rank{rank}/."""
     script = tmp_path / "train.py"
     script.write_text(_TORCHRUN_SCRIPT)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     env = dict(os.environ, VRAMSCOPE_RECORD=str(tmp_path / "out" / "mem.pickle"))
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", f"--master-port={port}", str(script)],
+        # --standalone: the launcher's store listens on a port it is given
+        # by the system, not one picked before (which another process may take).
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script)],
         env=env,
         capture_output=True,
         text=True,

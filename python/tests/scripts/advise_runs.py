@@ -50,6 +50,7 @@ would give, runs the variants and compares.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import List
 
@@ -170,22 +171,23 @@ def zero(model_name: str, out: str, variant: str = "zero") -> None:
     ``ZeroRedundancyOptimizer``; ``fsdp``: FSDP2): two processes (four for
     a variant ending in 4), each recording ``out`` with ``{rank}`` filled
     in."""
-    import socket
+    import tempfile
 
     import torch.multiprocessing as mp
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     ranks = 4 if variant.endswith("4") else 2
-    mp.spawn(_zero_rank, args=(model_name, out, port, variant, ranks), nprocs=ranks, join=True)
+    # A file store: a port picked in advance can be taken by another
+    # process before the store listens on it.
+    with tempfile.TemporaryDirectory() as d:
+        store = f"file://{os.path.join(d, 'store')}"
+        mp.spawn(_zero_rank, args=(model_name, out, store, variant, ranks), nprocs=ranks, join=True)
 
 
-def _zero_rank(rank: int, model_name: str, out: str, port: int, variant: str, ranks: int) -> None:
+def _zero_rank(rank: int, model_name: str, out: str, store: str, variant: str, ranks: int) -> None:
     import torch.distributed as dist
     from torch.distributed.optim import ZeroRedundancyOptimizer
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=ranks)
+    dist.init_process_group("gloo", init_method=store, rank=rank, world_size=ranks)
     try:
         torch.manual_seed(0)
         make, batch = MODELS[model_name]
