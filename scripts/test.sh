@@ -141,7 +141,8 @@ if [[ ${#py_test_dirs[@]} -gt 0 ]]; then
     say "pytest -q ${py_workers[*]} ${py_test_dirs[*]}"
     py_log="$logdir/pytest.log"
     set +e
-    python -m pytest -q "${py_workers[@]}" "${pytest_marks[@]}" "${py_test_dirs[@]}" 2>&1 | tee "$py_log"
+    # --durations: where the suite's time goes, in every CI log.
+    python -m pytest -q --durations=25 "${py_workers[@]}" "${pytest_marks[@]}" "${py_test_dirs[@]}" 2>&1 | tee "$py_log"
     py_rc=${PIPESTATUS[0]}
     set -e
     if [[ $py_rc -eq 5 ]]; then
