@@ -413,3 +413,23 @@ def test_the_largest_batch_for_inference_and_along_another_dimension(tmp_path: P
     x = torch.empty(1, 64, dtype=torch.long, device="meta")
     seq = vramscope.estimate(model, (x,), inference=True, device="cuda", max_batch_for=2 << 30, batch_dim=1).max_batch
     assert 64 <= seq["limit"] and seq["tried"][0]["batch"] == 64, seq
+
+
+def test_the_cuda_estimate_takes_the_allocators_and_cublas_sizes_from_the_one_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sizes the CUDA estimate works in are the ones every analysis
+    uses (``vramscope_gpus``): 512-byte blocks, the 1 MiB small request,
+    cuBLAS's workspace by compute capability and by its settings."""
+    from vramscope import _cuda_trace, _native, _trace_estimate
+
+    facts = _native.allocator_facts()
+    assert (facts["min_block"], facts["small_size"], facts["small_buffer"], facts["large_buffer"]) == (512, 1 << 20, 2 << 20, 20 << 20)
+    assert _trace_estimate._allocator_facts()["min_block"] == 512
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    monkeypatch.delenv("CUBLASLT_WORKSPACE_SIZE", raising=False)
+    assert _cuda_trace.workspace_sizes((9, 0)) == (32 << 20, 1 << 20)
+    assert _cuda_trace.workspace_sizes((8, 6)) == (8_519_680, 1 << 20)
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":1024:2")
+    monkeypatch.setenv("CUBLASLT_WORKSPACE_SIZE", "2048")
+    assert _cuda_trace.workspace_sizes((9, 0)) == (2 << 20, 2 << 20)
+    # No GPU named: the table's H100 SXM.
+    assert (_cuda_trace.sms_of(None), _cuda_trace.capability_of(80 << 30)) == (132, (9, 0))

@@ -77,19 +77,24 @@ def gpu_memory(gpu: Any) -> Tuple[Optional[int], str]:
     return int(row["total"]), row["total_from"]
 
 
+# The GPU whose kernels' choices and scratch a CUDA estimate assumes when
+# none is named (or only its bytes): the table's H100 SXM.
+DEFAULT_GPU = "NVIDIA H100 80GB HBM3"
+
+
 def sms_of(gpu: Any) -> int:
-    """Streaming multiprocessors of a GPU by name; the H100 SXM's 132 when
-    no GPU is named (or only its bytes)."""
+    """Streaming multiprocessors of a GPU by name (``DEFAULT_GPU``'s when
+    no GPU is named, or only its bytes)."""
     if gpu is None or isinstance(gpu, int):
-        return 132
+        gpu = DEFAULT_GPU
     return int(_gpu(gpu)["sms"])
 
 
 def capability_of(gpu: Any) -> Tuple[int, int]:
-    """Compute capability of a GPU by name; Hopper's (9, 0) when no GPU is
-    named (or only its bytes)."""
+    """Compute capability of a GPU by name (``DEFAULT_GPU``'s when no GPU
+    is named, or only its bytes)."""
     if gpu is None or isinstance(gpu, int):
-        return (9, 0)
+        gpu = DEFAULT_GPU
     major, minor = _gpu(gpu)["capability"]
     return (int(major), int(minor))
 
@@ -122,23 +127,19 @@ RNN_NOTE = (
 def workspace_sizes(capability: Tuple[int, int]) -> Tuple[int, int]:
     """(cuBLAS, cuBLASLt) workspace bytes, as CublasHandlePool.cpp sizes
     them (``CUBLAS_WORKSPACE_CONFIG``'s ``:SIZE:COUNT`` pairs in KiB)."""
-    cublas = (32 << 20) if capability >= (9, 0) else 8_519_680
-    conf = os.environ.get("CUBLAS_WORKSPACE_CONFIG", "")
-    parts = conf.split(":")
-    pairs = [(parts[i], parts[i + 1]) for i in range(1, len(parts) - 1, 2)]
-    total = sum(int(s) * 1024 * int(c) for s, c in pairs if s.isdigit() and c.isdigit())
-    if total > 0:
-        cublas = total
-    lt_kib = os.environ.get("CUBLASLT_WORKSPACE_SIZE", "")
-    lt = int(lt_kib) * 1024 if lt_kib.isdigit() else 1 << 20
-    return cublas, lt
+    from . import _native  # the one place these sizes are written (vramscope_gpus::workspace)
+
+    cublas, lt = _native.workspace_sizes(
+        (int(capability[0]), int(capability[1])), os.environ.get("CUBLAS_WORKSPACE_CONFIG"), os.environ.get("CUBLASLT_WORKSPACE_SIZE")
+    )
+    return int(cublas), int(lt)
 
 
 class Cuda(Kernels):
     """The CUDA-only behaviour a trace adds: the SDPA choice, and a
     workspace the first time each phase's thread runs a matmul."""
 
-    def __init__(self, capability: Tuple[int, int], sms: int = 132) -> None:
+    def __init__(self, capability: Tuple[int, int], sms: int) -> None:
         super().__init__()
         self.capability = capability
         self.sms = sms

@@ -29,6 +29,7 @@ user's stderr: around its starts and stops, and from the first start to
 from __future__ import annotations
 
 import collections
+import functools
 import sys
 import types
 import warnings
@@ -43,9 +44,16 @@ window_listeners: List[Callable[[Any], None]] = []
 # Entries each timeline action becomes in ``_profile_to_snapshot``.
 _ENTRIES_PER_ACTION = {"CREATE": 1, "DESTROY": 2, "INCREMENT_VERSION": 3}
 
-# The caching allocator on CUDA puts requests below 1 MB in the small pool.
-_SMALL_POOL_LIMIT = 1 << 20
 
+
+
+@functools.lru_cache(maxsize=None)
+def _small_size() -> int:
+    """``kSmallSize``: the CUDA caching allocator serves requests up to and
+    including it from the small pool (``vramscope_gpus::allocator``)."""
+    from . import _native
+
+    return int(_native.allocator_facts()["small_size"])
 
 class ProfilerRecorder:
     """Records CPU memory through ``torch.profiler`` and builds snapshots.
@@ -345,7 +353,7 @@ def _segment(block: Dict[str, Any]) -> Dict[str, Any]:
         "active_size": size,
         "requested_size": size,
         "stream": 0,
-        "segment_type": "small" if size < _SMALL_POOL_LIMIT else "large",
+        "segment_type": "small" if size <= _small_size() else "large",
         "segment_pool_id": (0, 0),
         "is_expandable": False,
         "frames": frames,

@@ -64,6 +64,15 @@ _SKIP_FILES = (
 )
 
 
+
+@functools.lru_cache(maxsize=None)
+def _allocator_facts() -> Dict[str, int]:
+    """The CUDA caching allocator's sizes, from the one place they are
+    written (``vramscope_gpus::allocator``)."""
+    from . import _native
+
+    return {k: int(v) for k, v in _native.allocator_facts().items()}
+
 class Estimate:
     """The result of :func:`estimate`: ``peak_bytes``, ``by_category`` (at
     the peak), ``path`` (the snapshot written, where ``path=`` asked for
@@ -162,7 +171,8 @@ class _Recorder:
         self.next_key += 1
         self.key_of[st] = key
         addr = self.next_addr
-        self.next_addr += max(512, (size + 511) // 512 * 512)
+        align = _allocator_facts()["min_block"]
+        self.next_addr += max(align, (size + align - 1) // align * align)
         frames = self._frames()
         cat = category or {"forward": "activation", "backward": "temporary", "optimizer": "temporary"}.get(self.phase, "unknown")
         now = self._tick()
@@ -465,7 +475,7 @@ def _trace(
     no ``path`` was asked for."""
     import torch
     from torch.nn.utils.stateless import _reparametrize_module
-    rec = _Recorder(512 if device == "cuda" else 1)
+    rec = _Recorder(_allocator_facts()["min_block"] if device == "cuda" else 1)
     cuda = None
     kernels: Any
     if device == "cuda":
@@ -547,7 +557,7 @@ def _trace(
                 "active_size": size,
                 "requested_size": size,
                 "stream": 0,
-                "segment_type": "large" if size >= 1 << 20 else "small",
+                "segment_type": "small" if size <= _allocator_facts()["small_size"] else "large",
                 "segment_pool_id": (0, 0),
                 "is_expandable": False,
                 "frames": [],

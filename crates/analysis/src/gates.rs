@@ -15,7 +15,7 @@ use vramscope_snapshot::Snapshot;
 
 use crate::leaks::{find_leaks, LeakOptions, LeakReport, Severity};
 use crate::liveness::Liveness;
-use crate::units::bytes;
+use vramscope_text::units::bytes;
 
 /// Version of the `vramscope check --json` schema.
 pub const CHECK_SCHEMA_VERSION: u32 = 1;
@@ -133,7 +133,7 @@ pub fn check(
                 limit: limit as f64,
                 message: format!(
                     "allocated grows by {} per iteration (limit {})",
-                    crate::units::signed_bytes(g),
+                    vramscope_text::units::signed_bytes(g),
                     bytes(limit)
                 ),
             });

@@ -41,7 +41,6 @@ pub mod segments_map;
 pub mod sites;
 pub mod summary;
 pub mod within;
-pub use vramscope_text::units;
 
 pub use categories::{Category, CategoryTotal};
 pub use diff::{diff, Diff, DiffGroup, DiffOptions, DiffTotals, SiteDelta, SizeCount};

@@ -9,8 +9,8 @@
 
 use vramscope_snapshot::{DeviceTrace, NO_TIME};
 
-use crate::units::{count, duration_us};
 use crate::Liveness;
+use vramscope_text::units::{count, duration_us};
 
 /// What the user asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -23,10 +23,11 @@
 use std::collections::HashMap;
 
 use serde::Serialize;
+use vramscope_gpus::allocator;
 use vramscope_snapshot::{BlockState, Snapshot};
 
 use crate::sites::{frame_label, site_frame};
-use crate::units::bytes;
+use vramscope_text::units::bytes;
 
 /// Segments of the pool a request draws from that hold free memory and
 /// live blocks at once: the free memory is cached, but the segment cannot
@@ -44,11 +45,11 @@ pub struct Pinned {
 /// The pinned segments of `device`'s dump for a request of `request`
 /// bytes (its pool: large segments above 1 MiB, as PyTorch's `get_pool`).
 pub fn pinned(snap: &Snapshot, device: u32, request: u64) -> Pinned {
-    let large = request > 1 << 20;
+    let large = !allocator::is_small(request);
     let mut p = Pinned::default();
     let mut by_site: HashMap<Option<_>, (u64, u64)> = HashMap::new();
     for seg in snap.segments_of(device) {
-        let is_large = seg.total_size > 2 << 20 || seg.is_expandable;
+        let is_large = seg.total_size > allocator::SMALL_BUFFER || seg.is_expandable;
         if is_large != large {
             continue;
         }

@@ -16,7 +16,7 @@
 
 use vramscope_snapshot::{OptimizerInfo, Snapshot};
 
-use crate::units::bytes;
+use vramscope_text::units::bytes;
 
 /// What a class keeps per parameter, as `torch.optim` defines it.
 fn class_rule(class: &str) -> Option<&'static str> {

@@ -15,7 +15,7 @@ use vramscope_snapshot::{DeviceTrace, Snapshot};
 
 use crate::iterations::find_iterations;
 use crate::liveness::{allocated_series, Liveness};
-use crate::units::bytes;
+use vramscope_text::units::bytes;
 
 /// Growth below this share between the first and the last recorded
 /// iteration's peak is taken for noise, not a trend.

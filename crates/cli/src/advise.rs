@@ -13,7 +13,7 @@ pub struct Args {
     /// Device memory PyTorch may use (e.g. 80GiB). Default: from the file's
     /// OOM (reserved + free on the device), else the limit its
     /// release-and-retry bursts show, else none (changes ranked by peak only).
-    #[arg(long, value_parser = vramscope_analysis::units::parse_bytes, conflicts_with = "gpu")]
+    #[arg(long, value_parser = vramscope_text::units::parse_bytes, conflicts_with = "gpu")]
     pub capacity: Option<u64>,
     /// The GPU to fit on, by the name torch.cuda.get_device_name() gives
     /// ("NVIDIA H100 80GB HBM3") or a short one (H100-80GB, H200,

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use anyhow::anyhow;
 use vramscope_analysis::gates::{check, GateOptions};
 use vramscope_analysis::leaks::LeakOptions;
-use vramscope_analysis::units::parse_bytes;
+use vramscope_text::units::parse_bytes;
 
 use crate::{input, output, CliError};
 

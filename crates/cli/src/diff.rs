@@ -6,12 +6,12 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, Context};
 use vramscope_analysis::flame::diff_tree;
 use vramscope_analysis::moment::{resolve_in, Moment, ResolvedMoment};
-use vramscope_analysis::units::signed_bytes;
 use vramscope_analysis::{diff, DiffOptions, LiveBlock, Liveness};
 use vramscope_report::diff::{
     diff_html, diff_json, diff_svg, diff_text, DiffReport, DiffSvgOptions, PeakToPeak, Side,
 };
 use vramscope_snapshot::{DeviceTrace, Snapshot};
+use vramscope_text::units::signed_bytes;
 
 use crate::input::{display_name, load, pick_device};
 use crate::{output, CliError};

@@ -7,10 +7,10 @@
 use std::path::PathBuf;
 
 use anyhow::anyhow;
-use vramscope_analysis::units::parse_bytes;
 use vramscope_estimate::{
     estimate, parse_param_count, ConfigError, Dtype, EstimateOptions, ModelConfig, Optimizer,
 };
+use vramscope_text::units::parse_bytes;
 
 use crate::{output, CliError};
 

@@ -8,8 +8,8 @@ use vramscope_analysis::flame::flame_tree;
 use vramscope_analysis::moment::{resolve_in, Moment};
 use vramscope_analysis::Liveness;
 use vramscope_report::flamegraph::{flamegraph_svg, FlameOptions};
-use vramscope_report::format::{bytes, count};
 use vramscope_snapshot::DeviceTrace;
+use vramscope_text::units::{bytes, count};
 
 use crate::input::{display_name, load, pick_device};
 use crate::{output, CliError};

@@ -5,8 +5,8 @@
 use std::path::PathBuf;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use vramscope_analysis::units::parse_bytes;
 use vramscope_ranks::{ranks_with_progress, RanksError, RanksOptions};
+use vramscope_text::units::parse_bytes;
 
 use crate::{output, CliError};
 

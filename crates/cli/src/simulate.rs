@@ -33,7 +33,7 @@ pub struct Args {
     pub scale: Vec<String>,
     /// Device memory PyTorch may use (e.g. 80GiB). Default: from the file's
     /// OOM (reserved + free on the device), else unlimited.
-    #[arg(long, value_parser = vramscope_analysis::units::parse_bytes)]
+    #[arg(long, value_parser = vramscope_text::units::parse_bytes)]
     pub capacity: Option<u64>,
     /// The memory fraction the program set with
     /// torch.cuda.set_per_process_memory_fraction(F), for files that do not

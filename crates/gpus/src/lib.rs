@@ -1,6 +1,8 @@
 //! GPUs by the name PyTorch gives them: how much memory PyTorch sees on
 //! one, where that figure comes from, and what a kernel's scratch depends
-//! on (streaming multiprocessors, compute capability).
+//! on (streaming multiprocessors, compute capability); and the device
+//! facts every crate shares: the caching allocator's sizes ([`allocator`])
+//! and the cuBLAS workspaces ([`workspace`]).
 //!
 //! The one table of GPUs in vramscope: the allocator model's `--gpu`
 //! (`vramscope_simulate::gpus`), and the estimate's `gpu=` and
@@ -21,7 +23,9 @@
 //! assert!(find("RTX 9999").unwrap_err().to_string().contains("gpu=<bytes>"));
 //! ```
 
+pub mod allocator;
 mod table;
+pub mod workspace;
 
 pub use table::GPUS;
 

@@ -27,13 +27,13 @@ use snapshot::{load, loads, Snapshot};
 /// Bytes as vramscope writes them everywhere ("1.50 GiB").
 #[pyfunction]
 fn format_bytes(n: u64) -> String {
-    vramscope_analysis::units::bytes(n)
+    vramscope_text::units::bytes(n)
 }
 
 /// Bytes from a size for people: `12GiB`, `1.5GB`, `1MiB/iter`.
 #[pyfunction]
 fn parse_bytes(s: &str) -> PyResult<u64> {
-    vramscope_analysis::units::parse_bytes(s).map_err(PyValueError::new_err)
+    vramscope_text::units::parse_bytes(s).map_err(PyValueError::new_err)
 }
 
 /// A GPU by the name `torch.cuda.get_device_name()` gives (or a short
@@ -53,6 +53,37 @@ fn gpu<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, pyo3::types::PyD
     d.set_item("sms", g.sms)?;
     d.set_item("capability", (g.capability.0, g.capability.1))?;
     Ok(d)
+}
+
+/// The CUDA caching allocator's sizes (`vramscope_gpus::allocator`), for
+/// the Python estimate and recorders: `{"min_block", "small_size",
+/// "small_buffer", "large_buffer", "min_large_alloc", "round_large"}`.
+#[pyfunction]
+fn allocator_facts(py: Python<'_>) -> PyResult<Bound<'_, pyo3::types::PyDict>> {
+    use vramscope_gpus::allocator as a;
+    let d = pyo3::types::PyDict::new(py);
+    d.set_item("min_block", a::MIN_BLOCK)?;
+    d.set_item("small_size", a::SMALL_SIZE)?;
+    d.set_item("small_buffer", a::SMALL_BUFFER)?;
+    d.set_item("large_buffer", a::LARGE_BUFFER)?;
+    d.set_item("min_large_alloc", a::MIN_LARGE_ALLOC)?;
+    d.set_item("round_large", a::ROUND_LARGE)?;
+    Ok(d)
+}
+
+/// `(cuBLAS, cuBLASLt)` workspace bytes for a compute capability and the
+/// values of `CUBLAS_WORKSPACE_CONFIG` and `CUBLASLT_WORKSPACE_SIZE` (or
+/// `None`), as `CublasHandlePool.cpp` sizes them (`vramscope_gpus::workspace`).
+#[pyfunction]
+#[pyo3(signature = (capability, cublas_config=None, lt_config=None))]
+fn workspace_sizes(
+    capability: (u32, u32),
+    cublas_config: Option<&str>,
+    lt_config: Option<&str>,
+) -> (u64, u64) {
+    use vramscope_gpus::workspace as w;
+    let cublas = w::cublas_sizes(Some(capability), cublas_config);
+    (cublas[0], w::cublaslt_size(lt_config))
 }
 
 /// Run the vramscope command line (`args` without the program name) and
@@ -91,6 +122,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(parse_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(format_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(gpu, m)?)?;
+    m.add_function(wrap_pyfunction!(allocator_facts, m)?)?;
+    m.add_function(wrap_pyfunction!(workspace_sizes, m)?)?;
     m.add_function(wrap_pyfunction!(cycles_analyze, m)?)?;
     m.add_function(wrap_pyfunction!(cycles_merge, m)?)?;
     m.add_function(wrap_pyfunction!(cycles_html, m)?)?;

@@ -77,7 +77,7 @@ impl Snapshot {
     #[pyo3(signature = (device=None))]
     fn categories_json(&self, py: Python<'_>, device: Option<u32>) -> PyResult<String> {
         let devices = match device {
-            Some(_) => vec![self.device_or_first(device)?],
+            Some(_) => vec![self.pick_device(device)?],
             None => self.inner.devices(),
         };
         Ok(py.detach(|| {
@@ -93,7 +93,7 @@ impl Snapshot {
     #[pyo3(signature = (device=None))]
     fn categories_text(&self, py: Python<'_>, device: Option<u32>) -> PyResult<String> {
         let devices = match device {
-            Some(_) => vec![self.device_or_first(device)?],
+            Some(_) => vec![self.pick_device(device)?],
             None => self.inner.devices(),
         };
         let name = self.display_name();
@@ -116,7 +116,7 @@ impl Snapshot {
         source_roots: Vec<PathBuf>,
         read_sources: bool,
     ) -> PyResult<String> {
-        let device = self.device_or_first(device)?;
+        let device = self.pick_device(device)?;
         let opts = leak_options(min_growth, source_roots, read_sources);
         Ok(py.detach(|| vramscope_report::leaks_json(&find_leaks(&self.inner, device, &opts))))
     }
@@ -132,7 +132,7 @@ impl Snapshot {
         read_sources: bool,
         verbose: bool,
     ) -> PyResult<String> {
-        let device = self.device_or_first(device)?;
+        let device = self.pick_device(device)?;
         let opts = leak_options(min_growth, source_roots, read_sources);
         let name = self.display_name();
         Ok(py.detach(|| {
@@ -153,7 +153,7 @@ impl Snapshot {
         max_growth: Option<u64>,
         source_roots: Vec<PathBuf>,
     ) -> PyResult<String> {
-        let device = self.device_or_first(device)?;
+        let device = self.pick_device(device)?;
         let gates = GateOptions {
             max_peak,
             max_reserved,
@@ -209,7 +209,7 @@ impl Snapshot {
         text: bool,
         fraction: Option<f64>,
     ) -> PyResult<String> {
-        let device = self.device_or_first(device)?;
+        let device = self.pick_device(device)?;
         let opts = vramscope_simulate::SimulateOptions {
             device: Some(device),
             set,
@@ -245,7 +245,7 @@ impl Snapshot {
         fraction: Option<f64>,
         ranks: Option<u32>,
     ) -> PyResult<String> {
-        let device = self.device_or_first(device)?;
+        let device = self.pick_device(device)?;
         let opts = vramscope_simulate::AdviseOptions {
             device: Some(device),
             capacity,
@@ -299,7 +299,7 @@ impl Snapshot {
 impl Snapshot {
     /// `device`, checked, or the first device with segments or events
     /// (the library's rule, shared with the CLI).
-    fn device_or_first(&self, device: Option<u32>) -> PyResult<u32> {
+    fn pick_device(&self, device: Option<u32>) -> PyResult<u32> {
         self.inner.pick_device(device).map_err(to_py)
     }
 

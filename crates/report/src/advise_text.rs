@@ -4,8 +4,8 @@
 
 use std::fmt::Write;
 
-use vramscope_analysis::units::{bytes, signed_bytes};
 use vramscope_simulate::{Advice, Advising, Method};
+use vramscope_text::units::{bytes, signed_bytes};
 
 fn verdict(a: &Advice) -> &'static str {
     match a.fits {

@@ -5,7 +5,7 @@ use std::fmt::Write;
 use vramscope_analysis::categories::{CategoryView, Rule, Shares, Source};
 use vramscope_analysis::{Category, CategoryTotal};
 
-use crate::format::{bytes, count};
+use vramscope_text::units::{bytes, count};
 
 /// The `--json` form (pretty-printed, stable field names).
 pub fn categories_json(views: &[CategoryView]) -> String {

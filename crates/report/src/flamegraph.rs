@@ -17,7 +17,7 @@
 use vramscope_analysis::flame::{FlameNode, FrameKind};
 
 use crate::flame_svg::{draw, fnv, Chart};
-use crate::format::{bytes, count};
+use vramscope_text::units::{bytes, count};
 
 /// How the SVG is drawn.
 #[derive(Clone, Debug)]

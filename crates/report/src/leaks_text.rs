@@ -5,7 +5,7 @@ use std::fmt::Write;
 use vramscope_analysis::iterations::IterationSource;
 use vramscope_analysis::leaks::{Finding, LeakReport, Severity};
 
-use crate::format::{bytes, count};
+use vramscope_text::units::{bytes, count};
 
 /// Iterations listed one per line before the table is elided.
 const ITERATION_ROWS: usize = 12;

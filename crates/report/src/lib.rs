@@ -13,7 +13,6 @@ mod categories_text;
 pub mod diff;
 mod flame_svg;
 pub mod flamegraph;
-pub mod format;
 pub mod html;
 mod leaks_text;
 mod ranks_text;

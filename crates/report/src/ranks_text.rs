@@ -3,8 +3,8 @@
 
 use std::fmt::Write;
 
-use vramscope_analysis::units::bytes;
 use vramscope_ranks::Ranks;
+use vramscope_text::units::bytes;
 
 fn dur(us: Option<i64>) -> String {
     match us {

@@ -5,8 +5,8 @@
 use std::collections::HashMap;
 use std::fmt::Write;
 
-use crate::format::{bytes, count};
 use vramscope_analysis::segments_map::{SegmentView, SegmentsMap};
+use vramscope_text::units::{bytes, count};
 
 /// How the map is drawn.
 #[derive(Clone, Debug)]

@@ -3,8 +3,8 @@
 
 use std::fmt::Write;
 
-use vramscope_analysis::units::bytes;
 use vramscope_simulate::Simulation;
+use vramscope_text::units::bytes;
 
 /// The simulation of `name` as a terminal table.
 pub fn simulate_text(s: &Simulation, name: &str) -> String {

@@ -6,7 +6,7 @@ use std::fmt::Write;
 use vramscope_analysis::categories::Source;
 use vramscope_analysis::{Category, CategoryTotal, DeviceSummary, Site, Summary};
 
-use crate::format::{bytes, count, duration_us, timestamp_us};
+use vramscope_text::units::{bytes, count, duration_us, timestamp_us};
 
 /// Render a summary for a terminal. `name` labels the input (a file name).
 pub fn summary_text(s: &Summary, name: &str) -> String {

@@ -10,7 +10,7 @@ use vramscope_analysis::reach::Reach;
 /// Bytes as the rest of vramscope prints them (`762.00 MiB`, `1.00 GiB`):
 /// never a "0.00 GiB" for an amount that is not zero.
 fn gib(b: u64) -> String {
-    vramscope_analysis::units::bytes(b)
+    vramscope_text::units::bytes(b)
 }
 
 /// What the search over the model found must go, as a sentence's end.

@@ -11,6 +11,7 @@
 
 use crate::model::{pool_index, Allocator, Block, Expandable, SegmentEvent};
 use crate::settings::SMALL_BUFFER;
+use vramscope_gpus::allocator::GRANULE;
 
 /// Address space of a segment when the device's size is unknown.
 const UNBOUNDED_SPACE: u64 = 1 << 44;
@@ -46,7 +47,7 @@ impl Allocator {
         let base = base.unwrap_or_else(|| self.next_address.div_ceil(page) * page);
         self.next_address = self
             .next_address
-            .max((base + space).div_ceil(2 << 20) * (2 << 20));
+            .max((base + space).div_ceil(GRANULE) * GRANULE);
         let id = self.expandables.len();
         self.expandables.push(Some(Expandable { base, page }));
         self.blocks.insert(

@@ -17,8 +17,8 @@
 //! with 57.7 MB to spare under the default outside figure and ran out at 521.
 
 use serde::Serialize;
-use vramscope_analysis::units::bytes;
 use vramscope_snapshot::Snapshot;
+use vramscope_text::units::bytes;
 
 use crate::replay::{replay, ReplaySetup};
 use crate::settings::Settings;

@@ -19,6 +19,7 @@ use vramscope_snapshot::hash::FxHashMap as HashMap;
 
 use serde::Serialize;
 use vramscope_analysis::iterations::find_iterations;
+use vramscope_gpus::allocator::{block_size, MIN_BLOCK};
 use vramscope_snapshot::{Action, DeviceTrace, Snapshot};
 
 /// How far ahead of the last aligned allocation the alignment looks for
@@ -276,7 +277,7 @@ fn project(
                     size,
                     stream: t.stream[e],
                 });
-                next += size.div_ceil(512) * 512 + 512;
+                next += block_size(size) + MIN_BLOCK;
             }
             Action::FreeCompleted => match counterpart.remove(&t.addr[e]) {
                 Some(None) => {}

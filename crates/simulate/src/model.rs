@@ -15,6 +15,7 @@ use std::collections::BTreeSet;
 use vramscope_snapshot::hash::FxHashMap as HashMap;
 
 use crate::settings::{Settings, MIN_BLOCK, SMALL_SIZE};
+use vramscope_gpus::allocator::GRANULE;
 
 /// What the model did to the device, in order (the trace's segment events).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -300,9 +301,9 @@ impl Allocator {
                 // same bytes break the model.
                 let mut a = self.next_address;
                 while let Some(end) = self.overlap_end(a, seg) {
-                    a = end.div_ceil(2 << 20) * (2 << 20);
+                    a = end.div_ceil(GRANULE) * GRANULE;
                 }
-                self.next_address = a + seg.div_ceil(2 << 20) * (2 << 20);
+                self.next_address = a + seg.div_ceil(GRANULE) * GRANULE;
                 a
             }
         };

@@ -4,6 +4,7 @@
 //! them, the blocks in use then.
 
 use crate::model::{Allocator, Block};
+use vramscope_gpus::allocator::GRANULE;
 
 impl Allocator {
     /// A segment that existed before the replay, at its recorded address:
@@ -23,7 +24,7 @@ impl Allocator {
         self.reserved += size;
         self.peak_reserved = self.peak_reserved.max(self.reserved);
         // New segments of the replay go above every recorded one.
-        let end = (addr + size).div_ceil(2 << 20) * (2 << 20);
+        let end = (addr + size).div_ceil(GRANULE) * GRANULE;
         self.next_address = self.next_address.max(end);
     }
 

@@ -4,17 +4,10 @@
 
 use serde::Serialize;
 
-pub const MIB: u64 = 1024 * 1024;
-/// `kMinBlockSize`: every block is a multiple of 512 bytes.
-pub const MIN_BLOCK: u64 = 512;
-/// `kSmallSize`: requests up to 1 MiB use the small pool.
-pub const SMALL_SIZE: u64 = MIB;
-/// `kSmallBuffer`: small-pool segments are 2 MiB.
-pub const SMALL_BUFFER: u64 = 2 * MIB;
-/// `kMinLargeAlloc`: requests below 10 MiB get a `kLargeBuffer` segment.
-pub const MIN_LARGE_ALLOC: u64 = 10 * MIB;
-/// `kRoundLarge`: larger segments are rounded up to 2 MiB.
-pub const ROUND_LARGE: u64 = 2 * MIB;
+// The allocator's sizes, written once for every crate.
+pub use vramscope_gpus::allocator::{
+    LARGE_BUFFER, MIB, MIN_BLOCK, MIN_LARGE_ALLOC, ROUND_LARGE, SMALL_BUFFER, SMALL_SIZE,
+};
 
 /// Settings of the caching allocator. `Default` is PyTorch's default.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -49,7 +42,7 @@ impl Default for Settings {
             garbage_collection_threshold: 0.0,
             expandable_segments: false,
             memory_fraction: None,
-            large_segment_size: 20 * MIB,
+            large_segment_size: LARGE_BUFFER,
         }
     }
 }
@@ -231,7 +224,7 @@ impl Settings {
 
     /// The pool a rounded request uses.
     pub fn is_small(&self, size: u64) -> bool {
-        size <= SMALL_SIZE
+        vramscope_gpus::allocator::is_small(size)
     }
 }
 

@@ -11,6 +11,7 @@ use vramscope_analysis::edits::Edits;
 use vramscope_snapshot::{Action, Snapshot};
 
 use crate::model::Allocator;
+use vramscope_gpus::allocator::LARGE_BUFFER;
 
 /// Reserved bytes just before trace entry `from`: the dumped segments with
 /// the segment events from `from` on undone.
@@ -188,7 +189,7 @@ fn mapped_at_start(snap: &Snapshot, device: u32) -> Vec<(u64, u64, u64, bool)> {
             let small = match s.segment_type {
                 vramscope_snapshot::SegmentType::Small => true,
                 vramscope_snapshot::SegmentType::Large => false,
-                vramscope_snapshot::SegmentType::Unknown => s.total_size % (20 << 20) != 0,
+                vramscope_snapshot::SegmentType::Unknown => s.total_size % LARGE_BUFFER != 0,
             };
             (s.address, s.address + s.total_size, s.stream, small)
         })
@@ -220,7 +221,7 @@ fn mapped_at_start(snap: &Snapshot, device: u32) -> Vec<(u64, u64, u64, bool)> {
                 let small = ranges
                     .iter()
                     .find(|r| r.1 == lo || r.0 == hi)
-                    .map_or(t.size[i] % (20 << 20) != 0, |r| r.3);
+                    .map_or(t.size[i] % LARGE_BUFFER != 0, |r| r.3);
                 ranges.push((lo, hi, t.stream[i], small));
                 ranges.sort_unstable();
                 // Merge touching ranges of one stream and pool.

@@ -133,7 +133,7 @@ fn the_bytes_said_to_go_make_the_replay_fit_and_one_block_fewer_does_not() {
             }
             if m.label == "recorded" {
                 assert!(
-                    a.contains(&vramscope_analysis::units::bytes(m.bytes)),
+                    a.contains(&vramscope_text::units::bytes(m.bytes)),
                     "seed {seed}: {a}"
                 );
             }

@@ -17,12 +17,10 @@ use crate::stacks::StackId;
 use crate::trace::Action;
 use std::collections::{BTreeSet, HashMap};
 
-pub(crate) const SMALL_SIZE: u64 = 1 << 20;
-const SMALL_BUFFER: u64 = 2 << 20;
-const LARGE_BUFFER: u64 = 20 << 20;
-const MIN_LARGE_ALLOC: u64 = 10 << 20;
-const ROUND_LARGE: u64 = 2 << 20;
-const MIN_BLOCK: u64 = 512;
+pub(crate) use vramscope_gpus::allocator::SMALL_SIZE;
+use vramscope_gpus::allocator::{
+    LARGE_BUFFER, MIN_BLOCK, MIN_LARGE_ALLOC, ROUND_LARGE, SMALL_BUFFER,
+};
 
 #[derive(Clone, Debug)]
 pub(crate) struct Block {
@@ -66,7 +64,7 @@ pub(crate) struct Allocator {
 
 /// `size` rounded as the allocator does (at least 512, multiple of 512).
 pub(crate) fn round_size(size: u64) -> u64 {
-    size.max(1).div_ceil(MIN_BLOCK) * MIN_BLOCK
+    vramscope_gpus::allocator::block_size(size)
 }
 
 fn pool(size: u64) -> usize {

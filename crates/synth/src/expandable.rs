@@ -26,6 +26,7 @@
 use crate::allocator::Block;
 use crate::stacks::StackId;
 use crate::trace::Action;
+use vramscope_gpus::allocator::{LARGE_BUFFER, SMALL_BUFFER};
 
 /// A segment event: (action, address, bytes).
 pub(crate) type SegmentEvent = (Action, u64, u64);
@@ -61,7 +62,7 @@ fn piece(addr: u64, size: u64, mapped: bool) -> Block {
 
 impl Space {
     pub(crate) fn new(base: u64, small: bool) -> Space {
-        let page = if small { 2 << 20 } else { 20 << 20 };
+        let page = if small { SMALL_BUFFER } else { LARGE_BUFFER };
         Space {
             base,
             page,

@@ -1,4 +1,4 @@
-//! Byte counts and counts for people, and sizes read from text.
+//! Byte counts, counts, durations and times for people, and sizes read from text.
 
 /// `1536` → `1.50 KiB`; bytes below 1 KiB print as `512 B`.
 pub fn bytes(n: u64) -> String {
@@ -98,6 +98,30 @@ pub fn duration_us(us: i64) -> String {
     }
 }
 
+/// µs since the Unix epoch as `2026-11-21 21:46:43.123 UTC`.
+pub fn timestamp_us(us: i64) -> String {
+    let secs = us.div_euclid(1_000_000);
+    let ms = us.rem_euclid(1_000_000) / 1000;
+    let days = secs.div_euclid(86_400);
+    let sod = secs.rem_euclid(86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + (m <= 2) as i64;
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{ms:03} UTC",
+        sod / 3600,
+        sod / 60 % 60,
+        sod % 60
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,5 +141,13 @@ mod tests {
         assert_eq!(signed_bytes(1536.0), "+1.50 KiB");
         assert_eq!(signed_bytes(0.2), "0 B");
         assert_eq!(signed_bytes(i64::MIN as f64), "-8192.00 PiB");
+    }
+
+    #[test]
+    fn timestamps_are_utc_with_milliseconds() {
+        assert_eq!(
+            timestamp_us(1_763_324_225_770_003),
+            "2025-11-16 20:17:05.770 UTC"
+        );
     }
 }

@@ -33,12 +33,13 @@ use vramscope_snapshot::{Action, DeviceTrace, Snapshot};
 use super::phases::StackPhases;
 use super::{Categories, Category, Phase, Phases, Rule, Source};
 use crate::lifetimes::{Lifetimes, BEFORE_WINDOW, STILL_ALIVE};
+use vramscope_gpus::allocator::MIN_BLOCK;
 
 /// Sizes compared across allocations and blocks: the caching allocator
 /// rounds requests up to 512 bytes, and blocks from before the window carry
 /// their rounded size while trace entries carry the request.
 pub(super) fn rounded(size: u64) -> u64 {
-    size.div_ceil(512) * 512
+    size.div_ceil(MIN_BLOCK).saturating_mul(MIN_BLOCK)
 }
 
 pub(super) fn infer(

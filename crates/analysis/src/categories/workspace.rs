@@ -27,11 +27,7 @@ use super::phases::StackPhases;
 use super::{Categories, Category, Phase, Phases, Rule, Source};
 use crate::lifetimes::{Lifetimes, BEFORE_WINDOW, STILL_ALIVE};
 
-/// cuBLAS workspace sizes `parseChosenWorkspaceSize` picks by default:
-/// Hopper and Blackwell, then every other GPU (`4096 KiB × 2 + 16 KiB × 8`).
-const CUBLAS_SIZES: [u64; 2] = [32 << 20, 8_519_680];
-/// cuBLASLt's default workspace (`CUBLASLT_WORKSPACE_SIZE`, 1024 KiB).
-const CUBLASLT_SIZE: u64 = 1 << 20;
+use vramscope_gpus::workspace::{cublas_sizes, cublaslt_size};
 
 /// The workspace sizes of the recording: cuBLAS's (from
 /// `CUBLAS_WORKSPACE_CONFIG` or the device's compute capability, where the
@@ -48,45 +44,17 @@ impl Sizes {
             .recorder
             .as_ref()
             .and_then(|r| r.device.as_ref());
-        let config = facts
-            .and_then(|d| d.env("CUBLAS_WORKSPACE_CONFIG"))
-            .and_then(parse_workspace_config);
-        let cublas = match (config, facts.and_then(|d| d.capability)) {
-            (Some(n), _) => vec![n],
-            (None, Some((major, _))) if major >= 9 => vec![CUBLAS_SIZES[0]],
-            (None, Some(_)) => vec![CUBLAS_SIZES[1]],
-            (None, None) => CUBLAS_SIZES.to_vec(),
-        };
-        let lt = facts
-            .and_then(|d| d.env("CUBLASLT_WORKSPACE_SIZE"))
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map_or(CUBLASLT_SIZE, |kib| kib << 10);
+        let cublas = cublas_sizes(
+            facts.and_then(|d| d.capability),
+            facts.and_then(|d| d.env("CUBLAS_WORKSPACE_CONFIG")),
+        );
+        let lt = cublaslt_size(facts.and_then(|d| d.env("CUBLASLT_WORKSPACE_SIZE")));
         Sizes { cublas, lt }
     }
 
     fn is_cublas(&self, size: u64) -> bool {
         self.cublas.contains(&size)
     }
-}
-
-/// `CUBLAS_WORKSPACE_CONFIG` as `parseChosenWorkspaceSize` reads it: every
-/// `:SIZE:COUNT` pair (SIZE in KiB) adds SIZE × COUNT
-/// (aten/src/ATen/cuda/CublasHandlePool.cpp); `None` when no pair parses.
-pub(crate) fn parse_workspace_config(v: &str) -> Option<u64> {
-    let nums: Vec<&str> = v.split(':').collect();
-    let mut total = 0u64;
-    let mut found = false;
-    let mut i = 1;
-    while i + 1 < nums.len() {
-        if let (Ok(size), Ok(count)) = (nums[i].parse::<u64>(), nums[i + 1].parse::<u64>()) {
-            total += size * 1024 * count;
-            found = true;
-            i += 2;
-        } else {
-            i += 1;
-        }
-    }
-    (found && total > 0).then_some(total)
 }
 
 /// C++ functions that allocate a workspace.
@@ -229,18 +197,5 @@ fn by_size(
         if !lt || cublas_found {
             set(c, b, Rule::WorkspaceSize);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_workspace_config;
-
-    #[test]
-    fn workspace_config_as_pytorch_reads_it() {
-        assert_eq!(parse_workspace_config(":4096:8"), Some(32 << 20));
-        assert_eq!(parse_workspace_config(":4096:2:16:8"), Some(8_519_680));
-        assert_eq!(parse_workspace_config(":1024:2"), Some(2 << 20));
-        assert_eq!(parse_workspace_config("nonsense"), None);
     }
 }

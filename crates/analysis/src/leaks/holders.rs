@@ -10,7 +10,7 @@ use vramscope_snapshot::{DeviceTrace, Holder, Snapshot};
 
 use super::source::Sources;
 use crate::lifetimes::{Lifetimes, BEFORE_WINDOW, STILL_ALIVE};
-use crate::units::bytes;
+use vramscope_text::units::bytes;
 
 /// A holder of some of one site's tensors.
 #[derive(Clone, Debug, Serialize)]

@@ -19,19 +19,14 @@ use vramscope_snapshot::{Action, DeviceTrace, Snapshot};
 
 use super::{totals, BlockView, SegmentView, SegmentsMap, SEGMENTS_SCHEMA_VERSION};
 
-const SMALL_SEGMENT: u64 = 2 << 20;
-/// The allocator's granularity: every block is a multiple of it.
-const MIN_BLOCK: u64 = 512;
-/// In the large pool, a block is split only when more than this remains.
-const SMALL_SIZE: u64 = 1 << 20;
+// In the large pool, a block is split only when more than SMALL_SIZE
+// remains; small-pool segments are SMALL_BUFFER.
+use vramscope_gpus::allocator::{SMALL_BUFFER as SMALL_SEGMENT, SMALL_SIZE};
 
 /// The block the allocator hands out for a request: traces record the
 /// requested size, blocks are rounded up to 512 bytes.
 fn rounded(requested: u64) -> u64 {
-    requested
-        .max(1)
-        .div_ceil(MIN_BLOCK)
-        .saturating_mul(MIN_BLOCK)
+    vramscope_gpus::allocator::block_size(requested)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]

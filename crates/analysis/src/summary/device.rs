@@ -283,29 +283,29 @@ fn summarize_walked(
     if peak_reserved_bytes < liveness.peak_bytes && caching_allocator {
         inconsistencies.push(format!(
             "reserved peaked at {}, below allocated's peak of {}: the trace misses segment events (its buffer wrapped, or the file is cut), so reserved is known only where segments were seen",
-            crate::units::bytes(peak_reserved_bytes),
-            crate::units::bytes(liveness.peak_bytes)
+            vramscope_text::units::bytes(peak_reserved_bytes),
+            vramscope_text::units::bytes(liveness.peak_bytes)
         ));
     }
     if end.reserved_bytes < end.allocated_bytes {
         inconsistencies.push(format!(
             "at the end reserved ({}) is below allocated ({}): the segments are damaged",
-            crate::units::bytes(end.reserved_bytes),
-            crate::units::bytes(end.allocated_bytes)
+            vramscope_text::units::bytes(end.reserved_bytes),
+            vramscope_text::units::bytes(end.allocated_bytes)
         ));
     }
     let disagree = !t.is_empty() && !dump_matches_trace_end(snap, device, &end_live);
     if disagree && snap.source.truncated {
         inconsistencies.push(format!(
             "the file is cut inside the trace: its last recovered event leaves {} allocated, the segments written at the dump hold {}; \"alive at the end\" lists the former, events after the cut are lost",
-            crate::units::bytes(trace_end),
-            crate::units::bytes(end.allocated_bytes)
+            vramscope_text::units::bytes(trace_end),
+            vramscope_text::units::bytes(end.allocated_bytes)
         ));
     } else if disagree && snap.source.recorder.is_some() {
         inconsistencies.push(format!(
             "the trace leaves {} allocated at its end, the segments at the dump hold {}: the dump was taken at another moment than the trace's last event",
-            crate::units::bytes(trace_end),
-            crate::units::bytes(end.allocated_bytes)
+            vramscope_text::units::bytes(trace_end),
+            vramscope_text::units::bytes(end.allocated_bytes)
         ));
     }
     DeviceSummary {

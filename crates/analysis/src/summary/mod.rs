@@ -300,9 +300,9 @@ pub fn history(snap: &Snapshot) -> Option<String> {
             (seen > kept).then(|| {
                 format!(
                     "the recording kept its last {} allocations and frees of {} ({} older ones dropped): memory allocated before its window is counted from the window's start, and the iterations before it are not in the file; {raise}",
-                    crate::units::count(kept),
-                    crate::units::count(seen),
-                    crate::units::count(seen - kept)
+                    vramscope_text::units::count(kept),
+                    vramscope_text::units::count(seen),
+                    vramscope_text::units::count(seen - kept)
                 )
             })
         }
@@ -318,7 +318,7 @@ pub fn history(snap: &Snapshot) -> Option<String> {
             (h.max > 0 && longest >= h.max).then(|| {
                 format!(
                     "the allocator history is full ({} entries, its limit): older events were dropped, memory allocated before its window is counted from the window's start, and earlier iterations are not in the file; {raise}",
-                    crate::units::count(h.max)
+                    vramscope_text::units::count(h.max)
                 )
             })
         }
@@ -347,10 +347,13 @@ pub fn damage(snap: &Snapshot) -> Option<String> {
         let kept = match span {
             Some(us) => format!(
                 "{} events recovered, covering {} of the recording",
-                crate::units::count(events as u64),
-                crate::units::duration_us(us)
+                vramscope_text::units::count(events as u64),
+                vramscope_text::units::duration_us(us)
             ),
-            None => format!("{} events recovered", crate::units::count(events as u64)),
+            None => format!(
+                "{} events recovered",
+                vramscope_text::units::count(events as u64)
+            ),
         };
         return Some(format!(
             "the file is cut short ({reason}); everything shown covers only the part before the cut ({kept}): the events after it, the iterations they held and the tensors they freed are lost"
@@ -366,7 +369,7 @@ pub fn damage(snap: &Snapshot) -> Option<String> {
             .collect();
         return Some(format!(
             "the file has {} damaged value(s), repaired ({}{}): figures built from them may be off; `vramscope summary` lists each",
-            crate::units::count(n),
+            vramscope_text::units::count(n),
             fields.join(", "),
             if src.repairs.len() > 3 { ", ..." } else { "" }
         ));

@@ -8,9 +8,9 @@ use vramscope_analysis::{DiffGroup, DiffTotals, SiteDelta};
 
 use super::svg::{diff_svg, DiffSvgOptions};
 use super::{sizes_text, DiffReport};
-use crate::format::{bytes, count, signed_bytes};
 use vramscope_analysis::flame::DiffNode;
 use vramscope_text::escape::markup;
+use vramscope_text::units::{bytes, count, signed_bytes};
 
 const STYLE: &str = "\
 body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:24px auto;max-width:1280px;padding:0 16px;color:#1d1d1f;background:#fff}\

@@ -28,7 +28,7 @@ mod text;
 use serde::Serialize;
 use vramscope_analysis::{Diff, DiffTotals, SiteDelta};
 
-use crate::format::bytes;
+use vramscope_text::units::bytes;
 
 pub use html::diff_html;
 pub use svg::{diff_svg, DiffSvgOptions};
@@ -121,7 +121,13 @@ pub(crate) fn sizes_text(g: &vramscope_analysis::DiffGroup) -> String {
     let mut parts: Vec<String> = g
         .sizes
         .iter()
-        .map(|s| format!("{} × {}", crate::format::count(s.count), bytes(s.size)))
+        .map(|s| {
+            format!(
+                "{} × {}",
+                vramscope_text::units::count(s.count),
+                bytes(s.size)
+            )
+        })
         .collect();
     let listed: u64 = g.sizes.iter().map(|s| s.count).sum();
     if listed < g.count {

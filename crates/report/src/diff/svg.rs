@@ -6,8 +6,8 @@
 use vramscope_analysis::flame::DiffNode;
 
 use crate::flame_svg::{draw, Chart};
-use crate::format::signed_bytes;
-use crate::format::{bytes, count};
+use vramscope_text::units::signed_bytes;
+use vramscope_text::units::{bytes, count};
 
 /// How the differential SVG is drawn.
 #[derive(Clone, Debug)]

@@ -5,7 +5,7 @@ use std::fmt::Write;
 use vramscope_analysis::{DiffGroup, DiffTotals, SiteDelta};
 
 use super::{sizes_text, DiffReport};
-use crate::format::{bytes, count, signed_bytes};
+use vramscope_text::units::{bytes, count, signed_bytes};
 
 /// Callers shown after a group's site, to tell apart stacks that share it.
 const CALLERS: usize = 2;

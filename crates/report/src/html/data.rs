@@ -153,11 +153,13 @@ fn segments(snap: &Snapshot, device: u32, t: &DeviceTrace) -> Vec<SegPiece> {
                 let kind = if expandable {
                     SEG_EXPANDABLE
                 } else {
-                    kind_at_end(addr).unwrap_or(if size == 2 << 20 {
-                        SEG_SMALL
-                    } else {
-                        SEG_LARGE
-                    })
+                    kind_at_end(addr).unwrap_or(
+                        if size == vramscope_gpus::allocator::SMALL_BUFFER {
+                            SEG_SMALL
+                        } else {
+                            SEG_LARGE
+                        },
+                    )
                 };
                 open.insert(
                     addr,

@@ -47,7 +47,7 @@ pub(super) fn settings_candidates(sim: &Simulation) -> Vec<Candidate> {
 /// Where no setting serves the failing request: the least of the biggest
 /// holders' memory whose absence lets the replay serve it, freed.
 pub(super) fn must_go_candidate(sim: &Simulation) -> Option<Candidate> {
-    use vramscope_analysis::units::bytes;
+    use vramscope_text::units::bytes;
     let m = sim.must_go.iter().find(|m| m.label == "recorded")?;
     let mut edits = Edits::default();
     crate::must_go::never_allocated(&mut edits, &m.gone);
@@ -208,7 +208,7 @@ pub(super) fn category_candidates(
                  size: the memory that grows with the batch; the inputs whole (the chunks are views of the batch), \
                  parameters and optimizer state as recorded{}",
                 batch.len(),
-                vramscope_analysis::units::bytes(bytes_of(&batch)),
+                vramscope_text::units::bytes(bytes_of(&batch)),
                 if early == 0 && !trained {
                     String::new()
                 } else if early == 0 {
@@ -217,7 +217,7 @@ pub(super) fn category_candidates(
                     format!(
                         "; the {early} gradient blocks ({}) made at the start of their iteration: the first \
                          micro-batch's gradients, alive while the second runs",
-                        vramscope_analysis::units::bytes(early_bytes)
+                        vramscope_text::units::bytes(early_bytes)
                     )
                 }
             ),
@@ -231,7 +231,7 @@ pub(super) fn category_candidates(
             why: "no memory in this trace is labelled optimizer state".into(),
         });
     } else {
-        let total = vramscope_analysis::units::bytes(bytes_of(&state));
+        let total = vramscope_text::units::bytes(bytes_of(&state));
         out.push(Candidate {
             class: ChangeClass::OptimizerState8bit,
             change: "8-bit optimizer state (bitsandbytes or torchao)".into(),
@@ -331,7 +331,7 @@ fn cpu_offload(
         .map(|&b| l.size[b])
         .sum();
     let temp_bytes: u64 = gone.iter().map(|&(b, _)| l.size[b]).sum::<u64>() - state_bytes;
-    let bytes = vramscope_analysis::units::bytes;
+    let bytes = vramscope_text::units::bytes;
     Candidate {
         class: ChangeClass::CpuOffload,
         change: "the optimizer state and step offloaded to the CPU (torchao's CPUOffloadOptimizer; DeepSpeed's \
@@ -420,7 +420,7 @@ pub(super) fn kept_outputs_candidate(
         how: format!(
             "replayed with the {n} blocks ({}) that each iteration leaves alive into the next, freed there (when its \
              variables are assigned again), freed at the end of their own iteration",
-            vramscope_analysis::units::bytes(bytes)
+            vramscope_text::units::bytes(bytes)
         ),
     })
 }

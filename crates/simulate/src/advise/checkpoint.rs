@@ -22,8 +22,8 @@ use std::collections::BTreeMap;
 
 use vramscope_analysis::edits::{Change, ChangeKind, ChangeMatch, Edits, Rerun};
 use vramscope_analysis::lifetimes::{Lifetimes, BEFORE_WINDOW, STILL_ALIVE};
-use vramscope_analysis::units::bytes;
 use vramscope_snapshot::{Action, AnnotationStage, Snapshot};
+use vramscope_text::units::bytes;
 
 use super::{refuse, Advice, Candidate, ChangeClass, Method, NotOffered};
 use crate::settings::Settings;

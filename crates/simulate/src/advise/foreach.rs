@@ -27,8 +27,8 @@ use vramscope_analysis::categories::{Labelled, Rule};
 use vramscope_analysis::edits::{for_blocks, ChangeKind};
 use vramscope_analysis::iterations::Iterations;
 use vramscope_analysis::sites::frame_location;
-use vramscope_analysis::units::bytes;
 use vramscope_snapshot::Snapshot;
+use vramscope_text::units::bytes;
 
 use super::{refuse, Candidate, ChangeClass, Method, NotOffered};
 use crate::settings::Settings;

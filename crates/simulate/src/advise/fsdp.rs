@@ -50,8 +50,8 @@ use std::collections::BTreeMap;
 use vramscope_analysis::categories::{Category, Labelled, Phase, Phases, Rule};
 use vramscope_analysis::edits::{for_blocks, ChangeKind, Extra};
 use vramscope_analysis::lifetimes::BEFORE_WINDOW;
-use vramscope_analysis::units::bytes;
 use vramscope_snapshot::Snapshot;
+use vramscope_text::units::bytes;
 
 use super::checkpoint::{container, forward_order, is_site, shown, Blocks, SavedCall};
 use super::{refuse, Candidate, ChangeClass, Method, NotOffered};

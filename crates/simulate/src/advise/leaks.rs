@@ -21,8 +21,8 @@ use vramscope_analysis::iterations::Iterations;
 use vramscope_analysis::leaks::{find_leaks_with, LeakOptions, Severity};
 use vramscope_analysis::lifetimes::{BEFORE_WINDOW, STILL_ALIVE};
 use vramscope_analysis::sites::{frame_label, site_frame};
-use vramscope_analysis::units::bytes;
 use vramscope_snapshot::{Snapshot, StackId};
+use vramscope_text::units::bytes;
 
 use super::set_to_none::{KeptGradients, Replayed};
 use super::{Candidate, ChangeClass, Method};

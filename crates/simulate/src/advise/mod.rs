@@ -421,7 +421,7 @@ pub fn advise_with(snap: &Snapshot, sim: &Simulation, labelled: &Labelled, ranks
     let answer = match too_large {
         // No change to the rest of the run can help: say so first.
         Some((request, c)) => {
-            use vramscope_analysis::units::bytes;
+            use vramscope_text::units::bytes;
             format!(
                 "The failing request alone ({}) is larger than the {} PyTorch can have: no change to the rest of the run \
                  makes it fit; that tensor{} must shrink by at least {} (a smaller batch, sequence or dtype) or be split.",

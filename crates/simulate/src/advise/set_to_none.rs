@@ -29,8 +29,8 @@ use vramscope_analysis::categories::{Category, Labelled};
 use vramscope_analysis::edits::{for_blocks, ChangeKind, Edits};
 use vramscope_analysis::iterations::Iterations;
 use vramscope_analysis::lifetimes::{Lifetimes, BEFORE_WINDOW, STILL_ALIVE};
-use vramscope_analysis::units::bytes;
 use vramscope_snapshot::{Action, AnnotationStage, DeviceTrace, Snapshot};
+use vramscope_text::units::bytes;
 
 use super::{refuse, Candidate, ChangeClass, Method, NotOffered};
 use crate::settings::Settings;

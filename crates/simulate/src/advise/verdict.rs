@@ -192,7 +192,7 @@ pub(super) fn answer(
     capacity: Option<u64>,
     peak: &str,
 ) -> String {
-    use vramscope_analysis::units::bytes;
+    use vramscope_text::units::bytes;
     // The best prediction; a bound only where nothing else lowers the peak.
     let Some(best) = advice
         .iter()

@@ -25,7 +25,7 @@ pub(super) const SYNTH_BLOCKS: u64 = 0xF000_0000_0000_0000;
 pub(super) const SYNTH_SEGMENTS: u64 = 0xE000_0000_0000_0000;
 
 /// Alignment of made-up blocks, as the CUDA caching allocator rounds.
-const ALIGN: u64 = 512;
+use vramscope_gpus::allocator::MIN_BLOCK as ALIGN;
 
 /// One device's trace being written.
 pub(super) struct Builder {

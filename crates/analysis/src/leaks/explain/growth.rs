@@ -7,7 +7,7 @@ use super::{evidence_list, first_files, short_file};
 use crate::leaks::findings::{Context, SiteSeries};
 use crate::leaks::source::Sources;
 use crate::leaks::{Finding, FindingKind, Severity, SiteEvidence};
-use crate::units::bytes;
+use vramscope_text::units::bytes;
 
 pub(in crate::leaks) fn growth_finding(
     ctx: &Context,

@@ -10,8 +10,8 @@ use super::{Finding, FindingKind, Severity, SiteEvidence};
 use crate::lifetimes::STILL_ALIVE;
 use crate::optimizers;
 use crate::sites::{frame_label, frame_location, is_noise, stack_lines, PARTS_PER_SITE};
-use crate::units::bytes;
 use crate::within::{parts, ModuleIndex};
+use vramscope_text::units::bytes;
 
 mod growth;
 
