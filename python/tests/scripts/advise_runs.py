@@ -180,7 +180,10 @@ def zero(model_name: str, out: str, variant: str = "zero") -> None:
     # process before the store listens on it.
     with tempfile.TemporaryDirectory() as d:
         store = f"file://{os.path.join(d, 'store')}"
-        mp.spawn(_zero_rank, args=(model_name, out, store, variant, ranks), nprocs=ranks, join=True)
+        # Forked, not spawned: each rank starts with torch imported (a fresh
+        # Python spends seconds importing it); nothing has run a parallel
+        # region or a thread before this point.
+        mp.start_processes(_zero_rank, args=(model_name, out, store, variant, ranks), nprocs=ranks, join=True, start_method="fork")
 
 
 def _zero_rank(rank: int, model_name: str, out: str, store: str, variant: str, ranks: int) -> None:
