@@ -66,3 +66,29 @@ def test_a_job_is_one_process_per_rank_with_byte_counters(tmp_path: Path):
         elif e.track_event.type == END:
             assert open_per_lane.get(e.track_event.track_uuid)
             open_per_lane[e.track_event.track_uuid] = False
+
+
+@pytest.mark.parametrize(
+    "recorder, expected",
+    [
+        ({"recorder": "xpu-allocator-history"}, "xpu:0"),
+        ({"recorder": "dispatch", "device_type": "mps"}, "mps:0"),
+        ({"recorder": "cuda-allocator-history"}, "cuda:0"),
+    ],
+)
+def test_the_export_names_the_device_as_the_summary_does(tmp_path: Path, recorder, expected) -> None:
+    """One rule names the device of a recording (the recorder's kind, read
+    once): the summary and the Perfetto tracks say the same."""
+    import pickle
+
+    src = tmp_path / "plain.pickle"
+    assert vramscope.cli(["synth", "-o", str(src), "--entries", "2000", "--seed", "3"]) == 0
+    snap = pickle.loads(src.read_bytes())
+    snap["vramscope"] = dict(recorder)
+    f = tmp_path / "rec.pickle"
+    f.write_bytes(pickle.dumps(snap))
+    assert vramscope.load(f).summary()["devices"][0]["name"] == expected
+    out = tmp_path / "rec.pftrace"
+    assert vramscope.cli(["export", str(f), "--format", "perfetto", "-o", str(out), "-q"]) == 0
+    names = {p.track_descriptor.name for p in parse(out).packet if p.HasField("track_descriptor")}
+    assert f"rec.pickle {expected} allocated" in names, names

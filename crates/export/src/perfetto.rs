@@ -194,12 +194,11 @@ impl<W: Write> PerfettoWriter<W> {
         self.sequence += 1;
         let seq = self.sequence;
         // CUDA unless vramscope's recorder says it followed another device.
-        let kind = match &snap.source.recorder {
-            Some(r) if r.name != "cuda-allocator-history" => {
-                r.device_type.as_deref().unwrap_or("cpu")
-            }
-            _ => "cuda",
-        };
+        let kind = snap
+            .source
+            .recorder
+            .as_ref()
+            .map_or("cuda", |r| r.device_kind());
         let prefix = format!("{} {kind}:{device}", src.name);
         let allocated_track = self.track(&format!("{prefix} allocated"), process, true)?;
         let reserved_track = self.track(&format!("{prefix} reserved"), process, true)?;

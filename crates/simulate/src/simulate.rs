@@ -189,11 +189,11 @@ pub fn modelled(snap: &Snapshot) -> Result<(), SimulateError> {
         )));
     }
     match &snap.source.recorder {
-        // An estimate traced for CUDA (`vramscope.estimate(device="cuda")`):
-        // its allocations and frees are what CUDA would be asked for, and
-        // the model turns them into reserved memory.
-        Some(r) if r.is_estimate() => Ok(()),
-        Some(r) if r.name != "cuda-allocator-history" => Err(SimulateError::NotCudaTrace(format!(
+        // PyTorch's CUDA history replays, and so does an estimate traced
+        // for CUDA (`vramscope.estimate(device="cuda")`): its allocations
+        // and frees are what CUDA would be asked for, and the model turns
+        // them into reserved memory.
+        Some(r) if !r.replays() => Err(SimulateError::NotCudaTrace(format!(
             "this snapshot was recorded by vramscope's {} backend, not by the CUDA caching allocator: the model \
              replays CUDA allocator traces only",
             r.name

@@ -143,7 +143,7 @@ fn recorder_note(r: &crate::RecorderInfo) -> Option<String> {
             r.profiler_failures.len()
         ));
     }
-    if r.name != "dispatch" {
+    if r.kind() != crate::RecorderKind::Dispatch {
         return None;
     }
     let mut line = format!(

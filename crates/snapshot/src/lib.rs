@@ -42,6 +42,6 @@ pub use model::*;
 pub use options::{LoadOptions, LoadProgress};
 pub use recorder::{
     DeviceCounter, DeviceFacts, GeneratedCode, Holder, HolderScan, ModuleCode, OomSeen,
-    OptimizerInfo, RecorderInfo, Upcast,
+    OptimizerInfo, RecorderInfo, RecorderKind, Upcast,
 };
 pub use repair::Repair;

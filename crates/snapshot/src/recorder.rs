@@ -141,11 +141,84 @@ pub struct DeviceFacts {
     pub env: Vec<(String, String)>,
 }
 
+/// Which recorder wrote a file: the one place its name (the `recorder`
+/// key) is read. Every crate asks this, never the name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecorderKind {
+    /// PyTorch's own history on CUDA (`cuda-allocator-history`).
+    CudaHistory,
+    /// PyTorch's own history on XPU (`xpu-allocator-history`).
+    XpuHistory,
+    /// c10's CPU allocator hooked natively (`cpu-allocator`).
+    CpuAllocator,
+    /// Every tensor storage at the dispatcher, any device (`dispatch`).
+    Dispatch,
+    /// The profiler's memory events (`cpu-profiler`).
+    CpuProfiler,
+    /// `vramscope.estimate`'s trace of what CUDA would be asked for
+    /// (`estimate-meta-trace`), not a recording.
+    Estimate,
+    /// A name this version does not know (a newer recorder's).
+    Other,
+}
+
+impl RecorderKind {
+    /// The kind a `recorder` name stands for.
+    pub fn of(name: &str) -> RecorderKind {
+        match name {
+            "cuda-allocator-history" => RecorderKind::CudaHistory,
+            "xpu-allocator-history" => RecorderKind::XpuHistory,
+            "cpu-allocator" => RecorderKind::CpuAllocator,
+            "dispatch" => RecorderKind::Dispatch,
+            "cpu-profiler" => RecorderKind::CpuProfiler,
+            "estimate-meta-trace" => RecorderKind::Estimate,
+            _ => RecorderKind::Other,
+        }
+    }
+}
+
 impl RecorderInfo {
+    /// Which recorder wrote the file.
+    pub fn kind(&self) -> RecorderKind {
+        RecorderKind::of(&self.name)
+    }
+
     /// Written by `vramscope.estimate` (a trace of what CUDA would be
     /// asked for), not recorded from a running program.
     pub fn is_estimate(&self) -> bool {
-        self.name == "estimate-meta-trace"
+        self.kind() == RecorderKind::Estimate
+    }
+
+    /// The type of device whose memory the file holds: `cuda`, `xpu`,
+    /// `cpu`, or the device a dispatch recording followed (`mps`). An
+    /// estimate is of CUDA; an unknown recorder is taken as PyTorch's CUDA
+    /// history, as a file without the key is.
+    pub fn device_kind(&self) -> &str {
+        match self.kind() {
+            RecorderKind::CpuAllocator | RecorderKind::CpuProfiler => "cpu",
+            RecorderKind::Dispatch => self.device_type.as_deref().unwrap_or("cpu"),
+            RecorderKind::XpuHistory => "xpu",
+            RecorderKind::CudaHistory | RecorderKind::Estimate | RecorderKind::Other => "cuda",
+        }
+    }
+
+    /// Whether a caching allocator served the memory (PyTorch's histories,
+    /// an estimate's CUDA), or each tensor was its own allocation
+    /// (vramscope's CPU and dispatch recorders).
+    pub fn caching_allocator(&self) -> bool {
+        !matches!(
+            self.kind(),
+            RecorderKind::CpuAllocator | RecorderKind::CpuProfiler | RecorderKind::Dispatch
+        )
+    }
+
+    /// Whether the allocator model replays the file: PyTorch's CUDA
+    /// history, or an estimate of what CUDA would be asked for.
+    pub fn replays(&self) -> bool {
+        matches!(
+            self.kind(),
+            RecorderKind::CudaHistory | RecorderKind::Estimate
+        )
     }
 
     /// The device facts, if the recorder stored them for `device`.
@@ -575,4 +648,94 @@ fn holders(v: Option<&serde_json::Value>) -> Vec<Holder> {
                 .unwrap_or_default(),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod kind_tests {
+    use super::*;
+
+    fn info(name: &str, device_type: Option<&str>) -> RecorderInfo {
+        RecorderInfo {
+            name: name.to_owned(),
+            device_type: device_type.map(str::to_owned),
+            ..RecorderInfo::default()
+        }
+    }
+
+    #[test]
+    fn each_recorder_names_its_device_and_allocator() {
+        let cases = [
+            (
+                "cuda-allocator-history",
+                None,
+                RecorderKind::CudaHistory,
+                "cuda",
+                true,
+                true,
+            ),
+            (
+                "xpu-allocator-history",
+                None,
+                RecorderKind::XpuHistory,
+                "xpu",
+                true,
+                false,
+            ),
+            (
+                "cpu-allocator",
+                Some("cpu"),
+                RecorderKind::CpuAllocator,
+                "cpu",
+                false,
+                false,
+            ),
+            (
+                "dispatch",
+                Some("mps"),
+                RecorderKind::Dispatch,
+                "mps",
+                false,
+                false,
+            ),
+            (
+                "dispatch",
+                None,
+                RecorderKind::Dispatch,
+                "cpu",
+                false,
+                false,
+            ),
+            (
+                "cpu-profiler",
+                None,
+                RecorderKind::CpuProfiler,
+                "cpu",
+                false,
+                false,
+            ),
+            (
+                "estimate-meta-trace",
+                None,
+                RecorderKind::Estimate,
+                "cuda",
+                true,
+                true,
+            ),
+            (
+                "a-newer-recorder",
+                None,
+                RecorderKind::Other,
+                "cuda",
+                true,
+                false,
+            ),
+        ];
+        for (name, dt, kind, device, caching, replays) in cases {
+            let r = info(name, dt);
+            assert_eq!(r.kind(), kind, "{name}");
+            assert_eq!(r.device_kind(), device, "{name}");
+            assert_eq!(r.caching_allocator(), caching, "{name}");
+            assert_eq!(r.replays(), replays, "{name}");
+        }
+    }
 }

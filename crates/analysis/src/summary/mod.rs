@@ -210,15 +210,12 @@ fn device_name(snap: &Snapshot, device: u32) -> (String, bool) {
     let Some(rec) = snap.source.recorder.as_ref() else {
         return (format!("device {device}"), true);
     };
-    match rec.name.as_str() {
-        "cpu-allocator" | "cpu-profiler" => ("cpu".to_owned(), false),
-        "dispatch" => match rec.device_type.as_deref() {
-            None | Some("cpu") => ("cpu".to_owned(), false),
-            Some(kind) => (format!("{kind}:{device}"), false),
-        },
-        "xpu-allocator-history" => (format!("xpu:{device}"), true),
-        _ => (format!("cuda:{device}"), true),
-    }
+    // The CPU has one memory: no index.
+    let name = match rec.device_kind() {
+        "cpu" => "cpu".to_owned(),
+        kind => format!("{kind}:{device}"),
+    };
+    (name, rec.caching_allocator())
 }
 
 /// Summarise a snapshot.
