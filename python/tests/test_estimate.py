@@ -424,6 +424,10 @@ def test_the_cuda_estimate_takes_the_allocators_and_cublas_sizes_from_the_one_ta
     facts = _native.allocator_facts()
     assert (facts["min_block"], facts["small_size"], facts["small_buffer"], facts["large_buffer"]) == (512, 1 << 20, 2 << 20, 20 << 20)
     assert _trace_estimate._allocator_facts()["min_block"] == 512
+    # The pure-Python recorder keeps its own copy (it runs without _native).
+    from vramscope import _profiler
+
+    assert _profiler.SMALL_SIZE == facts["small_size"]
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     monkeypatch.delenv("CUBLASLT_WORKSPACE_SIZE", raising=False)
     assert _cuda_trace.workspace_sizes((9, 0)) == (32 << 20, 1 << 20)

@@ -29,7 +29,6 @@ user's stderr: around its starts and stops, and from the first start to
 from __future__ import annotations
 
 import collections
-import functools
 import sys
 import types
 import warnings
@@ -47,13 +46,11 @@ _ENTRIES_PER_ACTION = {"CREATE": 1, "DESTROY": 2, "INCREMENT_VERSION": 3}
 
 
 
-@functools.lru_cache(maxsize=None)
-def _small_size() -> int:
-    """``kSmallSize``: the CUDA caching allocator serves requests up to and
-    including it from the small pool (``vramscope_gpus::allocator``)."""
-    from . import _native
-
-    return int(_native.allocator_facts()["small_size"])
+# ``kSmallSize``: the CUDA caching allocator serves requests up to and
+# including 1 MiB from the small pool. Written here as well as in
+# ``vramscope_gpus::allocator`` because the recorder runs without the native
+# module (pure Python); a test checks the two agree.
+SMALL_SIZE = 1 << 20
 
 class ProfilerRecorder:
     """Records CPU memory through ``torch.profiler`` and builds snapshots.
@@ -353,7 +350,7 @@ def _segment(block: Dict[str, Any]) -> Dict[str, Any]:
         "active_size": size,
         "requested_size": size,
         "stream": 0,
-        "segment_type": "small" if size <= _small_size() else "large",
+        "segment_type": "small" if size <= SMALL_SIZE else "large",
         "segment_pool_id": (0, 0),
         "is_expandable": False,
         "frames": frames,

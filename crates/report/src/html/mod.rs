@@ -85,10 +85,12 @@ fn baseline_diff(snap: &Snapshot, device: u32, name: &str, base: &Baseline) -> s
     use crate::diff::{DiffReport, PeakToPeak, Side};
     use vramscope_analysis::{diff, DiffOptions, Liveness};
     let empty = vramscope_snapshot::DeviceTrace::default();
+    // The same device when the baseline has it; else the baseline's own
+    // device, by the rule every command uses (the one with activity).
     let a_dev = if base.snap.devices().contains(&device) {
         device
     } else {
-        base.snap.devices().first().copied().unwrap_or(0)
+        base.snap.device_or_first(None)
     };
     let (ta, tb) = (
         base.snap.trace(a_dev).unwrap_or(&empty),
