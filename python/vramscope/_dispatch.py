@@ -234,12 +234,12 @@ class DispatchRecorder:
         # Fake tensors (what torch.compile, estimates and FakeTensorMode make)
         # say "cpu" over a storage with no memory; asking for its address warns.
         fake_mod = sys.modules.get("torch._subclasses.fake_tensor")
-        Fake = getattr(fake_mod, "FakeTensor", None) or ()
+        Fake = getattr(fake_mod, "FakeTensor", None)
         seen = set()
         for o in gc.get_objects():
             # type(), not isinstance(): no __class__ lookups on lazy module
             # attributes and proxies, which may warn or import.
-            if not issubclass(type(o), Tensor) or (Fake and issubclass(type(o), Fake)):
+            if not issubclass(type(o), Tensor) or (Fake is not None and issubclass(type(o), Fake)):
                 continue
             for t in (o, getattr(o, "_grad", None) if o.is_leaf else None):
                 if t is None:
@@ -368,6 +368,22 @@ class DispatchRecorder:
         self._at_addr[addr] = [key]
         return False
 
+    def _leave(self, key: int, held: Tuple[int, int, int, str]) -> bool:
+        """Take ``key`` off the storages over ``held``'s address. True when
+        another storage there takes the block over (the owner went first: an
+        alias still holds the memory), so that it is not freed."""
+        keys = self._at_addr.get(held[0])
+        if keys is None or key not in keys:
+            return False
+        keys.remove(key)
+        if not keys:
+            del self._at_addr[held[0]]
+            return False
+        if held[1]:
+            self.live[keys[0]] = held
+            return True
+        return False
+
     def _alloc(self, st: Any, key: int, size: int, depth: int) -> None:
         addr = st.data_ptr()
         ref = _StorageRef(st, self._on_release)
@@ -393,11 +409,8 @@ class DispatchRecorder:
         else:
             held = self.live.pop(ref.key, None)
             self._refs.pop(ref.key, None)
-            keys = self._at_addr.get(held[0]) if held else None
-            if keys is not None and ref.key in keys:
-                keys.remove(ref.key)
-                if not keys:
-                    del self._at_addr[held[0]]
+            if held is not None:
+                self._leave(ref.key, held)
 
     def _release(self, key: int) -> None:
         """The block's free. It carries the allocation's stack: walking the
@@ -405,18 +418,7 @@ class DispatchRecorder:
         stack the analyses do not use."""
         self._refs.pop(key, None)
         held = self.live.pop(key, None)
-        if held is None:
-            return
-        keys = self._at_addr.get(held[0])
-        if keys is not None and key in keys:
-            keys.remove(key)
-            if not keys:
-                del self._at_addr[held[0]]
-            elif held[1]:
-                # The owner went first: an alias still holds the memory.
-                self.live[keys[0]] = held
-                return
-        if not held[1]:
+        if held is None or self._leave(key, held) or not held[1]:
             return
         addr, size, sid, label = held
         self.allocated -= size
