@@ -125,6 +125,9 @@ class _Recorder:
 
         self.torch = torch
         self.round_to = round_to
+        # Made-up addresses keep the allocator's block alignment (read once:
+        # this runs at every storage the trace makes).
+        self.align = _allocator_facts()["min_block"]
         self.events: List[Dict[str, Any]] = []
         self.live: Dict[int, Tuple[int, int]] = {}  # key -> (addr, size)
         self.key_of: "weakref.WeakKeyDictionary[Any, int]" = weakref.WeakKeyDictionary()
@@ -171,7 +174,7 @@ class _Recorder:
         self.next_key += 1
         self.key_of[st] = key
         addr = self.next_addr
-        align = _allocator_facts()["min_block"]
+        align = self.align
         self.next_addr += max(align, (size + align - 1) // align * align)
         frames = self._frames()
         cat = category or {"forward": "activation", "backward": "temporary", "optimizer": "temporary"}.get(self.phase, "unknown")
