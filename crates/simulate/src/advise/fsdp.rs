@@ -40,7 +40,9 @@
 //! copies each buffer it all-gathers or reduce-scatters: those copies are
 //! replayed too (on the CPU, over two and four gloo ranks, the six runs
 //! of `advise_check.py`, torchvision's ResNet-18 among them, peak where the
-//! replay says within 0.02 MiB). NCCL's
+//! replay says within 0.02 MiB; gloo's worker thread frees its copy of a
+//! reduce-scatter's input when it is next scheduled, so on a loaded
+//! machine a rank can peak one unit's copy higher than replayed). NCCL's
 //! own buffers are not, nor the separate streams FSDP2 runs its
 //! collectives on under CUDA, whose blocks the caching allocator keeps
 //! apart.
