@@ -24,8 +24,8 @@
 //! ```
 
 pub mod categories;
+pub mod compare;
 pub mod diff;
-pub mod edits;
 pub mod flame;
 pub mod gates;
 pub mod iterations;

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use vramscope_simulate::{advise, AdviseOptions};
+use vramscope_advise::{advise, AdviseOptions};
 
 use crate::{input, output, CliError};
 

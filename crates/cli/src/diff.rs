@@ -4,13 +4,13 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context};
+use vramscope_analysis::compare::{compare, Input};
 use vramscope_analysis::flame::diff_tree;
-use vramscope_analysis::moment::{resolve_in, Moment, ResolvedMoment};
-use vramscope_analysis::{diff, DiffOptions, LiveBlock, Liveness};
+use vramscope_analysis::moment::Moment;
+use vramscope_analysis::DiffOptions;
 use vramscope_report::diff::{
-    diff_html, diff_json, diff_svg, diff_text, DiffReport, DiffSvgOptions, PeakToPeak, Side,
+    diff_html, diff_json, diff_svg, diff_text, DiffReport, DiffSvgOptions,
 };
-use vramscope_snapshot::{DeviceTrace, Snapshot};
 use vramscope_text::units::signed_bytes;
 
 use crate::input::{display_name, load, pick_device};
@@ -68,46 +68,6 @@ pub struct Args {
 }
 
 /// One loaded side: its snapshot, device, trace and liveness.
-struct Input<'s> {
-    snap: &'s Snapshot,
-    file: String,
-    device: u32,
-    trace: &'s DeviceTrace,
-    liveness: Liveness,
-}
-
-impl<'s> Input<'s> {
-    fn new(
-        snap: &'s Snapshot,
-        path: &Path,
-        device: Option<u32>,
-        empty: &'s DeviceTrace,
-    ) -> Result<Self, CliError> {
-        let device = pick_device(snap, path, device)?;
-        Ok(Input {
-            snap,
-            file: display_name(path),
-            device,
-            trace: snap.trace(device).unwrap_or(empty),
-            liveness: Liveness::new(snap, device),
-        })
-    }
-
-    fn resolve(&self, m: Moment, flag: &str) -> Result<ResolvedMoment, CliError> {
-        resolve_in(m, self.snap, self.device, &self.liveness)
-            .map_err(|e| CliError::Invalid(anyhow!("{flag} for {}: {e}", self.file)))
-    }
-
-    fn side(&self, m: &ResolvedMoment) -> Side {
-        Side::new(&self.file, self.device, &m.description, m.point)
-    }
-
-    /// Live blocks at each point, in one pass over the trace.
-    fn live(&self, points: &[Option<usize>]) -> Vec<Vec<LiveBlock>> {
-        self.liveness.live_at_points(self.trace, points)
-    }
-}
-
 pub fn run(a: Args) -> Result<(), CliError> {
     let opts = DiffOptions {
         top: a.top,
@@ -123,41 +83,30 @@ pub fn run(a: Args) -> Result<(), CliError> {
     });
     let snap_a = snap_a?;
     let snap_b = snap_b.transpose()?;
-    let empty = DeviceTrace::default();
-    let ia = Input::new(&snap_a, &a.a, a.device, &empty)?;
-    let (report, tree) = match (&snap_b, &a.b) {
-        (Some(snap_b), Some(path_b)) => {
-            let ib = Input::new(snap_b, path_b, a.device, &empty)?;
-            let (ma, mb) = (a.at_a.unwrap_or(Moment::End), a.at_b.unwrap_or(Moment::End));
-            let ra = ia.resolve(ma, "--at-a")?;
-            let rb = ib.resolve(mb, "--at-b")?;
-            let pa = ia.resolve(Moment::Peak, "peak")?;
-            let pb = ib.resolve(Moment::Peak, "peak")?;
-            let la = ia.live(&[ra.point, pa.point]);
-            let lb = ib.live(&[rb.point, pb.point]);
-            let d = diff(ia.snap, &la[0], ib.snap, &lb[0], &opts);
-            let mut report = DiffReport::new(ia.side(&ra), ib.side(&rb), d);
-            if !(ma == Moment::Peak && mb == Moment::Peak) {
-                let peaks = diff(ia.snap, &la[1], ib.snap, &lb[1], &opts);
-                report.peak_to_peak = Some(PeakToPeak::new(ia.side(&pa), ib.side(&pb), peaks));
-            }
-            let tree = wants_tree(&a).then(|| diff_tree(ia.snap, &la[0], ib.snap, &lb[0]));
-            (report, tree)
-        }
-        _ => {
-            let (ma, mb) = (
-                a.at_a.unwrap_or(Moment::Peak),
-                a.at_b.unwrap_or(Moment::End),
-            );
-            let ra = ia.resolve(ma, "--at-a")?;
-            let rb = ia.resolve(mb, "--at-b")?;
-            let live = ia.live(&[ra.point, rb.point]);
-            let d = diff(ia.snap, &live[0], ia.snap, &live[1], &opts);
-            let report = DiffReport::new(ia.side(&ra), ia.side(&rb), d);
-            let tree = wants_tree(&a).then(|| diff_tree(ia.snap, &live[0], ia.snap, &live[1]));
-            (report, tree)
-        }
+    let side = |snap, path: &Path| -> Result<Input, CliError> {
+        Ok(Input::new(
+            snap,
+            &display_name(path),
+            pick_device(snap, path, a.device)?,
+        ))
     };
+    let ia = side(&snap_a, &a.a)?;
+    let ib = match (&snap_b, &a.b) {
+        (Some(snap_b), Some(path_b)) => Some(side(snap_b, path_b)?),
+        _ => None,
+    };
+    // Two files: each at its end; one file: its peak against its end.
+    let (ma, mb) = match ib {
+        Some(_) => (a.at_a.unwrap_or(Moment::End), a.at_b.unwrap_or(Moment::End)),
+        None => (
+            a.at_a.unwrap_or(Moment::Peak),
+            a.at_b.unwrap_or(Moment::End),
+        ),
+    };
+    let c = compare(&ia, ma, ib.as_ref(), mb, &opts).map_err(|e| CliError::Invalid(anyhow!(e)))?;
+    let b_snap = ib.as_ref().map_or(ia.snap, |b| b.snap);
+    let tree = wants_tree(&a).then(|| diff_tree(ia.snap, &c.a_live, b_snap, &c.b_live));
+    let report = c.report;
     if let Some(tree) = &tree {
         if let Some(path) = &a.svg {
             let svg = diff_svg(

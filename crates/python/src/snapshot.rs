@@ -246,7 +246,7 @@ impl Snapshot {
         ranks: Option<u32>,
     ) -> PyResult<String> {
         let device = self.pick_device(device)?;
-        let opts = vramscope_simulate::AdviseOptions {
+        let opts = vramscope_advise::AdviseOptions {
             device: Some(device),
             capacity,
             gpu,
@@ -255,7 +255,7 @@ impl Snapshot {
         };
         let name = self.display_name();
         let advising = py
-            .detach(|| vramscope_simulate::advise(&self.inner, &opts))
+            .detach(|| vramscope_advise::advise(&self.inner, &opts))
             .map_err(value_err)?;
         Ok(text_or_json(&advising, text, |a| {
             vramscope_report::advise_text(a, &name)

@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use vramscope_simulate::{Advice, Advising, Method};
+use vramscope_advise::{Advice, Advising, Method};
 use vramscope_text::units::{bytes, signed_bytes};
 
 fn verdict(a: &Advice) -> &'static str {

@@ -9,7 +9,7 @@ pub enum SimulateError {
     Setting(#[from] SettingError),
     /// A `--drop`/`--free-early`/`--scale` site that matches nothing.
     #[error(transparent)]
-    Site(#[from] vramscope_analysis::edits::UnknownSite),
+    Site(#[from] crate::edits::UnknownSite),
     /// A file the model does not describe (a CPU recording, a profiler trace).
     #[error("{0}")]
     NotCudaTrace(String),
@@ -19,6 +19,10 @@ pub enum SimulateError {
     /// A change written wrongly (`--scale SITE` without `=FACTOR`).
     #[error("program change: {0}")]
     Change(String),
+    /// A device the file does not have, or a file with none
+    /// ([`vramscope_snapshot::Snapshot::pick_device`]).
+    #[error(transparent)]
+    Device(#[from] vramscope_snapshot::SnapshotError),
     /// `--ranks` below 2: nothing to shard over.
     #[error("--ranks: expected 2 ranks or more to shard over, found {0}")]
     Ranks(u32),

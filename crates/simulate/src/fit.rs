@@ -75,7 +75,7 @@ pub struct Fit {
 /// hold its peak reserved against the GPU.
 pub fn fit(snap: &Snapshot, opts: &FitOptions) -> Result<Fit, SimulateError> {
     modelled(snap)?;
-    let device = snap.device_or_first(opts.device);
+    let device = snap.pick_device(opts.device)?;
     let mut settings = Settings::default();
     let label = opts.settings.clone().unwrap_or_default();
     if !label.is_empty() {

@@ -12,24 +12,23 @@
 //! [`replay`] runs a snapshot's trace through the model and compares the
 //! segment events and the reserved curve with the recorded ones.
 
-pub mod advise;
 mod answer;
-mod error;
+pub mod edits;
+pub mod error;
 mod expandable;
 pub mod fit;
 pub mod gpus;
 pub mod horizon;
 pub mod limit;
 mod model;
-mod must_go;
+pub mod must_go;
 mod release;
-mod replay;
+pub mod replay;
 mod seed;
-mod settings;
-mod simulate;
+pub mod settings;
+pub mod simulate;
 mod start;
 
-pub use advise::{advise, Advice, AdviseOptions, Advising, ChangeClass, Method};
 pub use error::SimulateError;
 pub use fit::{fit, Fit, FitOptions, Verdict};
 pub use model::{Allocator, OutOfMemory, SegmentEvent};

@@ -12,8 +12,8 @@
 
 use vramscope_snapshot::hash::FxHashMap as HashMap;
 
+use crate::edits::Edits;
 use serde::Serialize;
-use vramscope_analysis::edits::Edits;
 use vramscope_analysis::sites::{frame_label, site_frame};
 use vramscope_analysis::{LiveBlock, Liveness};
 use vramscope_snapshot::Snapshot;
@@ -52,7 +52,7 @@ pub struct GoneSite {
 
 /// Edits so that the live blocks `gone` are never allocated (those from
 /// before the trace window are not there at its start).
-pub(crate) fn never_allocated(edits: &mut Edits, gone: &[LiveBlock]) {
+pub fn never_allocated(edits: &mut Edits, gone: &[LiveBlock]) {
     for b in gone {
         match b.alloc_index {
             Some(i) => {

@@ -5,8 +5,8 @@
 
 use vramscope_snapshot::hash::FxHashMap as HashMap;
 
+use crate::edits::{Edits, Extra, Rerun};
 use serde::Serialize;
-use vramscope_analysis::edits::{Edits, Extra, Rerun};
 use vramscope_snapshot::{Action, Snapshot};
 
 use crate::horizon::Tail;
@@ -75,7 +75,7 @@ pub struct Replayed {
 pub struct ReplaySetup<'a> {
     /// Device memory PyTorch may reserve (`None`: unlimited).
     pub capacity: Option<u64>,
-    /// Program changes ([`vramscope_analysis::edits`]).
+    /// Program changes ([`crate::edits`]).
     pub edits: Option<&'a Edits>,
     /// Points of the reserved curve to keep (0: none).
     pub curve_points: usize,
@@ -342,10 +342,7 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
 /// request's own release leads to (a `segment_alloc`/`segment_map` or an
 /// `oom`: inside `malloc`, PyTorch frees cached segments only to make room
 /// for the request it serves), or whose stack passes through `empty_cache`.
-pub(crate) fn empty_cache_calls(
-    snap: &Snapshot,
-    t: &vramscope_snapshot::DeviceTrace,
-) -> Vec<usize> {
+pub fn empty_cache_calls(snap: &Snapshot, t: &vramscope_snapshot::DeviceTrace) -> Vec<usize> {
     // An estimate's segments are its blocks, one each (`vramscope.estimate`
     // writes no allocator's segments): their frees are no empty_cache().
     if snap.is_estimate() {

@@ -3,8 +3,8 @@
 //! file that ends in an out-of-memory error, the answer to "which setting
 //! or change makes it fit".
 
+use crate::edits::{resolve, Change, ChangeKind, ChangeMatch, Edits};
 use serde::Serialize;
-use vramscope_analysis::edits::{resolve, Change, ChangeKind, ChangeMatch, Edits};
 use vramscope_analysis::Site;
 use vramscope_snapshot::{Action, Snapshot};
 
@@ -205,7 +205,7 @@ pub fn modelled(snap: &Snapshot) -> Result<(), SimulateError> {
 /// Replay `snap` under the settings and changes `opts` asks for, in parallel.
 pub fn simulate(snap: &Snapshot, opts: &SimulateOptions) -> Result<Simulation, SimulateError> {
     modelled(snap)?;
-    let device = snap.device_or_first(opts.device);
+    let device = snap.pick_device(opts.device)?;
     let mut recorded = snap
         .allocator_settings
         .as_ref()
@@ -401,7 +401,7 @@ impl Simulation {
 /// and where it fits at the end
 /// of a recording cut by an OOM, its carrying on through the projected
 /// rest of the iteration (`tail`).
-pub(crate) fn run_once<'a>(
+pub fn run_once<'a>(
     snap: &Snapshot,
     device: u32,
     settings: &Settings,
@@ -463,11 +463,11 @@ fn capacity_at(snap: &Snapshot, device: u32, i: usize) -> Option<u64> {
 
 /// The capacity the first OOM of `device`'s trace says the run had
 /// (a CPU run under `record(cpu_limit=...)` records one too).
-pub(crate) fn oom_capacity(snap: &Snapshot, device: u32) -> Option<u64> {
+pub fn oom_capacity(snap: &Snapshot, device: u32) -> Option<u64> {
     capacity_at(snap, device, first_oom(snap.trace(device)?)?)
 }
 
 /// A thread's result, or its panic raised again on the caller's thread.
-pub(crate) fn joined<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
+pub fn joined<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
     h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
 }

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use vramscope_snapshot::hash::FxHashMap as HashMap;
 
-use vramscope_analysis::edits::Edits;
+use crate::edits::Edits;
 use vramscope_snapshot::{Action, Snapshot};
 
 use crate::model::Allocator;

@@ -13,7 +13,7 @@ const TRAIN: &str = r#"[{"filename":"train.py","line":8,"name":"main"}]"#;
 /// `snap` replayed with `edits` from an empty cache, no capacity.
 fn replay_cold(
     snap: &vramscope_snapshot::Snapshot,
-    edits: &vramscope_analysis::edits::Edits,
+    edits: &vramscope_simulate::edits::Edits,
 ) -> vramscope_simulate::Replayed {
     let setup = vramscope_simulate::ReplaySetup {
         edits: Some(edits),
@@ -24,16 +24,7 @@ fn replay_cold(
 }
 
 fn trace(entries: &[(&str, u64, u64, &str)]) -> vramscope_snapshot::Snapshot {
-    let ev: Vec<String> = entries
-        .iter()
-        .enumerate()
-        .map(|(t, (action, addr, size, frames))| {
-            format!(
-                r#"{{"action":"{action}","addr":{addr},"size":{size},"stream":0,"time_us":{t},"frames":{frames}}}"#
-            )
-        })
-        .collect();
-    let json = format!(r#"{{"segments":[],"device_traces":[[{}]]}}"#, ev.join(","));
+    let json = vramscope_testdata::hand_trace(entries);
     decode_bytes(json.as_bytes(), &Default::default()).expect("decodes")
 }
 
@@ -101,8 +92,8 @@ fn a_release_that_makes_room_for_a_request_is_the_allocators_own() {
 /// allocator both see it gone in between and back until its recorded free.
 #[test]
 fn a_block_freed_early_and_made_again_is_absent_only_in_between() {
-    use vramscope_analysis::edits::{peak_allocated, Edits, Rerun};
     use vramscope_analysis::lifetimes::Lifetimes;
+    use vramscope_simulate::edits::{peak_allocated, Edits, Rerun};
     let (a, b, c) = (1u64 << 32, 2u64 << 32, 3u64 << 32);
     let snap = trace(&[
         ("alloc", a, 40 * MIB, TRAIN), // 0: the layer's saved activation
@@ -133,8 +124,8 @@ fn a_block_freed_early_and_made_again_is_absent_only_in_between() {
 /// where another block held its address in between.
 #[test]
 fn a_block_made_early_is_there_from_then_and_its_address_stays_apart() {
-    use vramscope_analysis::edits::{peak_allocated, Edits};
     use vramscope_analysis::lifetimes::Lifetimes;
+    use vramscope_simulate::edits::{peak_allocated, Edits};
     let (a, g) = (1u64 << 32, 2u64 << 32);
     let snap = trace(&[
         ("alloc", a, 40 * MIB, TRAIN), // 0: an activation, at address a
@@ -176,8 +167,8 @@ fn a_block_made_early_is_there_from_then_and_its_address_stays_apart() {
 /// address in between.
 #[test]
 fn a_block_freed_late_outlives_its_recorded_free_and_its_address_stays_apart() {
-    use vramscope_analysis::edits::{peak_allocated, Edits};
     use vramscope_analysis::lifetimes::Lifetimes;
+    use vramscope_simulate::edits::{peak_allocated, Edits};
     let (a, g, h) = (1u64 << 32, 2u64 << 32, 3u64 << 32);
     let snap = trace(&[
         ("alloc", a, 10 * MIB, TRAIN),          // 0: the new gradient
@@ -206,8 +197,8 @@ fn a_block_freed_late_outlives_its_recorded_free_and_its_address_stays_apart() {
 /// backward holds then; counted and replayed alike.
 #[test]
 fn a_rerun_makes_its_temporaries_again_beside_what_is_alive() {
-    use vramscope_analysis::edits::{peak_allocated, Edits, Rerun};
     use vramscope_analysis::lifetimes::Lifetimes;
+    use vramscope_simulate::edits::{peak_allocated, Edits, Rerun};
     let (a, b, d) = (1u64 << 32, 2u64 << 32, 3u64 << 32);
     let snap = trace(&[
         ("alloc", a, 10 * MIB, TRAIN),          // 0: the layer's saved block
@@ -240,8 +231,8 @@ fn a_rerun_makes_its_temporaries_again_beside_what_is_alive() {
 /// is freed peaks with it; counted and replayed alike.
 #[test]
 fn blocks_the_recorded_run_never_made_are_counted_step_by_step() {
-    use vramscope_analysis::edits::{peak_allocated, Edits, Extra};
     use vramscope_analysis::lifetimes::Lifetimes;
+    use vramscope_simulate::edits::{peak_allocated, Edits, Extra};
     let (a, b) = (1u64 << 32, 2u64 << 32);
     // Sizes above 10 MiB in 2 MiB steps: each its own segment, unrounded.
     let snap = trace(&[
@@ -303,48 +294,4 @@ fn blocks_the_recorded_run_never_made_are_counted_step_by_step() {
     // A free of an id never made frees nothing.
     edits.extra_after.entry(3).or_default().push(Extra::Free(9));
     assert_eq!(peak_allocated(&l, 4, &edits), 80 * MIB);
-}
-
-/// A program that calls torch.cuda.empty_cache() after each step: the
-/// advice lists removing the calls among the changes that lower no peak
-/// (a kept cache only holds more), with what the calls cost in device
-/// calls: one cudaMalloc for the whole run instead of one a step.
-#[test]
-fn the_programs_empty_cache_calls_are_priced_in_device_calls() {
-    let a = 1 << 32;
-    let mut entries = Vec::new();
-    for _ in 0..3 {
-        entries.extend([
-            ("segment_alloc", a, 30 * MIB, TRAIN),
-            ("alloc", a, 30 * MIB, TRAIN),
-            ("free_requested", a, 30 * MIB, TRAIN),
-            ("free_completed", a, 30 * MIB, TRAIN),
-            ("segment_free", a, 30 * MIB, EMPTY_CACHE),
-        ]);
-    }
-    let snap = trace(&entries);
-    let advice = vramscope_simulate::advise(&snap, &Default::default()).expect("advice");
-    let row = advice
-        .no_gain
-        .iter()
-        .chain(&advice.advice)
-        .find(|r| r.change.contains("empty_cache"))
-        .expect("an empty_cache row");
-    assert!(
-        advice.no_gain.iter().any(|r| std::ptr::eq(r, row)),
-        "lowers no peak: {row:?}"
-    );
-    assert_eq!(row.peak_reserved, 30 * MIB);
-    assert!(
-        row.change
-            .contains("3 torch.cuda.empty_cache() calls (train.py:9 in main)"),
-        "{}",
-        row.change
-    );
-    assert!(
-        row.how
-            .contains("1 cudaMalloc and 0 cudaFree calls in the allocator model against 3 and 3"),
-        "{}",
-        row.how
-    );
 }

@@ -4,8 +4,8 @@
 //! it is the least) removing all but the last of them does not. No answer
 //! prints a shortfall of nothing.
 
-use vramscope_analysis::edits::Edits;
 use vramscope_analysis::LiveBlock;
+use vramscope_simulate::edits::Edits;
 use vramscope_simulate::{replay, simulate, ReplaySetup, Settings, SimulateOptions};
 use vramscope_snapshot::{decode_bytes, Snapshot};
 

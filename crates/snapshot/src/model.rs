@@ -426,13 +426,6 @@ impl Snapshot {
         self.strings.get(id)
     }
 
-    /// `device`, or the device [`Snapshot::pick_device`] picks (0 when the
-    /// file has none): the same rule, lenient about a device the file does
-    /// not have.
-    pub fn device_or_first(&self, device: Option<u32>) -> u32 {
-        device.or_else(|| self.pick_device(None).ok()).unwrap_or(0)
-    }
-
     /// Whether this is an estimate's trace (`vramscope.estimate`): the
     /// requests a run would make, each block its own segment, no
     /// allocator's segments.

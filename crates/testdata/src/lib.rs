@@ -10,7 +10,9 @@
 //! assert_eq!(counts.len(), vramscope_testdata::real_snapshots().len());
 //! ```
 
+mod hand;
 mod rng;
+pub use hand::hand_trace;
 pub use rng::Rng;
 
 use std::io::Read;

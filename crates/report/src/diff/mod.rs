@@ -25,91 +25,13 @@ mod html;
 mod svg;
 mod text;
 
-use serde::Serialize;
-use vramscope_analysis::{Diff, DiffTotals, SiteDelta};
-
 use vramscope_text::units::bytes;
 
 pub use html::diff_html;
 pub use svg::{diff_svg, DiffSvgOptions};
 pub use text::diff_text;
 
-/// Version of the `vramscope diff --json` layout (docs/diff.md).
-pub const SCHEMA_VERSION: u32 = 1;
-
-/// One side of a comparison: which file, device and moment.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Side {
-    /// The file's name as shown to people.
-    pub file: String,
-    pub device: u32,
-    /// The moment in words: `peak (event 1,402, +138.1 ms)`.
-    pub moment: String,
-    /// The live set is the state right after this event; `null` is the
-    /// start of the trace window.
-    pub event_index: Option<usize>,
-}
-
-impl Side {
-    pub fn new(file: &str, device: u32, moment: &str, event_index: Option<usize>) -> Side {
-        Side {
-            file: file.to_owned(),
-            device,
-            moment: moment.to_owned(),
-            event_index,
-        }
-    }
-
-    /// `file · device N · moment`.
-    pub fn describe(&self) -> String {
-        format!("{} · device {} · {}", self.file, self.device, self.moment)
-    }
-}
-
-/// The per-site comparison of each side's peak.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct PeakToPeak {
-    pub a: Side,
-    pub b: Side,
-    pub totals: DiffTotals,
-    pub by_site: Vec<SiteDelta>,
-}
-
-impl PeakToPeak {
-    /// Keep the totals and per-site figures of a diff of the two peaks.
-    pub fn new(a: Side, b: Side, d: Diff) -> PeakToPeak {
-        PeakToPeak {
-            a,
-            b,
-            totals: d.totals,
-            by_site: d.by_site,
-        }
-    }
-}
-
-/// Everything `vramscope diff` shows: the two sides, the diff, and for two
-/// files the peak-to-peak comparison.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct DiffReport {
-    pub schema_version: u32,
-    pub a: Side,
-    pub b: Side,
-    #[serde(flatten)]
-    pub diff: Diff,
-    pub peak_to_peak: Option<PeakToPeak>,
-}
-
-impl DiffReport {
-    pub fn new(a: Side, b: Side, diff: Diff) -> DiffReport {
-        DiffReport {
-            schema_version: SCHEMA_VERSION,
-            a,
-            b,
-            diff,
-            peak_to_peak: None,
-        }
-    }
-}
+pub use vramscope_analysis::compare::{DiffReport, PeakToPeak, Side, SCHEMA_VERSION};
 
 /// The `--json` form of a diff (pretty-printed, stable field names).
 pub fn diff_json(r: &DiffReport) -> String {

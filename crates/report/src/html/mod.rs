@@ -80,41 +80,32 @@ pub fn report_html(snap: &Snapshot, opts: &ReportOptions) -> String {
 }
 
 /// The diff of `snap`'s `device` against the baseline, end to end and peak
-/// to peak, as the Diff tab's JSON.
+/// to peak ([`vramscope_analysis::compare`], as `vramscope diff BASE FILE`),
+/// as the Diff tab's JSON.
 fn baseline_diff(snap: &Snapshot, device: u32, name: &str, base: &Baseline) -> serde_json::Value {
-    use crate::diff::{DiffReport, PeakToPeak, Side};
-    use vramscope_analysis::{diff, DiffOptions, Liveness};
-    let empty = vramscope_snapshot::DeviceTrace::default();
+    use vramscope_analysis::compare::{compare, Input};
+    use vramscope_analysis::moment::Moment;
     // The same device when the baseline has it; else the baseline's own
     // device, by the rule every command uses (the one with activity).
-    let a_dev = if base.snap.devices().contains(&device) {
-        device
-    } else {
-        base.snap.device_or_first(None)
+    let a_dev = match base.snap.devices().contains(&device) {
+        true => Ok(device),
+        false => base.snap.pick_device(None),
     };
-    let (ta, tb) = (
-        base.snap.trace(a_dev).unwrap_or(&empty),
-        snap.trace(device).unwrap_or(&empty),
+    let Ok(a_dev) = a_dev else {
+        return serde_json::Value::Null;
+    };
+    let (a, b) = (
+        Input::new(base.snap, &base.name, a_dev),
+        Input::new(snap, name, device),
     );
-    let (ra, rb) = (Liveness::new(base.snap, a_dev), Liveness::new(snap, device));
-    let (ea, eb) = (ta.len().checked_sub(1), tb.len().checked_sub(1));
-    let la = ra.live_at_points(ta, &[ea, ra.peak_index]);
-    let lb = rb.live_at_points(tb, &[eb, rb.peak_index]);
-    let opts = DiffOptions {
+    let opts = vramscope_analysis::DiffOptions {
         top: 50,
         ..Default::default()
     };
-    let mut r = DiffReport::new(
-        Side::new(&base.name, a_dev, "end", ea),
-        Side::new(name, device, "end", eb),
-        diff(base.snap, &la[0], snap, &lb[0], &opts),
-    );
-    r.peak_to_peak = Some(PeakToPeak::new(
-        Side::new(&base.name, a_dev, "peak", ra.peak_index),
-        Side::new(name, device, "peak", rb.peak_index),
-        diff(base.snap, &la[1], snap, &lb[1], &opts),
-    ));
-    serde_json::to_value(&r).unwrap_or_default()
+    compare(&a, Moment::End, Some(&b), Moment::End, &opts)
+        .ok()
+        .and_then(|c| serde_json::to_value(&c.report).ok())
+        .unwrap_or_default()
 }
 
 /// Build the report page for `snap`, with a Diff tab against `baseline`.

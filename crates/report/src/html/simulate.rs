@@ -1,79 +1,34 @@
 //! The report's "Simulate" tab: the recorded trace replayed through the
 //! allocator model under the recorded settings and the sweep
-//! ([`vramscope_simulate::SWEEP`]), computed here so the page needs no
-//! server. Each run keeps a reserved curve of [`CURVE_POINTS`] points (the
+//! ([`vramscope_simulate::SWEEP`]), made by [`vramscope_advise::page_model`]
+//! when the page is written, so the page needs no server. Each run keeps a reserved curve of [`CURVE_POINTS`] points (the
 //! largest value of each stretch of entries) to draw over the recorded one.
 
 use serde_json::{json, Value};
+use vramscope_advise::page_model;
 use vramscope_analysis::categories::Labelled;
-use vramscope_simulate::advise::{advise_with, sweep_options};
-use vramscope_simulate::{simulate, AdviseOptions, SimulateOptions, Simulation};
-use vramscope_snapshot::{Action, Snapshot};
+use vramscope_simulate::Simulation;
+use vramscope_snapshot::Snapshot;
 
 /// Points per simulated curve: enough for a panel-wide plot.
 pub const CURVE_POINTS: usize = 400;
 
-/// Traces from this many entries on get no "What to do" panel data: the
-/// advice replays each change from an empty cache (a dozen replays more),
-/// which on a 10M-entry file would double the report's time; the panel
-/// then says to run `vramscope advise`.
-/// (The same length from which the page replays a shorter sweep.)
-pub const ADVISE_MAX_ENTRIES: usize = vramscope_simulate::PAGE_SWEEP_FULL_BELOW;
-
-/// Whether the model applies: a CUDA caching-allocator trace
-/// ([`vramscope_simulate::modelled`]) with requests in it.
-fn applies(snap: &Snapshot, device: u32) -> bool {
-    vramscope_simulate::modelled(snap).is_ok()
-        && snap
-            .trace(device)
-            .is_some_and(|t| t.action.contains(&Action::Alloc))
-}
-
 /// The Simulate tab's and the What to do panel's data for `device`, each
-/// `None` when the model does not apply: one simulation serves both.
+/// `None` where [`vramscope_advise::page_model`] has none.
 pub fn simulation_and_advice(
     snap: &Snapshot,
     device: u32,
     labelled: &Labelled,
 ) -> (Option<Value>, Option<Value>) {
-    if !applies(snap, device) {
-        // Without a caching allocator there is nothing to simulate, but the
-        // program changes are still counted.
-        let counted = vramscope_simulate::advise::counted_applies(snap, device)
-            && snap.trace(device).map_or(0, |t| t.len()) < ADVISE_MAX_ENTRIES;
-        return match counted {
-            true => (
-                None,
-                serde_json::to_value(vramscope_simulate::advise::advise_counted(
-                    snap,
-                    device,
-                    None,
-                    vramscope_simulate::advise::DEFAULT_RANKS,
-                    labelled,
-                ))
-                .ok(),
-            ),
-            false => (None, None),
-        };
-    }
-    let entries = snap.trace(device).map_or(0, |t| t.len());
-    let (sweep_first, sweep_note) = vramscope_simulate::page_sweep(entries);
-    let opts = SimulateOptions {
-        curve_points: CURVE_POINTS,
-        sweep_first,
-        ..sweep_options(&AdviseOptions {
-            device: Some(device),
-            ..Default::default()
-        })
-    };
-    let Ok(sim) = simulate(snap, &opts) else {
-        return (None, None);
-    };
-    let mut tab = simulation(&sim);
-    if let (Some(Value::Object(t)), Some(note)) = (tab.as_mut(), sweep_note) {
-        t.insert("sweep_note".into(), Value::String(note));
-    }
-    (tab, advice(snap, device, &sim, labelled))
+    let m = page_model(snap, device, labelled, CURVE_POINTS);
+    let tab = m.simulation.and_then(|(sim, note)| {
+        let mut tab = simulation(&sim);
+        if let (Some(Value::Object(t)), Some(note)) = (tab.as_mut(), note) {
+            t.insert("sweep_note".into(), Value::String(note));
+        }
+        tab
+    });
+    (tab, m.advice.and_then(|a| serde_json::to_value(a).ok()))
 }
 
 /// The Simulate tab's data.
@@ -108,24 +63,4 @@ fn simulation(sim: &Simulation) -> Option<Value> {
         },
         "runs": runs,
     }))
-}
-
-/// The What to do panel's data for `device` ([`vramscope_simulate::advise`]).
-fn advice(snap: &Snapshot, device: u32, sim: &Simulation, labelled: &Labelled) -> Option<Value> {
-    let entries = snap.trace(device).map_or(0, |t| t.len());
-    if entries >= ADVISE_MAX_ENTRIES {
-        return Some(json!({
-            "skipped": format!(
-                "{entries} trace entries: the advice replays each change on its own, too long to make with the page; \
-                 `vramscope advise FILE` gives it"
-            ),
-        }));
-    }
-    serde_json::to_value(advise_with(
-        snap,
-        sim,
-        labelled,
-        vramscope_simulate::advise::DEFAULT_RANKS,
-    ))
-    .ok()
 }

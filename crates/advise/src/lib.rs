@@ -9,9 +9,24 @@
 //! half). Each answer says how it was predicted: *replayed* on the recorded
 //! trace, or *projected* past its end when the recording stops at an
 //! out-of-memory error and an earlier iteration gives the rest
-//! ([`crate::horizon`]). Where neither can tell whether a change fits, the
+//! ([`vramscope_simulate::horizon`]). Where neither can tell whether a change fits, the
 //! answer says so instead of "fits". A change is offered only where the
 //! trace holds what it acts on; the ones not offered are listed with why.
+//!
+//! This crate chooses how each change is answered (replayed on
+//! `vramscope_simulate`'s allocator model, projected, bounded or counted
+//! by a rule); the CLI, the Python package and the report's What to do
+//! panel only ask it.
+//!
+//! ```
+//! use vramscope_advise::{advise, AdviseOptions};
+//! let path = vramscope_testdata::gpu("advise_baseline.pickle");
+//! let snap = vramscope_snapshot::load(&path, &Default::default()).unwrap();
+//! let opts = AdviseOptions { capacity: Some(3 << 30), ..Default::default() };
+//! let advising = advise(&snap, &opts).unwrap();
+//! let best = &advising.advice[0];
+//! assert!(best.peak_reserved < advising.baseline.peak_reserved);
+//! ```
 
 mod block_stacks;
 mod candidates;
@@ -20,16 +35,18 @@ mod counted;
 mod foreach;
 mod fsdp;
 mod leaks;
+mod page;
 mod precision;
 mod set_to_none;
 mod verdict;
 
 pub use counted::{advise_counted, counted_applies};
+pub use page::{page_model, PageAdvice, PageModel, PAGE_ADVICE_MAX_ENTRIES};
 
 use serde::Serialize;
 use vramscope_analysis::categories::Labelled;
-use vramscope_analysis::edits::Edits;
 use vramscope_analysis::iterations::find_iterations;
+use vramscope_simulate::edits::Edits;
 use vramscope_snapshot::Snapshot;
 
 use candidates::{
@@ -38,9 +55,9 @@ use candidates::{
 use leaks::leak_candidates;
 use verdict::{answer, evaluate, rank};
 
-use crate::error::SimulateError;
-use crate::settings::Settings;
-use crate::simulate::{simulate, SimulateOptions, Simulation};
+use vramscope_simulate::error::SimulateError;
+use vramscope_simulate::settings::Settings;
+use vramscope_simulate::simulate::{simulate, SimulateOptions, Simulation};
 
 /// Options of [`advise`]. `Default`: the first device, the capacity from
 /// the file (its OOM, else the limit its release-and-retry bursts show,
@@ -50,7 +67,7 @@ pub struct AdviseOptions {
     pub device: Option<u32>,
     /// Device memory PyTorch may use, bytes.
     pub capacity: Option<u64>,
-    /// The GPU to fit on, by name ([`crate::gpus::gpu_memory`]): its memory
+    /// The GPU to fit on, by name ([`vramscope_simulate::gpus::gpu_memory`]): its memory
     /// less the CUDA context's, instead of `capacity`.
     pub gpu: Option<String>,
     /// The memory fraction the program set, where the file does not say.
@@ -202,13 +219,13 @@ pub struct Advising {
 
 /// A change to evaluate.
 pub(crate) struct Candidate {
-    pub(super) class: ChangeClass,
-    pub(super) change: String,
-    pub(super) code: String,
-    pub(super) settings: Settings,
-    pub(super) edits: Option<Edits>,
-    pub(super) method: Method,
-    pub(super) how: String,
+    pub(crate) class: ChangeClass,
+    pub(crate) change: String,
+    pub(crate) code: String,
+    pub(crate) settings: Settings,
+    pub(crate) edits: Option<Edits>,
+    pub(crate) method: Method,
+    pub(crate) how: String,
 }
 
 impl Candidate {
@@ -322,20 +339,20 @@ pub fn advise(snap: &Snapshot, opts: &AdviseOptions) -> Result<Advising, Simulat
     }
     if let Some(name) = &opts.gpu {
         opts.capacity = Some(
-            crate::gpus::gpu_memory(name)
+            vramscope_simulate::gpus::gpu_memory(name)
                 .map_err(SimulateError::Gpu)?
                 .capacity,
         );
     }
-    if let Err(e) = crate::simulate::modelled(snap) {
+    if let Err(e) = vramscope_simulate::simulate::modelled(snap) {
         // Recorded without a caching allocator (the CPU): the peak is
         // allocated memory, counted with each change applied.
-        let device = snap.device_or_first(opts.device);
+        let device = snap.pick_device(opts.device)?;
         // A CPU run under a limit (`record(cpu_limit=...)`) that ran out
         // says how much it had: the allocation refused and what was free.
         let capacity = opts
             .capacity
-            .or_else(|| crate::simulate::oom_capacity(snap, device));
+            .or_else(|| vramscope_simulate::simulate::oom_capacity(snap, device));
         return match counted_applies(snap, device) {
             true => Ok(advise_counted(
                 snap,
@@ -394,7 +411,10 @@ pub fn advise_with(snap: &Snapshot, sim: &Simulation, labelled: &Labelled, ranks
             .map(|c| scope.spawn(|| evaluate(snap, sim, c)))
             .collect();
         let baseline = evaluate(snap, sim, &baseline_candidate);
-        let rest: Vec<(Advice, u64)> = handles.into_iter().map(crate::simulate::joined).collect();
+        let rest: Vec<(Advice, u64)> = handles
+            .into_iter()
+            .map(vramscope_simulate::simulate::joined)
+            .collect();
         (baseline, rest)
     });
     let (baseline, mut evaluated) = evaluated;

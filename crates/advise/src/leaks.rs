@@ -16,17 +16,17 @@
 use std::collections::{HashMap, HashSet};
 
 use vramscope_analysis::categories::Labelled;
-use vramscope_analysis::edits::{for_blocks, ChangeKind, Edits};
 use vramscope_analysis::iterations::Iterations;
 use vramscope_analysis::leaks::{find_leaks_with, LeakOptions, Severity};
 use vramscope_analysis::lifetimes::{BEFORE_WINDOW, STILL_ALIVE};
 use vramscope_analysis::sites::{frame_label, site_frame};
+use vramscope_simulate::edits::{for_blocks, ChangeKind, Edits};
 use vramscope_snapshot::{Snapshot, StackId};
 use vramscope_text::units::bytes;
 
 use super::set_to_none::{KeptGradients, Replayed};
 use super::{Candidate, ChangeClass, Method};
-use crate::settings::Settings;
+use vramscope_simulate::settings::Settings;
 
 /// Each leak or held memory found, fixed; and all of them at once where
 /// there are several (one fix often ends them all: the list that keeps

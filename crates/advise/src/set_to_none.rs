@@ -26,14 +26,14 @@
 use std::collections::{HashMap, HashSet};
 
 use vramscope_analysis::categories::{Category, Labelled};
-use vramscope_analysis::edits::{for_blocks, ChangeKind, Edits};
 use vramscope_analysis::iterations::Iterations;
 use vramscope_analysis::lifetimes::{Lifetimes, BEFORE_WINDOW, STILL_ALIVE};
+use vramscope_simulate::edits::{for_blocks, ChangeKind, Edits};
 use vramscope_snapshot::{Action, AnnotationStage, DeviceTrace, Snapshot};
 use vramscope_text::units::bytes;
 
 use super::{refuse, Candidate, ChangeClass, Method, NotOffered};
-use crate::settings::Settings;
+use vramscope_simulate::settings::Settings;
 
 const CHANGE: &str = "optimizer.zero_grad(set_to_none=True), PyTorch's default since 2.0";
 

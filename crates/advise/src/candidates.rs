@@ -5,14 +5,14 @@
 //! built; the kinds that are never built here say why in `not_offered`.
 
 use vramscope_analysis::categories::{Category, Labelled, Rule};
-use vramscope_analysis::edits::{for_blocks, Change, ChangeKind, Edits};
+use vramscope_simulate::edits::{for_blocks, Change, ChangeKind, Edits};
 use vramscope_snapshot::Snapshot;
 
 use super::{refuse, Candidate, ChangeClass, Method, NotOffered};
-use crate::settings::Settings;
-use crate::simulate::Simulation;
 use vramscope_analysis::iterations::Iterations;
 use vramscope_analysis::lifetimes::{BEFORE_WINDOW, STILL_ALIVE};
+use vramscope_simulate::settings::Settings;
+use vramscope_simulate::simulate::Simulation;
 
 /// The sweep's settings, each as an environment variable to set: those
 /// whose replay from the file's segments differs from the recorded
@@ -22,7 +22,7 @@ pub(super) fn settings_candidates(sim: &Simulation) -> Vec<Candidate> {
     let Some(rec) = sim.runs.first() else {
         return Vec::new();
     };
-    let same = |r: &crate::simulate::Run| {
+    let same = |r: &vramscope_simulate::simulate::Run| {
         r.replayed.simulated_peak_reserved == rec.replayed.simulated_peak_reserved
             && r.replayed.oom == rec.replayed.oom
             && r.projection.as_ref().map(|p| (p.peak_reserved, p.oom))
@@ -50,8 +50,8 @@ pub(super) fn must_go_candidate(sim: &Simulation) -> Option<Candidate> {
     use vramscope_text::units::bytes;
     let m = sim.must_go.iter().find(|m| m.label == "recorded")?;
     let mut edits = Edits::default();
-    crate::must_go::never_allocated(&mut edits, &m.gone);
-    edits.matched.push(vramscope_analysis::edits::ChangeMatch {
+    vramscope_simulate::must_go::never_allocated(&mut edits, &m.gone);
+    edits.matched.push(vramscope_simulate::edits::ChangeMatch {
         change: Change {
             site: "the holders at the failing request".into(),
             kind: ChangeKind::Drop,
@@ -436,7 +436,7 @@ pub(super) fn keep_cache_candidate(
     recorded: &Settings,
 ) -> Option<Candidate> {
     let t = snap.trace(sim.device)?;
-    let calls = crate::replay::empty_cache_calls(snap, t);
+    let calls = vramscope_simulate::replay::empty_cache_calls(snap, t);
     if calls.is_empty() {
         return None;
     }
@@ -454,13 +454,13 @@ pub(super) fn keep_cache_candidate(
             keep_cache,
             ..Default::default()
         };
-        let setup = crate::replay::ReplaySetup {
+        let setup = vramscope_simulate::replay::ReplaySetup {
             capacity: sim.capacity,
             edits: Some(&edits),
             cold_start: true,
             ..Default::default()
         };
-        let r = crate::replay::replay(snap, sim.device, recorded.clone(), &setup);
+        let r = vramscope_simulate::replay::replay(snap, sim.device, recorded.clone(), &setup);
         (r.cuda_mallocs, r.cuda_frees)
     };
     let ((m_with, f_with), (m_without, f_without)) = (count(false), count(true));

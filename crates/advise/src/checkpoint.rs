@@ -20,14 +20,14 @@
 
 use std::collections::BTreeMap;
 
-use vramscope_analysis::edits::{Change, ChangeKind, ChangeMatch, Edits, Rerun};
 use vramscope_analysis::lifetimes::{Lifetimes, BEFORE_WINDOW, STILL_ALIVE};
+use vramscope_simulate::edits::{Change, ChangeKind, ChangeMatch, Edits, Rerun};
 use vramscope_snapshot::{Action, AnnotationStage, Snapshot};
 use vramscope_text::units::bytes;
 
 use super::{refuse, Advice, Candidate, ChangeClass, Method, NotOffered};
-use crate::settings::Settings;
 use vramscope_analysis::categories::Labelled;
+use vramscope_simulate::settings::Settings;
 
 /// Prefix of the recorder's block annotations.
 pub const BLOCK_ANNOTATION: &str = "vramscope.block#";

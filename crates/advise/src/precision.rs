@@ -22,12 +22,12 @@
 //! ([`Method::Bound`]).
 
 use vramscope_analysis::categories::{Category, Labelled};
-use vramscope_analysis::edits::{for_blocks, ChangeKind};
+use vramscope_simulate::edits::{for_blocks, ChangeKind};
 use vramscope_snapshot::Snapshot;
 use vramscope_text::units::bytes;
 
 use super::{refuse, Candidate, ChangeClass, Method, NotOffered};
-use crate::settings::Settings;
+use vramscope_simulate::settings::Settings;
 
 /// What the recorder says of the step's dtypes.
 enum Precision {

@@ -24,14 +24,14 @@
 use std::collections::BTreeMap;
 
 use vramscope_analysis::categories::{Labelled, Rule};
-use vramscope_analysis::edits::{for_blocks, ChangeKind};
 use vramscope_analysis::iterations::Iterations;
 use vramscope_analysis::sites::frame_location;
+use vramscope_simulate::edits::{for_blocks, ChangeKind};
 use vramscope_snapshot::Snapshot;
 use vramscope_text::units::bytes;
 
 use super::{refuse, Candidate, ChangeClass, Method, NotOffered};
-use crate::settings::Settings;
+use vramscope_simulate::settings::Settings;
 
 /// The one-at-a-time step's largest transient for parameters of sizes `p`
 /// in order (Adam, AdamW).

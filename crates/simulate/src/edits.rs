@@ -20,10 +20,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use serde::Serialize;
 use vramscope_snapshot::{DeviceTrace, Snapshot, StackId};
 
-use crate::categories::Phases;
-use crate::iterations::find_iterations;
-use crate::lifetimes::{Lifetimes, BEFORE_WINDOW, NO_BLOCK, STILL_ALIVE};
-use crate::sites::{frame_label, site_frame};
+use vramscope_analysis::categories::Phases;
+use vramscope_analysis::iterations::find_iterations;
+use vramscope_analysis::lifetimes::{Lifetimes, BEFORE_WINDOW, NO_BLOCK, STILL_ALIVE};
+use vramscope_analysis::sites::{frame_label, site_frame};
 
 /// What to do with the blocks of a site.
 #[derive(Clone, Debug, PartialEq, Serialize)]

@@ -50,14 +50,14 @@
 use std::collections::BTreeMap;
 
 use vramscope_analysis::categories::{Category, Labelled, Phase, Phases, Rule};
-use vramscope_analysis::edits::{for_blocks, ChangeKind, Extra};
 use vramscope_analysis::lifetimes::BEFORE_WINDOW;
+use vramscope_simulate::edits::{for_blocks, ChangeKind, Extra};
 use vramscope_snapshot::Snapshot;
 use vramscope_text::units::bytes;
 
 use super::checkpoint::{container, forward_order, is_site, shown, Blocks, SavedCall};
 use super::{refuse, Candidate, ChangeClass, Method, NotOffered};
-use crate::settings::Settings;
+use vramscope_simulate::settings::Settings;
 
 /// One forward and backward pass.
 struct Pass {
@@ -374,7 +374,7 @@ pub(super) fn fsdp_candidate(
     );
     // A recording without a GPU is of a job that would shard over gloo,
     // whose collectives copy each buffer they move.
-    let gloo = crate::simulate::modelled(snap).is_err();
+    let gloo = vramscope_simulate::simulate::modelled(snap).is_err();
     let mut g = Gathers {
         extra: &mut edits.extra_after,
         id: 0,

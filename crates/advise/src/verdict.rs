@@ -5,8 +5,8 @@
 use vramscope_snapshot::Snapshot;
 
 use super::{Advice, Candidate, ChangeClass, Method};
-use crate::replay::ReplaySetup;
-use crate::simulate::{run_once, Simulation};
+use vramscope_simulate::replay::ReplaySetup;
+use vramscope_simulate::simulate::{run_once, Simulation};
 
 /// How far over the capacity a bound's peak allocated must be to say "does
 /// not fit": in bf16 PyTorch's attention runs FlashAttention, which keeps

@@ -8,7 +8,8 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use vramscope_simulate::{advise, simulate, AdviseOptions, SimulateOptions};
+use vramscope_advise::{advise, AdviseOptions};
+use vramscope_simulate::{simulate, SimulateOptions};
 use vramscope_snapshot::{decode_bytes, LoadOptions};
 use vramscope_testdata::gpu_bytes;
 use vramscope_testdata::Rng;

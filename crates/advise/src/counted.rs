@@ -2,12 +2,12 @@
 //! recorders): each tensor is its own allocation, so the memory a run
 //! needs is its peak allocated, and a change is replayed by counting the
 //! allocated bytes event by event with the change applied
-//! ([`vramscope_analysis::edits::peak_allocated`]). Allocator settings and
+//! ([`vramscope_simulate::edits::peak_allocated`]). Allocator settings and
 //! what pins segments mean nothing there; the program changes are the
 //! same as on CUDA.
 
 use vramscope_analysis::categories::Labelled;
-use vramscope_analysis::edits::{peak_allocated, Extra};
+use vramscope_simulate::edits::{peak_allocated, Extra};
 use vramscope_snapshot::Action;
 use vramscope_snapshot::Snapshot;
 
@@ -17,7 +17,7 @@ use super::{
     verdict::{answer, rank},
     Advice, Advising, Candidate, ChangeClass, NotOffered,
 };
-use crate::settings::Settings;
+use vramscope_simulate::settings::Settings;
 
 /// Whether `device`'s trace is one [`advise_counted`] answers for: a
 /// memory snapshot recorded without a caching allocator.

@@ -4,7 +4,7 @@
 //! its `vramscope.block#` annotations removed it is what PyTorch's own
 //! `_record_memory_history` writes.
 
-use vramscope_simulate::{advise, Advice, AdviseOptions, ChangeClass};
+use vramscope_advise::{advise, Advice, AdviseOptions, ChangeClass};
 use vramscope_snapshot::{load, Snapshot};
 
 fn checkpoint_rows(snap: &Snapshot) -> Vec<Advice> {
