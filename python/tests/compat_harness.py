@@ -331,13 +331,16 @@ def matrix_cells() -> List[Tuple[str, str, str]]:
     """Every program under every recorder through ``record``; the framework
     programs through their callbacks; the compiled module and DDP through
     ``VRAMSCOPE_RECORD`` and ``vramscope run`` (the profiler through
-    ``record`` only: it is the slow one)."""
+    ``record`` only: it is the slow one). The entries start the recorder
+    the way ``record`` does, whichever it is: each of these programs meets
+    each entry once, and each entry both recorders (pairs, not the full
+    product: six cells where twelve ran the same code twice)."""
     cells = [(p, r, "record") for p in compat.PROGRAMS if p not in compat.FRAMEWORKS for r in RECORDERS]
     cells += [(p, r, "callback") for p in sorted(compat.FRAMEWORKS) for r in ("allocator", "dispatch", "profiler")]
-    for entry in ("env", "run"):
-        for p in ("compile_module_eager", "compile_module_inductor", "ddp_gloo"):
-            for r in ("allocator", "dispatch"):
-                cells.append((p, r, entry))
+    pair = ("allocator", "dispatch")
+    for i, p in enumerate(("compile_module_eager", "compile_module_inductor", "ddp_gloo")):
+        cells.append((p, pair[i % 2], "env"))
+        cells.append((p, pair[(i + 1) % 2], "run"))
     return cells
 
 

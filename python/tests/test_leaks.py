@@ -1,4 +1,4 @@
-"""Leaks, diffs and memory gates on training loops recorded with real torch
+"""Leaks, diffs and memory limits on training loops recorded with real torch
 (CPU path) by vramscope's own recorder: each planted bug is found with its
 site and fix, and the clean control loop yields no leak.
 

@@ -1,4 +1,4 @@
-"""One horizon: every "fits" (advise, simulate, the gates of check and
+"""One horizon: every "fits" (advise, simulate, the limits of check and
 ``vramscope.limits``) says how far it holds, the same way: the recorded
 iterations, whether they grew and that later ones were not recorded."""
 

@@ -127,7 +127,7 @@ class Snapshot:
         device: Optional[int] = None,
         source_roots: Sequence[Union[str, os.PathLike]] = (),
     ) -> dict:
-        """Memory gates (`vramscope check --json`): each limit, its measured
+        """Memory limits (`vramscope check --json`): each limit, its measured
         value and whether it passed; `result["passed"]` is the verdict.
         Sizes are bytes or strings such as ``"12GiB"`` and ``"1MiB/iter"``."""
         roots = [os.fspath(r) for r in source_roots]

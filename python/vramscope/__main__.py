@@ -1,8 +1,9 @@
 """`vramscope ...` / `python -m vramscope ...`.
 
 `run` executes a script under the recorder, which must happen in this
-Python process; every other command is the Rust command line, the same
-implementation as the standalone binary."""
+Python process, and `mcp` serves the MCP SDK's protocol from it; every
+other command is the Rust command line, the same implementation as the
+standalone binary."""
 
 from __future__ import annotations
 
@@ -16,6 +17,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         from .run import main as run_main
 
         return run_main(args[1:])
+    if args and args[0] == "mcp":
+        from .mcp import main as mcp_main
+
+        return mcp_main(args[1:])
     from . import _native
 
     sys.stdout.flush()

@@ -249,7 +249,7 @@ pub(super) fn answer(
 }
 
 /// The answer with how far a "fits" in it holds, where one does (the run
-/// as recorded, or a change): the same sentence simulate, the gates and
+/// as recorded, or a change): the same sentence simulate, the limits and
 /// the report say ([`vramscope_analysis::reach`]).
 pub(super) fn with_reach(
     answer: String,

@@ -7,7 +7,7 @@
 //! read as a promise for the whole run (advise ranked half the batch
 //! "fits; projected" for a GPT whose iterations grew ×1.33, and on the GPU
 //! it ran out at step 8). Every command that says "fits" (advise, simulate,
-//! the report's panels, the gates of `check` and `vramscope.limits`) takes
+//! the report's panels, the limits of `check` and `vramscope.limits`) takes
 //! its sentence from [`Reach::sentence`].
 
 use serde::Serialize;

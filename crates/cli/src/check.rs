@@ -1,13 +1,13 @@
 //! `vramscope check FILE --max-peak 12GiB --no-leaks --max-growth 1MiB/iter`:
-//! memory gates for CI. Exit code 0 when every limit holds, 3 when one does
+//! memory limits for CI. Exit code 0 when every limit holds, 3 when one does
 //! not (1 and 2 keep their meaning: unreadable file, invalid input/usage).
 
 use std::fmt::Write;
 use std::path::PathBuf;
 
 use anyhow::anyhow;
-use vramscope_analysis::gates::{check, GateOptions};
 use vramscope_analysis::leaks::LeakOptions;
+use vramscope_analysis::limits::{check, Limits};
 use vramscope_text::units::parse_bytes;
 
 use crate::{input, output, CliError};
@@ -43,16 +43,16 @@ pub struct Args {
 pub const FAILED: u8 = 3;
 
 pub fn run(a: Args) -> Result<u8, CliError> {
-    let gates = GateOptions {
+    let limits = Limits {
         max_peak: a.max_peak,
         max_reserved: a.max_reserved,
         no_leaks: a.no_leaks,
         max_growth_per_iteration: a.max_growth,
     };
-    if gates.max_peak.is_none()
-        && gates.max_reserved.is_none()
-        && !gates.no_leaks
-        && gates.max_growth_per_iteration.is_none()
+    if limits.max_peak.is_none()
+        && limits.max_reserved.is_none()
+        && !limits.no_leaks
+        && limits.max_growth_per_iteration.is_none()
     {
         return Err(CliError::Invalid(anyhow!(
             "nothing to check: give at least one of --max-peak, --max-reserved, --no-leaks, --max-growth"
@@ -64,7 +64,7 @@ pub fn run(a: Args) -> Result<u8, CliError> {
         source_roots: a.source_dirs.clone(),
         ..LeakOptions::default()
     };
-    let r = check(&snap, device, &gates, &leak_opts);
+    let r = check(&snap, device, &limits, &leak_opts);
     let name = input::display_name(&a.file);
     let text = if a.json {
         let mut j = serde_json::to_string_pretty(&r).map_err(|e| CliError::Invalid(e.into()))?;

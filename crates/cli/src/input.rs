@@ -1,15 +1,68 @@
 //! Reading the snapshot a command is given: progress bar, one error
 //! context, and the device checks every command shares.
 
-use std::path::Path;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
 
 use anyhow::anyhow;
 use vramscope_snapshot::Snapshot;
 
+use crate::output::say;
 use crate::{progress, CliError};
 
+/// Files read by earlier commands of this process, by path, with the
+/// modification time and length they had: `Some` once [`keep_loaded`] is
+/// on (a server answers many questions about one file).
+type Kept = HashMap<PathBuf, (Option<SystemTime>, u64, Arc<Snapshot>)>;
+static KEPT: Mutex<Option<Kept>> = Mutex::new(None);
+
+/// Keep each file read, for the next command about it, until it changes on
+/// disk (`true`), or read every file afresh and forget the kept ones.
+pub fn keep_loaded(on: bool) {
+    if let Ok(mut k) = KEPT.lock() {
+        *k = on.then(HashMap::new);
+    }
+}
+
 /// Load `file` with a progress bar for large files; invalid input is exit 2.
-pub(crate) fn load(file: &Path, quiet: bool) -> Result<Snapshot, CliError> {
+/// A file kept by [`keep_loaded`] and unchanged since is not read again.
+pub(crate) fn load(file: &Path, quiet: bool) -> Result<Arc<Snapshot>, CliError> {
+    let stamp = std::fs::metadata(file)
+        .ok()
+        .map(|m| (m.modified().ok(), m.len()));
+    let key = std::fs::canonicalize(file).unwrap_or_else(|_| file.to_path_buf());
+    let kept = KEPT.lock().ok().and_then(|kept| {
+        let (t, l, snap) = kept.as_ref()?.get(&key)?;
+        (Some((*t, *l)) == stamp).then(|| Arc::clone(snap))
+    });
+    let snap = match kept {
+        Some(snap) => snap,
+        None => {
+            let snap = Arc::new(read(file, quiet)?);
+            if let (Ok(mut kept), Some((time, len))) = (KEPT.lock(), stamp) {
+                if let Some(k) = kept.as_mut() {
+                    k.insert(key, (time, len, Arc::clone(&snap)));
+                }
+            }
+            snap
+        }
+    };
+    // Every command says so, not only `summary`: what it prints covers
+    // only what was recovered.
+    if let Some(note) = vramscope_analysis::summary::damage(&snap) {
+        say(&format!("vramscope: warning: {}: {note}", file.display()));
+    }
+    if !quiet {
+        if let Some(note) = vramscope_analysis::summary::history(&snap) {
+            say(&format!("vramscope: note: {}: {note}", file.display()));
+        }
+    }
+    Ok(snap)
+}
+
+fn read(file: &Path, quiet: bool) -> Result<Snapshot, CliError> {
     let meta = std::fs::metadata(file);
     if meta.as_ref().is_ok_and(|m| m.is_dir()) {
         return Err(CliError::Io(anyhow!(
@@ -42,16 +95,6 @@ pub(crate) fn load(file: &Path, quiet: bool) -> Result<Snapshot, CliError> {
                 s.source.warnings.join("; ")
             )));
         }
-        // Every command says so, not only `summary`: what it prints covers
-        // only what was recovered.
-        if let Some(note) = vramscope_analysis::summary::damage(s) {
-            eprintln!("vramscope: warning: {}: {note}", file.display());
-        }
-        if !quiet {
-            if let Some(note) = vramscope_analysis::summary::history(s) {
-                eprintln!("vramscope: note: {}: {note}", file.display());
-            }
-        }
     }
     snap.map_err(|e| match CliError::from(e) {
         CliError::Io(e) => CliError::Io(e),
@@ -83,11 +126,11 @@ pub(crate) fn pick_device(
         } else {
             "none has allocations"
         };
-        eprintln!(
+        say(&format!(
             "vramscope: {}: device {picked} ({why}; the file also has device {}: --device picks one)",
             file.display(),
             others.join(", ")
-        );
+        ));
     }
     Ok(picked)
 }

@@ -19,8 +19,10 @@ mod estimate;
 mod export;
 mod flamegraph;
 mod input;
+pub use input::keep_loaded;
 mod leaks;
 mod live;
+mod mcp;
 mod output;
 mod progress;
 mod ranks;
@@ -64,8 +66,10 @@ enum Command {
     Categories(categories::Args),
     /// Memory that grows from one iteration to the next, explained, with fixes.
     Leaks(leaks::Args),
-    /// Memory gates for CI: peak, reserved, leaks, growth per iteration (exit 3 on failure).
+    /// Memory limits for CI: peak, reserved, leaks, growth per iteration (exit 3 on failure).
     Check(check::Args),
+    /// Serve vramscope to a coding agent over the Model Context Protocol (stdio).
+    Mcp(mcp::Args),
     /// Write a realistic synthetic snapshot (for tests and benchmarks).
     Synth(synth::Args),
     /// How much memory training (or inference) will need, before running it.
@@ -111,6 +115,33 @@ where
     run(args)
 }
 
+/// What one command printed, kept ([`run_captured`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Captured {
+    /// The exit code (the binary's documented codes).
+    pub code: u8,
+    /// What it printed to stdout: the `--json` answer.
+    pub stdout: String,
+    /// Its error, warning and note lines.
+    pub stderr: String,
+}
+
+/// [`run`] with what the command prints kept instead of written, for a
+/// server whose stdout carries its protocol (`vramscope mcp`). Files stay
+/// loaded between calls once [`input::keep_loaded`] is on.
+pub fn run_captured<I, T>(args: I) -> Captured
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let (code, stdout, stderr) = output::captured(|| run(args));
+    Captured {
+        code,
+        stdout,
+        stderr,
+    }
+}
+
 /// Run the command line with `args` (the first is the program name) and
 /// return the exit code. Never exits the process, so it is safe inside a
 /// Python interpreter; `--help`/`--version` print and return 0.
@@ -123,8 +154,13 @@ where
         Ok(c) => c,
         Err(e) => {
             // clap formats help, version and usage errors itself.
-            let _ = e.print();
-            return if e.use_stderr() { 2 } else { 0 };
+            let text = e.render().to_string();
+            if e.use_stderr() {
+                output::say(text.trim_end());
+                return 2;
+            }
+            let _ = output::print(&text);
+            return 0;
         }
     };
     let result = match cli.command {
@@ -146,6 +182,10 @@ where
             Ok(code) => return code,
             Err(e) => Err(e),
         },
+        Command::Mcp(a) => match mcp::run(a) {
+            Ok(code) => return code,
+            Err(e) => Err(e),
+        },
         Command::Check(a) => match check::run(a) {
             Ok(code) => return code,
             Err(e) => Err(e),
@@ -159,11 +199,11 @@ where
         Ok(()) => 0,
         Err(CliError::Io(e)) if output::is_broken_pipe(&e) => 0,
         Err(CliError::Io(e)) => {
-            eprintln!("vramscope: error: {e:#}");
+            output::say(&format!("vramscope: error: {e:#}"));
             1
         }
         Err(CliError::Invalid(e)) => {
-            eprintln!("vramscope: error: {e:#}");
+            output::say(&format!("vramscope: error: {e:#}"));
             2
         }
     }

@@ -4,9 +4,51 @@ use std::io::Write;
 
 use crate::CliError;
 
+thread_local! {
+    /// While [`captured`] runs on this thread: what the command printed to
+    /// stdout, and its errors and warnings.
+    static CAPTURE: std::cell::RefCell<Option<(String, String)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Run `f` with what the commands print kept (stdout, and the lines that
+/// would go to stderr: errors, warnings, notes) instead of written: for a
+/// server whose stdout is its protocol (`vramscope mcp`).
+pub fn captured<R>(f: impl FnOnce() -> R) -> (R, String, String) {
+    CAPTURE.with(|c| *c.borrow_mut() = Some((String::new(), String::new())));
+    let r = f();
+    let (out, err) = CAPTURE.with(|c| c.borrow_mut().take()).unwrap_or_default();
+    (r, out, err)
+}
+
+/// A line for stderr (an error, a warning, a note), or for the capture.
+pub fn say(line: &str) {
+    let kept = CAPTURE.with(|c| match c.borrow_mut().as_mut() {
+        Some((_, err)) => {
+            err.push_str(line);
+            err.push('\n');
+            true
+        }
+        None => false,
+    });
+    if !kept {
+        eprintln!("{line}");
+    }
+}
+
 /// Write `text` to stdout; a closed pipe is reported as an I/O error that
 /// `main` turns into a clean exit.
 pub fn print(text: &str) -> Result<(), CliError> {
+    let kept = CAPTURE.with(|c| match c.borrow_mut().as_mut() {
+        Some((out, _)) => {
+            out.push_str(text);
+            true
+        }
+        None => false,
+    });
+    if kept {
+        return Ok(());
+    }
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes())
         .and_then(|_| out.flush())

@@ -26,10 +26,17 @@ pub struct Args {
 
 /// Exit status of the program (or 1 when Python could not be started).
 pub fn run(a: Args) -> Result<u8, CliError> {
+    hand_to_python("run", &a.args)
+}
+
+/// `$VRAMSCOPE_PYTHON -m vramscope COMMAND ARGS...` with this process's
+/// stdin, stdout and stderr; its exit status (1 when Python could not be
+/// started).
+pub(crate) fn hand_to_python(command: &str, args: &[String]) -> Result<u8, CliError> {
     let python = std::env::var("VRAMSCOPE_PYTHON").unwrap_or_else(|_| "python3".to_owned());
     let status = Command::new(&python)
-        .args(["-m", "vramscope", "run"])
-        .args(&a.args)
+        .args(["-m", "vramscope", command])
+        .args(args)
         .status()
         .map_err(|e| CliError::Io(anyhow!("could not start {python} (set VRAMSCOPE_PYTHON to a Python with vramscope installed): {e}")))?;
     Ok(status

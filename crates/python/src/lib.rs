@@ -96,6 +96,25 @@ fn cli(py: Python<'_>, args: Vec<String>) -> u8 {
     py.detach(|| vramscope_cli::run(argv))
 }
 
+/// The command line with what it prints kept: (exit code, stdout, the
+/// error/warning/note lines), for a server whose stdout is its protocol
+/// (`vramscope mcp`).
+#[pyfunction]
+fn cli_captured(py: Python<'_>, args: Vec<String>) -> (u8, String, String) {
+    let argv: Vec<String> = std::iter::once("vramscope".to_owned())
+        .chain(args)
+        .collect();
+    let c = py.detach(|| vramscope_cli::run_captured(argv));
+    (c.code, c.stdout, c.stderr)
+}
+
+/// Keep each file the commands read, for the next command about it, until
+/// it changes on disk (`vramscope mcp`), or stop keeping them.
+#[pyfunction]
+fn cli_keep_loaded(on: bool) {
+    vramscope_cli::keep_loaded(on);
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     for f in [
@@ -119,6 +138,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ranks::rank_files, m)?)?;
     m.add_function(wrap_pyfunction!(loads, m)?)?;
     m.add_function(wrap_pyfunction!(cli, m)?)?;
+    m.add_function(wrap_pyfunction!(cli_captured, m)?)?;
+    m.add_function(wrap_pyfunction!(cli_keep_loaded, m)?)?;
     m.add_function(wrap_pyfunction!(parse_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(format_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(gpu, m)?)?;

@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 
 use pyo3::prelude::*;
-use vramscope_analysis::gates::{check, GateOptions};
 use vramscope_analysis::leaks::{find_leaks, LeakOptions};
+use vramscope_analysis::limits::{check, Limits};
 use vramscope_analysis::{summarize, SummaryOptions};
 use vramscope_report::html::{report_html, ReportOptions};
 use vramscope_snapshot::{LoadOptions, Snapshot as Snap};
@@ -140,7 +140,7 @@ impl Snapshot {
         }))
     }
 
-    /// Memory gates (`vramscope check`) as JSON text; limits in bytes.
+    /// Memory limits (`vramscope check`) as JSON text; limits in bytes.
     #[pyo3(signature = (device=None, max_peak=None, max_reserved=None, no_leaks=false, max_growth=None, source_roots=Vec::new()))]
     #[allow(clippy::too_many_arguments)]
     fn check_json(
@@ -154,7 +154,7 @@ impl Snapshot {
         source_roots: Vec<PathBuf>,
     ) -> PyResult<String> {
         let device = self.pick_device(device)?;
-        let gates = GateOptions {
+        let limits = Limits {
             max_peak,
             max_reserved,
             no_leaks,
@@ -162,7 +162,7 @@ impl Snapshot {
         };
         let opts = leak_options(None, source_roots, true);
         Ok(py.detach(|| {
-            let r = check(&self.inner, device, &gates, &opts);
+            let r = check(&self.inner, device, &limits, &opts);
             serde_json::to_string_pretty(&r).unwrap_or_default()
         }))
     }

@@ -1,11 +1,12 @@
-//! Memory gates for CI: limits on the peak, reserved memory and growth per
-//! iteration, and "no leak", checked against a snapshot.
+//! Memory limits, for CI and tests: on the peak, reserved memory and growth
+//! per iteration, and "no leak", checked against a snapshot (`vramscope
+//! check`, Python's `vramscope.limits` and `Snapshot.check`).
 //!
 //! ```no_run
-//! use vramscope_analysis::gates::{check, GateOptions};
+//! use vramscope_analysis::limits::{check, Limits};
 //! let snap = vramscope_snapshot::load("test.pickle".as_ref(), &Default::default())?;
-//! let gates = GateOptions { max_peak: Some(12 << 30), no_leaks: true, ..Default::default() };
-//! let r = check(&snap, 0, &gates, &Default::default());
+//! let limits = Limits { max_peak: Some(12 << 30), no_leaks: true, ..Default::default() };
+//! let r = check(&snap, 0, &limits, &Default::default());
 //! assert!(r.passed, "{:?}", r.checks);
 //! # Ok::<(), vramscope_snapshot::SnapshotError>(())
 //! ```
@@ -22,7 +23,7 @@ pub const CHECK_SCHEMA_VERSION: u32 = 1;
 
 /// The limits; `None`/`false` checks nothing.
 #[derive(Clone, Debug, Default)]
-pub struct GateOptions {
+pub struct Limits {
     /// Highest allocated bytes over the trace.
     pub max_peak: Option<u64>,
     /// Reserved (cached by the allocator) bytes at the end.
@@ -58,11 +59,11 @@ pub struct CheckReport {
     pub reach: crate::reach::Reach,
 }
 
-/// Check `device` of `snap` against `gates`.
+/// Check `device` of `snap` against `limits`.
 pub fn check(
     snap: &Snapshot,
     device: u32,
-    gates: &GateOptions,
+    limits: &Limits,
     leak_opts: &LeakOptions,
 ) -> CheckReport {
     let mut checks = Vec::new();
@@ -72,7 +73,7 @@ pub fn check(
         true => format!("{message}, {}", reach.sentence()),
         false => message,
     };
-    if let Some(limit) = gates.max_peak {
+    if let Some(limit) = limits.max_peak {
         let peak = Liveness::new(snap, device).peak_bytes;
         checks.push(Check {
             name: "max_peak",
@@ -85,7 +86,7 @@ pub fn check(
             ),
         });
     }
-    if let Some(limit) = gates.max_reserved {
+    if let Some(limit) = limits.max_reserved {
         let reserved: u64 = snap.segments_of(device).map(|s| s.total_size).sum();
         checks.push(Check {
             name: "max_reserved",
@@ -102,10 +103,10 @@ pub fn check(
             ),
         });
     }
-    let leaks = (gates.no_leaks || gates.max_growth_per_iteration.is_some())
+    let leaks = (limits.no_leaks || limits.max_growth_per_iteration.is_some())
         .then(|| find_leaks(snap, device, leak_opts));
     if let Some(r) = &leaks {
-        if gates.no_leaks {
+        if limits.no_leaks {
             let found: Vec<&str> = r
                 .findings
                 .iter()
@@ -124,7 +125,7 @@ pub fn check(
                 },
             });
         }
-        if let Some(limit) = gates.max_growth_per_iteration {
+        if let Some(limit) = limits.max_growth_per_iteration {
             let g = r.growth_per_iteration;
             checks.push(Check {
                 name: "max_growth",
