@@ -38,7 +38,8 @@ import torch  # noqa: E402
 import zoo  # noqa: E402
 
 import vramscope  # noqa: E402
-from vramscope import _files, _native  # noqa: E402
+from vramscope import _native
+from vramscope._recording import files as _files  # noqa: E402
 
 
 def peak_rss_reset() -> None:

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 import vramscope
-from vramscope._live import registry_dir
+from vramscope._recording.live import registry_dir
 
 OUT = Path(__file__).resolve().parent / "out"
 

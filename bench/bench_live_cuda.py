@@ -24,7 +24,7 @@ from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
-from vramscope import _cuda  # noqa: E402
+from vramscope._recording.recorders import cuda as _cuda  # noqa: E402
 
 
 def fake_snapshot(entries: int, blocks: int):

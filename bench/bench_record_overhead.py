@@ -47,8 +47,8 @@ import torch.nn as nn  # noqa: E402
 
 import vramscope  # noqa: E402
 from common import GPT as _GPT, VOCAB, noop_hooks, train_step  # noqa: E402
-from vramscope import _hooks  # noqa: E402
-from vramscope._tags import Tagger  # noqa: E402
+from vramscope._annotate import hooks as _hooks  # noqa: E402
+from vramscope._annotate.tags import Tagger  # noqa: E402
 
 
 def GPT():

@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO / "python"))
 import torch  # noqa: E402
 
 from models import build, train_step  # noqa: E402
-from vramscope._tags import Tagger  # noqa: E402
+from vramscope._annotate.tags import Tagger  # noqa: E402
 
 
 def median_step(model, opt, batch, steps: int) -> float:

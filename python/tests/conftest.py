@@ -150,7 +150,7 @@ def clean_recording(monkeypatch: pytest.MonkeyPatch):
         if key.startswith("VRAMSCOPE_"):
             monkeypatch.delenv(key)
     yield
-    _profiler = importlib.import_module("vramscope._profiler")
+    _profiler = importlib.import_module("vramscope._recording.recorders.profiler")
     rec = importlib.import_module("vramscope.record")  # the module; the package's `record` is the class
 
     _profiler.window_listeners.clear()

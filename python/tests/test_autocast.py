@@ -21,7 +21,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 import vramscope  # noqa: E402
-from vramscope._autocast import CPU, CUDA, LISTS, Autocast  # noqa: E402
+from vramscope._estimate.autocast import CPU, CUDA, LISTS, Autocast  # noqa: E402
 
 GPU = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "gpu"
 

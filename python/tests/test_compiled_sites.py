@@ -171,7 +171,7 @@ def test_a_source_line_that_no_longer_reads_the_same_is_not_named() -> None:
     """Inductor's cache can serve one program the code another compiled
     (same graph): the traced stacks are then the other program's. A frame
     whose file does not read as the trace says is not written."""
-    from vramscope._generated import _frames
+    from vramscope._annotate.generated import _frames
 
     line = inspect.currentframe().f_lineno
     code = "line = inspect.currentframe().f_lineno"  # the line above, as a trace quotes it

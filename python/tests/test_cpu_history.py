@@ -23,7 +23,8 @@ if native_module() is None:
 import torch  # noqa: E402
 
 import vramscope as vr  # noqa: E402
-from vramscope import _allocator, _files  # noqa: E402
+from vramscope._recording.recorders import cpu_allocator as _allocator
+from vramscope._recording import files as _files  # noqa: E402
 
 sys.path.insert(0, str(SCRIPTS))
 from models import build, train_step  # noqa: E402

@@ -25,7 +25,7 @@ if native_module() is None or not hasattr(native_module(), "cycles_analyze"):
     pytest.skip("vramscope._native (with the cycle analysis) is not built", allow_module_level=True)
 
 from vramscope import cycles  # noqa: E402
-from vramscope._objgraph import build_graph  # noqa: E402
+from vramscope._annotate.objgraph import build_graph  # noqa: E402
 
 
 def labels(steps: List[Dict[str, Any]]) -> List[str]:

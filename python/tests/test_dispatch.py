@@ -25,7 +25,8 @@ from conftest import SCRIPTS, load_snapshot, native_module, replay_peak, run_pyt
 from models import build, train_step  # noqa: E402
 
 vr = importlib.import_module("vramscope.record")
-from vramscope import _allocator, _dispatch  # noqa: E402
+from vramscope._recording.recorders import cpu_allocator as _allocator
+from vramscope._recording.recorders import dispatch as _dispatch  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("clean_recording")
 needs_native = pytest.mark.skipif(native_module() is None, reason="vramscope._native is not built")
@@ -398,7 +399,7 @@ def test_auto_backend_choice(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_xpu_history_is_driven_like_cudas(monkeypatch: pytest.MonkeyPatch) -> None:
     """The XPU allocator history, mocked: the same calls as on CUDA, on
     ``torch.xpu.memory``."""
-    from vramscope._cuda import CudaRecorder
+    from vramscope._recording.recorders.cuda import CudaRecorder
 
     seen: List[Any] = []
     memory = SimpleNamespace(

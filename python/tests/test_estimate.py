@@ -347,7 +347,7 @@ def test_every_name_torch_gives_a_gpu_is_read_from_the_one_table(name: str, tota
     never a figure read from a model number ("NVIDIA H100 80GB HBM3" once
     gave 10,080 GB), and the multiprocessors of that model (the H100 PCIe
     has 114, not the SXM's 132)."""
-    from vramscope._cuda_trace import capability_of, gpu_memory, sms_of
+    from vramscope._estimate.cuda import capability_of, gpu_memory, sms_of
 
     got, source = gpu_memory(name)
     assert got == total, (name, got, source)
@@ -372,7 +372,7 @@ def test_reduction_scratch_is_the_gpus() -> None:
     """The global buffers of bias-gradient sums the H200 recorded
     (estimate_trace_b16/b64): 1536-, 2048- and 512-wide biases over
     8192 and 32768 rows."""
-    from vramscope._cuda_kernels import reduce_scratch
+    from vramscope._estimate.cuda_kernels import reduce_scratch
 
     def bias(rows: int, width: int) -> list:
         return reduce_scratch((rows // 512, 512, width), (512 * width, width, 1), [0, 1], 4, 4, 132, 2048)
@@ -419,13 +419,15 @@ def test_the_cuda_estimate_takes_the_allocators_and_cublas_sizes_from_the_one_ta
     """The sizes the CUDA estimate works in are the ones every analysis
     uses (``vramscope_gpus``): 512-byte blocks, the 1 MiB small request,
     cuBLAS's workspace by compute capability and by its settings."""
-    from vramscope import _cuda_trace, _native, _trace_estimate
+    from vramscope import _native
+    from vramscope._estimate import cuda as _cuda_trace
+    from vramscope._estimate import trace as _trace_estimate
 
     facts = _native.allocator_facts()
     assert (facts["min_block"], facts["small_size"], facts["small_buffer"], facts["large_buffer"]) == (512, 1 << 20, 2 << 20, 20 << 20)
     assert _trace_estimate._allocator_facts()["min_block"] == 512
     # The pure-Python recorder keeps its own copy (it runs without _native).
-    from vramscope import _profiler
+    from vramscope._recording.recorders import profiler as _profiler
 
     assert _profiler.SMALL_SIZE == facts["small_size"]
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)

@@ -1,4 +1,4 @@
-"""What holds each tensor, by name (``vramscope._holders``), and that looking
+"""What holds each tensor, by name (``vramscope._annotate.holders``), and that looking
 changes nothing in the program: no reference cycle, no local kept alive
 past its reassignment or its function's return."""
 
@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import vramscope  # noqa: E402
-from vramscope._holders import find_holders  # noqa: E402
+from vramscope._annotate.holders import find_holders  # noqa: E402
 
 KEPT = []
 
@@ -80,7 +80,7 @@ def test_the_sampler_looks_again_only_when_memory_grew(monkeypatch) -> None:
     """A pass costs tens of ms on a real program (40 ms on a small GPT's
     CUDA step): a loop whose memory stays flat is looked at once, a loop
     that grows at every due pass, and without a level at every due pass."""
-    from vramscope import _holders
+    from vramscope._annotate import holders as _holders
 
     passes = []
     monkeypatch.setattr(_holders, "find_holders", lambda: passes.append(1) or {"seconds": 0.0})

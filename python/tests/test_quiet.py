@@ -25,7 +25,7 @@ torch = pytest.importorskip("torch")
 
 vr = importlib.import_module("vramscope.record")  # the module (the package's `record` may be the class)
 from conftest import native_module, subprocess_env  # noqa: E402
-from vramscope import _quiet  # noqa: E402
+from vramscope._recording import quiet as _quiet  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("clean_recording")
 NATIVE = native_module() is not None
@@ -240,7 +240,7 @@ def test_c10_log_level_is_raised_while_recording_and_restored(tmp_path: Path, mo
 def test_a_warning_from_the_program_keeps_the_programs_line(tmp_path: Path, backend: str) -> None:
     """PyTorch's warnings raised by the program's own lines are shown
     there, not at the recorder's mode that was the innermost Python frame
-    (``float(loss)`` read ``vramscope/_allocator.py:169``). (That warning is
+    (``float(loss)`` read ``vramscope/_recording/recorders/cpu_allocator.py:169``). (That warning is
     raised once per process; the copy-construction one every time.)"""
     import inspect
     import warnings

@@ -22,9 +22,9 @@ from typing import Any, Dict, Iterator, List, Tuple
 import pytest
 
 import vramscope
-from vramscope import _rank
-from vramscope._live import categories as live_categories
-from vramscope._live import parse_threshold, top_holders
+from vramscope._recording import rank as _rank
+from vramscope._recording.live import categories as live_categories
+from vramscope._recording.live import parse_threshold, top_holders
 
 torch = pytest.importorskip("torch")
 
@@ -343,7 +343,7 @@ def test_cuda_live_state_dump_at_and_oom_from_the_allocators_counters(tmp_path: 
 def test_publishing_backs_off_to_one_percent_of_the_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A state that costs 5 ms to take is published every 0.5 s at most,
     whatever interval was asked for, and the state says so."""
-    import vramscope._live as live
+    import vramscope._recording.live as live
 
     monkeypatch.setattr(live, "state", lambda session, seq=0, on_watcher=False: {"seq": seq, "publish_us": 5000})
     watcher = live.Watcher(SimpleNamespace(owner=None), f"file:{tmp_path / 'state.json'}", interval=0.01, dump_at=None)
@@ -381,7 +381,7 @@ def test_live_categories_count_what_was_alive_before_the_recording(tmp_path: Pat
         vramscope.step()
         after = vramscope.live_state()
         # A block at the old gradient's address (the allocator may hand it out again at once).
-        session = importlib.import_module("vramscope.record")._current()
+        session = importlib.import_module("vramscope.record").current_session()
         reused = live_categories(session, [(grad_addr, 2**20, [])], 2**20)
     weight = 512 * 512 * 4
     assert state["categories"]["parameter"] >= weight + 512 * 4
@@ -421,8 +421,8 @@ def test_vramscope_live_once_json_reads_the_running_recording(tmp_path: Path) ->
 _STRESS = textwrap.dedent(
     """
     import json, sys, torch, vramscope
-    import vramscope._live
-    vramscope._live.MAX_PUBLISH_SHARE = 1.0  # no back-off: a state every 2 ms, as stressful as it gets
+    import vramscope._recording.live
+    vramscope._recording.live.MAX_PUBLISH_SHARE = 1.0  # no back-off: a state every 2 ms, as stressful as it gets
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64))
     opt = torch.optim.Adam(model.parameters())

@@ -34,7 +34,8 @@ from conftest import (  # noqa: E402
     step_annotations,
     subprocess_env,
 )
-from vramscope import _env, _profiler  # noqa: E402
+from vramscope._recording import env as _env
+from vramscope._recording.recorders import profiler as _profiler  # noqa: E402
 
 from models import build, train_step  # noqa: E402
 
@@ -191,7 +192,7 @@ def test_failed_dump_does_not_replace_the_propagating_exception(
     def broken(path: str, obj: object) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(importlib.import_module("vramscope._session"), "write_atomic", broken)
+    monkeypatch.setattr(importlib.import_module("vramscope._recording.session"), "write_atomic", broken)
     err = torch.OutOfMemoryError("CUDA out of memory.")
     with pytest.raises(torch.OutOfMemoryError) as info:
         with vr.record(tmp_path / "x.pickle"):
@@ -416,7 +417,7 @@ class FakeCuda:
         monkeypatch.setattr(torch.cuda, "memory_reserved", lambda i=0: 2_663_383_040)
         monkeypatch.setattr(m, "get_per_process_memory_fraction", lambda i=0: 1.0, raising=False)
         monkeypatch.setattr(torch._C, "_cuda_attach_out_of_memory_observer", self.attach)
-        monkeypatch.setattr(importlib.import_module("vramscope._cuda"), "_observer", {"attached": False, "queued": False})
+        monkeypatch.setattr(importlib.import_module("vramscope._recording.recorders.cuda"), "_observer", {"attached": False, "queued": False})
 
     def attach(self, fn: Any) -> None:
         if not self.initialized:
@@ -500,7 +501,7 @@ def test_cuda_tags_name_parameters_gradients_state_and_phases(tmp_path: Path, mo
     monkeypatch.setattr(m, "_set_memory_metadata", set_meta, raising=False)
     monkeypatch.setattr(m, "_get_memory_metadata", lambda: current["meta"], raising=False)
     monkeypatch.setattr(m, "_annotate_tensor", lambda t, md: annotated.append((t.untyped_storage().data_ptr(), md)), raising=False)
-    monkeypatch.setattr(importlib.import_module("vramscope._tags").Tagger, "_wanted", lambda self, dev: True)
+    monkeypatch.setattr(importlib.import_module("vramscope._annotate.tags").Tagger, "_wanted", lambda self, dev: True)
     with vr.record(tmp_path / "tags.pickle"):
         set_meta("user-label")
         model, opt, x = _train_tiny(adam=False)
@@ -528,7 +529,7 @@ def test_cuda_backward_thread_is_stamped_once(monkeypatch: pytest.MonkeyPatch) -
     """The pre-hook on the model output's grad_fn runs on autograd's device
     thread for CUDA tensors: it stamps phase=backward there, once, and never
     on the thread that ran the forward."""
-    tags_mod = importlib.import_module("vramscope._tags")
+    tags_mod = importlib.import_module("vramscope._annotate.tags")
     local = threading.local()
     calls: List[Tuple[str, str]] = []
     m = torch.cuda.memory
@@ -562,7 +563,7 @@ def test_a_gradient_is_named_once_per_tensor_not_at_every_step() -> None:
     none) is not looked at again (165 to 20 µs a step for the 77
     parameters of bench/bench_record_overhead.py); a new one
     (``set_to_none=True``) is named."""
-    tags_mod = importlib.import_module("vramscope._tags")
+    tags_mod = importlib.import_module("vramscope._annotate.tags")
     tagger = tags_mod.Tagger(cuda=False)
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -603,7 +604,7 @@ def test_the_taggers_reads_are_not_seen_by_a_torch_function_mode() -> None:
     mode see what the step alone makes."""
     from torch.overrides import TorchFunctionMode
 
-    tags_mod = importlib.import_module("vramscope._tags")
+    tags_mod = importlib.import_module("vramscope._annotate.tags")
     seen: List[str] = []
 
     class Count(TorchFunctionMode):

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Optional, Sequence, Union
 
 from . import _native
-from ._files import write_text_atomic
+from vramscope._recording.files import write_text_atomic
 from ._native import SnapshotError
 
 __version__ = _native.__version__
@@ -61,7 +61,7 @@ from .record import dump, is_recording, live_state, mark, record, start, step, s
 from .testing import MemoryLimitExceeded, limits  # noqa: E402
 from . import cycles  # noqa: E402
 from .cycles import warn_tensor_cycles  # noqa: E402
-from ._trace_estimate import Estimate, estimate  # noqa: E402
+from vramscope._estimate.trace import Estimate, estimate  # noqa: E402
 
 
 class Snapshot:

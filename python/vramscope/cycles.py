@@ -41,8 +41,9 @@ import threading
 import types
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
-from ._files import write_text_atomic
-from ._objgraph import allocation_stacks, _is_tensor, build_graph, held_tensors, reachable
+from vramscope._recording.files import write_text_atomic
+from vramscope._annotate.objgraph import allocation_stacks, build_graph, held_tensors, reachable
+from vramscope._annotate.refnames import is_tensor as _is_tensor
 
 __all__ = ["watch", "stop", "find", "Watcher", "CycleReport", "warn_tensor_cycles"]
 

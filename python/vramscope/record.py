@@ -43,11 +43,11 @@ import threading
 import types
 from typing import Any, Callable, Dict, Optional, TypeVar
 
-from ._env import STACKS_CHOICES, read_env
-from ._rank import expand_path, parse_ranks, rank_info
-from ._session import _is_oom, _Session, _Span
-from ._backend import choose_backend  # noqa: F401 - part of this module's API
-from ._files import periodic_path, write_atomic  # noqa: F401 - part of this module's API
+from vramscope._recording.env import STACKS_CHOICES, read_env
+from vramscope._recording.rank import expand_path, parse_ranks, rank_info
+from vramscope._recording.session import is_oom, Session, Span
+from vramscope._recording.backend import choose_backend  # noqa: F401 - part of this module's API
+from vramscope._recording.files import periodic_path, write_atomic  # noqa: F401 - part of this module's API
 
 __all__ = ["record", "start", "stop", "dump", "step", "mark", "is_recording", "live_state"]
 
@@ -61,7 +61,7 @@ DEFAULT_LIVE_INTERVAL = 0.5
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 _lock = threading.RLock()
-_active: Optional["_Session"] = None
+_active: Optional["Session"] = None
 
 
 class record:
@@ -218,7 +218,7 @@ class record:
             raise ValueError(f"stacks={self.stacks!r}: expected one of {', '.join(STACKS_CHOICES)}")
         if self.max_entries <= 0 or self.every < 0 or self.keep < 0:
             raise ValueError("max_entries must be positive, every and keep 0 or more")
-        self._session: Optional[_Session] = None
+        self._session: Optional[Session] = None
 
     @property
     def path(self) -> str:
@@ -242,7 +242,7 @@ class record:
     def __enter__(self) -> "record":
         global _active
         with _lock:
-            current = _current()
+            current = current_session()
             if current is not None:
                 if not current.from_env:
                     # Nested (a recorded script run by `vramscope run`, say): the
@@ -254,14 +254,14 @@ class record:
                 current.finish(write=False)
             if self.ranks is not None and self.rank_info()["rank"] not in self.ranks:
                 return self  # not one of the ranks asked for: runs unrecorded
-            session = _Session(self, _on_cuda_oom)
+            session = Session(self, _on_cuda_oom)
             session.begin()
             self._session = _active = session
         return self
 
     def __exit__(self, exc_type: Any, exc: Optional[BaseException], tb: Any) -> bool:
         session = self._session
-        if session is not None and exc is not None and _is_oom(exc):
+        if session is not None and exc is not None and is_oom(exc):
             if not (session.ooms and session.cuda):  # CUDA's observer noted it
                 session.note_oom(None, None)
             session.end_reason = "oom"
@@ -308,14 +308,14 @@ def start(path: Optional[str | os.PathLike] = None, **options: Any) -> record:
 def stop(write: bool = True) -> Optional[str]:
     """Stop the active recording and write its snapshot (unless ``write`` is
     False). Returns the path written, or ``None`` when nothing was recording."""
-    session = _current()
+    session = current_session()
     return session.owner._end(pending=False, write=write) if session else None
 
 
 def dump(path: Optional[str | os.PathLike] = None) -> str:
     """Write the snapshot now and keep recording. Default path: the
     recording's. Returns the path written."""
-    session = _current()
+    session = current_session()
     if session is None:
         raise RuntimeError("vramscope is not recording")
     target = expand_path(os.path.abspath(os.fspath(path)), session.steps, session.owner.rank_info()) if path is not None else session.path()
@@ -325,7 +325,7 @@ def dump(path: Optional[str | os.PathLike] = None) -> str:
 def step() -> int:
     """End an iteration (``ProfilerStep#N``) and begin the next; dumps when
     ``every`` says so. Returns N, or 0 when not recording."""
-    session = _current()
+    session = current_session()
     return session.step() if session else 0
 
 
@@ -334,13 +334,13 @@ def mark(name: str) -> "_Mark":
     the iteration, or the end of the ``with`` block when used as one. The
     label is a ``record_function`` range and, on CUDA, the ``user_metadata``
     of every allocation made meanwhile."""
-    session = _current()
+    session = current_session()
     return _Mark(session, session.mark(str(name)) if session else None)
 
 
 def is_recording() -> bool:
     """Whether a recording is active in this process."""
-    return _current() is not None
+    return current_session() is not None
 
 
 def live_state() -> Optional[Dict[str, Any]]:
@@ -348,15 +348,15 @@ def live_state() -> Optional[Dict[str, Any]]:
     (``docs/live-protocol.md``): allocated, reserved, peaks, bytes per
     category, the top holders, the iterations so far. ``None`` when not
     recording or when the backend keeps no running totals (``profiler``)."""
-    session = _current()
+    session = current_session()
     if session is None or not session.has_totals():
         return None
-    from ._live import state
+    from vramscope._recording.live import state
 
     return state(session)
 
 
-def _current() -> Optional["_Session"]:
+def current_session() -> Optional["Session"]:
     # A forked child inherits the parent's session object, not its recording.
     session = _active
     return session if session is not None and session.pid == os.getpid() else None
@@ -365,7 +365,7 @@ def _current() -> Optional["_Session"]:
 class _Mark:
     """Returned by :func:`mark`; ends the label when its ``with`` block ends."""
 
-    def __init__(self, session: Optional["_Session"], span: Optional["_Span"]) -> None:
+    def __init__(self, session: Optional["Session"], span: Optional["Span"]) -> None:
         self._session, self._span = session, span
 
     def __enter__(self) -> "_Mark":
@@ -379,7 +379,7 @@ class _Mark:
 
 def _on_cuda_oom(device: int, alloc: int, limit: int, device_free: int) -> None:
     """Allocator OOM observer: dump while the failed request is in the trace."""
-    session = _current()
+    session = current_session()
     if session is None or not session.settings.on_oom:
         return
     try:

@@ -28,7 +28,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ._env import STACKS_CHOICES
+from vramscope._recording.env import STACKS_CHOICES
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -98,7 +98,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     output = ns.output or f"vramscope-{program.stem}.pickle"
 
-    from . import _holders
+    from vramscope._annotate import holders as _holders
     from .record import record  # imports torch when recording starts, not before
 
     options = dict(max_entries=ns.max_entries, stacks=ns.stacks, every=ns.every, keep=ns.keep)

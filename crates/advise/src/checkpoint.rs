@@ -6,7 +6,7 @@
 //! Which allocations belong to which block cannot be read from stacks:
 //! every layer of a stack of layers runs the same lines. vramscope's
 //! recorder marks each call of a repeated block (`vramscope.block#NAME`
-//! annotations, see `python/vramscope/_tags.py`); a block's saved
+//! annotations, see `python/vramscope/_annotate/tags.py`); a block's saved
 //! activations are the blocks allocated during its call that outlive it.
 //! One of them is kept: the first to be freed in backward, the block's
 //! output, which the next block saves as its input (a checkpoint keeps its

@@ -388,7 +388,7 @@ class FakeCuda:
         m._annotate_tensor = lambda t, md: self.annotations.append(md)
         torch._C._cuda_attach_out_of_memory_observer = lambda fn: None
         # The CPU tensors stand for CUDA ones.
-        importlib.import_module("vramscope._tags").Tagger._wanted = lambda self, dev: True
+        importlib.import_module("vramscope._annotate.tags").Tagger._wanted = lambda self, dev: True
 
     def _set(self, md: str) -> None:
         self.metadata.append(md)

@@ -22,7 +22,7 @@ import sys
 import torch
 
 vr = importlib.import_module("vramscope.record")
-session_module = importlib.import_module("vramscope._session")
+session_module = importlib.import_module("vramscope._recording.session")
 
 
 def say(*words: object) -> None:

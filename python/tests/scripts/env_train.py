@@ -1,7 +1,7 @@
 """A training script recorded through the environment only.
 
 It does what the installed ``.pth`` hook does at interpreter start
-(``vramscope._env.activate_from_env()``; a no-op if the hook is installed and
+(``vramscope._recording.env.activate_from_env()``; a no-op if the hook is installed and
 already did it), says whether this process records, and then trains the small CNN for
 ``STEPS`` steps (argv[1], default 4), calling ``vramscope.record.step()``
 after each (a no-op when nothing records). With ``--child`` it then runs a
@@ -14,7 +14,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from vramscope import _env
+from vramscope._recording import env as _env
 from vramscope.record import is_recording, step
 
 _env.activate_from_env()
@@ -30,7 +30,7 @@ for _ in range(steps):
 
 if "--child" in sys.argv:
     code = (
-        "from vramscope import _env; from vramscope.record import is_recording; "
+        "from vramscope._recording import env as _env; from vramscope.record import is_recording; "
         "_env.activate_from_env(); print('child recording', is_recording())"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

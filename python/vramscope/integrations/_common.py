@@ -126,7 +126,7 @@ class TrainingRecording:
         leftover of the shell; a disagreement is reported."""
         if framework_rank is None or self._record.rank is not None and self._record.rank != getattr(self, "_framework_rank", None):
             return
-        from .._rank import rank_info
+        from vramscope._recording.rank import rank_info
 
         seen = rank_info()["rank"]
         self._record.rank = self._framework_rank = int(framework_rank)
@@ -167,8 +167,8 @@ class TrainingRecording:
         :class:`vramscope.MemoryLimitExceeded` with the findings when one fails."""
         if not self.checks or self.path is None:
             return None
-        from .. import load
-        from ..testing import MemoryLimitExceeded, failure_message
+        from vramscope import load
+        from vramscope.testing import MemoryLimitExceeded, failure_message
 
         self.result = load(self.path).check(**self.checks)
         if not self.result["passed"]:
@@ -196,7 +196,7 @@ class TrainingRecording:
             raise error
         failed = [v for v in verdicts if v is not None]
         if failed:
-            from ..testing import MemoryLimitExceeded
+            from vramscope.testing import MemoryLimitExceeded
 
             rank, message, other_result, path = failed[0]
             raise MemoryLimitExceeded(f"on rank {rank}: {message}", other_result or {}, path or "")
@@ -236,7 +236,7 @@ class RunResults:
 
 
 def _rank_now() -> int:
-    from .._rank import rank_info
+    from vramscope._recording.rank import rank_info
 
     return rank_info()["rank"]
 

@@ -6,7 +6,7 @@ whose Python method is the innermost frame while an operator runs. A
 warning raised in C++ by the operator (``TORCH_WARN``: "Converting a tensor
 with requires_grad=True to a scalar", from the program's ``float(loss)``)
 takes the innermost Python frame for its file and line, and so read as
-vramscope's own (``vramscope/_allocator.py:169``).
+vramscope's own (``vramscope/_recording/recorders/cpu_allocator.py:169``).
 
 While a recording runs, ``warnings._showwarnmsg`` (through which every
 warning is shown or recorded, ``catch_warnings(record=True)`` and pytest's
@@ -26,7 +26,7 @@ from typing import Any, Optional, Tuple
 
 # Frames a warning never belongs to: vramscope's, and PyTorch's code that
 # calls a mode.
-_OURS = os.path.dirname(os.path.abspath(__file__)).replace("\\", "/") + "/"
+_OURS = os.path.dirname(os.path.dirname(os.path.abspath(__file__))).replace("\\", "/") + "/"
 _MACHINERY = ("torch/overrides.py", "torch/utils/_python_dispatch.py", "torch/_ops.py")
 
 _lock = threading.Lock()

@@ -43,10 +43,10 @@ import time
 import weakref
 from typing import Any, Dict, List, Optional
 
-from . import _hooks
-from ._compile import compiling
-from ._modules import ModuleMap
-from ._optimizers import describe
+from vramscope._annotate import hooks as _hooks
+from vramscope._recording.compile import compiling
+from vramscope._annotate.modules import ModuleMap
+from vramscope._annotate.optimizers import describe
 
 # Metadata key the recorder adds to the program's own.
 _PHASE = "phase="

@@ -32,7 +32,7 @@ import warnings
 from collections import deque
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
-from ._refnames import TypeInfo, is_tensor, named_refs
+from vramscope._annotate.refnames import TypeInfo, is_tensor, named_refs
 
 # Defaults of the pass (documented in docs/leaks-json.md).
 MAX_OBJECTS = 3_000_000
@@ -40,7 +40,7 @@ MAX_SECONDS = 30.0
 # Autograd nodes walked, over all kept graphs.
 MAX_GRAPH_NODES = 200_000
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
+_HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the package
 # nn.Module keeps children, parameters and buffers in dicts; the program
 # spells them as attributes.
 _MODULE_DICTS = ("._modules", "._parameters", "._buffers")

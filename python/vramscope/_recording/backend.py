@@ -32,16 +32,16 @@ def choose_backend(backend: str, device: Optional[str] = None) -> str:
         for name in ("cuda", "xpu"):
             if has_history(name):
                 return name
-        from ._dispatch import pick_device
+        from vramscope._recording.recorders.dispatch import pick_device
 
         if device in (None, "cpu") and pick_device() == "cpu":
-            from ._allocator import available
+            from vramscope._recording.recorders.cpu_allocator import available
 
             if available() is None:
                 return "allocator"
         return "dispatch"
     if backend == "allocator":
-        from ._allocator import available
+        from vramscope._recording.recorders.cpu_allocator import available
 
         why = available()
         if why is not None:

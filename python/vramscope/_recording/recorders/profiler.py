@@ -34,7 +34,7 @@ import types
 import warnings
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
-from ._quiet import c10_warnings_hidden, profiler_logs_dropped
+from vramscope._recording.quiet import c10_warnings_hidden, profiler_logs_dropped
 
 # Called with every finished ``torch.profiler.profile`` window before it is
 # converted, e.g. to export a Chrome trace of the same run.
@@ -46,11 +46,7 @@ _ENTRIES_PER_ACTION = {"CREATE": 1, "DESTROY": 2, "INCREMENT_VERSION": 3}
 
 
 
-# ``kSmallSize``: the CUDA caching allocator serves requests up to and
-# including 1 MiB from the small pool. Written here as well as in
-# ``vramscope_gpus::allocator`` because the recorder runs without the native
-# module (pure Python); a test checks the two agree.
-SMALL_SIZE = 1 << 20
+from vramscope._recording.recorders.blocks import SMALL_SIZE, cpu_segment  # noqa: F401 - SMALL_SIZE: part of this module's API
 
 class ProfilerRecorder:
     """Records CPU memory through ``torch.profiler`` and builds snapshots.
@@ -183,7 +179,7 @@ class ProfilerRecorder:
         """
         trace = list(self._trace)
         _label(trace, sorted(marks, key=lambda m: m[1]))
-        segments = [_segment(self._live[a]) for a in sorted(self._live)]
+        segments = [cpu_segment(self._live[a]) for a in sorted(self._live)]
         return {"segments": segments, "device_traces": [trace]}
 
     def set_label(self, label: str) -> None:
@@ -337,30 +333,3 @@ def _tile(seg: Dict[str, Any]) -> List[Tuple[int, Dict[str, Any]]]:
             out.append((addr, block))
         addr += block["size"]
     return out
-
-
-def _segment(block: Dict[str, Any]) -> Dict[str, Any]:
-    """One live CPU block as a segment of its own (a malloc, nothing cached)."""
-    addr, size, frames = block["addr"], block["size"], block.get("frames", [])
-    return {
-        "device": 0,
-        "address": addr,
-        "total_size": size,
-        "allocated_size": size,
-        "active_size": size,
-        "requested_size": size,
-        "stream": 0,
-        "segment_type": "small" if size <= SMALL_SIZE else "large",
-        "segment_pool_id": (0, 0),
-        "is_expandable": False,
-        "frames": frames,
-        "blocks": [
-            {
-                "address": addr,
-                "size": size,
-                "requested_size": size,
-                "state": "active_allocated",
-                "frames": frames,
-            }
-        ],
-    }

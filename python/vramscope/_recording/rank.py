@@ -55,7 +55,7 @@ def rank_info() -> Dict[str, int]:
     }
 
 
-def _host() -> str:
+def host() -> str:
     try:
         return socket.gethostname().split(".")[0] or "localhost"
     except OSError:
@@ -80,7 +80,7 @@ def expand_path(template: str, iteration: int = 0, info: Optional[Dict[str, int]
         "{world_size}": str(info["world_size"]),
         "{iteration}": str(iteration),
         "{pid}": str(os.getpid()),
-        "{host}": _host(),
+        "{host}": host(),
     }
     for key, value in values.items():
         path = path.replace(key, value)

@@ -16,15 +16,15 @@ import time
 import weakref
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
 
-from ._backend import RECORDER_NAMES, choose_backend
-from ._compile import skip_frames
-from ._cuda import CudaRecorder, attach_oom_observer
-from ._files import is_native_trace, periodic_path, write_atomic
-from ._generated import GeneratedStacks, source_map
-from ._holders import Sampler, find_holders
-from ._hooks import compiles
-from ._rank import expand_path
-from ._warn_place import program_location
+from vramscope._recording.backend import RECORDER_NAMES, choose_backend
+from vramscope._recording.compile import skip_frames
+from vramscope._recording.recorders.cuda import CudaRecorder, attach_oom_observer
+from vramscope._recording.files import is_native_trace, periodic_path, write_atomic
+from vramscope._annotate.generated import GeneratedStacks, source_map
+from vramscope._annotate.holders import Sampler, find_holders
+from vramscope._annotate.hooks import compiles
+from vramscope._recording.rank import expand_path
+from vramscope._recording.warn_place import program_location
 
 # Name of the annotation around a cycle collection that freed objects.
 GC_ANNOTATION = "gc.collect"
@@ -36,7 +36,7 @@ OOMS_KEPT = 100
 DUMPS_KEPT = 1000
 
 
-class _Span:
+class Span:
     """A ``record_function`` range: an iteration or a mark."""
 
     __slots__ = ("name", "kind", "start_us", "end_us", "_rf")
@@ -78,7 +78,7 @@ def _trace_times(snap: Dict[str, Any]) -> Sequence[int]:
     return sorted(e["time_us"] for t in traces for e in t if "time_us" in e)
 
 
-class _Session:
+class Session:
     """One recording: the backend, iteration and mark ranges, file output."""
 
     def __init__(self, owner: Any, oom_observer: Callable[[int, int, int, int], None]) -> None:
@@ -95,16 +95,16 @@ class _Session:
         if self.kind in ("cuda", "xpu"):
             self.backend = CudaRecorder(owner.max_entries, owner.stacks, self.kind)
         elif self.kind == "allocator":
-            from ._allocator import DEFAULT_EVENTS, AllocatorRecorder
+            from vramscope._recording.recorders.cpu_allocator import DEFAULT_EVENTS, AllocatorRecorder
 
             events = owner.max_entries_given or DEFAULT_EVENTS
             self.backend = AllocatorRecorder(events, owner.stacks, owner.cpu_limit)
         elif self.kind == "dispatch":
-            from ._dispatch import DispatchRecorder
+            from vramscope._recording.recorders.dispatch import DispatchRecorder
 
             self.backend = DispatchRecorder(owner.max_entries, owner.stacks, owner.device)
         else:
-            from ._profiler import ProfilerRecorder
+            from vramscope._recording.recorders.profiler import ProfilerRecorder
 
             self.backend = ProfilerRecorder(owner.max_entries, owner.stacks)
         self.steps = 0
@@ -116,9 +116,9 @@ class _Session:
         self.lead_optimizer: Optional[Any] = None
         self.lead_module: Optional[Any] = None
         self.auto_source: Optional[str] = None
-        self.spans: List[_Span] = []
-        self.step_span: Optional[_Span] = None
-        self.mark_span: Optional[_Span] = None
+        self.spans: List[Span] = []
+        self.step_span: Optional[Span] = None
+        self.mark_span: Optional[Span] = None
         self.periodic: Deque[str] = collections.deque()
         self.lock = threading.RLock()
         # Collections that freed something: (start µs, end µs, label).
@@ -126,7 +126,7 @@ class _Session:
         self._gc_start = 0
         self._probing = False
         self.unfinished: Optional[str] = None
-        from ._tags import Tagger
+        from vramscope._annotate.tags import Tagger
 
         self.tagger = Tagger(self.cuda)
         self.tagger.sampler = Sampler(level=self._allocated_now)
@@ -270,12 +270,12 @@ class _Session:
             self.gc_spans.append((start, _now_us(), "vramscope"))
 
     def begin(self) -> None:
-        skip_frames(_Session._on_gc)
+        skip_frames(Session._on_gc)
         self.warnings = program_location()
         self.warnings.__enter__()
         self.backend.start()
         if self.kind == "allocator":
-            from . import _native
+            from vramscope import _native
 
             self.tagger.bracket = (_native.cpu_allocator_mark, _native.cpu_allocator_stamp, self.backend._stack)
             # Compiled code allocates outside the function mode that gives
@@ -289,7 +289,7 @@ class _Session:
         self._open_step()
         live, dump_at = self.settings.live, self.settings.dump_at
         if live or dump_at is not None:
-            from ._live import Watcher, parse_threshold
+            from vramscope._recording.live import Watcher, parse_threshold
 
             try:
                 self.dump_at = parse_threshold(dump_at, self.capacity())
@@ -299,7 +299,7 @@ class _Session:
                 raise
 
     def _open_step(self) -> None:
-        self.step_span = _Span(f"ProfilerStep#{self.steps + 1}", "step")
+        self.step_span = Span(f"ProfilerStep#{self.steps + 1}", "step")
         self.spans.append(self.step_span)
 
     def _optimizer_stepped(self, opt: Any) -> None:
@@ -384,16 +384,16 @@ class _Session:
             attach_oom_observer(self.oom_observer)  # CUDA may have been initialised since
         return n
 
-    def mark(self, name: str) -> _Span:
+    def mark(self, name: str) -> Span:
         with self.lock:
             if self.mark_span is not None:
                 self.end_mark(self.mark_span)
-            span = self.mark_span = _Span(name, "mark")
+            span = self.mark_span = Span(name, "mark")
             self.spans.append(span)
             self.backend.set_label(name)
             return span
 
-    def end_mark(self, span: _Span) -> None:
+    def end_mark(self, span: Span) -> None:
         with self.lock:
             if span is self.mark_span:
                 span.close()
@@ -502,7 +502,7 @@ class _Session:
         if times:  # ranges that ended before the oldest event kept can never show again
             self.spans = [s for s in self.spans if s.end_us is None or s.end_us >= times[0]]
 
-        def busy(s: _Span) -> bool:
+        def busy(s: Span) -> bool:
             end = s.end_us if s.end_us is not None else now
             i = bisect.bisect_left(times, s.start_us)
             return i < len(times) and times[i] <= end
@@ -599,7 +599,7 @@ class _Session:
                     pass
 
 
-def _is_oom(exc: BaseException) -> bool:
+def is_oom(exc: BaseException) -> bool:
     """An out-of-memory error of any device: ``torch.OutOfMemoryError``,
     Python's ``MemoryError``, or the CPU allocator's ``RuntimeError``."""
     if isinstance(exc, MemoryError) or "OutOfMemory" in type(exc).__name__:

@@ -1,4 +1,4 @@
-"""The global hooks through which the recorder's :class:`~vramscope._tags.Tagger`
+"""The global hooks through which the recorder's :class:`~vramscope._annotate.tags.Tagger`
 sees module calls and optimizer steps, and how they stay out of
 ``torch.compile``'s way.
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any, List, Optional
 
-from . import _compile
+from vramscope._recording import compile as _compile
 
 # The Tagger of the recording now, if any.
 _active: Optional[Any] = None
@@ -109,7 +109,7 @@ class _Hooks:
         fns = (_optimizer_pre, _optimizer_post, _module_pre, _module_post)
         if not self.handles:
             _compiling = _compile.bind()
-            from ._tags import Tagger
+            from vramscope._annotate.tags import Tagger
 
             _compile.skip_frames(*fns, Tagger._backward_begins)
             self.handles = [

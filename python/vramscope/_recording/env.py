@@ -29,7 +29,7 @@ Child processes inherit the environment. Only the first process records
 ``{pid}``, which gives each process a file of its own, or the children are
 the ranks of a distributed job (``RANK`` is set: ``torchrun``, Accelerate,
 SLURM scripts): each rank records, into a file of its own (see
-``vramscope._rank``). The launcher itself (``torchrun``) never records.
+``vramscope._recording.rank``). The launcher itself (``torchrun``) never records.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def read_env(environ: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
         out["backend"] = backend
     ranks = env.get("VRAMSCOPE_RANKS", "").strip()
     if ranks:
-        from ._rank import parse_ranks
+        from vramscope._recording.rank import parse_ranks
 
         out["ranks"] = parse_ranks(ranks)
     dump_at = env.get("VRAMSCOPE_DUMP_AT", "").strip()
@@ -121,7 +121,7 @@ def activate_from_env(environ: Optional[Mapping[str, str]] = None) -> Optional[A
     raw_path = env.get(PATH_VAR, "").strip()
     if not raw_path or _activated is not None:
         return None
-    from ._rank import is_launcher
+    from vramscope._recording.rank import is_launcher
 
     if is_launcher():
         return None  # torchrun: its workers record, each its own rank
@@ -156,7 +156,7 @@ def _dump_at_exit(rec: Any) -> None:
     _activated = None
     _record = _recorder()
 
-    if _record._active is None or _record._active is not rec._session:
+    if _record.current_session() is None or _record.current_session() is not rec._session:
         return
     try:
         path = _record.stop()

@@ -36,7 +36,7 @@ MAX_ENTRIES = 100_000
 _FRAME = re.compile(r'File "(.+)", line (\d+), in (.+)\n(?:    (.*)\n)?')
 # Dynamo traces through the recorder's own function mode: its frame is in
 # the traced stacks and is no part of the program.
-_OWN = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 def _frames(trace: Optional[str]) -> Optional[List[Dict[str, Any]]]:

@@ -34,7 +34,7 @@ import time
 import weakref
 from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Tuple
 
-from ._profiler import _segment
+from vramscope._recording.recorders.blocks import cpu_segment
 
 __all__ = ["DispatchRecorder", "device_counters", "pick_device"]
 
@@ -208,7 +208,7 @@ class DispatchRecorder:
     # ----- life cycle -----
 
     def start(self) -> None:
-        from ._compile import skip_frames
+        from vramscope._recording.compile import skip_frames
 
         # Weak reference callbacks run wherever the last reference went,
         # compiled regions included.
@@ -514,7 +514,7 @@ class DispatchRecorder:
         trace = self.entries()
         live = sorted(v for v in list(self.live.values()) if v[1])
         stacks = self.stack_list
-        segments = [_segment({"addr": a, "size": n, "frames": stacks[sid]}) for a, n, sid, _ in live]
+        segments = [cpu_segment({"addr": a, "size": n, "frames": stacks[sid]}) for a, n, sid, _ in live]
         return {"segments": segments, "device_traces": [trace], "external_annotations": self.annotations()}
 
     def annotations(self) -> List[Dict[str, Any]]:

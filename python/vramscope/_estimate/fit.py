@@ -23,7 +23,7 @@ def _fit(est: Any, total: int, settings: Optional[str], outside: Optional[int]) 
 def attach_fit(est: Any, gpu: Gpu, settings: Optional[str], outside: Optional[int]) -> None:
     """``est.peak_reserved_bytes`` always; ``est.fit`` when ``gpu`` says
     how much memory there is."""
-    from ._cuda_trace import gpu_memory
+    from vramscope._estimate.cuda import gpu_memory
 
     total, source = gpu_memory(gpu)
     f = _fit(est, total or 0, settings, outside)
@@ -68,7 +68,7 @@ def search_max_batch(
     kept in ``tried``."""
     import torch
 
-    from ._cuda_trace import gpu_memory
+    from vramscope._estimate.cuda import gpu_memory
 
     total, source = gpu_memory(gpu)
     if total is None:
@@ -143,7 +143,7 @@ def search_max_batch(
 
 
 def _sentence(batch: int, limit: int, best: Dict[str, Any], total: int, source: str, gpu: Gpu) -> str:
-    from . import _native
+    from vramscope import _native
 
     gib = _native.format_bytes
     name = gpu if isinstance(gpu, str) else f"a GPU of {gib(total)}"

@@ -5,7 +5,7 @@ allocation stacks of tensors while a snapshot is recorded (any device with the
 dispatch recorder, CUDA with the allocator history).
 
 The labels and the containers folded into their owners are described in
-:mod:`vramscope._refnames`.
+:mod:`vramscope._annotate.refnames`.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import sys
 import types
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
-from ._refnames import TypeInfo, named_refs
-from ._refnames import is_tensor as _is_tensor
-from ._refnames import short_repr as _short_repr
+from vramscope._annotate.refnames import TypeInfo, named_refs
+from vramscope._annotate.refnames import is_tensor as _is_tensor
+from vramscope._annotate.refnames import short_repr as _short_repr
 
 __all__ = ["build_graph", "held_tensors", "reachable"]
 
@@ -204,9 +204,9 @@ def allocation_stacks() -> Optional[Callable[[int], Optional[List[str]]]]:
     torch = sys.modules.get("torch")
     if torch is None:
         return None
-    from .record import _current
+    from vramscope.record import current_session
 
-    session = _current()
+    session = current_session()
     blocks = []
     if session is not None and session.kind in ("dispatch", "allocator"):
         blocks = session.backend.live_blocks()

@@ -26,7 +26,7 @@ import threading
 import time
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
-from ._rank import _host
+from vramscope._recording.rank import host
 
 __all__ = ["Watcher", "state", "parse_threshold", "registry_dir"]
 
@@ -72,7 +72,7 @@ def parse_threshold(value: Any, capacity: Optional[int]) -> Optional[int]:
         if capacity is None:
             raise ValueError(f"dump_at={value!r}: this device's capacity is unknown; give bytes (e.g. '12GiB')")
         return int(capacity * pct / 100)
-    from . import _native
+    from vramscope import _native
 
     try:
         return int(_native.parse_bytes(text))
@@ -160,7 +160,7 @@ def state(session: Any, seq: int = 0, on_watcher: bool = False) -> Dict[str, Any
     out = {
         "version": 1,
         "pid": os.getpid(),
-        "host": _host(),
+        "host": host(),
         "rank": info["rank"],
         "local_rank": info["local_rank"],
         "world_size": info["world_size"],
@@ -297,7 +297,7 @@ class Watcher:
             "pid": os.getpid(),
             "address": self.server.address,
             "token": self.server.token,
-            "host": _host(),
+            "host": host(),
             "rank": self.session.owner.rank_info()["rank"],
             "argv": list(sys.argv),
             "started_us": time.time_ns() // 1000,

@@ -5,7 +5,7 @@ the allocator for working memory it frees before returning (a CUDA
 reduction's global buffers, the CPU flash attention's per-thread blocks),
 or keep some for good (cuBLAS workspaces). :class:`Kernels` is what the
 trace's dispatch mode calls around each operation for one device
-(``vramscope._cuda_trace.Cuda``, ``vramscope._cpu_trace.Cpu``): ``before``
+(``vramscope._estimate.cuda.Cuda``, ``vramscope._estimate.cpu.Cpu``): ``before``
 (scratch that must exist while the kernel runs, or a result to use
 instead), ``untracked`` (outputs that are not the device's memory) and
 ``after`` (the kernel's own scratch, in its order).
@@ -23,7 +23,7 @@ class Kernels:
     def __init__(self) -> None:
         self.keep: list = []  # alive to the end (workspaces)
         self.held: list = []  # made before an operation, freed after it
-        self.autocast: Any = None  # vramscope._autocast.Autocast: casts where the program's autocast is on
+        self.autocast: Any = None  # vramscope._estimate.autocast.Autocast: casts where the program's autocast is on
         self.unmodelled: Dict[str, str] = {}  # kernel kind -> what the trace does not see of it
 
     def note(self, kind: str, sentence: str) -> None:

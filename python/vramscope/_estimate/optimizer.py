@@ -48,7 +48,7 @@ def traced_optimizer(
         return _rebuild(optimizer, model, params, options)
     if callable(optimizer):  # a class is callable too
         if cuda_path and isinstance(optimizer, type):
-            from ._cuda_trace import cuda_path_options
+            from vramscope._estimate.cuda import cuda_path_options
 
             options = cuda_path_options(optimizer, options)
         return optimizer([p for p in params.values() if p.requires_grad], **options)

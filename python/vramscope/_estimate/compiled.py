@@ -76,7 +76,7 @@ def _kernel_scratch(node: Any, device: str) -> List[int]:
     adds the same for the eager kernels): the CPU flash attention's
     per-thread blocks and, in backward, its copy of a gradient of the
     output that is not contiguous."""
-    from ._cpu_trace import backward_scratch, forward_scratch
+    from vramscope._estimate.cpu import backward_scratch, forward_scratch
 
     kernel = getattr(getattr(node, "node", None), "op_overload", None)
     name = str(getattr(kernel, "__name__", "")).split(".")[0]

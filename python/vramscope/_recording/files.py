@@ -29,7 +29,7 @@ def write_atomic(path: str, obj: Any) -> None:
     ``_native.CpuTrace``) is written by the native writer, entry by entry."""
     traces = obj.get("device_traces") if isinstance(obj, dict) else None
     if traces and any(map(is_native_trace, traces)):
-        from . import _native
+        from vramscope import _native
 
         try:
             replace_atomically(path, lambda f: _native.write_pickle(f, obj, pickle.DEFAULT_PROTOCOL))

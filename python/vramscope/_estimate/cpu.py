@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Dict, Iterator, Optional, Tuple
 
-from ._kernel_scratch import Kernels, op_name
+from vramscope._estimate.kernel_scratch import Kernels, op_name
 
 _FORWARD = "_scaled_dot_product_flash_attention_for_cpu"
 _BACKWARD = "_scaled_dot_product_flash_attention_for_cpu_backward"

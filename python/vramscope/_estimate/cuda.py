@@ -36,8 +36,8 @@ import os
 import sys
 from typing import Any, Dict, Iterator, Optional, Tuple
 
-from ._kernel_scratch import Kernels, op_name
-from ._cuda_kernels import ATTENTION_BACKWARDS, efficient_backward_scratch, flash_backward_scratch, reduce_scratch, threads_per_sm
+from vramscope._estimate.kernel_scratch import Kernels, op_name
+from vramscope._estimate.cuda_kernels import ATTENTION_BACKWARDS, efficient_backward_scratch, flash_backward_scratch, reduce_scratch, threads_per_sm
 
 # SDPBackend values (torch.nn.attention.SDPBackend).
 _MATH, _FLASH, _EFFICIENT = 0, 1, 2
@@ -55,7 +55,7 @@ def _gpu(gpu: Any) -> Dict[str, Any]:
     """The row of the one table of GPUs (Rust, ``vramscope_gpus``) for a
     name: ``torch.cuda.get_device_name()``'s or a short one. An unknown
     name is a ``ValueError`` that lists the known ones."""
-    from . import _native
+    from vramscope import _native
 
     try:
         return _native.gpu(str(gpu))
@@ -127,7 +127,7 @@ RNN_NOTE = (
 def workspace_sizes(capability: Tuple[int, int]) -> Tuple[int, int]:
     """(cuBLAS, cuBLASLt) workspace bytes, as CublasHandlePool.cpp sizes
     them (``CUBLAS_WORKSPACE_CONFIG``'s ``:SIZE:COUNT`` pairs in KiB)."""
-    from . import _native  # the one place these sizes are written (vramscope_gpus::workspace)
+    from vramscope import _native  # the one place these sizes are written (vramscope_gpus::workspace)
 
     cublas, lt = _native.workspace_sizes(
         (int(capability[0]), int(capability[1])), os.environ.get("CUBLAS_WORKSPACE_CONFIG"), os.environ.get("CUBLASLT_WORKSPACE_SIZE")

@@ -26,9 +26,9 @@ import os
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import _compile
-from ._dispatch import DispatchRecorder
-from ._profiler import _segment
+from vramscope._recording import compile as _compile
+from vramscope._recording.recorders.dispatch import DispatchRecorder
+from vramscope._recording.recorders.blocks import cpu_segment
 
 __all__ = ["AllocatorRecorder", "available", "DEFAULT_EVENTS"]
 
@@ -40,7 +40,7 @@ __all__ = ["AllocatorRecorder", "available", "DEFAULT_EVENTS"]
 DEFAULT_EVENTS = 3_000_000
 
 # This package's files: never where a program's call is.
-_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
 
 
 def available() -> Optional[str]:
@@ -48,7 +48,7 @@ def available() -> Optional[str]:
     if not sys.platform.startswith("linux"):
         return f"the CPU allocator hooks need Linux, not {sys.platform}"
     try:
-        from . import _native
+        from vramscope import _native
 
         _native.cpu_allocator_install()
     except (ImportError, AttributeError) as err:
@@ -70,7 +70,7 @@ class AllocatorRecorder(DispatchRecorder):
         self.upcasts: Dict[Tuple[str, int, str], Tuple[int, int]] = {}
 
     def start(self) -> None:
-        from . import _native
+        from vramscope import _native
 
         _native.cpu_allocator_install()
         # The native ring keeps the last max_entries allocations and frees
@@ -86,13 +86,13 @@ class AllocatorRecorder(DispatchRecorder):
     def _adopt_native(self) -> None:
         """Tensors alive before the recording: the native side records
         their frees (no weak references needed here)."""
-        from . import _native
+        from vramscope import _native
 
         for _st, _key, size, addr in self.existing_storages():
             _native.cpu_allocator_adopt(addr, size)
 
     def stop(self) -> None:
-        from . import _native
+        from vramscope import _native
 
         mode, self._mode = self._mode, None
         self.active = False
@@ -129,7 +129,7 @@ class AllocatorRecorder(DispatchRecorder):
         self.upcasts[key] = (count + 1, max(most, x.numel() * 4))
 
     def history(self) -> Dict[str, Any]:
-        from . import _native
+        from vramscope import _native
 
         kept = len(self.trace) if self.trace is not None else 0
         return {"unit": "events", "max": self.max_entries, "seen": int(_native.cpu_allocator_mark()), "kept": kept}
@@ -138,11 +138,11 @@ class AllocatorRecorder(DispatchRecorder):
         """The snapshot so far; its trace is the hooks' events copied now
         (a ``_native.CpuTrace``), written entry by entry by
         ``_files.write_atomic``: never one Python object per entry."""
-        from . import _native
+        from vramscope import _native
 
         self.trace = _native.CpuTrace(self.stack_list, list(marks or ()))
         stacks = self.stack_list
-        segments = [_segment({"addr": a, "size": n, "frames": stacks[sid]}) for a, n, sid in _native.cpu_allocator_live() if n]
+        segments = [cpu_segment({"addr": a, "size": n, "frames": stacks[sid]}) for a, n, sid in _native.cpu_allocator_live() if n]
         return {"segments": segments, "device_traces": [self.trace], "external_annotations": self.annotations()}
 
     def meta(self) -> Dict[str, Any]:
@@ -159,13 +159,13 @@ class AllocatorRecorder(DispatchRecorder):
 
     def totals(self, reset_window: bool = False) -> Tuple[int, int, int]:
         """``(allocated, peak, window peak)``, counted by the hooks."""
-        from . import _native
+        from vramscope import _native
 
         a, p, w = _native.cpu_allocator_totals(reset_window)
         return int(a), int(p), int(w)
 
     def live_blocks(self, unstacked: bool = False) -> List[Tuple[int, int, List[Dict[str, Any]]]]:
-        from . import _native
+        from vramscope import _native
 
         stacks = self.stack_list
         return [(a, n, stacks[sid]) for a, n, sid in _native.cpu_allocator_live() if n and (sid or unstacked)]

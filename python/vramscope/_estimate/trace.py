@@ -23,20 +23,20 @@ as on the CPU path), with a Memory Profiler category per allocation and a
 other snapshot.
 
 For ``device="cuda"`` the trace is what the CUDA build would ask its
-caching allocator for, request by request (vramscope._cuda_trace): the
+caching allocator for, request by request (vramscope._estimate.cuda): the
 attention kernels CUDA would pick, foreach optimizers, autocast's casts,
 cuBLAS workspaces, the scratch kernels allocate inside themselves
-(vramscope._cuda_kernels), and the in-place additions a dispatch mode would
+(vramscope._estimate.cuda_kernels), and the in-place additions a dispatch mode would
 otherwise turn into copies. Replayed through the allocator model it gives
 the peak reserved; for the GPT of tests/fixtures/gpu both peaks equal the
 H200's and H100's to the byte (reserved) and within 0.3% (allocated) in
 fp32 and under bf16 autocast, from batch 16 to 520.
 
-For ``device="cpu"`` it is what the CPU build runs (vramscope._cpu_trace):
+For ``device="cpu"`` it is what the CPU build runs (vramscope._estimate.cpu):
 its flash attention kernel and that kernel's scratch, the CPU's autocast
 lists. A compiled module (``torch.compile``) is planned by Inductor itself
 on fake tensors, and its plan stands in for its eager step
-(vramscope._compiled_trace).
+(vramscope._estimate.compiled).
 
 What it cannot see: kernels whose scratch is not modelled (cuDNN
 convolution workspaces and RNNs, oneDNN's), and memory outside PyTorch's
@@ -53,14 +53,14 @@ import sys
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from ._trace_optimizer import traced_optimizer
+from vramscope._estimate.optimizer import traced_optimizer
 
 __all__ = ["estimate", "Estimate"]
 
 # vramscope's own frames in a trace: the modes and the kernels they stand in for.
 _SKIP_FILES = (
-    "torch/utils/_python_dispatch.py", "torch/utils/_pytree.py", "vramscope/_trace_estimate.py", "vramscope/_autocast.py",
-    "vramscope/_cuda_trace.py", "vramscope/_cpu_trace.py", "vramscope/_kernel_scratch.py", "vramscope/_compiled_trace.py",
+    "torch/utils/_python_dispatch.py", "torch/utils/_pytree.py", "vramscope/_estimate/trace.py", "vramscope/_estimate/autocast.py",
+    "vramscope/_estimate/cuda.py", "vramscope/_estimate/cpu.py", "vramscope/_estimate/kernel_scratch.py", "vramscope/_estimate/compiled.py",
 )
 
 
@@ -69,7 +69,7 @@ _SKIP_FILES = (
 def _allocator_facts() -> Dict[str, int]:
     """The CUDA caching allocator's sizes, from the one place they are
     written (``vramscope_gpus::allocator``)."""
-    from . import _native
+    from vramscope import _native
 
     return {k: int(v) for k, v in _native.allocator_facts().items()}
 
@@ -92,7 +92,7 @@ class Estimate:
         self.peak_bytes: int = int(dev["peak"]["allocated_bytes"])
         self.by_category: Dict[str, int] = {c["category"]: int(c["bytes"]) for c in dev["peak"].get("by_category") or []}
         self.summary = dev
-        # Set for device="cuda" (vramscope._fit_estimate).
+        # Set for device="cuda" (vramscope._estimate.fit).
         self.peak_reserved_bytes: Optional[int] = None
         self.fit: Optional[Dict[str, Any]] = None
         self.max_batch: Optional[Dict[str, Any]] = None
@@ -137,7 +137,7 @@ class _Recorder:
         self.phase = "setup"
         self.alloc_event: Dict[int, int] = {}  # key -> index of its alloc event
         # > 0 while a compiled module's eager storages are hidden (its plan
-        # stands in for them: vramscope._compiled_trace).
+        # stands in for them: vramscope._estimate.compiled).
         self.paused = 0
         self.assumed: List[List[Dict[str, Any]]] = []  # stacks where a bool was read as true
 
@@ -368,7 +368,7 @@ def estimate(
         autocast: ``torch.bfloat16`` or ``torch.float16`` (``True``:
             bfloat16): forward and loss run under
             ``torch.autocast(device_type=device, dtype=...)``, cast by that
-            device's autocast lists (vramscope._autocast), weights cast once
+            device's autocast lists (vramscope._estimate.autocast), weights cast once
             per step. Autocast the model or ``loss_fn`` enters itself is
             followed without it.
         max_batch_for: a GPU (as ``gpu``): also search the largest batch
@@ -385,12 +385,12 @@ def estimate(
         **optimizer_options: passed to ``optimizer`` (``lr=1e-3``, ...); for
             an instance, they override every group's options.
     """
-    from . import load, loads
-    from ._fit_estimate import attach_fit, search_max_batch
+    from vramscope import load, loads
+    from vramscope._estimate.fit import attach_fit, search_max_batch
 
     if device not in ("cuda", "cpu"):
         raise ValueError(f"device={device!r}: expected 'cuda' or 'cpu'")
-    from ._autocast import autocast_dtype
+    from vramscope._estimate.autocast import autocast_dtype
 
     cast = autocast_dtype(autocast)
     if device == "cpu" and (gpu is not None or max_batch_for is not None):
@@ -416,14 +416,14 @@ def _compiled_plans(
     region: Callable[[], Any], inference: bool, rec: _Recorder, notes: List[str],
 ) -> Any:
     """Inductor's plans of the compiled modules of ``model``
-    (vramscope._compiled_trace), to stand in for their eager steps; None
+    (vramscope._estimate.compiled), to stand in for their eager steps; None
     where nothing is compiled or the plans cannot be had (said in ``notes``)."""
     compiled = _compiled(model)
     if not compiled:
         return None
     import torch
 
-    from ._compiled_trace import NotCaptured, Replay, capture
+    from vramscope._estimate.compiled import NotCaptured, Replay, capture
 
     eager = f"{compiled} is compiled (torch.compile), and is estimated as its eager step"
     state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
@@ -482,11 +482,11 @@ def _trace(
     cuda = None
     kernels: Any
     if device == "cuda":
-        from ._cuda_trace import Cuda, capability_of, dropout_as_on_cuda, fused_on_meta, sdpa_as_on_cuda, sms_of
+        from vramscope._estimate.cuda import Cuda, capability_of, dropout_as_on_cuda, fused_on_meta, sdpa_as_on_cuda, sms_of
 
         kernels = cuda = Cuda(capability_of(gpu), sms_of(gpu))
     else:
-        from ._cpu_trace import Cpu, rng_state_as_on_cpu, sdpa_as_on_cpu
+        from vramscope._estimate.cpu import Cpu, rng_state_as_on_cpu, sdpa_as_on_cpu
 
         kernels = Cpu()
     mode = _mode(rec, kernels, inplace=_inplace_counts())
@@ -512,7 +512,7 @@ def _trace(
     annotations: List[Dict[str, Any]] = []
     on_cuda = contextlib.ExitStack()
     # Autocast where the program (or autocast=) turns it on for this device.
-    from ._autocast import Autocast, entered_as_on
+    from vramscope._estimate.autocast import Autocast, entered_as_on
 
     ac = Autocast(device)
     on_cuda.enter_context(entered_as_on(device, ac, notes))
@@ -587,8 +587,8 @@ def _trace(
             snap["vramscope"]["estimate"] = {"device": "cpu", "threads": kernels.threads, "sdpa": dict(kernels.sdp)}
     notes.extend(kernels.unmodelled.values())
     if any(isinstance(m, torch.nn.RNNBase) and (cuda is not None or isinstance(m, torch.nn.LSTM)) for m in _modules(model)):
-        from ._cpu_trace import RNN_NOTE as CPU_RNN
-        from ._cuda_trace import RNN_NOTE as CUDA_RNN
+        from vramscope._estimate.cpu import RNN_NOTE as CPU_RNN
+        from vramscope._estimate.cuda import RNN_NOTE as CUDA_RNN
 
         notes.append(CUDA_RNN if cuda is not None else CPU_RNN)
     snap["vramscope"]["notes"] = notes
