@@ -108,9 +108,11 @@ def test_runs_without_the_native_extension(tmp_path: Path) -> None:
     Every module is copied, so that a helper module the recorder starts to
     import does not break this test; one that needs ``_native`` would."""
     pkg = tmp_path / "pkg" / "vramscope"
-    pkg.mkdir(parents=True)
-    for src in (PYTHON_SRC / "vramscope").glob("*.py"):
-        shutil.copy(src, pkg / src.name)
+    root = PYTHON_SRC / "vramscope"
+    for src in root.rglob("*.py"):  # the rooms too (_recording/, _annotate/, ...)
+        dest = pkg / src.relative_to(root)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(src, dest)
     (pkg / "__init__.py").write_text("")
     work = tmp_path / "work"
     work.mkdir()
