@@ -16,9 +16,11 @@ import time
 import weakref
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
 
-from vramscope._recording.backend import RECORDER_NAMES, choose_backend
+from vramscope._recording.backend import choose_backend
 from vramscope._recording.compile import skip_frames
-from vramscope._recording.recorders.cuda import CudaRecorder, attach_oom_observer
+from vramscope._recording.recorders.base import Recorder
+from vramscope._recording.recorders.base import make as make_recorder
+from vramscope._recording.recorders.cuda import attach_oom_observer
 from vramscope._recording.files import is_native_trace, periodic_path, write_atomic
 from vramscope._annotate.generated import GeneratedStacks, source_map
 from vramscope._annotate.holders import Sampler, find_holders
@@ -89,24 +91,11 @@ class Session:
         self.oom_observer = oom_observer
         self.pid = os.getpid()
         self.from_env = False
-        self.kind = choose_backend(owner.backend, owner.device)
-        self.cuda = self.kind == "cuda"
-        self.backend: Any
-        if self.kind in ("cuda", "xpu"):
-            self.backend = CudaRecorder(owner.max_entries, owner.stacks, self.kind)
-        elif self.kind == "allocator":
-            from vramscope._recording.recorders.cpu_allocator import DEFAULT_EVENTS, AllocatorRecorder
-
-            events = owner.max_entries_given or DEFAULT_EVENTS
-            self.backend = AllocatorRecorder(events, owner.stacks, owner.cpu_limit)
-        elif self.kind == "dispatch":
-            from vramscope._recording.recorders.dispatch import DispatchRecorder
-
-            self.backend = DispatchRecorder(owner.max_entries, owner.stacks, owner.device)
-        else:
-            from vramscope._recording.recorders.profiler import ProfilerRecorder
-
-            self.backend = ProfilerRecorder(owner.max_entries, owner.stacks)
+        # What records, behind one protocol (recorders/base.py): nothing
+        # below asks which backend it is.
+        self.backend: Recorder = make_recorder(choose_backend(owner.backend, owner.device), owner)
+        self.kind = self.backend.kind
+        self.cuda = self.backend.cuda
         self.steps = 0
         # Iteration boundaries (µs) at the lead optimizer's steps or the
         # lead module's calls, while the program calls no step() (see
@@ -156,7 +145,7 @@ class Session:
     # ----- figures, for the live state and dump_at -----
 
     def has_totals(self) -> bool:
-        return hasattr(self.backend, "totals")
+        return self.backend.keeps_totals
 
     def _allocated_now(self) -> Optional[int]:
         """The bytes allocated now, for the holder sampler's growth test
@@ -165,46 +154,29 @@ class Session:
 
     def counters(self) -> tuple:
         """``(allocated, reserved)`` bytes now; equal where nothing caches."""
-        if self.kind in ("cuda", "xpu"):
-            return self.backend.counters()
-        a = self.backend.totals()[0]
-        return a, a
+        return self.backend.counters()
 
     def figures(self) -> tuple:
         """``(allocated, reserved, peak allocated, peak reserved)``."""
         allocated, reserved = self.counters()
-        if self.kind in ("cuda", "xpu"):
-            self._peaks = [max(self._peaks[0], allocated), max(self._peaks[1], reserved)]
-        else:  # nothing caches: reserved is allocated, and so are their peaks (exact, from the totals)
-            peak = max(self.backend.totals()[1], allocated)
-            self._peaks = [peak, peak]
+        self._peaks = self.backend.peaks(allocated, reserved, self._peaks)
         return allocated, reserved, self._peaks[0], self._peaks[1]
 
     def capacity(self) -> Optional[int]:
         """The device's memory in bytes, where known (the CPU's: physical)."""
-        if self.kind in ("cuda", "xpu"):
-            return self.backend.capacity()
-        if self.device_name() == "cpu":
-            try:
-                return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-            except (ValueError, OSError, AttributeError):
-                return None
-        return None
+        return self.backend.capacity()
 
     def device_name(self) -> str:
-        if self.kind in ("cuda", "xpu"):
-            return f"{self.kind}:{self.backend.device()}"
-        return str(getattr(self.backend, "device_type", "cpu"))
+        return self.backend.device_name()
 
     def recorder_name(self) -> str:
-        return RECORDER_NAMES[self.kind]
+        return self.backend.name()
 
     def _end_iteration(self, n: int) -> tuple:
         """Note iteration ``n``'s figures; returns ``(allocated, reserved)``
         now. One read of the totals where they are the counters."""
-        now, _peak, window = self.backend.totals(reset_window=True)
-        allocated, reserved = (now, self.backend.reserved_now) if self.kind in ("cuda", "xpu") else (now, now)
-        self.iterations.append({"n": n, "end_us": _now_us(), "allocated": allocated, "reserved": reserved, "peak": max(window, allocated)})
+        allocated, reserved, peak = self.backend.iteration_end()
+        self.iterations.append({"n": n, "end_us": _now_us(), "allocated": allocated, "reserved": reserved, "peak": peak})
         return allocated, reserved
 
     def _refresh_categories(self) -> None:
@@ -274,13 +246,12 @@ class Session:
         self.warnings = program_location()
         self.warnings.__enter__()
         self.backend.start()
-        if self.kind == "allocator":
-            from vramscope import _native
-
-            self.tagger.bracket = (_native.cpu_allocator_mark, _native.cpu_allocator_stamp, self.backend._stack)
+        bracket = self.backend.bracket()
+        if bracket is not None:
+            self.tagger.bracket = bracket
             # Compiled code allocates outside the function mode that gives
             # stacks: its buffers get the generated line's stack.
-            self.tagger.generated = GeneratedStacks(*self.tagger.bracket)
+            self.tagger.generated = GeneratedStacks(*bracket)
         self.tagger.install()
         self.compiles_at_start = compiles()
         gc.callbacks.append(self._on_gc)
@@ -366,8 +337,7 @@ class Session:
 
     def step(self) -> int:
         with self.lock:
-            if self.kind == "dispatch":
-                self.backend.sample_counters()
+            self.backend.at_step()
             self.tagger.at_step()
             self._close_open()
             self.steps += 1
@@ -419,27 +389,14 @@ class Session:
                 self._collect_cycles()
             if tag:  # (not from another thread: tensors are read only on the program's)
                 self.tagger.tag_all()
-            if self.kind in ("cuda", "xpu"):
-                snap = self.backend.snapshot()
-            elif self.kind in ("dispatch", "allocator"):
-                marks = [(s.name, s.start_us, s.end_us or _now_us()) for s in self.spans if s.kind == "mark"]
-                snap = self.backend.snapshot(marks)
-            else:
-                open_spans = [s for s in (self.step_span, self.mark_span) if s is not None]
-                # Ranges must not straddle a profiler restart: leave and re-enter them.
-                for span in reversed(open_spans):
-                    span.exit()
-                self.backend.collect(restart=not final)
-                for span in open_spans if not final else ():
-                    span.enter()
-                marks = [(s.name, s.start_us, s.end_us or _now_us()) for s in self.spans if s.kind == "mark"]
-                snap = self.backend.snapshot(marks)
+            open_spans = [s for s in (self.step_span, self.mark_span) if s is not None]
+            snap = self.backend.take_snapshot(self._marks, final, open_spans)
             snap["external_annotations"] = self._annotations(snap)
             tags = self.tagger.columns()
             if tags is not None:
                 snap["vramscope_tags"] = tags
             snap["vramscope"] = {
-                "recorder": RECORDER_NAMES[self.kind],
+                "recorder": self.backend.name(),
                 "steps": self.steps,
                 "torch": _torch_version(),
                 # Compilations torch.compile ran while recording (what the
@@ -464,18 +421,11 @@ class Session:
                 # halves activations (bf16 weights) from advice that would
                 # count a 16-bit forward twice.
                 snap["vramscope"]["autocast"] = sorted(self.tagger.autocast)
-            if self.kind in ("cuda", "xpu"):
-                # The device's total and free memory, the memory fraction and
-                # the workspace settings: what tells an OOM caused by memory
-                # held outside this allocator from one caused inside it.
-                facts = self.backend.device_facts()
-                if facts is not None:
-                    snap["vramscope"]["device"] = facts
-            history = getattr(self.backend, "history", None)
+            history = self.backend.history()
             if history is not None:
                 # How much of the run the trace holds: what tells a wrapped
                 # history (and how to raise it) from a short run.
-                snap["vramscope"]["history"] = history()
+                snap["vramscope"]["history"] = history
             if self.ooms:
                 snap["vramscope"]["ooms"] = list(self.ooms)
             if final:
@@ -486,11 +436,14 @@ class Session:
                 end["time_us"] = time.time_ns() // 1000
                 snap["vramscope"]["holders"] = end
                 snap["vramscope"]["holder_samples"] = list(self.tagger.sampler.samples) if self.tagger.sampler else []
-            if self.kind in ("dispatch", "allocator"):
-                snap["vramscope"].update(self.backend.meta())
-            elif self.kind == "profiler" and self.backend.failures:
-                snap["vramscope"]["profiler_failures"] = list(self.backend.failures)
+            # The recorder's own: the device's facts (CUDA), the device type
+            # and counters (dispatch), what failed (the profiler).
+            snap["vramscope"].update(self.backend.meta())
             return snap
+
+    def _marks(self) -> List[tuple]:
+        """(name, start µs, end µs) of each mark range, open ones to now."""
+        return [(s.name, s.start_us, s.end_us or _now_us()) for s in self.spans if s.kind == "mark"]
 
     def _annotations(self, snap: Dict[str, Any]) -> List[Dict[str, Any]]:
         """Native annotations plus ours where PyTorch recorded none, without

@@ -62,6 +62,16 @@ class AllocatorRecorder(DispatchRecorder):
     """Records c10's CPU allocator through native hooks; stacks come from a
     ``TorchFunctionMode`` around torch API calls."""
 
+    kind = "allocator"
+
+    def at_step(self) -> None:
+        """The hooks see every allocation: no device counters to read."""
+
+    def bracket(self) -> Any:
+        from vramscope import _native
+
+        return (_native.cpu_allocator_mark, _native.cpu_allocator_stamp, self._stack)
+
     def __init__(self, max_entries: int, stacks: str, limit: Optional[int] = None) -> None:
         super().__init__(max_entries, stacks, "cpu")
         self.trace: Any = None  # the last snapshot's _native.CpuTrace

@@ -6,18 +6,23 @@ drives them. ``torch.xpu.memory`` has the same history functions as
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from vramscope._recording.recorders.base import Marks, Recorder
 
 __all__ = ["CudaRecorder", "attach_oom_observer"]
 
 
-class CudaRecorder:
+class CudaRecorder(Recorder):
     """A caching allocator's history (``_record_memory_history``) of
     ``torch.cuda`` or, with ``device="xpu"``, ``torch.xpu``."""
 
+    caching = True
+
     def __init__(self, max_entries: int, stacks: str, device: str = "cuda") -> None:
         self.max_entries, self.stacks = max_entries, stacks
-        self.device_type = device
+        self.device_type = self.kind = device
+        self.cuda = device == "cuda"
         self._labelled = False
         # Highest allocated bytes read by totals(): since the start, and in the window.
         self.peak = self.window_peak = 0
@@ -39,6 +44,26 @@ class CudaRecorder:
     def snapshot(self) -> Dict[str, Any]:
         return self._module().memory._snapshot()
 
+
+    def take_snapshot(self, marks: Callable[[], Marks], final: bool, open_spans: Sequence[Any]) -> Dict[str, Any]:
+        return self.snapshot()  # the allocator's history has its own ranges
+
+    def meta(self) -> Dict[str, Any]:
+        # The device's total and free memory, the memory fraction and the
+        # workspace settings: what tells an OOM caused by memory held
+        # outside this allocator from one caused inside it.
+        facts = self.device_facts()
+        return {} if facts is None else {"device": facts}
+
+    def device_name(self) -> str:
+        return f"{self.kind}:{self.device()}"
+
+    def peaks(self, allocated: int, reserved: int, seen: List[int]) -> List[int]:
+        return [max(seen[0], allocated), max(seen[1], reserved)]
+
+    def iteration_end(self) -> Tuple[int, int, int]:
+        now, _peak, window = self.totals(reset_window=True)
+        return now, self.reserved_now, max(window, now)
     def history(self) -> Dict[str, Any]:
         """PyTorch's history keeps the last ``max_entries`` trace entries;
         how many it saw is not said (the reader compares the kept with the

@@ -34,6 +34,7 @@ import time
 import weakref
 from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Tuple
 
+from vramscope._recording.recorders.base import Recorder
 from vramscope._recording.recorders.blocks import cpu_segment
 
 __all__ = ["DispatchRecorder", "device_counters", "pick_device"]
@@ -157,7 +158,7 @@ class Ranges:
         return [{"name": n, "stage": st, "device": 0, "time_us": t} for n, st, t in list(self.items)]
 
 
-class DispatchRecorder:
+class DispatchRecorder(Recorder):
     """Records allocations and frees of one device type at the dispatcher.
 
     Args:
@@ -195,7 +196,7 @@ class DispatchRecorder:
         self.allocated = self.peak = self.window_peak = 0
         self._refs: Dict[int, _StorageRef] = {}
         self.label = ""
-        self.counters: List[Dict[str, int]] = []
+        self.device_readings: List[Dict[str, int]] = []  # the device allocator's own counters, read at steps
         # Interned stacks: id -> frame dicts (id 0: no stack).
         self.stack_list: List[List[Dict[str, Any]]] = [[]]
         self._stack_ids: Dict[tuple, int] = {}
@@ -472,12 +473,17 @@ class DispatchRecorder:
 
     # ----- what the session calls -----
 
+    kind = "dispatch"
+
+    def at_step(self) -> None:
+        self.sample_counters()  # the device allocator's own counters (MPS), beside what was seen
+
     def sample_counters(self) -> None:
         c = device_counters(self.device_type)
         if c is not None:
             c["time_us"] = _now_us()
-            self.counters.append(c)
-            del self.counters[:-10_000]
+            self.device_readings.append(c)
+            del self.device_readings[:-10_000]
 
     def collect(self, restart: bool) -> None:
         """Nothing to collect: the trace is always current."""
@@ -524,8 +530,8 @@ class DispatchRecorder:
 
     def meta(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {"device_type": self.device_type}
-        if self.counters:
-            out["device_counters"] = list(self.counters)
+        if self.device_readings:
+            out["device_counters"] = list(self.device_readings)
         return out
 
     def set_label(self, label: str) -> None:

@@ -32,9 +32,11 @@ import collections
 import sys
 import types
 import warnings
-from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 from vramscope._recording.quiet import c10_warnings_hidden, profiler_logs_dropped
+from vramscope._recording.recorders.base import Marks, Recorder
+from vramscope._recording.recorders.blocks import SMALL_SIZE, cpu_segment  # noqa: F401 - SMALL_SIZE: part of this module's API
 
 # Called with every finished ``torch.profiler.profile`` window before it is
 # converted, e.g. to export a Chrome trace of the same run.
@@ -45,10 +47,7 @@ _ENTRIES_PER_ACTION = {"CREATE": 1, "DESTROY": 2, "INCREMENT_VERSION": 3}
 
 
 
-
-from vramscope._recording.recorders.blocks import SMALL_SIZE, cpu_segment  # noqa: F401 - SMALL_SIZE: part of this module's API
-
-class ProfilerRecorder:
+class ProfilerRecorder(Recorder):
     """Records CPU memory through ``torch.profiler`` and builds snapshots.
 
     Args:
@@ -181,6 +180,21 @@ class ProfilerRecorder:
         _label(trace, sorted(marks, key=lambda m: m[1]))
         segments = [cpu_segment(self._live[a]) for a in sorted(self._live)]
         return {"segments": segments, "device_traces": [trace]}
+
+    kind = "profiler"
+    keeps_totals = False  # the profiler's memory is known only when a window is converted
+
+    def take_snapshot(self, marks: Callable[[], Marks], final: bool, open_spans: Sequence[Any]) -> Dict[str, Any]:
+        # Ranges must not straddle a profiler restart: leave and re-enter them.
+        for span in reversed(open_spans):
+            span.exit()
+        self.collect(restart=not final)
+        for span in open_spans if not final else ():
+            span.enter()
+        return self.snapshot(marks())
+
+    def meta(self) -> Dict[str, Any]:
+        return {"profiler_failures": list(self.failures)} if self.failures else {}
 
     def set_label(self, label: str) -> None:
         """Labels are applied from the mark ranges at dump time."""
