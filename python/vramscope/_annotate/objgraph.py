@@ -208,7 +208,7 @@ def allocation_stacks() -> Optional[Callable[[int], Optional[List[str]]]]:
 
     session = current_session()
     blocks = []
-    if session is not None and session.kind in ("dispatch", "allocator"):
+    if session is not None and session.backend.stacks_by_address:
         blocks = session.backend.live_blocks()
     elif torch.cuda.is_available():
         try:

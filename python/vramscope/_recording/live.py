@@ -155,7 +155,7 @@ def state(session: Any, seq: int = 0, on_watcher: bool = False) -> Dict[str, Any
     step)."""
     t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
     allocated, reserved, peak_a, peak_r = session.figures()
-    blocks = session.backend.live_blocks(unstacked=True) if hasattr(session.backend, "live_blocks") else []
+    blocks = session.backend.live_blocks(unstacked=True)
     info = session.owner.rank_info()
     out = {
         "version": 1,

@@ -33,6 +33,9 @@ class Recorder:
     keeps_totals = True
     #: The device type its tensors live on (``cpu``, ``mps``, ``cuda``...).
     device_type = "cpu"
+    #: ``live_blocks()`` gives the allocation stack of every live block
+    #: from its own books, cheaply (the cycle finder names tensors by it).
+    stacks_by_address = False
 
     # ----- the recording -----
 
@@ -76,6 +79,11 @@ class Recorder:
     def history(self) -> Optional[Dict[str, Any]]:
         """How much of the run the trace holds, where it can say."""
         return None
+
+    def live_blocks(self, unstacked: bool = False) -> List[Tuple[int, int, List[Dict[str, Any]]]]:
+        """``(address, size, frames)`` of the blocks alive now, where the
+        recorder knows them; ``unstacked``: those without a stack too."""
+        return []
 
     # ----- figures, for the live state and dump_at -----
 

@@ -474,6 +474,7 @@ class DispatchRecorder(Recorder):
     # ----- what the session calls -----
 
     kind = "dispatch"
+    stacks_by_address = True
 
     def at_step(self) -> None:
         self.sample_counters()  # the device allocator's own counters (MPS), beside what was seen
