@@ -1,7 +1,7 @@
 //! Two live sets compared, as `vramscope diff` and the report's Diff tab
 //! show them: two files, each at a moment, and then also their peaks site
 //! by site; or two moments of one file. Blocks are matched by the text of
-//! their allocation stack and their size ([`crate::diff`]).
+//! their allocation stack and their size ([`mod@crate::diff`]).
 //!
 //! ```no_run
 //! use vramscope_analysis::compare::{compare, Input};

@@ -9,7 +9,7 @@
 //! assert_eq!(a.reserved, 2 << 20); // one small segment, cached
 //! ```
 //!
-//! [`replay`] runs a snapshot's trace through the model and compares the
+//! [`fn@replay`] runs a snapshot's trace through the model and compares the
 //! segment events and the reserved curve with the recorded ones.
 
 mod answer;

@@ -1,4 +1,4 @@
-//! `vramscope diff`: renderings of a [`Diff`] between two live sets (two
+//! `vramscope diff`: renderings of a [`vramscope_analysis::Diff`] between two live sets (two
 //! snapshots, or two moments of one) as terminal text, JSON, a differential
 //! flamegraph SVG and a self-contained HTML page.
 //!
