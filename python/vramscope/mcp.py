@@ -105,13 +105,14 @@ def paged(text: str, page: int, page_chars: int = PAGE_CHARS) -> List[str]:
     return [part, f"[vramscope: page {page} of {pages} of this answer ({len(text):,} characters); {more}]"]
 
 
-def run_cli(args: List[str]) -> Tuple[str, List[str]]:
+def run_cli(args: List[str], answers: Sequence[int] = (0,)) -> Tuple[str, List[str]]:
     """The CLI's output for ``args`` and its warnings (what a damaged file
-    lost), or a ``ToolError`` with its message."""
+    lost), or a ``ToolError`` with its message; ``answers``: the exit codes
+    that are answers (``check``'s 3: a limit exceeded)."""
     from mcp.server.mcpserver.exceptions import ToolError
 
     code, out, err = _native.cli_captured(args)
-    if code != 0:
+    if code not in answers:
         message = "\n".join(line for line in err.splitlines() if line.strip()) or f"exit code {code}"
         raise ToolError(f"vramscope {args[0]} failed (exit {code}): {message}")
     return out, [f"[{line}]" for line in err.splitlines() if line.startswith("vramscope: warning")]
@@ -141,20 +142,20 @@ def build(roots: Roots, page_chars: int = PAGE_CHARS):
     from mcp.server.mcpserver import MCPServer
 
     server = MCPServer("vramscope", instructions=INSTRUCTIONS)
-    answers = Answers(page_chars)
+    kept = Answers(page_chars)
     _native.cli_keep_loaded(True)
 
-    def whole(command: str, files: List[str], flags: Dict[str, object]) -> Tuple[str, List[str]]:
+    def whole(command: str, files: List[str], flags: Dict[str, object], codes: Sequence[int] = (0,)) -> Tuple[str, List[str]]:
         args = [command, *files, "--json", "-q"]
         for name, value in flags.items():
             _flag(args, name, value)
         # A file changed on disk is a new question.
         stamps = tuple(f"{st.st_mtime_ns}:{st.st_size}" for st in (_stat(f) for f in files) if st)
-        return answers.whole((*args, *stamps), lambda: run_cli(args))
+        return kept.whole((*args, *stamps), lambda: run_cli(args, codes))
 
-    def ask(command: str, files: List[str], flags: Dict[str, object], page: int) -> List[str]:
-        text, warnings = whole(command, files, flags)
-        return paged(text, page, answers.page_chars) + warnings
+    def ask(command: str, files: List[str], flags: Dict[str, object], page: int, codes: Sequence[int] = (0,)) -> List[str]:
+        text, warnings = whole(command, files, flags, codes)
+        return paged(text, page, kept.page_chars) + warnings
 
     @server.tool(structured_output=False)
     def summary(file: str, device: Optional[int] = None, top: int = 10, page: int = 1) -> List[str]:
@@ -257,13 +258,7 @@ def build(roots: Roots, page_chars: int = PAGE_CHARS):
         each with its measured value and whether it holds (`passed`)."""
         flags = {"--max-peak": max_peak, "--max-reserved": max_reserved, "--no-leaks": no_leaks,
                  "--max-growth": max_growth, "--device": device}
-        args = ["check", roots.file(file), "--json", "-q"]
-        for name, value in flags.items():
-            _flag(args, name, value)
-        code, out, _ = _native.cli_captured(args)
-        if code not in (0, 3):  # 3: a limit exceeded, which is an answer
-            return [run_cli(args)[0]]
-        return [out]
+        return ask("check", [roots.file(file)], flags, 1, codes=(0, 3))
 
     @server.tool(structured_output=False)
     def report(file: str, out: Optional[str] = None, baseline: Optional[str] = None) -> List[str]:
@@ -271,9 +266,7 @@ def build(roots: Roots, page_chars: int = PAGE_CHARS):
         return its path. `out`: where (under the roots; default FILE.html beside the file); `baseline`: a
         second snapshot to compare against (a Diff tab)."""
         src = roots.file(file)
-        dest = roots.file(out, "output") if out else src + ".html"
-        if not out:
-            roots.file(dest, "output")
+        dest = roots.file(out or src + ".html", "output")
         args = ["report", src, "-o", dest, "-q"]
         _flag(args, "--baseline", roots.file(baseline) if baseline else None)
         _, warnings = run_cli(args)

@@ -156,11 +156,10 @@ pub fn compare(
     let ra = a.resolve(at_a, "--at-a")?;
     let Some(b) = b else {
         let rb = a.resolve(at_b, "--at-b")?;
-        let mut live = a.live(&[ra.point, rb.point]);
+        let live = a.live(&[ra.point, rb.point]);
         let d = diff(a.snap, &live[0], a.snap, &live[1], opts);
         let report = DiffReport::new(a.side(&ra), a.side(&rb), d);
-        let b_live = live.pop().unwrap_or_default();
-        let a_live = live.pop().unwrap_or_default();
+        let [a_live, b_live]: [Vec<LiveBlock>; 2] = live.try_into().unwrap_or_default();
         return Ok(Compared {
             report,
             a_live,
@@ -170,19 +169,17 @@ pub fn compare(
     let rb = b.resolve(at_b, "--at-b")?;
     let pa = a.resolve(Moment::Peak, "peak")?;
     let pb = b.resolve(Moment::Peak, "peak")?;
-    let mut la = a.live(&[ra.point, pa.point]);
-    let mut lb = b.live(&[rb.point, pb.point]);
+    let la = a.live(&[ra.point, pa.point]);
+    let lb = b.live(&[rb.point, pb.point]);
     let d = diff(a.snap, &la[0], b.snap, &lb[0], opts);
     let mut report = DiffReport::new(a.side(&ra), b.side(&rb), d);
     if !(at_a == Moment::Peak && at_b == Moment::Peak) {
         let peaks = diff(a.snap, &la[1], b.snap, &lb[1], opts);
         report.peak_to_peak = Some(PeakToPeak::new(a.side(&pa), b.side(&pb), peaks));
     }
-    la.truncate(1);
-    lb.truncate(1);
     Ok(Compared {
         report,
-        a_live: la.pop().unwrap_or_default(),
-        b_live: lb.pop().unwrap_or_default(),
+        a_live: la.into_iter().next().unwrap_or_default(),
+        b_live: lb.into_iter().next().unwrap_or_default(),
     })
 }

@@ -94,8 +94,6 @@ class Session:
         # What records, behind one protocol (recorders/base.py): nothing
         # below asks which backend it is.
         self.backend: Recorder = make_recorder(choose_backend(owner.backend, owner.device), owner)
-        self.kind = self.backend.kind
-        self.cuda = self.backend.cuda
         self.steps = 0
         # Iteration boundaries (µs) at the lead optimizer's steps or the
         # lead module's calls, while the program calls no step() (see
@@ -136,6 +134,15 @@ class Session:
         self._threshold_taken = False
         if (owner.live or owner.dump_at is not None) and not self.has_totals():
             raise ValueError(f"live= and dump_at= need running totals, which backend={self.kind!r} does not keep")
+
+    @property
+    def kind(self) -> str:
+        """The backend that records (``backend.choose_backend``)."""
+        return self.backend.kind
+
+    @property
+    def cuda(self) -> bool:
+        return self.backend.cuda
 
     def path(self) -> str:
         """The snapshot's path now: placeholders filled in with this rank
