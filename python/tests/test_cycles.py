@@ -6,6 +6,7 @@ HTML page opens offline in a browser."""
 from __future__ import annotations
 
 import gc
+import json
 import logging
 import os
 import shutil
@@ -133,6 +134,42 @@ def test_watcher_records_garbage_cycles_and_frees_them(watcher: cycles.Watcher, 
     assert len(html) == 1 and len(dot) == 1
     assert "digraph" in dot[0].read_text()
     del probe
+
+
+def vramscope_cli(*args: str) -> subprocess.CompletedProcess:
+    from conftest import subprocess_env
+
+    return subprocess.run([sys.executable, "-m", "vramscope", *args], env=subprocess_env(),
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_the_running_report_is_read_back_by_the_cli(watcher: cycles.Watcher, tmp_path: Path) -> None:
+    """The watcher keeps its whole report in ``cycles.json``; ``vramscope
+    cycles DIR`` reads it back (JSON, text, DOT, HTML) with the same figures."""
+    for n in (3000, 3000, 500):
+        node_pair(n)
+        gc.collect()
+    r = watcher.result()
+    assert r is not None and len(r.findings) == 1 and r.findings[0]["count"] == 3
+    kept = tmp_path / "cycles" / "cycles.json"
+    assert kept.is_file()
+    p = vramscope_cli("cycles", str(tmp_path / "cycles"), "--json")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout) == r.data
+    assert json.loads(p.stdout)["bytes"] == 2 * (3000 + 3000 + 500) * 4
+    text = vramscope_cli("cycles", str(kept))
+    assert text.returncode == 0 and "Node" in text.stdout and ".other" in text.stdout, text.stdout
+    dot = vramscope_cli("cycles", str(kept), "--dot", "0", "--html", str(tmp_path / "c.html"))
+    assert dot.returncode == 0 and dot.stdout.startswith("digraph"), dot.stderr
+    assert (tmp_path / "c.html").read_text(encoding="utf-8").lower().lstrip().startswith("<!doctype html>")
+    # A finding that does not exist, a directory without a report, a snapshot: each an error that says so.
+    missing = vramscope_cli("cycles", str(kept), "--dot", "5")
+    assert missing.returncode == 2 and "--dot 5" in missing.stderr, missing.stderr
+    empty_dir = vramscope_cli("cycles", str(tmp_path))
+    assert empty_dir.returncode == 1 and "without cycles.json" in empty_dir.stderr, empty_dir.stderr
+    (tmp_path / "other.json").write_text('{"segments": []}')
+    other = vramscope_cli("cycles", str(tmp_path / "other.json"))
+    assert other.returncode == 2 and "neither" in other.stderr, other.stderr
 
 
 def test_ten_thousand_cycles_are_one_finding(watcher: cycles.Watcher) -> None:

@@ -43,6 +43,22 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copy(GPU / "oom_gpt_default.pickle.gz", d / "oom.pickle.gz")
     shutil.copy(GPU / "advise_leak.pickle.gz", d / "leak.pickle.gz")
     shutil.copy(GPU / "advise_baseline.pickle.gz", d / "baseline.pickle.gz")
+    # A cycle watcher's directory, and an object graph as the Python side extracts it.
+    graph = {
+        "nodes": [
+            {"type": "Node", "module": "__main__", "repr": "<Node>", "tensor": None},
+            {"type": "Node", "module": "__main__", "repr": "<Node>", "tensor": None},
+            {"type": "Tensor", "module": "torch", "repr": "tensor(...)",
+             "tensor": {"shape": [512, 10], "dtype": "torch.float32", "device": "cuda:0", "bytes": 20480,
+                        "requires_grad": False, "grad_fn": None, "stack": []}},
+        ],
+        "edges": [{"src": 0, "dst": 1, "label": ".other"}, {"src": 1, "dst": 0, "label": ".other"},
+                  {"src": 0, "dst": 2, "label": ".value"}],
+        "site": "train.py:12 in step",
+    }
+    (d / "graph.json").write_text(json.dumps(graph))
+    (d / "vramscope-cycles").mkdir()
+    (d / "vramscope-cycles" / "cycles.json").write_text(native_module().cycles_analyze(json.dumps(graph)))
     (d / "damaged.pickle").write_bytes(b"\x80\x04\x95\x10\x00\x00\x00\x00\x00\x00\x00}\x94(\x8c\x08segments\x94]")
     return d
 
@@ -102,6 +118,9 @@ def served(root: Path) -> Dict[str, Any]:
         ("summary", {"file": "../outside.pickle"}),
         ("summary", {"file": "real.pickle.gz", "page": 999}),
         ("advise", {"file": "oom.pickle.gz", "gpu": "NVIDIA H100 80GB HBM3"}),
+        ("cycles", {}),
+        ("cycles", {"path": "graph.json"}),
+        ("cycles", {"path": "leak.pickle.gz"}),
     ]
     tools, results = asyncio.run(_session(root, calls))
     return {"tools": {t.name: t for t in tools}, "results": results, "calls": calls}
@@ -114,7 +133,8 @@ def pages_joined(served: Dict[str, Any], first: int) -> str:
 
 def test_every_tool_is_listed_with_a_described_schema(served: Dict[str, Any]) -> None:
     tools = served["tools"]
-    assert set(tools) >= {"summary", "oom", "leaks", "categories", "advise", "simulate", "diff", "segments", "check", "report"}
+    assert set(tools) >= {"summary", "oom", "leaks", "categories", "advise", "simulate", "diff", "segments", "check", "report",
+                         "cycles"}
     for t in tools.values():
         assert t.description and len(t.description) > 60, t.name
         assert t.input_schema["type"] == "object"
@@ -138,6 +158,16 @@ def test_answers_are_the_clis_json(served: Dict[str, Any], root: Path) -> None:
     assert json.loads(text_of(r[9])) == cli_json(root, "check", "leak.pickle.gz", "--max-peak", "1GiB")
     assert json.loads(text_of(r[15])) == cli_json(root, "advise", "oom.pickle.gz", "--gpu", "NVIDIA H100 80GB HBM3")
     assert not any(x.is_error for x in r[:12] if x is not r[11])
+
+
+def test_cycles_are_read_from_the_watchers_directory(served: Dict[str, Any], root: Path) -> None:
+    r = served["results"]
+    from_dir, from_graph, not_cycles = r[16], r[17], r[18]
+    answer = json.loads(text_of(from_dir))
+    assert answer == cli_json(root, "cycles", "vramscope-cycles") == json.loads(text_of(from_graph))
+    assert answer["bytes"] == 20480 and answer["findings"][0]["count"] == 1
+    assert [s["label"] for s in answer["findings"][0]["example"]["cycle"]] == [".other", ".other"]
+    assert not_cycles.is_error and "exit 2" in text_of(not_cycles), text_of(not_cycles)
 
 
 def test_the_oom_is_explained(served: Dict[str, Any], root: Path) -> None:

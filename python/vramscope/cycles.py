@@ -53,6 +53,10 @@ log = logging.getLogger("vramscope.cycles")
 # the whole program.
 MAX_FIND_OBJECTS = 200_000
 
+# The watcher's running report in its output directory (the CLI's
+# `cycles::REPORT_FILE`).
+REPORT_FILE = "cycles.json"
+
 
 class CycleReport:
     """Findings of the cycle analysis: ``findings`` (list of dicts, largest
@@ -91,6 +95,13 @@ class CycleReport:
     def write_html(self, path: str | os.PathLike) -> str:
         path = os.fspath(path)
         write_text_atomic(path, self.html())
+        return path
+
+    def write_json(self, path: str | os.PathLike) -> str:
+        """The report as JSON, which ``vramscope cycles PATH`` (and the MCP
+        server's ``cycles`` tool) reads back."""
+        path = os.fspath(path)
+        write_text_atomic(path, json.dumps(self.data))
         return path
 
     def __repr__(self) -> str:
@@ -155,9 +166,10 @@ class Watcher:
             every tensor (CPU ones included), or a device type
             (``"cpu"``, ``"mps"``, ...).
         min_bytes: tensors smaller than this are ignored (default 0).
-        out_dir: where the HTML (and DOT) of each new kind of cycle goes.
-            Default ``vramscope-cycles`` in the current directory; ``None``
-            after ``html=False``.
+        out_dir: where the HTML (and DOT) of each new kind of cycle goes,
+            and the running report of the whole run (``cycles.json``, read
+            by ``vramscope cycles DIR``). Default ``vramscope-cycles`` in
+            the current directory; ``None`` after ``html=False``.
         html: write a page per new kind of cycle (default True).
         warn: log a warning per new kind of cycle (default True).
         summary_at_exit: log a summary of every kind seen at exit.
@@ -289,6 +301,7 @@ class Watcher:
                 self.report = new
             else:
                 self.report = json.loads(_native.cycles_merge(json.dumps(self.report), json.dumps(new)))
+        self._write_report()
         for f in new.get("findings", []):
             if f["signature"] in before:
                 continue
@@ -307,6 +320,16 @@ class Watcher:
         if self.device not in ("cuda", "any") and dev != self.device:
             return False
         return t["bytes"] >= self.min_bytes
+
+    def _write_report(self) -> Optional[str]:
+        """The running report as ``<out_dir>/cycles.json`` (rewritten whole
+        at each collection that found tensors, atomically)."""
+        if self.out_dir is None or self.report is None:
+            return None
+        os.makedirs(self.out_dir, exist_ok=True)
+        path = os.path.join(self.out_dir, REPORT_FILE)
+        write_text_atomic(path, json.dumps(self.report))
+        return path
 
     def _write(self, finding: Dict[str, Any]) -> Optional[str]:
         if self.out_dir is None:

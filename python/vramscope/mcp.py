@@ -38,7 +38,8 @@ INSTRUCTIONS = """vramscope reads PyTorch memory snapshots (torch.cuda.memory._d
 vramscope recordings, profiler traces) and explains where GPU memory went. Start with `summary` \
 (peak, what the memory is, OOMs and their causes), then `leaks` for memory that grows, `advise` \
 for what to change so that a run fits (give `capacity` or `gpu`), `simulate` to try allocator \
-settings, `diff` to compare two runs. Every answer is the JSON of the matching `vramscope ... --json` \
+settings, `diff` to compare two runs, `cycles` for reference cycles that held tensors (a cycle watcher's \
+directory). Every answer is the JSON of the matching `vramscope ... --json` \
 command."""
 
 
@@ -145,16 +146,18 @@ def build(roots: Roots, page_chars: int = PAGE_CHARS):
     kept = Answers(page_chars)
     _native.cli_keep_loaded(True)
 
-    def whole(command: str, files: List[str], flags: Dict[str, object], codes: Sequence[int] = (0,)) -> Tuple[str, List[str]]:
+    def whole(command: str, files: List[str], flags: Dict[str, object], codes: Sequence[int] = (0,),
+              stamped: Optional[List[str]] = None) -> Tuple[str, List[str]]:
         args = [command, *files, "--json", "-q"]
         for name, value in flags.items():
             _flag(args, name, value)
         # A file changed on disk is a new question.
-        stamps = tuple(f"{st.st_mtime_ns}:{st.st_size}" for st in (_stat(f) for f in files) if st)
+        stamps = tuple(f"{st.st_mtime_ns}:{st.st_size}" for st in (_stat(f) for f in (stamped or files)) if st)
         return kept.whole((*args, *stamps), lambda: run_cli(args, codes))
 
-    def ask(command: str, files: List[str], flags: Dict[str, object], page: int, codes: Sequence[int] = (0,)) -> List[str]:
-        text, warnings = whole(command, files, flags, codes)
+    def ask(command: str, files: List[str], flags: Dict[str, object], page: int, codes: Sequence[int] = (0,),
+            stamped: Optional[List[str]] = None) -> List[str]:
+        text, warnings = whole(command, files, flags, codes, stamped)
         return paged(text, page, kept.page_chars) + warnings
 
     @server.tool(structured_output=False)
@@ -259,6 +262,18 @@ def build(roots: Roots, page_chars: int = PAGE_CHARS):
         flags = {"--max-peak": max_peak, "--max-reserved": max_reserved, "--no-leaks": no_leaks,
                  "--max-growth": max_growth, "--device": device}
         return ask("check", [roots.file(file)], flags, 1, codes=(0, 3))
+
+    @server.tool(structured_output=False)
+    def cycles(path: str = "vramscope-cycles", page: int = 1) -> List[str]:
+        """Reference cycles that kept tensors alive until Python's garbage collector ran: each kind of cycle
+        with its count, the tensors and bytes it held, the loop of references (every edge named: attribute,
+        dict key, closure variable, bound method...), the path to the tensors and the fix. `path`: the
+        directory a cycle watcher wrote (`vramscope.cycles.watch()`: vramscope-cycles/), its cycles.json, or
+        an object graph's JSON."""
+        full = roots.file(path)
+        # A directory's own stamp changes with every page written in it; the report's is the one to follow.
+        stamped = os.path.join(full, "cycles.json") if os.path.isdir(full) else full
+        return ask("cycles", [full], {}, page, stamped=[stamped])
 
     @server.tool(structured_output=False)
     def report(file: str, out: Optional[str] = None, baseline: Optional[str] = None) -> List[str]:

@@ -22,6 +22,9 @@ pub const BEFORE_WINDOW: u32 = u32::MAX;
 pub const STILL_ALIVE: u32 = u32::MAX;
 /// [`Lifetimes::event_block`] of an event that neither allocates nor frees.
 pub const NO_BLOCK: u32 = u32::MAX;
+/// [`Lifetimes::free_requested`] of a block whose free was never requested
+/// in the trace (alive at the end, or a trace without `free_requested`).
+pub const NOT_REQUESTED: u32 = u32::MAX;
 
 /// Every block of one device's trace, as columns.
 #[derive(Debug, Default)]
@@ -30,6 +33,10 @@ pub struct Lifetimes {
     pub birth: Vec<u32>,
     /// Index of the `free_completed` event, or [`STILL_ALIVE`].
     pub death: Vec<u32>,
+    /// Index of the `free_requested` event (the program let go of the
+    /// block; the allocator frees it once its streams are done), or
+    /// [`NOT_REQUESTED`].
+    pub free_requested: Vec<u32>,
     pub size: Vec<u64>,
     pub stack: Vec<StackId>,
     /// Memory Profiler category of the first version, if the trace has them.
@@ -73,6 +80,7 @@ impl Lifetimes {
         let mut l = Lifetimes {
             birth: Vec::with_capacity(allocs),
             death: Vec::with_capacity(allocs),
+            free_requested: Vec::with_capacity(allocs),
             size: Vec::with_capacity(allocs),
             stack: Vec::with_capacity(allocs),
             category: Vec::with_capacity(allocs),
@@ -81,6 +89,9 @@ impl Lifetimes {
             versions_joined: 0,
         };
         let mut open: HashMap<u64, u32> = HashMap::default();
+        // Frees requested of blocks from before the window, by address,
+        // until their free_completed makes them blocks.
+        let mut requested: HashMap<u64, u32> = HashMap::default();
         // The block freed by the last alloc/free event, while nothing but
         // segment and free_requested events follow it: (addr, block, time).
         let mut just_freed: Option<(u64, u32, i64)> = None;
@@ -97,6 +108,7 @@ impl Lifetimes {
                     let block = match rejoin {
                         Some((_, b, _)) => {
                             l.death[b as usize] = STILL_ALIVE;
+                            l.free_requested[b as usize] = NOT_REQUESTED;
                             l.versions_joined += 1;
                             b
                         }
@@ -108,12 +120,22 @@ impl Lifetimes {
                     l.event_block[i] = block;
                     open.insert(addr, block);
                 }
+                Action::FreeRequested => match open.get(&t.addr[i]) {
+                    Some(&b) => l.free_requested[b as usize] = i as u32,
+                    None => {
+                        requested.insert(t.addr[i], i as u32);
+                    }
+                },
                 Action::FreeCompleted => {
                     let block = match open.remove(&t.addr[i]) {
                         Some(b) => b,
                         None => {
                             let cat = t.category.as_ref().and_then(|c| c.get(i).copied());
-                            l.push(BEFORE_WINDOW, t.addr[i], t.size[i], t.stack[i], cat)
+                            let b = l.push(BEFORE_WINDOW, t.addr[i], t.size[i], t.stack[i], cat);
+                            if let Some(r) = requested.remove(&t.addr[i]) {
+                                l.free_requested[b as usize] = r;
+                            }
+                            b
                         }
                     };
                     l.event_block[i] = block;
@@ -150,6 +172,7 @@ impl Lifetimes {
         self.birth.push(birth);
         self.addr.push(addr);
         self.death.push(STILL_ALIVE);
+        self.free_requested.push(NOT_REQUESTED);
         self.size.push(size);
         self.stack.push(stack);
         self.category.push(cat);
@@ -204,5 +227,37 @@ mod tests {
         let live = r.live_after(t, Some(mid as usize));
         assert_eq!(alive_mid, live.iter().map(|b| b.size).sum::<u64>());
         assert_eq!(l.versions_joined, 0, "no category column, nothing joined");
+    }
+
+    /// When the program let go of a block and when the allocator freed it:
+    /// a block freed on another stream is requested first and completed
+    /// later; a block from before the window keeps its request too; one
+    /// never requested has none.
+    #[test]
+    fn frees_requested_are_kept_beside_the_completion() {
+        let f = r#"[{"filename":"t.py","line":1,"name":"f"}]"#;
+        let json = vramscope_testdata::hand_trace(&[
+            ("alloc", 4096, 512, f),           // 0: block A
+            ("alloc", 8192, 1024, f),          // 1: block B
+            ("free_requested", 4096, 512, f),  // 2: A let go
+            ("free_requested", 16384, 256, f), // 3: C, from before the window
+            ("free_completed", 16384, 256, f), // 4
+            ("free_completed", 4096, 512, f),  // 5: A freed
+        ]);
+        let snap = vramscope_snapshot::decode_bytes(json.as_bytes(), &Default::default())
+            .expect("decodes");
+        let l = Lifetimes::new(&snap, 0);
+        assert_eq!(l.len(), 3);
+        let by_addr = |a: u64| (0..l.len()).find(|&b| l.addr[b] == a).expect("block");
+        let (a, b, c) = (by_addr(4096), by_addr(8192), by_addr(16384));
+        assert_eq!((l.birth[a], l.free_requested[a], l.death[a]), (0, 2, 5));
+        assert_eq!(
+            (l.birth[b], l.free_requested[b], l.death[b]),
+            (1, NOT_REQUESTED, STILL_ALIVE)
+        );
+        assert_eq!(
+            (l.birth[c], l.free_requested[c], l.death[c]),
+            (BEFORE_WINDOW, 3, 4)
+        );
     }
 }

@@ -13,6 +13,7 @@ mod advise;
 mod args;
 mod categories;
 mod check;
+mod cycles;
 mod demo;
 mod diff;
 mod estimate;
@@ -66,6 +67,8 @@ enum Command {
     Categories(categories::Args),
     /// Memory that grows from one iteration to the next, explained, with fixes.
     Leaks(leaks::Args),
+    /// Reference cycles that held tensors: a cycle watcher's report (or an object graph) as text, JSON, HTML or DOT.
+    Cycles(cycles::Args),
     /// Memory limits for CI: peak, reserved, leaks, growth per iteration (exit 3 on failure).
     Check(check::Args),
     /// Serve vramscope to a coding agent over the Model Context Protocol (stdio).
@@ -173,6 +176,7 @@ where
         Command::Synth(a) => synth::run(a),
         Command::Leaks(a) => leaks::run(a),
         Command::Categories(a) => categories::run(a),
+        Command::Cycles(a) => cycles::run(a),
         Command::Simulate(a) => simulate::run(a),
         Command::Advise(a) => advise::run(a),
         Command::Estimate(a) => estimate::run(a),

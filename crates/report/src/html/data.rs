@@ -12,10 +12,12 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 use vramscope_analysis::categories::{Categories, Category, Labelled, CATEGORIES};
-use vramscope_analysis::lifetimes::{Lifetimes, BEFORE_WINDOW, NO_BLOCK};
+use vramscope_analysis::lifetimes::{
+    Lifetimes, BEFORE_WINDOW, NOT_REQUESTED, NO_BLOCK, STILL_ALIVE,
+};
 use vramscope_analysis::sites::{frame_location, is_library, is_native, is_noise, site_frame};
 use vramscope_analysis::within::{part_label, ModuleIndex};
-use vramscope_analysis::{DeviceSummary, LiveBlock};
+use vramscope_analysis::DeviceSummary;
 use vramscope_snapshot::hash::FxHashMap;
 use vramscope_snapshot::{Action, DeviceTrace, Snapshot, StackId, NO_TIME};
 
@@ -37,75 +39,44 @@ struct Interval {
     stack: StackId,
     /// Event that carries its metadata (the alloc, else the free).
     ev: Option<u32>,
+    /// The block in [`Lifetimes`].
+    block: usize,
 }
 
-fn allocations(snap: &Snapshot, device: u32, t: &DeviceTrace) -> Vec<Interval> {
+/// Every block's life from the analysis' pairing ([`Lifetimes`]: in-place
+/// updates joined, blocks from before the window and from the dump), as
+/// intervals in stacking order: blocks from before the window first, longest
+/// lived lowest, then the others in the order they were allocated.
+fn allocations(l: &Lifetimes, t: &DeviceTrace) -> Vec<Interval> {
     let end = open_end(t);
-    let mut open: FxHashMap<u64, usize> = FxHashMap::default();
-    let mut pending_req: FxHashMap<u64, u32> = FxHashMap::default();
-    let mut window: Vec<Interval> = Vec::new();
-    let mut before: Vec<Interval> = Vec::new();
-    for i in 0..t.len() {
-        let addr = t.addr[i];
-        match t.action[i] {
-            Action::Alloc => {
-                // An address reused without a free in the trace: the old
-                // block must have been freed unrecorded.
-                if let Some(prev) = open.insert(addr, window.len()) {
-                    window[prev].t1 = i as u32;
-                    window[prev].treq = window[prev].treq.min(i as u32);
-                }
-                window.push(Interval {
-                    t0: i as i32,
-                    treq: end,
-                    t1: end,
-                    size: t.size[i],
-                    addr,
-                    stack: t.stack[i],
-                    ev: Some(i as u32),
-                });
-            }
-            Action::FreeRequested => match open.get(&addr) {
-                Some(&k) => window[k].treq = i as u32,
-                None => {
-                    pending_req.insert(addr, i as u32);
-                }
+    let interval = |b: usize| {
+        let t1 = if l.death[b] == STILL_ALIVE {
+            end
+        } else {
+            l.death[b]
+        };
+        let (t0, ev) = if l.birth[b] == BEFORE_WINDOW {
+            (-1, (l.death[b] != STILL_ALIVE).then_some(l.death[b]))
+        } else {
+            (l.birth[b] as i32, Some(l.birth[b]))
+        };
+        Interval {
+            t0,
+            treq: if l.free_requested[b] == NOT_REQUESTED {
+                t1
+            } else {
+                l.free_requested[b].min(t1)
             },
-            Action::FreeCompleted => match open.remove(&addr) {
-                Some(k) => {
-                    window[k].t1 = i as u32;
-                    window[k].treq = window[k].treq.min(i as u32);
-                }
-                None => before.push(Interval {
-                    t0: -1,
-                    treq: pending_req.remove(&addr).unwrap_or(i as u32),
-                    t1: i as u32,
-                    size: t.size[i],
-                    addr,
-                    stack: t.stack[i],
-                    ev: Some(i as u32),
-                }),
-            },
-            _ => {}
+            t1,
+            size: l.size[b],
+            addr: l.addr[b],
+            stack: l.stack[b],
+            ev,
+            block: b,
         }
-    }
-    // (As the liveness walk counts them: not in a file cut inside its trace.)
-    let from_dump = vramscope_analysis::liveness::dump_counts_from_start(snap, t);
-    for seg in snap.segments_of(device).filter(|_| from_dump) {
-        for b in snap.blocks_of(seg) {
-            if b.state.is_allocated() && !open.contains_key(&b.address) {
-                before.push(Interval {
-                    t0: -1,
-                    treq: end,
-                    t1: end,
-                    size: b.size,
-                    addr: b.address,
-                    stack: b.stack,
-                    ev: None,
-                });
-            }
-        }
-    }
+    };
+    let (mut before, window): (Vec<Interval>, Vec<Interval>) =
+        (0..l.len()).map(interval).partition(|a| a.t0 < 0);
     // Longest-lived at the bottom: bands above them then move least.
     before.sort_by(|a, b| b.t1.cmp(&a.t1).then(a.addr.cmp(&b.addr)));
     before.extend(window);
@@ -401,8 +372,8 @@ pub fn device(
         blob.u32(&p("ev_dt"), &dt);
     }
 
-    let allocs = allocations(snap, device, t);
     let (lifetimes, cats) = (&labelled.lifetimes, &labelled.categories);
+    let allocs = allocations(lifetimes, t);
     let mut streams: Vec<u64> = Vec::new();
     let mut present = [false; CATEGORIES];
     let (mut a_t0, mut a_treq, mut a_t1) = (Vec::new(), Vec::new(), Vec::new());
@@ -426,23 +397,11 @@ pub fn device(
                 streams.len() - 1
             });
         a_stream.push(si.min(u16::MAX as usize) as u16);
-        // The block this interval is: by the event that made or freed it,
-        // else (alive throughout) by address.
-        let block = match ev {
-            Some(e) => Some(lifetimes.event_block[e])
-                .filter(|&b| b != NO_BLOCK)
-                .map(|b| b as usize),
-            None => cats.block_of(
-                lifetimes,
-                &LiveBlock {
-                    addr: a.addr,
-                    size: a.size,
-                    stack: a.stack,
-                    alloc_index: None,
-                },
-            ),
-        };
-        let cat = block.map_or(Category::Unknown, |b| cats.category[b]);
+        let cat = cats
+            .category
+            .get(a.block)
+            .copied()
+            .unwrap_or(Category::Unknown);
         present[cat as usize] = true;
         a_cat.push(cat as u16);
         if has_meta {
@@ -601,4 +560,43 @@ fn category_sources(c: &Categories) -> serde_json::Value {
         }
     }
     serde_json::Value::Object(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vramscope_analysis::Liveness;
+
+    /// A CPU recording writes each in-place update (`param.add_`) as a free
+    /// and an alloc at one instant: the page draws such a block as one band
+    /// across the optimizer steps, as the analysis counts it, and the bands
+    /// alive at the end are the memory the liveness walk finds there.
+    #[test]
+    fn in_place_updates_are_one_band() {
+        let bytes = vramscope_testdata::recorded_bytes("mlp_adam_cpu.pickle.gz");
+        let snap = vramscope_snapshot::decode_bytes(&bytes, &Default::default()).expect("decodes");
+        let t = snap.trace(0).expect("trace");
+        let l = Lifetimes::new(&snap, 0);
+        assert!(l.versions_joined >= 100, "{} joined", l.versions_joined);
+        let bands = allocations(&l, t);
+        assert_eq!(bands.len(), l.len());
+        let allocs = t.action.iter().filter(|&&a| a == Action::Alloc).count();
+        assert_eq!(
+            bands.len() as u64,
+            allocs as u64 - l.versions_joined + {
+                (0..l.len())
+                    .filter(|&b| l.birth[b] == BEFORE_WINDOW)
+                    .count() as u64
+            }
+        );
+        // Blocks from before the window first, longest lived lowest.
+        let first_window = bands.iter().position(|a| a.t0 >= 0).unwrap_or(bands.len());
+        assert!(bands[..first_window].iter().all(|a| a.t0 < 0));
+        assert!(bands[..first_window].windows(2).all(|w| w[0].t1 >= w[1].t1));
+        assert!(bands[first_window..].windows(2).all(|w| w[0].t0 < w[1].t0));
+        let end = open_end(t);
+        let alive_at_end: u64 = bands.iter().filter(|a| a.t1 == end).map(|a| a.size).sum();
+        assert_eq!(alive_at_end, Liveness::new(&snap, 0).final_bytes);
+        assert!(bands.iter().all(|a| a.treq <= a.t1));
+    }
 }
