@@ -5,6 +5,7 @@
 #   lightning transformers accelerate (the integrations' tests) torchao
 #   (its 8-bit AdamW: the advice's check against a real run) diffusers (the
 #   estimate's zoo: a UNet) mcp (the MCP SDK: `vramscope mcp` and its test)
+#   ziglang (the linker scripts/build-wheel.sh uses for a manylinux2014 wheel)
 #
 # Idempotent: on a machine where everything is already installed it only runs
 # one quick `find_spec` check with the venv's python (about a second).
@@ -25,7 +26,7 @@ vpy="$venv/bin/python"
 
 # Each of these distributions is importable under the same name (ray's
 # Data library is installed as the ray[data] extra: see requirement()).
-packages=(maturin pytest xdist hypothesis numpy torch duckdb pyarrow pandas ray perfetto lightning transformers accelerate torchvision torchao diffusers mcp)
+packages=(maturin pytest xdist hypothesis numpy torch duckdb pyarrow pandas ray perfetto lightning transformers accelerate torchvision torchao diffusers mcp ziglang)
 
 # The pip requirement for a module name.
 requirement() {
