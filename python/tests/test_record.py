@@ -401,6 +401,7 @@ class FakeCuda:
         self.initialized = False
         self.metadata: List[str] = []
         self.trace: List[Dict[str, Any]] = []
+        self.segments: List[Dict[str, Any]] = []
         m = torch.cuda.memory
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
         monkeypatch.setattr(torch.cuda, "is_initialized", lambda: self.initialized)
@@ -430,7 +431,7 @@ class FakeCuda:
         self.trace.append({"action": "alloc", "addr": (1 << 40) + len(self.trace) * 512, "size": size, "stream": 0, "time_us": t, "frames": []})
 
     def snapshot(self) -> Dict[str, Any]:
-        return {"segments": [], "device_traces": [list(self.trace)], "external_annotations": []}
+        return {"segments": list(self.segments), "device_traces": [list(self.trace)], "external_annotations": []}
 
 
 def test_cuda_path_calls_and_oom_observer_guard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -467,6 +468,91 @@ def test_cuda_path_calls_and_oom_observer_guard(tmp_path: Path, monkeypatch: pyt
     with vr.record(tmp_path / "again.pickle"):
         pass
     assert len(cuda.observers) == 1  # attached once per process
+
+
+class FakeNvml(types.ModuleType):
+    """``pynvml`` (nvidia-ml-py) as it answers on a GPU shared with another
+    process: this process and one other listed, with their memory."""
+
+    def __init__(self, uuid: str, used: int, total: int, mine: int, other: int, list_me: bool = True) -> None:
+        super().__init__("pynvml")
+        self.uuid, self.used, self.total = uuid, used, total
+        me = [SimpleNamespace(pid=os.getpid(), usedGpuMemory=mine)] if list_me else []
+        self.procs = me + [SimpleNamespace(pid=1, usedGpuMemory=other)]
+        self.calls: List[str] = []
+
+    def nvmlInit(self) -> None:
+        self.calls.append("init")
+
+    def nvmlShutdown(self) -> None:
+        self.calls.append("shutdown")
+
+    def nvmlDeviceGetHandleByUUID(self, name: str) -> str:
+        if name != f"GPU-{self.uuid}":
+            raise RuntimeError("NVML_ERROR_NOT_FOUND")
+        return "handle"
+
+    def nvmlDeviceGetMemoryInfo(self, handle: str) -> SimpleNamespace:
+        return SimpleNamespace(used=self.used, total=self.total, free=self.total - self.used)
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: str) -> List[SimpleNamespace]:
+        return list(self.procs)
+
+
+@pytest.mark.parametrize("list_me", [True, False], ids=["nvml-lists-this-process", "pid-namespace-hides-it"])
+def test_the_device_ledger_adds_up_from_what_the_recorder_measured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, list_me: bool) -> None:
+    """At the dump the recorder reads mem_get_info, NVML and the pinned host
+    allocator; the summary's ledger puts PyTorch's pools, this process's
+    memory outside PyTorch, other processes and free memory side by side,
+    adding up to the device's total."""
+    if native_module() is None:
+        pytest.skip("vramscope._native (the compiled reader) is not importable")
+    cuda = FakeCuda(monkeypatch)
+    total, free, reserved = 150_109_880_320, 140_000_000_000, 2 * 20 * MiB + 64 * MiB
+    context, other = 620 * MiB, 3 * 1024 * MiB
+    used = total - free
+    props = SimpleNamespace(name="NVIDIA H200", total_memory=total, major=9, minor=0, uuid="0b1c2d3e-aaaa-bbbb-cccc-0123456789ab")
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i=0: props)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda i=0: (free, total))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda i=0: reserved)
+    monkeypatch.setattr(torch.cuda.memory, "host_memory_stats", lambda: {"allocated_bytes.current": 8 * MiB, "active_bytes.current": 2 * MiB}, raising=False)
+    nvml = FakeNvml(props.uuid, used=used, total=total + 512 * MiB, mine=reserved + context, other=other, list_me=list_me)
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+
+    def segment(addr: int, size: int, pool: Tuple[int, int]) -> Dict[str, Any]:
+        return {"device": 0, "address": addr, "total_size": size, "allocated_size": 0, "active_size": 0, "requested_size": 0,
+                "stream": 0, "segment_type": "large", "segment_pool_id": pool,
+                "blocks": [{"address": addr, "size": size, "requested_size": 0, "state": "inactive", "frames": []}]}
+
+    cuda.segments = [segment(1 << 40, 20 * MiB, (0, 0)), segment(2 << 40, 20 * MiB, (0, 0)), segment(3 << 40, 64 * MiB, (0, 1))]
+    out = tmp_path / "ledger.pickle"
+    with vr.record(out):
+        cuda.initialized = True
+        cuda.queued.pop()()
+        cuda.allocate(4096)
+    dev = load_snapshot(out)["vramscope"]["device"]
+    assert dev["host_pinned"] == {"allocated_bytes": 8 * MiB, "active_bytes": 2 * MiB}
+    assert nvml.calls[-2:] == ["init", "shutdown"]
+    import vramscope
+
+    (summary,) = vramscope.load(out).summary()["devices"]
+    ledger = summary["ledger"]
+    parts = {p["kind"]: p for p in ledger["parts"]}
+    assert ledger["total_bytes"] == total and ledger["adds_up"]
+    assert sum(p["bytes"] for p in ledger["parts"]) == total
+    assert (parts["pytorch_default_pool"]["bytes"], parts["pytorch_default_pool"]["segments"]) == (40 * MiB, 2)
+    assert parts["pytorch_graph_pool"]["bytes"] == 64 * MiB and parts["pytorch_graph_pool"]["pool_id"] == [0, 1]
+    assert parts["free"] == {**parts["free"], "bytes": free, "source": "measured"}
+    assert ledger["host_pinned_bytes"] == 8 * MiB
+    if list_me:
+        assert parts["outside_pytorch_this_process"]["bytes"] == context
+        assert parts["other_processes"]["bytes"] == used - reserved - context
+        assert "outside_pytorch" not in parts
+    else:
+        assert parts["outside_pytorch"]["bytes"] == used - reserved
+        assert any("none with this process's PID" in n for n in ledger["notes"]), ledger["notes"]
+    text = vramscope.load(out).summary_text()
+    assert "Device memory   139.80 GiB in all" in text and "PyTorch, pool (0, 1): a CUDA graph's own" in text, text
 
 
 def _train_tiny(steps: int = 2, adam: bool = True) -> Tuple[torch.nn.Module, torch.optim.Optimizer, torch.Tensor]:

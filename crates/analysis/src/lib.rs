@@ -29,6 +29,7 @@ pub mod diff;
 pub mod flame;
 pub mod iterations;
 pub mod leaks;
+pub mod ledger;
 pub mod lifetimes;
 pub mod limits;
 pub mod liveness;

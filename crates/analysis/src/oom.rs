@@ -115,6 +115,9 @@ pub struct OomFigures {
     pub limit: Option<u64>,
     /// The largest free block then, when known.
     pub largest_free: Option<u64>,
+    /// Of the memory outside this allocator, this process's and other
+    /// processes' (NVML, measured at a dump taken at this OOM).
+    pub outside_split: Option<(u64, u64)>,
 }
 
 /// Every cause that holds, the dominant first, and the sentence that says so.
@@ -252,10 +255,18 @@ pub fn diagnose(f: &OomFigures, pinned: Option<&Pinned>) -> OomDiagnosis {
         (Some(o), Some(t)) if o > 0 => text.push((
             "outside",
             format!(
-                "{} of the device's {} was held outside this allocator (other processes, NCCL, library handles, another allocator: \
-                 total − reserved − free){}",
+                "{} of the device's {} was held outside this allocator ({}){}",
                 bytes(o),
                 bytes(t),
+                match f.outside_split {
+                    Some((mine, others)) => format!(
+                        "by NVML at the dump: {} by this process (the CUDA context, NCCL, library handles, another allocator), \
+                         {} by other processes and the driver",
+                        bytes(mine),
+                        bytes(others)
+                    ),
+                    None => "other processes, NCCL, library handles, another allocator: total − reserved − free".into(),
+                },
                 if capacity && outside_dominates {
                     format!(", more than the {} that was missing", bytes(shortfall))
                 } else {
@@ -309,6 +320,35 @@ mod tests {
     const GIB: u64 = 1 << 30;
     const MIB: u64 = 1 << 20;
 
+    /// With NVML's figures from a dump at the OOM, the memory outside is
+    /// split between this process (the ballast was a CuPy cudaMalloc in
+    /// the same process) and the others.
+    #[test]
+    fn outside_memory_is_split_by_process_where_nvml_measured_it() {
+        let outside = 146_887_475_200u64;
+        let d = diagnose(
+            &OomFigures {
+                request: GIB,
+                allocated: 762 * MIB,
+                reserved: 2_663_383_040,
+                free: Some(559_022_080),
+                total: Some(150_109_880_320),
+                limit: None,
+                largest_free: Some(14 * MIB),
+                outside_split: Some((outside - 3 * MIB, 3 * MIB)),
+            },
+            None,
+        );
+        assert_eq!(d.outside_bytes, Some(outside));
+        assert!(
+            d.sentence
+                .contains("by NVML at the dump: 136.80 GiB by this process")
+                && d.sentence.contains("3.00 MiB by other processes"),
+            "{}",
+            d.sentence
+        );
+    }
+
     #[test]
     fn fragmentation_inside_a_device_held_mostly_outside() {
         // oom_frag_default on the H200 (facts_frag_default.json).
@@ -321,6 +361,7 @@ mod tests {
                 total: Some(150_109_880_320),
                 limit: None,
                 largest_free: Some(14 * MIB),
+                outside_split: None,
             },
             None,
         );

@@ -212,6 +212,9 @@ fn device(o: &mut String, d: &DeviceSummary) {
             count(sc.blocks)
         );
     }
+    if let Some(l) = &d.ledger {
+        ledger(o, l);
+    }
     categories(
         o,
         "What it is      at the peak:",
@@ -359,5 +362,55 @@ fn sites(o: &mut String, title: &str, sites: &[Site], total: u64) {
                 part.label
             );
         }
+    }
+}
+
+/// The device ledger: one line a part, its bytes, share and source.
+fn ledger(o: &mut String, l: &vramscope_analysis::ledger::DeviceLedger) {
+    use vramscope_analysis::ledger::Source;
+    let _ = writeln!(
+        o,
+        "  Device memory   {} in all at the dump (mem_get_info){}",
+        bytes(l.total_bytes),
+        if l.adds_up {
+            ""
+        } else {
+            "; the parts do not add up"
+        }
+    );
+    let width = l
+        .parts
+        .iter()
+        .map(|p| p.label.chars().count())
+        .max()
+        .unwrap_or(0);
+    for p in &l.parts {
+        let source = match p.source {
+            Source::Measured => "measured",
+            Source::ReportedByPytorch => "PyTorch",
+            Source::Inferred => "inferred",
+        };
+        let segs = p
+            .segments
+            .map(|n| format!(", {} segment{}", count(n), if n == 1 { "" } else { "s" }))
+            .unwrap_or_default();
+        let _ = writeln!(
+            o,
+            "                  {:<width$}  {:>11} {:>5.1}%  {source}: {}{segs}",
+            p.label,
+            bytes(p.bytes),
+            p.bytes as f64 / l.total_bytes.max(1) as f64 * 100.0,
+            p.how,
+        );
+    }
+    if let Some(h) = l.host_pinned_bytes.filter(|&h| h > 0) {
+        let _ = writeln!(
+            o,
+            "                  (and {} of pinned host memory in PyTorch's host allocator: host RAM, not the device's)",
+            bytes(h)
+        );
+    }
+    for n in &l.notes {
+        let _ = writeln!(o, "                  {n}");
     }
 }

@@ -41,7 +41,7 @@ pub use intern::{Frame, FrameId, FrameTable, StackId, StackTable, StrId, StringT
 pub use model::*;
 pub use options::{LoadOptions, LoadProgress};
 pub use recorder::{
-    DeviceCounter, DeviceFacts, GeneratedCode, Holder, HolderScan, ModuleCode, OomSeen,
-    OptimizerInfo, RecorderInfo, RecorderKind, Upcast,
+    DeviceCounter, DeviceFacts, GeneratedCode, Holder, HolderScan, HostPinned, ModuleCode,
+    NvmlUsage, OomSeen, OptimizerInfo, RecorderInfo, RecorderKind, Upcast,
 };
 pub use repair::Repair;

@@ -139,6 +139,39 @@ pub struct DeviceFacts {
     /// (`CUBLAS_WORKSPACE_CONFIG`, `CUBLASLT_WORKSPACE_SIZE`,
     /// `PYTORCH_CUDA_ALLOC_CONF`).
     pub env: Vec<(String, String)>,
+    /// What NVML said of the device at the dump (`nvidia-ml-py`).
+    pub nvml: Option<NvmlUsage>,
+    /// PyTorch's pinned host memory at the dump
+    /// (`torch.cuda.memory.host_memory_stats()`).
+    pub host_pinned: Option<HostPinned>,
+}
+
+/// The device's memory as NVML (the driver's management library, what
+/// `nvidia-smi` shows) reported it when the file was written.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NvmlUsage {
+    /// Used and total memory of the whole device.
+    pub device_used: Option<u64>,
+    pub device_total: Option<u64>,
+    /// This process's memory on the device (`None`: NVML did not list it,
+    /// or gave no figure).
+    pub process_used: Option<u64>,
+    /// Every listed compute process's memory, this one included, and how
+    /// many processes NVML listed.
+    pub listed_used: Option<u64>,
+    pub processes: Option<u64>,
+    /// Why a figure is missing, in the recorder's words (NVML not
+    /// installed, this process not listed, ...).
+    pub missing: Option<String>,
+}
+
+/// PyTorch's caching host allocator (pinned host memory) at the dump.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HostPinned {
+    /// Pinned blocks the allocator holds (in use and cached), bytes.
+    pub allocated_bytes: u64,
+    /// Of those, checked out to tensors.
+    pub active_bytes: u64,
 }
 
 /// Which recorder wrote a file: the one place its name (the `recorder`
@@ -568,6 +601,23 @@ fn device_facts(d: &serde_json::Value) -> Option<DeviceFacts> {
                     .collect()
             })
             .unwrap_or_default(),
+        nvml: d.get("nvml").and_then(|n| n.as_object()).map(|n| {
+            let num = |k: &str| n.get(k).and_then(|v| v.as_u64());
+            NvmlUsage {
+                device_used: num("device_used"),
+                device_total: num("device_total"),
+                process_used: num("process_used"),
+                listed_used: num("listed_used"),
+                processes: num("processes"),
+                missing: n.get("missing").and_then(|m| m.as_str()).map(str::to_owned),
+            }
+        }),
+        host_pinned: d.get("host_pinned").and_then(|h| {
+            Some(HostPinned {
+                allocated_bytes: h.get("allocated_bytes")?.as_u64()?,
+                active_bytes: h.get("active_bytes").and_then(|v| v.as_u64()).unwrap_or(0),
+            })
+        }),
     })
 }
 

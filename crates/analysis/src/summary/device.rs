@@ -224,6 +224,7 @@ fn summarize_walked(
         allocated_series(&liveness, t)
     };
     let end = memory_state(snap, device);
+    let ledger = crate::ledger::ledger(snap, device);
     let ooms = oom_idx
         .iter()
         .enumerate()
@@ -256,6 +257,12 @@ fn summarize_walked(
                     let largest = last.then_some(end.fragmentation.largest_free_block);
                     let pinned = last.then(|| crate::oom::pinned(snap, device, t.size[i]));
                     let (total, limit) = device_limits(snap, device);
+                    // NVML's split of the outside memory, measured at the
+                    // dump: the OOM's when the dump is at it.
+                    let outside_split = ledger
+                        .as_ref()
+                        .filter(|_| last)
+                        .and_then(crate::ledger::DeviceLedger::outside_split);
                     crate::oom::diagnose(
                         &crate::oom::OomFigures {
                             request: t.size[i],
@@ -265,6 +272,7 @@ fn summarize_walked(
                             total,
                             limit,
                             largest_free: largest,
+                            outside_split,
                         },
                         pinned.as_ref(),
                     )
@@ -314,6 +322,7 @@ fn summarize_walked(
         caching_allocator,
         inconsistencies,
         device_counter: counter_check(snap, device, &liveness, t),
+        ledger,
         end,
         events: event_stats(t),
         peak,

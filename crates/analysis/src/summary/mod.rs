@@ -119,6 +119,9 @@ pub struct DeviceSummary {
     /// The device allocator's own counters against the recording, where
     /// the recorder read them (dispatch recordings on MPS, ...).
     pub device_counter: Option<CounterCheck>,
+    /// Every byte of the device at the dump: PyTorch by pool, outside it,
+    /// free; where the recorder measured the device (`None` otherwise).
+    pub ledger: Option<crate::ledger::DeviceLedger>,
 }
 
 /// The last reading of the device allocator's counters and what the

@@ -10,6 +10,11 @@
     add('at the end', fmtBytes(s.end.allocated_bytes) + ' allocated' + (s.caching_allocator ? ' / ' + fmtBytes(s.end.reserved_bytes) + ' reserved' : ''));
     add('events', fmtCount(s.events.total) + (s.events.span_us !== null ? ' over ' + fmtDur(s.events.span_us) : ''));
     if (s.caching_allocator) add('cached free', fmtBytes(s.end.fragmentation.cached_free_bytes) + ' (largest ' + fmtBytes(s.end.fragmentation.largest_free_block) + ')');
+    if (s.ledger) {
+      // Why nvidia-smi shows more than PyTorch: the device ledger's outside part (File tab: every part).
+      const outside = s.ledger.parts.filter((p) => /^outside_pytorch|^other_processes/.test(p.kind)).reduce((t, p) => t + p.bytes, 0);
+      add('outside PyTorch', fmtBytes(outside) + ' of the device\'s ' + fmtBytes(s.ledger.total_bytes));
+    }
     if (s.ooms.length) {
       // The first view names why: the first OOM's dominant cause.
       const d = s.ooms[0].diagnosis, kind = (d.causes[0] || {}).kind;
@@ -45,6 +50,15 @@
     if (H.allocator_settings) {
       p.appendChild(el('h3', null, 'Allocator settings'));
       p.appendChild(kvTable(Object.entries(H.allocator_settings).map(([k, v]) => [k, typeof v === 'string' ? v : JSON.stringify(v)])));
+    }
+    const L = model.summary.ledger;
+    if (L) {
+      // Every byte of the device at the dump, each figure with its source.
+      const src = { measured: 'measured', reported_by_pytorch: 'PyTorch', inferred: 'inferred' };
+      p.appendChild(el('h3', null, 'Device memory at the dump: ' + fmtBytes(L.total_bytes)));
+      p.appendChild(kvTable(L.parts.map((x) => [x.label, fmtBytes(x.bytes) + ' (' + (100 * x.bytes / Math.max(1, L.total_bytes)).toFixed(1) + '%) · ' + src[x.source] + ': ' + x.how])));
+      if (L.host_pinned_bytes) p.appendChild(el('p', 'muted', 'and ' + fmtBytes(L.host_pinned_bytes) + ' of pinned host memory in PyTorch\'s host allocator (host RAM)'));
+      for (const n of L.notes) p.appendChild(el('p', 'muted', n));
     }
     p.appendChild(el('h3', null, 'Peak: alive by allocation site'));
     p.appendChild(sitesTable('', model.summary.peak.top_sites, model.summary.peak.allocated_bytes));

@@ -9,6 +9,7 @@ import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from vramscope._recording.recorders.base import Marks, Recorder
+from vramscope._recording.device_memory import host_pinned, nvml_usage
 
 __all__ = ["CudaRecorder", "attach_oom_observer"]
 
@@ -141,6 +142,7 @@ class CudaRecorder(Recorder):
             return None
         index = mod.current_device()
         out: Dict[str, Any] = {"type": self.device_type, "index": int(index)}
+        props = None
         try:
             props = mod.get_device_properties(index)
             out["name"] = str(props.name)
@@ -161,6 +163,13 @@ class CudaRecorder(Recorder):
                 out["memory_fraction"] = float(getter(index))
             except Exception:  # noqa: BLE001
                 pass
+        if self.device_type == "cuda":
+            # The rest of the device ledger: this process's memory and the
+            # others' as NVML counts them, and PyTorch's pinned host memory.
+            out["nvml"] = nvml_usage(str(getattr(props, "uuid", "") or "") if props is not None else None)
+            pinned = host_pinned(mod)
+            if pinned is not None:
+                out["host_pinned"] = pinned
         env = {k: os.environ[k] for k in ("CUBLAS_WORKSPACE_CONFIG", "CUBLASLT_WORKSPACE_SIZE", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF") if k in os.environ}
         if env:
             out["env"] = env
