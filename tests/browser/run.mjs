@@ -688,6 +688,22 @@ async function testReport(browser, snap) {
         return snap.expectHeld;
       });
     }
+    if (snap.expectLedger) {
+      await check(T('the device ledger: outside PyTorch in the facts strip, every part in the File tab, as summary --json has it'), async () => {
+        const want = JSON.parse(vramscope(['summary', file, '--json', '-q'])).devices[0].ledger;
+        assert(want && want.adds_up, 'summary --json has no ledger that adds up');
+        const facts = await textOf(page, '#facts');
+        assert(facts.includes('outside PyTorch' + '136.80 GiB of the device\'s 139.80 GiB'), `#facts: "${short(facts, 400)}"`);
+        await page.click('.tabs button[data-tab="about"]');
+        const about = await textOf(page, '#panel-about');
+        assert(about.includes('Device memory at the dump: ' + fmtBytes(want.total_bytes)), `#panel-about: "${short(about, 400)}"`);
+        for (const p of want.parts) {
+          assert(about.includes(p.label + fmtBytes(p.bytes)), `#panel-about lacks "${p.label}" ${fmtBytes(p.bytes)}: "${short(about, 600)}"`);
+        }
+        assert(want.notes.every((n) => about.includes(n)), 'a note of the ledger is missing');
+        return `${want.parts.length} parts`;
+      });
+    }
     if (snap.expectPart) {
       await check(T("the peak's sites and the leak name the module beneath the user's line"), async () => {
         await page.click('.tabs button[data-tab="about"]');
@@ -979,7 +995,7 @@ async function main() {
     expectOom: true, replayDisproves: true });
   // The same OOM recorded by vramscope.record, which stores the device's total memory.
   snaps.push({ name: 'gpu_facts_frag_default', file: path.join(repoRoot, 'tests', 'fixtures', 'gpu', 'facts_frag_default.pickle.gz'),
-    expectOom: true, expectOutside: '136.80 GiB' });
+    expectOom: true, expectOutside: '136.80 GiB', expectLedger: true });
   // A file cut in the middle of its trace (a job killed while writing).
   const cut = path.join(outDir, 'synth_cut_20000.pickle');
   snaps.push({ name: 'synth_cut_20000', file: cut, expectCut: true,
