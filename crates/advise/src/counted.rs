@@ -132,6 +132,7 @@ pub fn advise_counted(
         device,
         caching_allocator: false,
         capacity,
+        capacity_from: None,
         oom_request: None,
         oom_site: None,
         baseline,

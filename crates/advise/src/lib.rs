@@ -196,6 +196,11 @@ pub struct Advising {
     /// counted with the change applied, and reserved is the same.
     pub caching_allocator: bool,
     pub capacity: Option<u64>,
+    /// Where `capacity` comes from when a GPU was named (`--gpu`): its
+    /// total less what the program holds outside PyTorch, measured (NVML,
+    /// in the recording's device ledger) or the CUDA context as measured
+    /// on H100/H200. `None` for a capacity given or read from the file.
+    pub capacity_from: Option<String>,
     /// The request the file's OOM failed on, if it has one.
     pub oom_request: Option<u64>,
     /// Where that request was made (`file.py:42 in f`).
@@ -337,13 +342,64 @@ pub fn advise(snap: &Snapshot, opts: &AdviseOptions) -> Result<Advising, Simulat
     if ranks < 2 {
         return Err(SimulateError::Ranks(ranks));
     }
+    let mut capacity_from = None;
     if let Some(name) = &opts.gpu {
-        opts.capacity = Some(
-            vramscope_simulate::gpus::gpu_memory(name)
-                .map_err(SimulateError::Gpu)?
-                .capacity,
-        );
+        let (capacity, from) = gpu_capacity(snap, opts.device, name)?;
+        opts.capacity = Some(capacity);
+        capacity_from = Some(from);
     }
+    let mut advising = advise_for(snap, &opts, ranks)?;
+    advising.capacity_from = capacity_from;
+    Ok(advising)
+}
+
+/// What PyTorch can have on the GPU `name` for this program: the GPU's
+/// total less the memory this program held outside PyTorch's allocator
+/// when it was recorded (the CUDA context, NCCL, other allocators: the
+/// device ledger's part for this process, which NVML measured), or less
+/// the CUDA context as measured on the H100 and H200 where the recording
+/// does not say. Other processes on the recording's GPU do not follow the
+/// program to another: they are never subtracted.
+fn gpu_capacity(
+    snap: &Snapshot,
+    device: Option<u32>,
+    name: &str,
+) -> Result<(u64, String), SimulateError> {
+    use vramscope_text::units::bytes;
+    let gpu = vramscope_simulate::gpus::gpu_memory(name).map_err(SimulateError::Gpu)?;
+    let measured = snap
+        .pick_device(device)
+        .ok()
+        .and_then(|d| vramscope_analysis::ledger::ledger(snap, d))
+        .and_then(|l| l.outside_split())
+        .map(|(mine, _)| mine);
+    Ok(match measured {
+        Some(mine) => (
+            gpu.total.saturating_sub(mine),
+            format!(
+                "{name}: {} less the {} this program held outside PyTorch when recorded (NVML)",
+                bytes(gpu.total),
+                bytes(mine)
+            ),
+        ),
+        None => (
+            gpu.capacity,
+            format!(
+                "{name}: {} less {} for the CUDA context as measured on the H100 and H200; \
+                 a recording with nvidia-ml-py installed measures this program's own",
+                bytes(gpu.total),
+                bytes(gpu.total - gpu.capacity)
+            ),
+        ),
+    })
+}
+
+/// [`advise`] once the capacity is known.
+fn advise_for(
+    snap: &Snapshot,
+    opts: &AdviseOptions,
+    ranks: u32,
+) -> Result<Advising, SimulateError> {
     if let Err(e) = vramscope_simulate::simulate::modelled(snap) {
         // Recorded without a caching allocator (the CPU): the peak is
         // allocated memory, counted with each change applied.
@@ -364,7 +420,7 @@ pub fn advise(snap: &Snapshot, opts: &AdviseOptions) -> Result<Advising, Simulat
             false => Err(e),
         };
     }
-    let sim = simulate(snap, &sweep_options(&opts))?;
+    let sim = simulate(snap, &sweep_options(opts))?;
     let labelled = Labelled::new(snap, sim.device);
     Ok(advise_with(snap, &sim, &labelled, ranks))
 }
@@ -459,6 +515,7 @@ pub fn advise_with(snap: &Snapshot, sim: &Simulation, labelled: &Labelled, ranks
         device,
         caching_allocator: true,
         capacity: sim.capacity,
+        capacity_from: None,
         oom_request: sim.recorded_oom.as_ref().map(|o| o.request),
         oom_site,
         baseline,

@@ -21,7 +21,12 @@ pub fn advise_text(a: &Advising, name: &str) -> String {
     let _ = writeln!(o, "{name} · device {} · what to change", a.device);
     match a.capacity {
         Some(c) => {
-            let _ = writeln!(o, "device memory for PyTorch: {}", bytes(c));
+            let from = a
+                .capacity_from
+                .as_ref()
+                .map(|f| format!(" ({f})"))
+                .unwrap_or_default();
+            let _ = writeln!(o, "device memory for PyTorch: {}{from}", bytes(c));
         }
         None => {
             let _ = writeln!(
