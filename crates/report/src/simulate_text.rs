@@ -158,9 +158,10 @@ pub fn simulate_text(s: &Simulation, name: &str) -> String {
             if x.matched_segment_events < x.recorded_segment_events {
                 let _ = writeln!(
                     o,
-                    "not reproduced: {} recorded and {} simulated segment events; what the model does not see: CUDA graph \
-                     private pools, frees delayed by record_stream events, settings changed while the program ran, and \
-                     blocks in use when the trace started that no segment held ({})",
+                    "not reproduced: {} recorded and {} simulated segment events; what the model does not see: the private \
+                     pool of a CUDA graph or MemPool in a file that names none (PyTorch before 2.15 writes no pool_id on \
+                     trace entries; the dump's segments name only the pools still alive), settings changed while the \
+                     program ran, and blocks in use when the trace started that no segment held ({})",
                     x.recorded_segment_events - x.matched_segment_events,
                     x.simulated_segment_events - x.matched_segment_events,
                     x.seed_misses

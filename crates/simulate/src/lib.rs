@@ -22,6 +22,7 @@ pub mod horizon;
 pub mod limit;
 mod model;
 pub mod must_go;
+pub mod pools;
 mod release;
 pub mod replay;
 mod seed;

@@ -123,6 +123,9 @@ pub struct Allocator {
     pub peak_reserved: u64,
     pub peak_allocated: u64,
     pub events: Vec<SegmentEvent>,
+    /// Private pools the program released ([`crate::pools`]): their cached
+    /// segments may go.
+    pub(crate) released_pools: vramscope_snapshot::hash::FxHashSet<u64>,
 }
 
 pub(crate) fn pool_index(small: bool) -> usize {
@@ -150,6 +153,7 @@ impl Allocator {
             peak_reserved: 0,
             peak_allocated: 0,
             events: Vec::new(),
+            released_pools: Default::default(),
         }
     }
 

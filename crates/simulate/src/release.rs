@@ -9,6 +9,7 @@
 //! reserved memory is back under the threshold).
 
 use crate::model::{pool_index, Allocator, SegmentEvent};
+use crate::pools::{is_private, pool_of};
 
 impl Allocator {
     /// `release_block`: cudaFree of the unsplit free segment at `addr`.
@@ -25,6 +26,18 @@ impl Allocator {
         self.segments.remove(&addr);
         self.reserved -= size;
         self.events.push(SegmentEvent::Free(size));
+    }
+
+    /// Whether cached blocks of `lane` may be given back: the default
+    /// pool's always, a private pool's once the program released the pool.
+    fn releasable(&self, lane: u64) -> bool {
+        !is_private(lane) || self.released_pools.contains(&pool_of(lane))
+    }
+
+    /// The program released private pool `pool` (its graphs or `MemPool`
+    /// are gone): its cached segments go at the next release.
+    pub fn release_pool(&mut self, pool: u64) {
+        self.released_pools.insert(pool);
     }
 
     /// `release_available_cached_blocks`: with `max_split_size`, free the
@@ -61,25 +74,33 @@ impl Allocator {
     }
 
     /// `release_cached_blocks` (also `torch.cuda.empty_cache()`): every
-    /// unsplit cached segment, large pool then small, in pool order; free
-    /// blocks of expandable segments give back their whole pages, and a
-    /// segment left with nothing mapped is dropped.
+    /// unsplit cached segment of the default pool, large then small, then
+    /// those of the private pools the program released, large then small
+    /// (`graph_pools_freeable`); free blocks of expandable segments give
+    /// back their whole pages, and a segment left with nothing mapped is
+    /// dropped. A private pool still in use keeps its cached blocks.
     pub fn release_cached(&mut self) {
-        for small in [false, true] {
-            let p = pool_index(small);
-            let blocks: Vec<(u64, u64, u64)> = self.free[p].iter().copied().collect();
-            let mut to_unmap = Vec::new();
-            for (_, _, a) in blocks {
-                let b = &self.blocks[&a];
-                if b.expandable.is_some() {
-                    to_unmap.push(a);
-                } else if !b.is_split() {
-                    self.release_block(a);
+        for private in [false, true] {
+            for small in [false, true] {
+                let p = pool_index(small);
+                let blocks: Vec<(u64, u64, u64)> = self.free[p]
+                    .iter()
+                    .filter(|&&(lane, _, _)| is_private(lane) == private && self.releasable(lane))
+                    .copied()
+                    .collect();
+                let mut to_unmap = Vec::new();
+                for (_, _, a) in blocks {
+                    let b = &self.blocks[&a];
+                    if b.expandable.is_some() {
+                        to_unmap.push(a);
+                    } else if !b.is_split() {
+                        self.release_block(a);
+                    }
                 }
-            }
-            for a in to_unmap {
-                if let Some(u) = self.unmap_block(a) {
-                    self.drop_expandable(u);
+                for a in to_unmap {
+                    if let Some(u) = self.unmap_block(a) {
+                        self.drop_expandable(u);
+                    }
                 }
             }
         }
@@ -106,7 +127,7 @@ impl Allocator {
                 .iter()
                 .filter(|k| {
                     let b = &a.blocks[&k.2];
-                    !b.is_split() && b.expandable.is_none()
+                    !b.is_split() && b.expandable.is_none() && !is_private(k.0)
                 })
                 .map(|&(_, size, addr)| (addr, size, now - a.blocks[&addr].gc_base))
                 .collect()

@@ -11,6 +11,7 @@ use vramscope_snapshot::{Action, Snapshot};
 
 use crate::horizon::Tail;
 use crate::model::{Allocator, OutOfMemory, SegmentEvent};
+use crate::pools::{is_private, pool_of, Lanes};
 use crate::settings::Settings;
 use crate::start::{reserved_before, seed, seed_cold};
 
@@ -117,10 +118,13 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
     }
     // Recorded address → the model's address and the bytes requested.
     let mut addr_of: HashMap<u64, (u64, u64)> = HashMap::default();
+    // Each event's lane: its stream, and its private pool where it has one.
+    let lanes = Lanes::new(snap, device);
+    let lane = |i: usize| lanes.of(i, t.stream[i]);
     let seed_misses = if setup.cold_start {
-        seed_cold(&mut a, snap, device, &mut addr_of, edits)
+        seed_cold(&mut a, snap, device, &mut addr_of, edits, &lanes)
     } else {
-        seed(&mut a, snap, device, &mut addr_of, edits)
+        seed(&mut a, snap, device, &mut addr_of, edits, &lanes)
     };
     let mut requested: u64 = addr_of.values().map(|v| v.1).sum();
     let recorded_oom = (0..t.len()).find(|&i| t.action[i] == Action::Oom);
@@ -154,7 +158,13 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
     for i in 0..end {
         if !edits.keep_cache && empty_cache.binary_search(&i).is_ok() {
             // The program called torch.cuda.empty_cache() here: so does
-            // the model, whatever its settings.
+            // the model, whatever its settings. Private pools whose
+            // segments this release frees were released by the program.
+            for j in (i..t.len()).take_while(|&j| t.action[j] == Action::SegmentFree) {
+                if is_private(lane(j)) {
+                    a.release_pool(pool_of(lane(j)));
+                }
+            }
             a.release_cached();
         }
         if Some(i) == recorded_oom {
@@ -172,7 +182,7 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
             // An `oom` entry is the request that failed when the trace was
             // recorded: tried again here. If it fits, its lifetime is
             // unknown: it is freed at once, so what follows replays as recorded.
-            Action::Alloc | Action::Oom => match malloc_hinted(&mut a, t, i, size) {
+            Action::Alloc | Action::Oom => match malloc_hinted(&mut a, t, i, size, lane(i)) {
                 Ok(p) if t.action[i] == Action::Oom => a.free(p),
                 Ok(p) => {
                     requested += size;
@@ -190,6 +200,11 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
             Action::FreeCompleted => requested -= free_key(&mut a, &mut addr_of, t.addr[i]),
             Action::SegmentAlloc | Action::SegmentMap if !estimate => rec_reserved += t.size[i],
             Action::SegmentFree | Action::SegmentUnmap if !estimate => {
+                // A private pool's segment given back: the program released
+                // the pool, whose cached segments may go from now on.
+                if is_private(lane(i)) {
+                    a.release_pool(pool_of(lane(i)));
+                }
                 rec_reserved = rec_reserved.saturating_sub(t.size[i])
             }
             _ => {}
@@ -211,7 +226,7 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
                 match *step {
                     Rerun::Make(k) if k < t.len() => {
                         let size = edits.scaled(k, t.size[k]);
-                        match make_key(&mut a, &mut addr_of, t.addr[k], size, t.stream[k]) {
+                        match make_key(&mut a, &mut addr_of, t.addr[k], size, lane(k)) {
                             Ok(n) => requested += n,
                             Err(e) => {
                                 first_oom.get_or_insert((i, e));
@@ -220,7 +235,7 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
                     }
                     Rerun::Pulse(k) if k < t.len() => {
                         let size = edits.scaled(k, t.size[k]);
-                        match a.malloc(size, t.stream[k]) {
+                        match a.malloc(size, lane(k)) {
                             Ok(p) => {
                                 requested += size;
                                 pulse.push((k, p, size));
@@ -248,7 +263,7 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
         if let Some(births) = edits.born_after.get(&i) {
             for &k in births.iter().filter(|&&k| k > i && k < t.len()) {
                 let size = edits.scaled(k, t.size[k]);
-                match make_key(&mut a, &mut addr_of, EARLY | k as u64, size, t.stream[k]) {
+                match make_key(&mut a, &mut addr_of, EARLY | k as u64, size, lane(k)) {
                     Ok(n) => requested += n,
                     Err(e) => {
                         first_oom.get_or_insert((i, e));
@@ -260,7 +275,7 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
         for x in edits.extra_after.get(&i).map_or(&[][..], |v| v.as_slice()) {
             match *x {
                 Extra::Make { id, size } => {
-                    match make_key(&mut a, &mut addr_of, EXTRA | id as u64, size, t.stream[i]) {
+                    match make_key(&mut a, &mut addr_of, EXTRA | id as u64, size, lane(i)) {
                         Ok(n) => requested += n,
                         Err(e) => {
                             first_oom.get_or_insert((i, e));
@@ -428,11 +443,12 @@ fn malloc_hinted(
     t: &vramscope_snapshot::DeviceTrace,
     i: usize,
     size: u64,
+    lane: u64,
 ) -> Result<u64, OutOfMemory> {
     if i > 0 && t.action[i - 1] == Action::SegmentAlloc {
         a.hint_segment(t.size[i - 1], t.addr[i - 1]);
     }
-    let got = a.malloc(size, t.stream[i]);
+    let got = a.malloc(size, lane);
     a.hint = None;
     got
 }

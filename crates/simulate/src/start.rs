@@ -11,6 +11,7 @@ use crate::edits::Edits;
 use vramscope_snapshot::{Action, Snapshot};
 
 use crate::model::Allocator;
+use crate::pools::Lanes;
 use vramscope_gpus::allocator::LARGE_BUFFER;
 
 /// Reserved bytes just before trace entry `from`: the dumped segments with
@@ -43,6 +44,7 @@ pub(crate) fn seed(
     device: u32,
     addr_of: &mut HashMap<u64, (u64, u64)>,
     edits: &Edits,
+    lanes: &Lanes,
 ) -> usize {
     let empty = Default::default();
     let t = snap.trace(device).unwrap_or(&empty);
@@ -55,7 +57,7 @@ pub(crate) fn seed(
                 made_in_trace.insert(t.addr[i]);
             }
             Action::SegmentFree if !made_in_trace.contains(&t.addr[i]) => {
-                freed_first.push((t.addr[i], t.size[i], t.stream[i]));
+                freed_first.push((t.addr[i], t.size[i], lanes.of(i, t.stream[i])));
             }
             _ => {}
         }
@@ -67,7 +69,12 @@ pub(crate) fn seed(
                 vramscope_snapshot::SegmentType::Large => false,
                 vramscope_snapshot::SegmentType::Unknown => s.total_size == small_segment,
             };
-            a.seed_segment(s.address, s.total_size, s.stream, small);
+            a.seed_segment(
+                s.address,
+                s.total_size,
+                lanes.of_segment(s.pool_id, s.stream),
+                small,
+            );
         }
     }
     for (addr, size, stream) in freed_first {
@@ -85,7 +92,7 @@ pub(crate) fn seed(
         a.seed_expandable(stream, small, &ranges);
     }
     let mut misses = 0;
-    for (addr, size, _) in in_use_at_start(a, snap, device) {
+    for (addr, size, _) in in_use_at_start(a, snap, device, lanes) {
         let Some(size) = edited_size(a, edits, addr, size) else {
             continue;
         };
@@ -113,10 +120,15 @@ fn edited_size(a: &Allocator, edits: &Edits, addr: u64, size: u64) -> Option<u64
 }
 
 /// Blocks in use when the trace starts, (address, size as allocated,
-/// stream): those the trace frees before any allocation at their address
+/// lane): those the trace frees before any allocation at their address
 /// (their request, rounded) and those alive at the dump that the trace
 /// never allocated.
-fn in_use_at_start(a: &Allocator, snap: &Snapshot, device: u32) -> Vec<(u64, u64, u64)> {
+fn in_use_at_start(
+    a: &Allocator,
+    snap: &Snapshot,
+    device: u32,
+    lanes: &Lanes,
+) -> Vec<(u64, u64, u64)> {
     let empty = Default::default();
     let t = snap.trace(device).unwrap_or(&empty);
     let mut seen = vramscope_snapshot::hash::FxHashSet::default();
@@ -127,7 +139,11 @@ fn in_use_at_start(a: &Allocator, snap: &Snapshot, device: u32) -> Vec<(u64, u64
                 seen.insert(t.addr[i]);
             }
             Action::FreeRequested | Action::FreeCompleted if seen.insert(t.addr[i]) => {
-                in_use.push((t.addr[i], a.settings.round_size(t.size[i]), t.stream[i]));
+                in_use.push((
+                    t.addr[i],
+                    a.settings.round_size(t.size[i]),
+                    lanes.of(i, t.stream[i]),
+                ));
             }
             _ => {}
         }
@@ -137,7 +153,7 @@ fn in_use_at_start(a: &Allocator, snap: &Snapshot, device: u32) -> Vec<(u64, u64
             if b.state == vramscope_snapshot::BlockState::ActiveAllocated
                 && !seen.contains(&b.address)
             {
-                in_use.push((b.address, b.size, s.stream));
+                in_use.push((b.address, b.size, lanes.of_segment(s.pool_id, s.stream)));
             }
         }
     }
@@ -157,8 +173,9 @@ pub(crate) fn seed_cold(
     device: u32,
     addr_of: &mut HashMap<u64, (u64, u64)>,
     edits: &Edits,
+    lanes: &Lanes,
 ) -> usize {
-    let mut in_use = in_use_at_start(a, snap, device);
+    let mut in_use = in_use_at_start(a, snap, device, lanes);
     in_use.sort_by(|x, y| y.1.cmp(&x.1).then(x.0.cmp(&y.0)));
     let mut misses = 0;
     for (addr, size, stream) in in_use {

@@ -33,6 +33,7 @@ keys! {
     Category = "category",
     DeviceFree = "device_free",
     ForwardFrames = "forward_frames",
+    PoolId = "pool_id",
     Device = "device",
     Address = "address",
     TotalSize = "total_size",

@@ -97,6 +97,11 @@ pub struct DeviceTrace {
     pub device_free: Vec<(u32, u64)>,
     /// `forward_frames` of backward-pass allocations: (event index, stack).
     pub forward_stack: Vec<(u32, StackId)>,
+    /// `pool_id` of events in a private pool (a CUDA graph's, a
+    /// `torch.cuda.MemPool`): (event index, pool id), ascending; events of
+    /// the default pool `(0, 0)` and of PyTorch versions that do not write
+    /// the key are absent.
+    pub pools: Vec<(u32, (i64, i64))>,
 }
 
 impl DeviceTrace {

@@ -63,6 +63,7 @@ fn expand_trace(t: &mut DeviceTrace) -> usize {
         category: t.category.as_ref().map(|_| Vec::with_capacity(total)),
         device_free: Vec::new(),
         forward_stack: Vec::new(),
+        pools: Vec::new(),
     };
     for i in 0..n {
         let own = t.action[i];
@@ -96,6 +97,7 @@ fn expand_trace(t: &mut DeviceTrace) -> usize {
         .iter()
         .map(|&(j, s)| (moved(j), s))
         .collect();
+    out.pools = t.pools.iter().map(|&(j, p)| (moved(j), p)).collect();
     let added = total - n;
     *t = out;
     added

@@ -127,7 +127,7 @@ impl Decoder<'_> {
         Some(s)
     }
 
-    fn pool_id(&self, v: Value) -> R<(i64, i64)> {
+    pub(super) fn pool_id(&self, v: Value) -> R<(i64, i64)> {
         let c = match self.doc.get(v) {
             Val::List(c) | Val::Tuple(c) => c,
             Val::None => return Ok((0, 0)),

@@ -192,6 +192,7 @@ impl Decoder<'_> {
             category,
             device_free,
             forward_stack,
+            pools,
             ..
         } = tb;
         t.action.extend_from_slice(&action);
@@ -230,6 +231,8 @@ impl Decoder<'_> {
                 .iter()
                 .map(|&(i, s)| (i + base as u32, stack(s))),
         );
+        t.pools
+            .extend(pools.iter().map(|&(i, p)| (i + base as u32, p)));
         self.warnings.extend(other.warnings);
         self.repairs.absorb(other.repairs);
     }
@@ -280,6 +283,7 @@ impl Decoder<'_> {
             cat,
             dfree,
             fwd,
+            pool,
         } = f;
         let mut action = match (action, action_val) {
             (Some(Action::Unknown), Some(val)) => {
@@ -317,6 +321,9 @@ impl Decoder<'_> {
         }
         if let Some(s) = fwd.filter(|s| !s.is_none()) {
             t.forward_stack.push((i as u32, s));
+        }
+        if let Some(p) = pool.filter(|&p| p != (0, 0)) {
+            t.pools.push((i as u32, p));
         }
     }
 
@@ -357,6 +364,7 @@ impl Decoder<'_> {
                 Ok(())
             }
             Key::DeviceFree => self.uint(val).map(|x| f.dfree = Some(x)),
+            Key::PoolId => self.pool_id(val).map(|p| f.pool = Some(p)),
             _ => Ok(()),
         };
         if let Err(e) = r {
@@ -391,6 +399,8 @@ struct Fields {
     cat: Option<StrId>,
     dfree: Option<u64>,
     fwd: Option<StackId>,
+    /// `pool_id` (PyTorch 2.15 and later).
+    pool: Option<(i64, i64)>,
 }
 
 impl Default for Fields {
@@ -409,6 +419,7 @@ impl Default for Fields {
             cat: None,
             dfree: None,
             fwd: None,
+            pool: None,
         }
     }
 }
