@@ -329,6 +329,7 @@ def test_cuda_live_state_dump_at_and_oom_from_the_allocators_counters(tmp_path: 
         cuda.observers[0](0, 5 * 2**30, 0, 10**9)  # the allocator reports an OOM
         state = vramscope.live_state()
     assert state["device"] == "cuda:0" and state["capacity"] == 10 * 2**30
+    assert state["device_free"] == 559_022_080  # mem_get_info's free: what lies outside PyTorch follows from it
     assert (state["allocated"], state["reserved"]) == (6 * 2**30, 9 * 2**30)
     assert state["top"] == [{"site": "train.py:12 in step", "bytes": 6 * 2**30, "blocks": 3, "stack": ["/x/train.py:12 in step", "/x/train.py:40 in <module>"]}]
     assert [it["reserved"] for it in state["iterations"]] == [3 * 2**30, 6 * 2**30, 9 * 2**30]

@@ -49,6 +49,11 @@ pub struct State {
     pub peak_reserved: u64,
     #[serde(default)]
     pub capacity: Option<u64>,
+    /// Free device memory as the driver said when the state was taken
+    /// (`mem_get_info`; CUDA only): with `capacity` and `reserved`, what
+    /// lies outside PyTorch.
+    #[serde(default)]
+    pub device_free: Option<u64>,
     /// Bytes per category, in the publisher's order (`parameter`,
     /// `gradient`, ... as sent), so the bar keeps a stable layout.
     #[serde(default)]
@@ -190,6 +195,14 @@ impl State {
         slope(&self.iterations[from..])
     }
 
+    /// Device memory outside PyTorch's allocator (this process's CUDA
+    /// context, NCCL, other allocators, other processes): capacity − free
+    /// − reserved, where the state has the device's figures.
+    pub fn outside_pytorch(&self) -> Option<u64> {
+        let (c, f) = (self.capacity?, self.device_free?);
+        Some(c.saturating_sub(f).saturating_sub(self.reserved))
+    }
+
     /// The percentage of the device in use (reserved / capacity).
     pub fn used_fraction(&self) -> Option<f64> {
         match self.capacity {
@@ -263,6 +276,31 @@ mod tests {
         assert_eq!(s.publish_us, 850);
         // Two iterations 1 MiB apart: 1 MiB per iteration.
         assert_eq!(s.growth_per_iteration(), Some(1_048_576.0));
+    }
+
+    /// An H200 run alone on its GPU: 2.5 GiB reserved, 750 MiB held by the
+    /// CUDA context, the rest free.
+    #[test]
+    fn what_lies_outside_pytorch_is_the_device_less_free_and_reserved() {
+        const MIB: u64 = 1 << 20;
+        let (total, reserved) = (150_109_880_320u64, 2560 * MIB);
+        let free = total - reserved - 750 * MIB;
+        let s = State::parse(
+            &format!(
+                r#"{{"version": 1, "time_us": 5, "allocated": 10, "reserved": {reserved},
+                    "capacity": {total}, "device_free": {free}}}"#
+            ),
+            "test",
+        )
+        .unwrap();
+        assert_eq!(s.outside_pytorch(), Some(750 * MIB));
+        // A publisher of an older version sends no device_free: nothing is said.
+        let old = State::parse(
+            r#"{"version": 1, "time_us": 5, "allocated": 10, "reserved": 20, "capacity": 100}"#,
+            "test",
+        )
+        .unwrap();
+        assert_eq!(old.outside_pytorch(), None);
     }
 
     #[test]

@@ -187,6 +187,9 @@ fn header(s: &State, ui: &UiState) -> Vec<(String, Style)> {
         )),
         _ => sizes.push_str(" · capacity unknown"),
     }
+    if let Some(o) = s.outside_pytorch() {
+        sizes.push_str(&format!(" · {} outside PyTorch", bytes(o)));
+    }
 
     // The slope over the last `GROWTH_WINDOW` iterations; the window is in
     // the docs, not on a line that must fit 100 columns.

@@ -174,6 +174,7 @@ def state(session: Any, seq: int = 0, on_watcher: bool = False) -> Dict[str, Any
         "peak_allocated": peak_a,
         "peak_reserved": peak_r,
         "capacity": session.capacity(),
+        "device_free": session.backend.device_free(),
         "categories": categories(session, blocks, allocated, session.category_map if on_watcher else None),
         "top": top_holders(blocks),
         "iterations": list(session.iterations),

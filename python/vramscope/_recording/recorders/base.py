@@ -115,6 +115,12 @@ class Recorder:
         now, _peak, window = self.totals(reset_window=True)
         return now, now, max(window, now)
 
+    def device_free(self) -> Optional[int]:
+        """Free device memory as the driver says now (CUDA's
+        ``mem_get_info``), for the live state's memory outside PyTorch;
+        ``None`` where the device does not say."""
+        return None
+
     def capacity(self) -> Optional[int]:
         """The device's memory in bytes, where known (the CPU's: physical)."""
         if self.device_name() != "cpu":

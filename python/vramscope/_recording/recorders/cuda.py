@@ -128,6 +128,13 @@ class CudaRecorder(Recorder):
         except Exception:  # noqa: BLE001 - unknown is a fine answer
             return None
 
+    def device_free(self) -> Optional[int]:
+        mod = self._module()
+        try:
+            return int(mod.mem_get_info(mod.current_device())[0]) if mod.is_initialized() else None
+        except Exception:  # noqa: BLE001 - unknown is a fine answer
+            return None
+
     def device_facts(self) -> Optional[Dict[str, Any]]:
         """What a PyTorch file leaves out and an OOM's diagnosis needs: the
         device's total memory, what the driver says is free now (the rest,
