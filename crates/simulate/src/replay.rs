@@ -317,7 +317,8 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
             continue;
         }
         let size = edits.scaled(x.from, x.size);
-        match a.malloc(size, x.stream) {
+        // A projected entry runs on the lane of the recorded one it copies.
+        match a.malloc(size, lanes.of(x.from, x.stream)) {
             Ok(p) => {
                 addr_of.insert(x.addr, (p, size));
             }
