@@ -99,3 +99,34 @@ def test_the_sampler_looks_again_only_when_memory_grew(monkeypatch) -> None:
     assert run(None) == 10
     # A level that reads nothing (no counters yet) is no reason to skip.
     assert run(iter([None] * 2000)) == 10
+
+
+def test_a_due_pass_that_lands_in_backward_waits_for_the_forward_that_grew(monkeypatch) -> None:
+    """A UNet with checkpointed blocks: per step one forward call, eleven
+    backward moments (recomputed blocks, at the backward's high water, the
+    same each step) and one optimizer step; the kept output adds 48 KiB at
+    every forward. Due passes falling on backward moments must not be
+    spent there: the forwards that grew get them, so the holder is seen
+    with most of what it keeps by the last step."""
+    from vramscope._annotate import holders as _holders
+
+    passes = []
+    level = {"now": 0}
+    monkeypatch.setattr(_holders, "find_holders", lambda: passes.append(level["now"]) or {"seconds": 0.0})
+    s = _holders.Sampler(level=lambda: level["now"])
+    kept = 48 << 10
+    base = 13 << 20
+    for step in range(40):
+        level["now"] = base + step * kept
+        s.maybe("call")
+        for k in range(11):
+            level["now"] = (28 << 20) + (k % 3) * (1 << 20)  # the backward's high water, no growth
+            s.maybe("backward")
+        level["now"] = (18 << 20) + step * kept
+        s.maybe("step")
+    # Each pass at a forward or step that grew; none spent on the flat backward after its first.
+    forwards = [p for p in passes if p < (28 << 20)]
+    assert len(forwards) >= 4 and max(forwards) >= (18 << 20) + 30 * kept, passes
+    assert sum(1 for p in passes if p >= (28 << 20)) <= 2, passes
+    # Each due pass is offered once to each kind: the counter is read a few times per due, not at every call.
+    assert s.skipped <= 3 * len(passes) + 3, (s.skipped, len(passes))

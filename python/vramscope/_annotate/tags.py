@@ -197,7 +197,10 @@ class Tagger:
             if self.on_call is not None:
                 self.on_call(module)
             if self.sampler is not None:  # the program's loop is on the stack here
-                self.sampler.maybe()
+                # A call inside backward (a checkpointed block recomputed)
+                # is another kind of moment than the forward's: it sees the
+                # backward's high water, which later forwards never reach.
+                self.sampler.maybe("backward" if _in_backward() else "call")
             # The outermost module call: the tensors it is given (that need
             # no gradient) are the batch.
             for a in args if isinstance(args, tuple) else (args,):
@@ -557,3 +560,13 @@ def _plain() -> tuple:
 
         _PLAIN = (torch.Tensor, torch.nn.Parameter)
     return _PLAIN
+
+
+def _in_backward() -> bool:
+    """Whether autograd's engine is running a backward on this thread."""
+    try:
+        import torch
+
+        return torch._C._current_graph_task_id() != -1
+    except Exception:  # noqa: BLE001 - an older PyTorch: every call is a forward's
+        return False
