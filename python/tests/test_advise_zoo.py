@@ -1,6 +1,6 @@
 """`vramscope advise` on models from outside the project, change by change:
-the zoo's Hugging Face Llama (``advise_check.zoo_checks``, each change made
-for real, checkpointing with the library's own switch), and a language model
+the zoo's Hugging Face Llama and BERT (``advise_check.zoo_checks``, each
+change made for real, checkpointing with the library's own switch), and a language model
 whose sequence length doubles every step and runs out of memory part way on
 the CPU (``record(cpu_limit=...)``, ``growing_seq.py``)."""
 
@@ -46,6 +46,29 @@ def test_each_change_on_a_hugging_face_llama_is_within_three_percent(llama_rows)
     # The recorder saw the loss ask for fp32 of fp32 logits (`.float()`): in
     # bf16 that is a copy, and the row says it is the least the change
     # gives, which the real run never goes below.
+    bf16 = by["bf16_weights"]
+    assert bf16.method == "bound" and bf16.predicted <= bf16.measured < bf16.baseline
+
+
+@pytest.fixture(scope="module")
+def bert_rows(tmp_path_factory):
+    return advise_check.rows(str(tmp_path_factory.mktemp("advise-zoo-bert")), advise_check.zoo_checks(("bert",)))
+
+
+def test_each_change_on_a_masked_language_model_is_within_three_percent(bert_rows):
+    """Another architecture and training style than the Llama's: Hugging
+    Face's BERT, an encoder (`BertForMaskedLM`, the loss on every position's
+    logits), each change made for real."""
+    print("\n" + advise_check.table(bert_rows))
+    by = {r.change: r for r in bert_rows}
+    for change in ("half_batch", "checkpoint", "foreach_off", "delete_outputs", "set_to_none", "fix_leak", "optimizer_state8bit"):
+        if change == "optimizer_state8bit" and not advise_check.have_torchao():
+            continue
+        r = by[change]
+        assert r.method in ("replayed", "rule"), r
+        assert abs(r.error) <= 0.03, f"{change}: predicted {r.predicted}, measured {r.measured} ({100 * r.error:+.1f}%)"
+    assert by["checkpoint"].measured < 0.8 * by["checkpoint"].baseline
+    # The loss upcasts the logits here too: bf16 weights are a bound the real run stays above.
     bf16 = by["bf16_weights"]
     assert bf16.method == "bound" and bf16.predicted <= bf16.measured < bf16.baseline
 
