@@ -106,7 +106,8 @@ fn each_kind_of_odd_value_is_repaired() {
             42
         ],
         "device_traces": [[
-            {"action": "alloc", "addr": 4096, "size": 1024, "stream": 0, "time_us": 10, "frames": [frame(json!(1e30))]},
+            {"action": "alloc", "addr": 4096, "size": 1024, "stream": 0, "time_us": 10, "frames": [frame(json!(1e30))],
+             "pool_id": "graph"},
             {"action": "alloc", "addr": null, "size": 512, "stream": 0, "time_us": 11},
             {"action": "alloc", "addr": 9000, "size": "big", "stream": 0, "time_us": 12},
             {"action": "free_completed", "addr": 9000, "size": -5, "stream": "s", "time_us": null},
@@ -172,6 +173,11 @@ fn each_kind_of_odd_value_is_repaired() {
         ("device_traces[*][*]", "kept as unknown", 1),
         ("device_traces[*][*]", "entry left out", 1),
         ("device_traces[*][*].device_free", "read as not recorded", 1),
+        (
+            "device_traces[*][*].pool_id",
+            "read as the default pool (0, 0)",
+            1,
+        ),
         ("device_traces[*][*].compile_context", "read as empty", 1),
         ("device_traces[*][*].user_metadata", "read as empty", 1),
         (

@@ -375,6 +375,7 @@ impl Decoder<'_> {
                 }
                 Key::Action => "read as unknown",
                 Key::TimeUs | Key::DeviceFree => "read as not recorded",
+                Key::PoolId => "read as the default pool (0, 0)",
                 _ => "read as 0",
             };
             self.repair(e.key(key.name()), fix);
