@@ -81,7 +81,7 @@ pub(crate) fn seed(
         a.seed_segment(addr, size, stream, size == small_segment);
     }
     let mut groups: BTreeMap<(u64, bool), Vec<(u64, u64)>> = BTreeMap::new();
-    for (start, end, stream, small) in mapped_at_start(snap, device) {
+    for (start, end, stream, small) in mapped_at_start(snap, device, lanes) {
         groups
             .entry((stream, small))
             .or_default()
@@ -195,10 +195,12 @@ pub(crate) fn seed_cold(
 
 /// The mapped ranges of expandable segments when the trace starts: those
 /// dumped, with the trace's `segment_map`s taken out and its
-/// `segment_unmap`s put back, walking it backwards. (start, end, stream,
+/// `segment_unmap`s put back, walking it backwards. (start, end, lane,
 /// small pool); a range known only from an unmap is in the small pool when
-/// it is not a whole number of 20 MiB pages.
-fn mapped_at_start(snap: &Snapshot, device: u32) -> Vec<(u64, u64, u64, bool)> {
+/// it is not a whole number of 20 MiB pages. The lane keeps a private
+/// pool's expandable segment apart from the default pool's, as PyTorch
+/// keeps one per stream and pool.
+fn mapped_at_start(snap: &Snapshot, device: u32, lanes: &Lanes) -> Vec<(u64, u64, u64, bool)> {
     let mut ranges: Vec<(u64, u64, u64, bool)> = snap
         .segments_of(device)
         .filter(|s| s.is_expandable)
@@ -208,7 +210,12 @@ fn mapped_at_start(snap: &Snapshot, device: u32) -> Vec<(u64, u64, u64, bool)> {
                 vramscope_snapshot::SegmentType::Large => false,
                 vramscope_snapshot::SegmentType::Unknown => s.total_size % LARGE_BUFFER != 0,
             };
-            (s.address, s.address + s.total_size, s.stream, small)
+            (
+                s.address,
+                s.address + s.total_size,
+                lanes.of_segment(s.pool_id, s.stream),
+                small,
+            )
         })
         .collect();
     let Some(t) = snap.trace(device) else {
@@ -239,7 +246,7 @@ fn mapped_at_start(snap: &Snapshot, device: u32) -> Vec<(u64, u64, u64, bool)> {
                     .iter()
                     .find(|r| r.1 == lo || r.0 == hi)
                     .map_or(t.size[i] % LARGE_BUFFER != 0, |r| r.3);
-                ranges.push((lo, hi, t.stream[i], small));
+                ranges.push((lo, hi, lanes.of(i, t.stream[i]), small));
                 ranges.sort_unstable();
                 // Merge touching ranges of one stream and pool.
                 let mut merged: Vec<(u64, u64, u64, bool)> = Vec::with_capacity(ranges.len());

@@ -142,3 +142,28 @@ fn the_dumps_private_segments_name_the_pool_of_older_files() {
     let r = replay(&plain, 0, Settings::default(), &ReplaySetup::default());
     assert!(r.matched_segment_events < 4, "{r:?}");
 }
+
+/// Under `expandable_segments:True` PyTorch keeps one expandable segment
+/// per stream and pool: the graph's pages and the default pool's are
+/// mapped apart, so the default pool's 20 MiB maps new pages rather than
+/// reusing the graph's cached ones.
+#[test]
+fn expandable_segments_are_kept_per_pool() {
+    let entries = graph_then_eager();
+    let mut settings = Settings::default();
+    settings.apply("expandable_segments:True").expect("valid");
+    let with = replay(
+        &snapshot(&entries, true, ""),
+        0,
+        settings.clone(),
+        &ReplaySetup::default(),
+    );
+    let without = replay(
+        &snapshot(&entries, false, ""),
+        0,
+        settings,
+        &ReplaySetup::default(),
+    );
+    assert_eq!(with.simulated_peak_reserved, 40 * MIB, "{with:?}");
+    assert_eq!(without.simulated_peak_reserved, 20 * MIB, "{without:?}");
+}
