@@ -155,6 +155,19 @@ pub fn simulate_text(s: &Simulation, name: &str) -> String {
                     x.empty_cache_calls
                 );
             }
+            if let Some(p) = &x.private_pools {
+                let ids: Vec<String> = p.ids.iter().map(|(a, b)| format!("({a}, {b})")).collect();
+                let _ = writeln!(
+                    o,
+                    "private pools kept apart from the default pool (CUDA graphs, torch.cuda.MemPool): {}; each event's pool from {}",
+                    ids.join(", "),
+                    if p.told_by == "trace" {
+                        "the trace's pool_id"
+                    } else {
+                        "the segments at the dump (a pool gone by then is not seen)"
+                    }
+                );
+            }
             if x.matched_segment_events < x.recorded_segment_events {
                 let _ = writeln!(
                     o,

@@ -68,6 +68,21 @@ pub struct Replayed {
     /// with expandable segments); each one synchronises the device.
     pub cuda_mallocs: usize,
     pub cuda_frees: usize,
+    /// Private pools (CUDA graphs, `torch.cuda.MemPool`) the replay kept
+    /// apart from the default pool, and how their events were told
+    /// ([`crate::pools`]); absent when the file has none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub private_pools: Option<PrivatePools>,
+}
+
+/// The private pools of a replay.
+#[derive(Clone, Debug, Serialize)]
+pub struct PrivatePools {
+    /// Their ids, `(0, n)` a graph's own, `(n, 0)` the program's.
+    pub ids: Vec<(i64, i64)>,
+    /// `trace` (PyTorch 2.15's `pool_id` on each entry) or `dump` (the
+    /// segments the file was written with: only pools still alive then).
+    pub told_by: &'static str,
 }
 
 /// What a replay runs on besides the settings. `Default`: an unlimited
@@ -349,6 +364,10 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
         curve,
         cuda_mallocs: simulated.iter().filter(|e| e.grows()).count(),
         cuda_frees: simulated.iter().filter(|e| !e.grows()).count(),
+        private_pools: lanes.any().then(|| PrivatePools {
+            ids: lanes.pools.clone(),
+            told_by: if lanes.from_trace { "trace" } else { "dump" },
+        }),
     }
 }
 

@@ -91,6 +91,11 @@ fn a_graphs_pool_and_the_default_pool_never_serve_each_other() {
     assert_eq!(r.recorded_peak_reserved, 40 * MIB);
     assert_eq!(r.simulated_peak_reserved, 40 * MIB);
     assert_eq!(r.max_reserved_error, 0.0, "{r:?}");
+    let pools = r.private_pools.as_ref().expect("the graph's pool");
+    assert_eq!(
+        (pools.ids.as_slice(), pools.told_by),
+        (&[GRAPH][..], "trace")
+    );
 }
 
 /// Without the pools the same trace replays wrongly: the default pool's
@@ -103,6 +108,7 @@ fn without_pool_ids_or_private_segments_the_pools_cannot_be_told_apart() {
     let snap = snapshot(&entries, false, "");
     let r = replay(&snap, 0, Settings::default(), &ReplaySetup::default());
     assert!(r.matched_segment_events < 6, "{r:?}");
+    assert!(r.private_pools.is_none());
     assert_eq!(r.simulated_peak_reserved, 20 * MIB);
 }
 
@@ -137,6 +143,7 @@ fn the_dumps_private_segments_name_the_pool_of_older_files() {
         "{r:?}"
     );
     assert_eq!(r.simulated_peak_reserved, 40 * MIB);
+    assert_eq!(r.private_pools.as_ref().map(|p| p.told_by), Some("dump"));
     // The same file with the pool left out of its segments replays wrongly.
     let plain = snapshot(&entries, false, &segment.replace("[0,1]", "[0,0]"));
     let r = replay(&plain, 0, Settings::default(), &ReplaySetup::default());
