@@ -16,6 +16,7 @@ and why.
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any, Dict, Optional
 
 # What to install when NVML's bindings are missing.
@@ -29,7 +30,11 @@ def nvml_usage(uuid: Optional[str], pid: Optional[int] = None) -> Dict[str, Any]
     their memory), ``process_used`` (this process's, when listed) and
     ``missing`` (why a figure is absent)."""
     try:
-        import pynvml  # nvidia-ml-py
+        # The `pynvml` wrapper package (not nvidia-ml-py) warns on import
+        # that it is deprecated: not the program's business.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import pynvml  # nvidia-ml-py
     except ImportError:
         return {"missing": f"{NVML_PACKAGE} is not installed (pip install {NVML_PACKAGE})"}
     pid = os.getpid() if pid is None else pid
