@@ -499,6 +499,27 @@ class FakeNvml(types.ModuleType):
         return list(self.procs)
 
 
+def test_nvml_that_is_missing_or_fails_is_an_answer_not_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each way NVML can be unavailable says why, never raises: not
+    installed, no driver, a device it does not know."""
+    from vramscope._recording.device_memory import nvml_usage
+
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails
+    assert "nvidia-ml-py is not installed" in nvml_usage("abc")["missing"]
+    broken = types.ModuleType("pynvml")
+
+    def no_driver() -> None:
+        raise RuntimeError("NVML_ERROR_DRIVER_NOT_LOADED")
+
+    broken.nvmlInit = no_driver
+    monkeypatch.setitem(sys.modules, "pynvml", broken)
+    assert nvml_usage("abc") == {"missing": "NVML did not start (NVML_ERROR_DRIVER_NOT_LOADED)"}
+    nvml = FakeNvml("0b1c", used=1, total=2, mine=1, other=0)
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    assert "no device with this device's UUID" in nvml_usage("ffff")["missing"]
+    assert nvml.calls == ["init", "shutdown"]  # shut down again, whatever happened
+
+
 @pytest.mark.parametrize("list_me", [True, False], ids=["nvml-lists-this-process", "pid-namespace-hides-it"])
 def test_the_device_ledger_adds_up_from_what_the_recorder_measured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, list_me: bool) -> None:
     """At the dump the recorder reads mem_get_info, NVML and the pinned host
