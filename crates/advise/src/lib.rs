@@ -388,7 +388,7 @@ fn gpu_capacity(
                 "{name}: {} less {} for the CUDA context as measured on the H100 and H200; \
                  a recording with nvidia-ml-py installed measures this program's own",
                 bytes(gpu.total),
-                bytes(gpu.total - gpu.capacity)
+                bytes(vramscope_simulate::fit::DEFAULT_OUTSIDE)
             ),
         ),
     })

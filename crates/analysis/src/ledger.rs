@@ -86,6 +86,9 @@ pub struct DeviceLedger {
     /// The parts' sum equals the total (false only when the figures
     /// contradict each other: then `notes` says how).
     pub adds_up: bool,
+    /// Outside PyTorch's allocator, this process's and others' together
+    /// (the sum of those parts): what `nvidia-smi` shows beyond PyTorch.
+    pub outside_pytorch_bytes: u64,
     /// Pinned host memory PyTorch's host allocator held (host RAM, not the
     /// device's: not a part of the total).
     pub host_pinned_bytes: Option<u64>,
@@ -103,22 +106,6 @@ impl DeviceLedger {
             of(PartKind::OutsidePytorchThisProcess)?,
             of(PartKind::OtherProcesses)?,
         ))
-    }
-
-    /// The bytes outside PyTorch's allocator (this process's and others').
-    pub fn outside_pytorch_bytes(&self) -> u64 {
-        self.parts
-            .iter()
-            .filter(|p| {
-                matches!(
-                    p.kind,
-                    PartKind::OutsidePytorch
-                        | PartKind::OutsidePytorchThisProcess
-                        | PartKind::OtherProcesses
-                )
-            })
-            .map(|p| p.bytes)
-            .sum()
     }
 }
 
@@ -147,8 +134,7 @@ fn build(snap: &Snapshot, device: u32, facts: &DeviceFacts, total: u64, free: u6
     }
     let used = total.saturating_sub(free);
     let outside = used.saturating_sub(reserved);
-    let adds_up = reserved + free <= total;
-    if !adds_up {
+    if reserved + free > total {
         notes.push(format!(
             "PyTorch's {} reserved and {} free exceed the device's {}: the figures were read at different moments",
             vramscope_text::units::bytes(reserved),
@@ -227,6 +213,7 @@ fn build(snap: &Snapshot, device: u32, facts: &DeviceFacts, total: u64, free: u6
     DeviceLedger {
         total_bytes: total,
         adds_up: parts.iter().map(|p| p.bytes).sum::<u64>() == total,
+        outside_pytorch_bytes: outside,
         parts,
         host_pinned_bytes: facts.host_pinned.map(|h| h.allocated_bytes),
         notes,

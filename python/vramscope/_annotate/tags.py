@@ -41,7 +41,7 @@ import functools
 import threading
 import time
 import weakref
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from vramscope._annotate import hooks as _hooks
 from vramscope._recording.compile import compiling
@@ -563,10 +563,17 @@ def _plain() -> tuple:
 
 
 def _in_backward() -> bool:
-    """Whether autograd's engine is running a backward on this thread."""
-    try:
-        import torch
+    """Whether autograd's engine is running a backward on this thread (on
+    every outermost module call: the lookup is made once)."""
+    global _graph_task_id
+    if _graph_task_id is None:
+        try:
+            import torch
 
-        return torch._C._current_graph_task_id() != -1
-    except Exception:  # noqa: BLE001 - an older PyTorch: every call is a forward's
-        return False
+            _graph_task_id = torch._C._current_graph_task_id
+        except Exception:  # noqa: BLE001 - an older PyTorch: every call is a forward's
+            _graph_task_id = lambda: -1  # noqa: E731
+    return _graph_task_id() != -1
+
+
+_graph_task_id: Optional[Callable[[], int]] = None

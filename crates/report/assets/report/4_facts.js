@@ -12,8 +12,7 @@
     if (s.caching_allocator) add('cached free', fmtBytes(s.end.fragmentation.cached_free_bytes) + ' (largest ' + fmtBytes(s.end.fragmentation.largest_free_block) + ')');
     if (s.ledger) {
       // Why nvidia-smi shows more than PyTorch: the device ledger's outside part (File tab: every part).
-      const outside = s.ledger.parts.filter((p) => /^outside_pytorch|^other_processes/.test(p.kind)).reduce((t, p) => t + p.bytes, 0);
-      add('outside PyTorch', fmtBytes(outside) + ' of the device\'s ' + fmtBytes(s.ledger.total_bytes));
+      add('outside PyTorch', fmtBytes(s.ledger.outside_pytorch_bytes) + ' of the device\'s ' + fmtBytes(s.ledger.total_bytes));
     }
     if (s.ooms.length) {
       // The first view names why: the first OOM's dominant cause.
