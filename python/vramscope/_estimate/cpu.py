@@ -111,9 +111,9 @@ def _bf16() -> Any:
     return torch.bfloat16
 
 
-RNN_NOTE = (
-    "nn.LSTM on the CPU runs oneDNN's RNN kernel, whose workspace, packed weights and scratchpad are not traced: "
-    "the trace runs PyTorch's own cells (on the zoo of docs/estimate.md: 10-12% below an LSTM's real peak)"
+RNN_UNCHECKED = (
+    "nn.LSTM: oneDNN's RNN kernel is modelled as it runs on x86 with AVX-512 (checked there to the allocation); "
+    "on this CPU ({capability}) {what} may differ"
 )
 
 
@@ -126,14 +126,73 @@ class Cpu(Kernels):
 
         self.threads = int(torch.get_num_threads())
         self.sdp: Dict[str, int] = {}  # backend -> calls
+        self.capability = str(torch.backends.cpu.get_cpu_capability())
+        self.avx512 = self.capability.startswith("AVX512")
+        self.lstm_calls = 0  # nn.LSTM calls that took oneDNN's path (cpu_rnn.rnns_as_on_cpu)
 
     def before(self, func: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], rec: Any) -> Optional[Any]:
-        if op_name(func) == _BACKWARD and args and not args[0].is_contiguous():
+        name = op_name(func)
+        if name == "mkldnn_rnn_layer":
+            return self._lstm_forward(func, args, kwargs, rec)
+        if name == "mkldnn_rnn_layer_backward":
+            return self._lstm_backward(func, args, kwargs, rec)
+        if name == _BACKWARD and args and not args[0].is_contiguous():
             # flash_attention_backward_kernel_impl: grad_out.contiguous(),
             # alive through the kernel.
             g = args[0]
             self.held.append(self._workspace(g.numel() * g.element_size(), rec, "temporary", keep=False))
         return None
+
+    def _lstm_forward(self, func: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], rec: Any) -> Any:
+        """``mkldnn_rnn_layer``: its outputs, the workspace it keeps for
+        backward in place of the meta kernel's empty one, and what oneDNN
+        takes while it runs (vramscope._estimate.cpu_rnn)."""
+        import torch
+
+        from vramscope._estimate.cpu_rnn import forward_call, layer_of
+
+        output, hy, cy, workspace = func(*args, **kwargs)
+        layer = layer_of(args, torch.is_grad_enabled(), self.avx512)
+        for t in (output, hy, cy):
+            rec.track(t)
+        if layer is None:
+            return output, hy, cy, workspace
+        self._lstm_unchecked(layer)
+        if layer.training:
+            workspace = torch.empty(layer.workspace(), dtype=torch.uint8, device=output.device)
+            rec.track(workspace)
+        self._scratch(forward_call(layer, bool(args[12])), rec)
+        return output, hy, cy, workspace
+
+    def _lstm_backward(self, func: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], rec: Any) -> Any:
+        """``mkldnn_rnn_layer_backward``: the gradients (the second bias's
+        its own clone, where the meta kernel returns the first twice) and
+        what the kernel takes while it runs."""
+        import torch
+
+        from vramscope._estimate.cpu_rnn import backward_call, layer_of
+
+        grad_out, grad_hy, grad_cy = args[10], args[11], args[12]
+        out = list(func(*args, **kwargs))
+        layer = layer_of(args, True, self.avx512)
+        if layer is None or (grad_out is None and grad_hy is None and grad_cy is None):
+            for t in out:
+                rec.track(t)
+            return tuple(out)
+        for i in (0, 1, 2, 3, 5, 6):
+            rec.track(out[i])
+        contiguous = grad_out is not None and grad_out.is_contiguous()
+        self._scratch(backward_call(layer, contiguous, grad_hy is not None, grad_cy is not None), rec)
+        out[4] = torch.empty_like(out[3])
+        rec.track(out[4])
+        return tuple(out)
+
+    def _lstm_unchecked(self, layer: Any) -> None:
+        """Say where oneDNN's choices on this CPU were not checked."""
+        if layer.size != 4 and not self.avx512:
+            self.note("lstm", RNN_UNCHECKED.format(capability=self.capability, what="its 16-bit kernels' blocked weights and scratchpad"))
+        elif layer.size == 4 and not layer.training and not self.avx512:
+            self.note("lstm", RNN_UNCHECKED.format(capability=self.capability, what="inference's packed weights"))
 
     def after(self, func: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], rec: Any) -> None:
         name = op_name(func)

@@ -34,12 +34,14 @@ fp32 and under bf16 autocast, from batch 16 to 520.
 
 For ``device="cpu"`` it is what the CPU build runs (vramscope._estimate.cpu):
 its flash attention kernel and that kernel's scratch, the CPU's autocast
-lists. A compiled module (``torch.compile``) is planned by Inductor itself
+lists, oneDNN's LSTM kernel and PyTorch's recurrent cells as the CPU runs
+them (vramscope._estimate.cpu_rnn). A compiled module (``torch.compile``) is planned by Inductor itself
 on fake tensors, and its plan stands in for its eager step
 (vramscope._estimate.compiled).
 
 What it cannot see: kernels whose scratch is not modelled (cuDNN
-convolution workspaces and RNNs, oneDNN's), and memory outside PyTorch's
+convolution workspaces and RNNs, oneDNN's convolution reorders and 16-bit
+matmul packing), and memory outside PyTorch's
 allocator; ``est.notes`` names those the model runs.
 """
 
@@ -348,9 +350,10 @@ def estimate(
             cuBLAS/cuBLASLt workspaces) and rounds every block up to 512
             bytes as the CUDA caching allocator does; ``"cpu"`` runs what the
             CPU build would (its flash attention kernel and that kernel's
-            scratch, the CPU's autocast lists) and counts exact bytes, as
-            the CPU allocator does. Kernels whose own memory is not traced
-            (oneDNN's on the CPU, cuDNN's convolutions and RNNs on CUDA, a
+            scratch, oneDNN's LSTM, the CPU's autocast lists) and counts
+            exact bytes, as the CPU allocator does. Kernels whose own memory
+            is not traced (oneDNN's convolutions on the CPU, cuDNN's
+            convolutions and RNNs on CUDA, a
             compiled model's) are named in ``est.notes``.
         gpu: the GPU, by name (``"H100-80GB"``, ``"A100-40GB"``) or total
             bytes: its compute capability decides the attention kernels and
@@ -487,6 +490,7 @@ def _trace(
         kernels = cuda = Cuda(capability_of(gpu), sms_of(gpu))
     else:
         from vramscope._estimate.cpu import Cpu, rng_state_as_on_cpu, sdpa_as_on_cpu
+        from vramscope._estimate.cpu_rnn import rnns_as_on_cpu
 
         kernels = Cpu()
     mode = _mode(rec, kernels, inplace=_inplace_counts())
@@ -523,6 +527,7 @@ def _trace(
     if cuda is None:
         on_cuda.enter_context(sdpa_as_on_cpu(kernels))
         on_cuda.enter_context(rng_state_as_on_cpu(rec))
+        on_cuda.enter_context(rnns_as_on_cpu(kernels))
     else:
         on_cuda.enter_context(fused_on_meta())
         on_cuda.enter_context(sdpa_as_on_cuda(cuda))
@@ -584,13 +589,12 @@ def _trace(
                 "workspace_bytes": cuda.cublas,
             }
         else:
-            snap["vramscope"]["estimate"] = {"device": "cpu", "threads": kernels.threads, "sdpa": dict(kernels.sdp)}
+            snap["vramscope"]["estimate"] = {"device": "cpu", "threads": kernels.threads, "sdpa": dict(kernels.sdp), "onednn_lstm_calls": kernels.lstm_calls}
     notes.extend(kernels.unmodelled.values())
-    if any(isinstance(m, torch.nn.RNNBase) and (cuda is not None or isinstance(m, torch.nn.LSTM)) for m in _modules(model)):
-        from vramscope._estimate.cpu import RNN_NOTE as CPU_RNN
+    if cuda is not None and any(isinstance(m, torch.nn.RNNBase) for m in _modules(model)):
         from vramscope._estimate.cuda import RNN_NOTE as CUDA_RNN
 
-        notes.append(CUDA_RNN if cuda is not None else CPU_RNN)
+        notes.append(CUDA_RNN)
     snap["vramscope"]["notes"] = notes
     if path is None:
         return pickle.dumps(snap, protocol=pickle.DEFAULT_PROTOCOL)
