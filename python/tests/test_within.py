@@ -214,3 +214,37 @@ def test_a_failed_memory_limit_says_which_module_leaks() -> None:
     message = failure_message(result, str(fixture))
     assert "made by lm_head (Linear) at transformers/models/llama/modeling_llama.py:" in message, message
     assert "held by `logits`" in message, message
+
+
+def test_backwards_memory_is_named_by_the_block_it_was_made_for(tmp_path: Path) -> None:
+    """Backward's allocations have only the user's ``backward()`` line on
+    their stacks. The recorder marks each block's backward (node pre-hooks
+    set in its forward), and beneath that line each gradient is named by
+    the block whose backward made it: three blocks' weights and biases."""
+    torch.manual_seed(0)
+    model = Stack(3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(64, 32)
+    path = tmp_path / "bw.pickle"
+    import inspect
+
+    line = inspect.currentframe().f_lineno + 4
+    with vramscope.record(path, backend="allocator"):
+        for _ in range(2):
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+            vramscope.step()
+    snap = pickle.loads(path.read_bytes())
+    spans = [a for a in snap["external_annotations"] if a["name"].startswith("vramscope.backward#")]
+    assert {a["name"] for a in spans} == {f"vramscope.backward#blocks.{i}" for i in range(3)}
+    assert len(spans) == 2 * 3 * 2  # start and end, three blocks, two steps
+    sites = vramscope.load(path).summary()["devices"][0]["end_top_sites"]
+    site = next(s for s in sites if s["site"].endswith(f"{THIS}:{line} in test_backwards_memory_is_named_by_the_block_it_was_made_for"))
+    per_block = (32 * 128 + 128 + 128 * 32 + 32) * 4
+    assert site["bytes"] == 3 * per_block, site
+    assert site["within"] == [
+        {"module": "blocks[*]", "class": "Block", "line": None, "backward": True, "label": "blocks[*] (Block) in backward", "bytes": 3 * per_block, "count": 12}
+    ], site["within"]
+    text = subprocess.run([sys.executable, "-m", "vramscope", "summary", str(path)], capture_output=True, text=True, check=True).stdout
+    assert "└ blocks[*] (Block) in backward" in text, text

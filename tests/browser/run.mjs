@@ -719,6 +719,18 @@ async function testReport(browser, snap) {
         return snap.expectPart;
       });
     }
+    if (snap.expectBackwardPart) {
+      await check(T("the peak's backward memory is named by the block that made it"), async () => {
+        await page.click('.tabs button[data-tab="about"]');
+        const about = await textOf(page, '#panel-about');
+        assert(about.includes('\u2514 ' + snap.expectBackwardPart), `#panel-about lacks "${snap.expectBackwardPart}": "${short(about, 400)}"`);
+        // Alive at the peak, grouped in the page from each allocation's block.
+        await page.click('.tabs button[data-tab="alive"]');
+        const alive = await textOf(page, '#panel-alive');
+        assert(alive.includes('\u2514 ' + snap.expectBackwardPart), `#panel-alive lacks the part: "${short(alive, 400)}"`);
+        return snap.expectBackwardPart;
+      });
+    }
     if (snap.expectLeak) {
       await check(T('Leaks tab shows the planted leak; its site highlights the allocations'), async () => {
         await page.click('.tabs button[data-tab="leaks"]');
@@ -967,7 +979,9 @@ async function main() {
     // A Hugging Face Llama's kept logits: the memory beneath the user's line
     // is named by the model's module and line.
     const part = f.startsWith('llama_kept_logits') ? 'lm_head (Linear) at transformers/models/llama/modeling_llama.py:' : undefined;
-    snaps.push({ name: f.replace(/\.pickle\.gz$/, ''), file: path.join(recorded, f), expectHeld: held, expectPart: part });
+    // Gradients made in backward, named by the block whose backward made them.
+    const backward = f.startsWith('backward_blocks') ? 'blocks[*] (Block) in backward' : undefined;
+    snaps.push({ name: f.replace(/\.pickle\.gz$/, ''), file: path.join(recorded, f), expectHeld: held, expectPart: part, expectBackwardPart: backward });
   }
   const gen = path.join(outDir, 'synth_oom_20000.pickle');
   snaps.push({ name: 'synth_oom_20000', file: gen, expectOom: true, expectLeak: 'train.py:74 in accumulate_history',

@@ -23,6 +23,7 @@
 //! # Ok::<(), vramscope_snapshot::SnapshotError>(())
 //! ```
 
+pub mod backward_blocks;
 pub mod categories;
 pub mod compare;
 pub mod diff;

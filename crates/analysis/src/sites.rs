@@ -10,6 +10,7 @@ use vramscope_snapshot::hash::FxHashMap as HashMap;
 use serde::Serialize;
 use vramscope_snapshot::{Frame, FrameId, Snapshot, StackId};
 
+use crate::backward_blocks::BackwardBlocks;
 use crate::liveness::LiveBlock;
 use crate::within::{parts, ModuleIndex, SitePart};
 
@@ -280,8 +281,9 @@ pub fn stack_lines(snap: &Snapshot, stack: StackId) -> Vec<String> {
         .collect()
 }
 
-/// Group blocks by site; the `top` largest sites by bytes, largest first.
-pub fn group_by_site(snap: &Snapshot, blocks: &[LiveBlock], top: usize) -> Vec<Site> {
+/// Group blocks of `device` by site; the `top` largest sites by bytes,
+/// largest first.
+pub fn group_by_site(snap: &Snapshot, device: u32, blocks: &[LiveBlock], top: usize) -> Vec<Site> {
     // Keyed by site frame; `None` gathers blocks without a stack.
     let mut site_of_stack: HashMap<StackId, Option<FrameId>> = HashMap::default();
     let mut groups: HashMap<Option<FrameId>, (u64, u64, LiveBlock)> = HashMap::default();
@@ -300,17 +302,18 @@ pub fn group_by_site(snap: &Snapshot, blocks: &[LiveBlock], top: usize) -> Vec<S
     v.sort_unstable_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(&b.0)));
     v.truncate(top);
     let modules = ModuleIndex::new(snap);
+    let backward = BackwardBlocks::new(snap, device);
     // The blocks of each site shown, gathered in one pass.
-    let mut of_site: HashMap<Option<FrameId>, Vec<(StackId, u64)>> =
+    let mut of_site: HashMap<Option<FrameId>, Vec<(StackId, u64, Option<u32>)>> =
         v.iter().map(|(k, _)| (*k, Vec::new())).collect();
     for b in blocks {
         if let Some(mine) = site_of_stack.get(&b.stack).and_then(|k| of_site.get_mut(k)) {
-            mine.push((b.stack, b.size));
+            mine.push((b.stack, b.size, b.alloc_index));
         }
     }
     let mut within = |key: Option<FrameId>| {
         let mine = of_site.remove(&key).unwrap_or_default();
-        parts(snap, &modules, key, mine.into_iter(), PARTS_PER_SITE)
+        parts(snap, &modules, &backward, key, mine.into_iter(), PARTS_PER_SITE)
     };
     v.into_iter()
         .map(|(key, (bytes, count, example))| match key {

@@ -18,6 +18,7 @@ use serde::Serialize;
 use vramscope_snapshot::hash::FxHashMap as HashMap;
 use vramscope_snapshot::{FrameId, ModuleCode, Snapshot, StackId};
 
+use crate::backward_blocks::BackwardBlocks;
 use crate::sites::{frame_label, frame_location, is_launcher, is_native, is_noise, is_third_party};
 
 /// One part of a site's memory.
@@ -32,9 +33,15 @@ pub struct SitePart {
     /// The innermost line of the model's code beneath the site
     /// (`…/modeling_llama.py:165 in forward`), when there is one.
     pub line: Option<String>,
-    /// Both in one phrase: `model.layers[*].mlp (LlamaMLP) at
+    /// Whether the part is a block's backward (its allocations have only
+    /// the user's `backward()` line on their stacks; the recorder's spans
+    /// say which block: [`crate::backward_blocks`]).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub backward: bool,
+    /// All in one phrase: `model.layers[*].mlp (LlamaMLP) at
     /// transformers/models/llama/modeling_llama.py:164 in forward`, the
-    /// line's path from its package on.
+    /// line's path from its package on; `model.layers[*]
+    /// (LlamaDecoderLayer) in backward`.
     pub label: String,
     pub bytes: u64,
     pub count: u64,
@@ -46,6 +53,7 @@ pub struct SitePart {
 pub struct PartKey {
     pub module: Option<u32>,
     pub line: Option<FrameId>,
+    pub backward: bool,
 }
 
 /// Modules of one class whose paths differ in one place, that a stack
@@ -93,6 +101,14 @@ impl<'a> ModuleIndex<'a> {
 
     pub fn row(&self, i: u32) -> &ModuleCode {
         &self.rows[i as usize]
+    }
+
+    /// The class of the module at `path` (grouped), if the map has it.
+    fn class_of(&self, path: &str) -> Option<&str> {
+        self.rows
+            .iter()
+            .find(|r| r.path == path)
+            .map(|r| r.class.as_str())
     }
 }
 
@@ -202,31 +218,52 @@ fn together(paths: &[&str]) -> Option<String> {
     Some(parts.join("."))
 }
 
-/// The parts of one site's blocks (`(stack, bytes)` pairs), largest first,
-/// at most `top`; empty when no block has a part to name.
+/// The parts of one site's blocks (`(stack, bytes, alloc event)`),
+/// largest first, at most `top`; empty when no block has a part to name.
+/// A block whose stack names no part but that a block's backward made
+/// (`backward`) is that block's backward.
 pub fn parts(
     snap: &Snapshot,
     modules: &ModuleIndex,
+    backward: &BackwardBlocks,
     site: Option<FrameId>,
-    blocks: impl Iterator<Item = (StackId, u64)>,
+    blocks: impl Iterator<Item = (StackId, u64, Option<u32>)>,
     top: usize,
 ) -> Vec<SitePart> {
     // Module names (and classes) met so far; a key holds an index.
     let mut names: Vec<(String, String)> = Vec::new();
+    let mut index = |m: (String, String)| match names.iter().position(|n| *n == m) {
+        Some(i) => i as u32,
+        None => {
+            names.push(m);
+            (names.len() - 1) as u32
+        }
+    };
     let mut of_stack: HashMap<StackId, PartKey> = HashMap::default();
+    let mut of_block: HashMap<&str, u32> = HashMap::default();
     let mut groups: HashMap<PartKey, (u64, u64)> = HashMap::default();
-    for (stack, bytes) in blocks {
-        let key = *of_stack.entry(stack).or_insert_with(|| {
+    for (stack, bytes, event) in blocks {
+        let mut key = *of_stack.entry(stack).or_insert_with(|| {
             let (module, line) = part_of(snap, modules, stack, site);
-            let module = module.map(|m| match names.iter().position(|n| *n == m) {
-                Some(i) => i as u32,
-                None => {
-                    names.push(m);
-                    (names.len() - 1) as u32
-                }
-            });
-            PartKey { module, line }
+            PartKey {
+                module: module.map(&mut index),
+                line,
+                backward: false,
+            }
         });
+        if key.module.is_none() {
+            if let Some(block) = event.and_then(|i| backward.at(i)) {
+                let m = *of_block.entry(block).or_insert_with(|| {
+                    let class = modules.class_of(block).unwrap_or_default().to_owned();
+                    index((block.to_owned(), class))
+                });
+                key = PartKey {
+                    module: Some(m),
+                    line: None,
+                    backward: true,
+                };
+            }
+        }
         if key == PartKey::default() {
             continue;
         }
@@ -239,11 +276,16 @@ pub fn parts(
         .map(|(key, (bytes, count))| {
             let named = key.module.map(|m| &names[m as usize]);
             let line = key.line.map(|f| frame_label(snap, f));
+            let text = match named {
+                Some(n) if key.backward => backward_label(modules, &n.0),
+                _ => label(named.map(|n| (n.0.as_str(), n.1.as_str())), line.as_deref()),
+            };
             SitePart {
-                label: label(named.map(|n| (n.0.as_str(), n.1.as_str())), line.as_deref()),
+                label: text,
                 module: named.map(|n| n.0.clone()),
-                class: named.map(|n| n.1.clone()),
+                class: named.map(|n| n.1.clone()).filter(|c| !c.is_empty()),
                 line,
+                backward: key.backward,
                 bytes,
                 count,
             }
@@ -252,7 +294,7 @@ pub fn parts(
     v.sort_unstable_by(|a, b| {
         b.bytes
             .cmp(&a.bytes)
-            .then_with(|| (&a.module, &a.line).cmp(&(&b.module, &b.line)))
+            .then_with(|| (&a.module, &a.line, a.backward).cmp(&(&b.module, &b.line, b.backward)))
     });
     v.truncate(top);
     v
@@ -277,6 +319,13 @@ pub fn part_label(
     ))
 }
 
+/// A block's backward as one phrase: `model.layers[*]
+/// (LlamaDecoderLayer) in backward` (see [`crate::backward_blocks`]).
+pub fn backward_label(modules: &ModuleIndex, block: &str) -> String {
+    let class = modules.class_of(block).unwrap_or_default();
+    format!("{} in backward", label(Some((block, class)), None))
+}
+
 /// A part as one phrase (see [`SitePart::label`]).
 fn label(module: Option<(&str, &str)>, line: Option<&str>) -> String {
     let line = line.map(|l| {
@@ -286,7 +335,7 @@ fn label(module: Option<(&str, &str)>, line: Option<&str>) -> String {
             .unwrap_or(l)
     });
     let module = module.map(|(m, c)| {
-        if m == c {
+        if m == c || c.is_empty() {
             m.to_owned()
         } else {
             format!("{m} ({c})")

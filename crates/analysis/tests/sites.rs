@@ -228,3 +228,45 @@ fn a_library_models_memory_is_named_by_its_modules() {
     );
     assert_eq!(top.bytes, 4 * (4 * 128 * 4096 * 4), "{top:?}");
 }
+
+/// Three MLP blocks trained with SGD on the CPU under `vramscope.record`
+/// (tests/fixtures/recorded/backward_blocks): the gradients alive at the
+/// optimizer's peak have only `loss.backward()` on their stacks; the
+/// recorder's backward spans name them by the block that made them, and
+/// nothing else at that line is named.
+#[test]
+fn backwards_memory_is_named_by_its_block() {
+    use vramscope_analysis::{summarize, SummaryOptions};
+    let snap = vramscope_snapshot::load(
+        &vramscope_testdata::recorded("backward_blocks.pickle.gz"),
+        &Default::default(),
+    )
+    .expect("loads");
+    let s = summarize(&snap, &SummaryOptions::default());
+    let d = &s.devices[0];
+    let site = d
+        .end_top_sites
+        .iter()
+        .find(|s| s.site.ends_with("backward_blocks.py:50 in main"))
+        .expect("the backward line is a site");
+    // Each block's fc1 and fc2, weights and biases, fp32.
+    let per_block = (256 * 1024 + 1024 + 1024 * 256 + 256) * 4;
+    assert_eq!(site.bytes, 3 * per_block);
+    assert_eq!(site.within.len(), 1, "{:?}", site.within);
+    let part = &site.within[0];
+    assert!(part.backward);
+    assert_eq!(part.module.as_deref(), Some("blocks[*]"));
+    assert_eq!(part.class.as_deref(), Some("Block"));
+    assert_eq!(part.label, "blocks[*] (Block) in backward");
+    assert_eq!((part.bytes, part.count), (3 * per_block, 12));
+    // At the peak (the first step's momentum buffers made) the same
+    // gradients, and the backward's last temporary with them.
+    let peak = d
+        .peak
+        .top_sites
+        .iter()
+        .find(|s| s.site.ends_with("backward_blocks.py:50 in main"))
+        .expect("at the peak too");
+    assert_eq!(peak.within[0].label, "blocks[*] (Block) in backward");
+    assert!(peak.within[0].bytes >= 3 * per_block, "{:?}", peak.within);
+}

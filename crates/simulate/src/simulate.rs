@@ -443,7 +443,7 @@ fn recorded_oom(snap: &Snapshot, device: u32) -> Option<RecordedOom> {
         entry: i,
         request: t.size[i],
         capacity,
-        holders: vramscope_analysis::sites::group_by_site(snap, &live, 3),
+        holders: vramscope_analysis::sites::group_by_site(snap, device, &live, 3),
         device_total,
         outside: device_total.zip(capacity).map(|(t, c)| t.saturating_sub(c)),
     })

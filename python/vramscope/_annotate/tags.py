@@ -108,6 +108,13 @@ class Tagger:
         # "bfloat16", "float16").
         self.autocast: set = set()
         self.block_spans: "collections.deque[tuple]" = collections.deque(maxlen=200_000)
+        # Each block's backward, (start µs, end µs, name): from the moment
+        # autograd reaches the node that made the block's output to the one
+        # that made its input (node pre-hooks set in the block's forward).
+        # Backward's allocations have only `loss.backward()` on their
+        # stacks; these spans say which block they were made for.
+        self.backward_spans: "collections.deque[tuple]" = collections.deque(maxlen=200_000)
+        self._open_backward: Optional[tuple] = None
         # Which code is which module (path, class, forward's lines) for
         # every outermost module called: what names the part of a model
         # that made memory its stack shows only as `forward`.
@@ -154,6 +161,7 @@ class Tagger:
         # Parameters and state keep their storage from step to step: they
         # are named at the first step (and at every dump); gradients are new
         # allocations every iteration when zero_grad sets them to None.
+        self.end_backward()
         first = opt not in self._optimizers
         self._optimizers.add(opt)
         self._tag_optimizer(opt, everything=first)
@@ -194,6 +202,8 @@ class Tagger:
             if name is not None:
                 self._open_blocks.append((name, _now_us()))
         if depth == 0:
+            if self._open_backward is not None and not _in_backward():
+                self.end_backward()
             if self.on_call is not None:
                 self.on_call(module)
             if self.sampler is not None:  # the program's loop is on the stack here
@@ -254,6 +264,8 @@ class Tagger:
         if self._open_blocks and self._blocks.get(id(module)) == self._open_blocks[-1][0]:
             name, start = self._open_blocks.pop()
             self.block_spans.append((start, _now_us(), name))
+            if not _in_backward():  # a checkpointed block's recomputation is inside its own backward
+                self._watch_block_backward(name, args, output)
         local = self._local
         depth = getattr(local, "depth", 0)
         if depth <= 0:
@@ -274,6 +286,40 @@ class Tagger:
         if self._set_meta is not None:
             self._leave_phase()
             self._watch_backward(output)
+
+    def _watch_block_backward(self, name: str, args: Any, output: Any) -> None:
+        """Pre-hooks (node hooks: the graph is unchanged) on the node that
+        made the block's output, where its backward begins, and on the one
+        that made its input, where it ends."""
+        out = _first_grad_fn(output, self._tensor)
+        if out is None:
+            return
+        out.register_prehook(functools.partial(self._block_backward, name, True))
+        inp = _first_grad_fn(args, self._tensor)
+        if inp is not None and inp is not out:
+            inp.register_prehook(functools.partial(self._block_backward, name, False))
+
+    def _block_backward(self, name: str, begins: bool, grad_outputs: Any) -> None:
+        if compiling():  # compiled autograd traces node hooks
+            return None
+        now = _now_us()
+        open_ = self._open_backward
+        if open_ is not None and (begins or open_[0] == name):
+            # A block begins where the one before it (in backward's order)
+            # ends, if its input's node did not end it first.
+            self.backward_spans.append((open_[1], now, open_[0]))
+            self._open_backward = None
+        if begins:
+            self._open_backward = (name, now)
+        return None
+
+    def end_backward(self) -> None:
+        """A block's backward still open ends now (the next forward, the
+        optimizer step, a dump): its input's node was never reached."""
+        open_ = self._open_backward
+        if open_ is not None:
+            self.backward_spans.append((open_[1], _now_us(), open_[0]))
+            self._open_backward = None
 
     def _watch_backward(self, output: Any) -> None:
         """Backward runs on autograd's device threads, which the forward's
@@ -560,6 +606,16 @@ def _plain() -> tuple:
 
         _PLAIN = (torch.Tensor, torch.nn.Parameter)
     return _PLAIN
+
+
+def _first_grad_fn(value: Any, tensor: type) -> Any:
+    """The autograd node of the first tensor in ``value`` (a tensor, or a
+    tuple or list of them, as blocks return and take) that has one."""
+    for v in value if isinstance(value, (tuple, list)) else (value,):
+        fn = getattr(v, "grad_fn", None) if isinstance(v, tensor) else None
+        if fn is not None:
+            return fn
+    return None
 
 
 def _in_backward() -> bool:

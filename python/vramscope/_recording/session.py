@@ -32,6 +32,8 @@ from vramscope._recording.warn_place import program_location
 GC_ANNOTATION = "gc.collect"
 # Each call of one of the model's repeated blocks: `vramscope.block#layers.3`.
 BLOCK_ANNOTATION = "vramscope.block"
+# Each block's backward: `vramscope.backward#layers.3`.
+BACKWARD_ANNOTATION = "vramscope.backward"
 GC_SPANS_KEPT = 10_000
 # Events kept for the live state.
 OOMS_KEPT = 100
@@ -491,6 +493,16 @@ class Session:
         for start, end, label in list(self.tagger.block_spans):
             if end >= first:
                 name = f"{BLOCK_ANNOTATION}#{label}"
+                ours.append({"name": name, "stage": "START", "device": device, "time_us": start})
+                ours.append({"name": name, "stage": "END", "device": device, "time_us": end})
+        # Each block's backward (`_tags.Tagger.backward_spans`), the one
+        # still running (an OOM in backward) up to now.
+        spans = list(self.tagger.backward_spans)
+        if self.tagger._open_backward is not None:
+            spans.append((self.tagger._open_backward[1], now, self.tagger._open_backward[0]))
+        for start, end, label in spans:
+            if end >= first:
+                name = f"{BACKWARD_ANNOTATION}#{label}"
                 ours.append({"name": name, "stage": "START", "device": device, "time_us": start})
                 ours.append({"name": name, "stage": "END", "device": device, "time_us": end})
         # A copy: a collection during this loop (it allocates) appends to gc_spans.

@@ -37,6 +37,8 @@ pub(super) struct Context<'a> {
     pub phases: &'a Phases,
     /// The recorder's holders, by address.
     pub holders: &'a super::holders::HolderIndex<'a>,
+    /// Which block's backward made what (the recorder's spans).
+    pub backward: &'a crate::backward_blocks::BackwardBlocks,
 }
 
 /// A site and its growth per iteration (or bytes, depending on the finding).

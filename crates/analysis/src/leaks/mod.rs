@@ -260,9 +260,11 @@ pub fn find_leaks_with(
     } else {
         Vec::new()
     });
+    let backward = crate::backward_blocks::BackwardBlocks::new(snap, device);
     let ctx = findings::Context {
         snap,
         trace: t,
+        backward: &backward,
         allocated: &series,
         opts,
         iterations: &iterations,

@@ -206,7 +206,7 @@ fn summarize_walked(
         event_index: liveness.peak_index.map(|i| i as u64),
         time_us: liveness.peak_index.and_then(|i| time_at(t, i)),
         before_window_bytes: liveness.initial_bytes,
-        top_sites: group_by_site(snap, &peak_live, opts.top_sites),
+        top_sites: group_by_site(snap, device, &peak_live, opts.top_sites),
         live_blocks: peak_live.len() as u64,
         by_category: by_category(&peak_live),
     };
@@ -243,7 +243,7 @@ fn summarize_walked(
                     .checked_sub(1)
                     .map_or(liveness.initial_bytes, |j| allocated[j]),
                 reserved_bytes: reserved.get(i).copied().unwrap_or(end_reserved),
-                top_holders: group_by_site(snap, &holders, opts.top_sites),
+                top_holders: group_by_site(snap, device, &holders, opts.top_sites),
                 by_category: by_category(&holders),
                 diagnosis: {
                     let allocated = i
@@ -328,7 +328,7 @@ fn summarize_walked(
         peak,
         peak_reserved_bytes,
         end_trace_bytes: trace_end,
-        end_top_sites: group_by_site(snap, &end_live, opts.top_sites),
+        end_top_sites: group_by_site(snap, device, &end_live, opts.top_sites),
         end_by_category: by_category(&end_live),
         ooms,
     }

@@ -81,7 +81,7 @@
     const m = {
       info: D, nE: D.events, nA: D.allocs,
       t0: p('a_t0'), treq: p('a_treq'), t1: p('a_t1'), size: p('a_size'), addr: p('a_addr'),
-      stack: p('a_stack'), stream: p('a_stream'), cat: p('a_cat') || null, meta: p('a_meta') || null,
+      stack: p('a_stack'), part: p('a_part') || null, stream: p('a_stream'), cat: p('a_cat') || null, meta: p('a_meta') || null,
       s_t0: p('s_t0'), s_t1: p('s_t1'), s_addr: p('s_addr'), s_size: p('s_size'), s_kind: p('s_kind'),
       summary: D.summary,
       csEvent: p('cs_event'), csBytes: p('cs_bytes'),

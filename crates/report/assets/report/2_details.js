@@ -97,7 +97,9 @@
       const s = m.stack[a], f = s === 0xffffffff ? -1 : siteFrameOfStack[s];
       const g = bySite.get(f) || { bytes: 0, n: 0, parts: new Map() }; g.bytes += m.size[a]; g.n++; bySite.set(f, g);
       // What beneath the site made it: the model's module and line.
-      const pt = s === 0xffffffff || !stackPart ? 0xffffffff : stackPart[s];
+      // (the stack's own, else the block whose backward made it).
+      let pt = s === 0xffffffff || !stackPart ? 0xffffffff : stackPart[s];
+      if (pt === 0xffffffff && m.part) pt = m.part[a];
       if (pt !== 0xffffffff) { const q = g.parts.get(pt) || { bytes: 0, n: 0 }; q.bytes += m.size[a]; q.n++; g.parts.set(pt, q); }
     }
     const rows = [...bySite.entries()].sort((x, y) => y[1].bytes - x[1].bytes).slice(0, 40);

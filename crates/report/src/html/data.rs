@@ -16,7 +16,8 @@ use vramscope_analysis::lifetimes::{
     Lifetimes, BEFORE_WINDOW, NOT_REQUESTED, NO_BLOCK, STILL_ALIVE,
 };
 use vramscope_analysis::sites::{frame_location, is_library, is_native, is_noise, site_frame};
-use vramscope_analysis::within::{part_label, ModuleIndex};
+use vramscope_analysis::backward_blocks::BackwardBlocks;
+use vramscope_analysis::within::{backward_label, part_label, ModuleIndex};
 use vramscope_analysis::DeviceSummary;
 use vramscope_snapshot::hash::FxHashMap;
 use vramscope_snapshot::{Action, DeviceTrace, Snapshot, StackId, NO_TIME};
@@ -380,6 +381,13 @@ pub fn device(
     let (mut a_size, mut a_addr, mut a_stack) = (Vec::new(), Vec::new(), Vec::new());
     let (mut a_stream, mut a_cat, mut a_meta) = (Vec::new(), Vec::new(), Vec::new());
     let has_meta = t.user_metadata.is_some() || t.compile_context.is_some();
+    // The block whose backward made each allocation, where the recorder
+    // marked backwards (a stack shows only `loss.backward()` there); the
+    // page prefers the stack's own part (a recomputed forward's module).
+    let backward = BackwardBlocks::new(snap, device);
+    let modules = (!backward.is_empty()).then(|| ModuleIndex::new(snap));
+    let mut a_part: Vec<u32> = Vec::new();
+    let mut part_ids: FxHashMap<String, u32> = FxHashMap::default();
     for a in &allocs {
         a_t0.push(a.t0);
         a_treq.push(a.treq);
@@ -387,6 +395,17 @@ pub fn device(
         a_size.push(a.size as f64);
         a_addr.push(a.addr as f64);
         a_stack.push(tables.stack(snap, a.stack));
+        if let Some(modules) = &modules {
+            let block = (a.t0 >= 0).then(|| backward.at(a.t0 as u32)).flatten();
+            a_part.push(block.map_or(u32::MAX, |b| {
+                if let Some(&id) = part_ids.get(b) {
+                    return id;
+                }
+                let id = tables.string(&backward_label(modules, b));
+                part_ids.insert(b.to_owned(), id);
+                id
+            }));
+        }
         let ev = a.ev.map(|e| e as usize);
         let stream = ev.map_or(0, |e| t.stream[e]);
         let si = streams
@@ -428,6 +447,9 @@ pub fn device(
     blob.f64(&p("a_size"), &a_size);
     blob.f64(&p("a_addr"), &a_addr);
     blob.u32(&p("a_stack"), &a_stack);
+    if modules.is_some() {
+        blob.u32(&p("a_part"), &a_part);
+    }
     blob.u16(&p("a_stream"), &a_stream);
     blob.u16(&p("a_cat"), &a_cat);
     let series = category_series(t, lifetimes, cats);

@@ -7,7 +7,7 @@ use super::findings::{Context, HeldScan, Role, SiteSeries};
 use super::series::Shape;
 use super::source::Sources;
 use super::{Finding, FindingKind, Severity, SiteEvidence};
-use crate::lifetimes::STILL_ALIVE;
+use crate::lifetimes::{BEFORE_WINDOW, STILL_ALIVE};
 use crate::optimizers;
 use crate::sites::{frame_label, frame_location, is_noise, stack_lines, PARTS_PER_SITE};
 use crate::within::{parts, ModuleIndex};
@@ -67,10 +67,11 @@ impl Context<'_> {
         let lt = self.lifetimes;
         let mine = (0..lt.len())
             .filter(|&b| self.sites.of_block[b] == site && lt.death[b] == STILL_ALIVE)
-            .map(|b| (lt.stack[b], lt.size[b]));
+            .map(|b| (lt.stack[b], lt.size[b], Some(lt.birth[b]).filter(|&i| i != BEFORE_WINDOW)));
         let within = parts(
             self.snap,
             &ModuleIndex::new(self.snap),
+            self.backward,
             s.site,
             mine,
             PARTS_PER_SITE,

@@ -1,0 +1,117 @@
+//! Which of the model's repeated blocks a backward allocation was made for.
+//!
+//! Backward runs in autograd's engine: an allocation it makes has only the
+//! user's `loss.backward()` line on its stack, so a site table puts a
+//! model's whole backward (its gradients, the recomputed activations of
+//! checkpointed blocks, the temporaries) at that one line. The recorder
+//! knows more: in each block's forward it puts a pre-hook on the autograd
+//! node that made the block's output (where the block's backward begins)
+//! and on the one that made its input (where it ends), and writes each
+//! block's backward as a `vramscope.backward#NAME` annotation
+//! (`model.layers.3`). An allocation inside one is the block's, named with
+//! the repeated blocks grouped (`model.layers[*]`), as the forward's parts
+//! are.
+
+use vramscope_snapshot::{AnnotationStage, Snapshot};
+
+/// Prefix of the recorder's backward annotations.
+pub const BACKWARD_ANNOTATION: &str = "vramscope.backward#";
+
+/// One device's blocks' backwards: (first event, last event, grouped name),
+/// in trace order, not overlapping.
+#[derive(Debug, Default)]
+pub struct BackwardBlocks {
+    spans: Vec<(u32, u32, String)>,
+}
+
+impl BackwardBlocks {
+    /// The spans the recorder wrote for `device` (none for a file without
+    /// them, or a trace without times).
+    pub fn new(snap: &Snapshot, device: u32) -> BackwardBlocks {
+        let Some(t) = snap.trace(device).filter(|t| t.has_time()) else {
+            return BackwardBlocks::default();
+        };
+        let mut open: Vec<(&str, i64)> = Vec::new();
+        let mut spans = Vec::new();
+        for a in &snap.annotations {
+            let Some(name) = snap.str(a.name).strip_prefix(BACKWARD_ANNOTATION) else {
+                continue;
+            };
+            match a.stage {
+                AnnotationStage::Start => open.push((name, a.time_us)),
+                AnnotationStage::End => {
+                    let Some(k) = open.iter().rposition(|(n, _)| *n == name) else {
+                        continue;
+                    };
+                    let (_, start) = open.remove(k);
+                    let first = t.time_us.partition_point(|&x| x < start);
+                    // An allocation at the instant one block ends and the
+                    // next begins is the next one's.
+                    let last = t.time_us.partition_point(|&x| x < a.time_us);
+                    if last > first {
+                        spans.push((first as u32, (last - 1) as u32, grouped(name)));
+                    }
+                }
+                AnnotationStage::Other => {}
+            }
+        }
+        spans.sort_by_key(|s| s.0);
+        BackwardBlocks { spans }
+    }
+
+    /// The block whose backward made the allocation at `event`.
+    pub fn at(&self, event: u32) -> Option<&str> {
+        let k = self.spans.partition_point(|s| s.0 <= event);
+        let s = self.spans.get(k.checked_sub(1)?)?;
+        (event <= s.1).then_some(s.2.as_str())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+}
+
+/// `model.layers.3` → `model.layers[*]`: the recorder's module map groups
+/// repeated blocks the same way.
+pub fn grouped(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for (i, part) in path.split('.').enumerate() {
+        if !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()) {
+            out.push_str("[*]");
+        } else {
+            if i > 0 {
+                out.push('.');
+            }
+            out.push_str(part);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_paths_are_grouped_like_the_module_map() {
+        assert_eq!(grouped("model.layers.3"), "model.layers[*]");
+        assert_eq!(grouped("encoder.block.11.layer.0"), "encoder.block[*].layer[*]");
+        assert_eq!(grouped("0"), "[*]");
+        assert_eq!(grouped("h.2"), "h[*]");
+        assert_eq!(grouped("blocks"), "blocks");
+    }
+
+    #[test]
+    fn an_event_is_the_block_whose_span_holds_it() {
+        let b = BackwardBlocks {
+            spans: vec![(10, 19, "a[*]".into()), (20, 29, "b[*]".into()), (40, 45, "a[*]".into())],
+        };
+        assert_eq!(b.at(9), None);
+        assert_eq!(b.at(10), Some("a[*]"));
+        assert_eq!(b.at(19), Some("a[*]"));
+        assert_eq!(b.at(20), Some("b[*]"));
+        assert_eq!(b.at(30), None);
+        assert_eq!(b.at(45), Some("a[*]"));
+        assert_eq!(b.at(46), None);
+    }
+}
