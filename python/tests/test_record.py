@@ -148,14 +148,17 @@ def test_native_reader_agrees(trained: SimpleNamespace, capfd: pytest.CaptureFix
     assert dev["peak"]["allocated_bytes"] == peak
     assert dev["peak"]["before_window_bytes"] == before
     assert dev["peak_reserved_bytes"] == peak  # CPU: every allocation is its own segment
-    steps = {k: v for k, v in summary["annotations"].items() if not k.startswith(("gc.collect#", "vramscope.block#"))}
+    steps = {k: v for k, v in summary["annotations"].items() if not k.startswith(("gc.collect#", "vramscope.block#", "vramscope.backward#"))}
     assert steps == {"ProfilerStep#1": 1, "ProfilerStep#2": 1, "ProfilerStep#3": 1}
-    # Each call of a repeated layer is marked (what checkpointing advice needs).
+    # Each call of a repeated layer is marked (what checkpointing advice
+    # needs), and each layer's backward (what names backward's memory).
     blocks = {k: v for k, v in summary["annotations"].items() if k.startswith("vramscope.block#")}
+    backwards = {k: v for k, v in summary["annotations"].items() if k.startswith("vramscope.backward#")}
     if trained.kind == "transformer":
         assert blocks == {"vramscope.block#encoder.layers.0": 3, "vramscope.block#encoder.layers.1": 3}
+        assert backwards == {"vramscope.backward#encoder.layers.0": 3, "vramscope.backward#encoder.layers.1": 3}
     else:
-        assert blocks == {}
+        assert blocks == backwards == {}
 
 
 def test_oom_dumps_and_reraises_the_same_exception(tmp_path: Path, cpu_path: None) -> None:
