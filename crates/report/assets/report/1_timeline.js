@@ -102,19 +102,35 @@
     if (!m.colorBuf) m.colorBuf = new Uint32Array(nA);
     const colors = m.colorBuf, colored = [];
     const colorOf = (a) => { let c = colors[a]; if (c === 0) { c = allocColor(a); colors[a] = c; colored.push(a); } return c; };
-    const born = (a) => { const k = L + a - base; fen.add(k, m.size[a]); live[k] = m.size[a]; };
+    // The lowest slot a column's events changed: the rows below its
+    // offset show what the column before showed.
+    let lowest = Infinity;
+    const born = (a) => { const k = L + a - base; fen.add(k, m.size[a]); live[k] = m.size[a]; if (k < lowest) lowest = k; };
     const freed = (f) => {
       const k = f >= base ? L + f - base : slotGen[f] === gen ? slotOf[f] : -1;
-      if (k >= 0 && live[k] > 0) { fen.add(k, -live[k]); live[k] = 0; }
+      if (k >= 0 && live[k] > 0) { fen.add(k, -live[k]); live[k] = 0; if (k < lowest) lowest = k; }
     };
     let cursor = startE;
     for (let c = 0; c < W; c++) {
       const target = rep[c];
+      lowest = Infinity;
       if (target > cursor) { walkStep(m, cursor, target, born, freed); cursor = target; }
       const total = Math.min(m.alloc[target + 1], y1);
       // Sample the stack at each row's centre: the allocation found there
-      // fills all the rows it covers, then the search jumps past it.
+      // fills all the rows it covers, then the search jumps past it. A
+      // row's band depends only on the offsets below its centre: rows
+      // whose centre lies below the lowest changed slot are the previous
+      // column's (most columns change only the top of the stack).
       let r = Hh - 1;
+      if (c > 0) {
+        const lim = lowest === Infinity ? Infinity : fen.prefix(lowest);
+        while (r >= 0) {
+          const v = y1 - (r + 0.5) * bpr;
+          if (v >= lim || v >= total) break;
+          px[r * W + c] = px[r * W + c - 1];
+          r--;
+        }
+      }
       while (r >= 0) {
         const v = y1 - (r + 0.5) * bpr;
         if (v >= total) break;
