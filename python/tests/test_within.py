@@ -248,3 +248,39 @@ def test_backwards_memory_is_named_by_the_block_it_was_made_for(tmp_path: Path) 
     ], site["within"]
     text = subprocess.run([sys.executable, "-m", "vramscope", "summary", str(path)], capture_output=True, text=True, check=True).stdout
     assert "└ blocks[*] (Block) in backward" in text, text
+
+
+def test_a_checkpointed_blocks_recomputation_is_sited_at_the_backward_line(tmp_path: Path) -> None:
+    """A checkpointed block runs its forward again inside ``loss.backward()``,
+    with the recorder's function mode still on the stack around the
+    backward call: the recomputation's memory is sited at the user's
+    ``backward()`` line (never at a recorder's frame), its modules beneath."""
+    from torch.utils.checkpoint import checkpoint
+
+    class Checkpointed(Stack):
+        def forward(self, x):
+            for b in self.blocks:
+                x = checkpoint(b, x, use_reentrant=False)
+            return x
+
+    torch.manual_seed(0)
+    model = Checkpointed(3)
+    x = torch.randn(64, 32)
+    path = tmp_path / "ckpt.pickle"
+    import inspect
+
+    line = inspect.currentframe().f_lineno + 3
+    with vramscope.record(path, backend="allocator"):
+        for _ in range(2):
+            model(x).sum().backward()
+            vramscope.step()
+    snap = pickle.loads(path.read_bytes())
+    files = {f["filename"] for e in snap["device_traces"][0] for f in e.get("frames", [])}
+    assert not any("vramscope/_recording" in f for f in files), sorted(f for f in files if "vramscope" in f)
+    d = vramscope.load(path).summary()["devices"][0]
+    sites = d["peak"]["top_sites"] + d["end_top_sites"]
+    assert not any("vramscope/" in s["site"] for s in sites), [s["site"] for s in sites]
+    mine = [s for s in sites if s["site"].endswith(f"{THIS}:{line} in test_a_checkpointed_blocks_recomputation_is_sited_at_the_backward_line")]
+    assert mine, [s["site"] for s in sites]
+    named = {p["module"] for s in mine for p in s.get("within", [])}
+    assert "blocks[*]" in named, named

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import os
 import sys
 import time
 import weakref
@@ -456,7 +457,12 @@ class DispatchRecorder(Recorder):
             f = top
             while f is not None:
                 self._pinned.add(f.f_code)
-                frames.append(self._frame(f))
+                # The recorder's own frames are no one's code: a mode's
+                # handler stays on the stack around a call that runs more
+                # Python (``loss.backward()`` recomputing a checkpointed
+                # block), where it would be taken for the user's line.
+                if not f.f_code.co_filename.startswith(_OWN_FILES):
+                    frames.append(self._frame(f))
                 f = f.f_back
             sid = self._stack_ids[k] = len(self.stack_list)
             self.stack_list.append(frames)
@@ -558,6 +564,10 @@ _GUARD_FILES = (
     "torch\\_dynamo\\eval_frame.py",
 )
 _WRAPPER_CODES: set = set()
+
+
+# The recorders' own files (this directory).
+_OWN_FILES = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def _is_guard(code: Any) -> bool:
