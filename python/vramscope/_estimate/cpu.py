@@ -129,6 +129,7 @@ class Cpu(Kernels):
         self.capability = str(torch.backends.cpu.get_cpu_capability())
         self.avx512 = self.capability.startswith("AVX512")
         self.lstm_calls = 0  # nn.LSTM calls that took oneDNN's path (cpu_rnn.rnns_as_on_cpu)
+        self.conv_modelled = 0  # forward convolutions whose oneDNN reorders were traced
 
     def before(self, func: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], rec: Any) -> Optional[Any]:
         name = op_name(func)
@@ -136,12 +137,68 @@ class Cpu(Kernels):
             return self._lstm_forward(func, args, kwargs, rec)
         if name == "mkldnn_rnn_layer_backward":
             return self._lstm_backward(func, args, kwargs, rec)
+        if name == "convolution" and self._conv_forward(args, rec):
+            self.conv_modelled += 1
+            return None
         if name == _BACKWARD and args and not args[0].is_contiguous():
             # flash_attention_backward_kernel_impl: grad_out.contiguous(),
             # alive through the kernel.
             g = args[0]
             self.held.append(self._workspace(g.numel() * g.element_size(), rec, "temporary", keep=False))
         return None
+
+    def _conv_forward(self, args: Tuple[Any, ...], rec: Any) -> bool:
+        """oneDNN's forward convolution (``mkldnn_convolution``) on a
+        float32 NCHW input, as it runs on AVX-512: the input reordered to
+        16-channel blocks (from 16 input channels on), the weights to
+        16-by-16 blocks (outputs only below 16 input channels), the output
+        made in 16-channel blocks and copied to PyTorch's layout, the
+        blocked copies freed around it; a bias padded to whole blocks; a
+        1×1 convolution with a stride first gathers the strided input, one
+        image's per thread. Where ``ConvParams::use_mkldnn`` says no
+        (one image, a 1×1 or 3×3 kernel, few elements), PyTorch's own
+        ``slow_conv2d`` runs: its input unfolded for the call (im2col).
+        Measured allocation by allocation (``python/tests/test_cpu_conv.py``).
+        Made here, before the output: the copies are freed before the
+        output is made, all but the blocked output, freed after it."""
+        import torch
+
+        if len(args) < 9 or not self.avx512 or not torch._C._get_mkldnn_enabled():
+            return False
+        x, w, bias, stride, padding, dilation, transposed, _, groups = args[:9]
+        if transposed or groups != 1 or x.dim() != 4 or w.dim() != 4 or x.dtype != torch.float32 or w.dtype != torch.float32:
+            return False
+        if not x.is_contiguous() or any(d != 1 for d in dilation) or x.numel() == 0:
+            return False
+        n, c, h, wd = (int(v) for v in x.shape)
+        k, _, kh, kw = (int(v) for v in w.shape)
+        # ConvParams::use_mkldnn (aten/src/ATen/native/Convolution.cpp):
+        # otherwise PyTorch's own kernel runs, whose memory the trace has.
+        strided = any(int(v) != 1 for v in stride)
+        ho = (h + 2 * int(padding[0]) - kh) // int(stride[0]) + 1
+        wo = (wd + 2 * int(padding[1]) - kw) // int(stride[1]) + 1
+        if ho <= 0 or wo <= 0:
+            return False
+        if not ((strided or n >= 16 or kh != 1 or kw != 1 or self.threads > 1) and ((kh > 3 and kw > 3) or n > 1 or n * c * h * wd > 20480)):
+            # PyTorch's own (slow_conv2d): its unfolded input, made for
+            # the call, unless the kernel reads the input as it is.
+            if n < 16 and not (kh == kw == 1 and not strided and int(padding[0]) == int(padding[1]) == 0):
+                self.held.append(self._workspace(n * c * kh * kw * ho * wo * 4, rec, "temporary", keep=False))
+            return True
+        p16 = lambda v: -(-v // 16) * 16  # noqa: E731
+        blocked = c >= 16
+        steps = []
+        if bias is not None and k % 16:
+            steps.append(p16(k) * 4 + 128)  # the bias padded to whole blocks
+        if blocked and kh == kw == 1 and strided:
+            steps.append(self.threads * p16(c) * ho * wo * 4 + 128)
+        if blocked:
+            steps.append(n * p16(c) * h * wd * 4)
+        steps.append(p16(k) * (p16(c) if blocked else c) * kh * kw * 4)
+        made = [self._workspace(s, rec, "temporary", keep=False) for s in steps]
+        self.held.append(self._workspace(n * p16(k) * ho * wo * 4, rec, "temporary", keep=False))
+        made.clear()
+        return True
 
     def _lstm_forward(self, func: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], rec: Any) -> Any:
         """``mkldnn_rnn_layer``: its outputs, the workspace it keeps for
@@ -196,11 +253,14 @@ class Cpu(Kernels):
 
     def after(self, func: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], rec: Any) -> None:
         name = op_name(func)
-        if name in ("convolution", "convolution_backward"):
+        if name == "convolution_backward" or (name == "convolution" and not self.held):
             self.note(
-                "conv",
-                "convolutions: oneDNN's reorders of weights and activations into its blocked layouts are not traced "
-                "(on the zoo of docs/estimate.md: 10% of a ResNet-18's inference peak, 0.6-5% of a UNet's)",
+                "conv_backward" if name == "convolution_backward" else "conv",
+                "convolutions' backward: oneDNN's reorders of gradients, inputs and weights into its blocked layouts are not traced "
+                "(on the zoo of docs/estimate.md: up to 5% of a UNet's training peak)"
+                if name == "convolution_backward"
+                else "convolutions: oneDNN's reorders into its blocked layouts are modelled for float32 NCHW convolutions on AVX-512 "
+                "only; this one's are not traced",
             )
         elif name in ("mm", "addmm", "bmm", "baddbmm") and rec.phase == "backward" and args and getattr(args[0], "dtype", None) == _bf16():
             self.note(

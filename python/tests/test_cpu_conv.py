@@ -1,0 +1,95 @@
+"""oneDNN's forward convolution on the CPU (vramscope._estimate.cpu) against
+real runs.
+
+Each case runs one ``nn.Conv2d`` forward for real on the CPU under
+``no_grad`` with c10's allocator watched, and asks
+``vramscope.estimate(device="cpu", inference=True)`` for it: every
+allocation (the input and weights reordered into 16-channel blocks, the
+blocked output and its copy in PyTorch's layout, a strided 1×1's gathered
+input) must be one the estimate made, size for size, and the peak the real
+one to the byte. Shapes cover input channels below 16, on and off the
+multiples of 16, output channels off them, strides, paddings, 1×1 and 7×7
+kernels, a batch below the thread count.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections import Counter
+from typing import Any, List, Tuple
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from conftest import native_module  # noqa: E402
+
+if native_module() is None:
+    pytest.skip("vramscope._native is not built", allow_module_level=True)
+
+from torch import nn  # noqa: E402
+
+import vramscope  # noqa: E402
+
+AVX512 = str(torch.backends.cpu.get_cpu_capability()).startswith("AVX512")
+pytestmark = pytest.mark.skipif(not AVX512, reason="the blocked layouts modelled are AVX-512's (16 channels)")
+
+# (batch, in channels, size, out channels, kernel, stride, padding)
+SHAPES = [
+    (4, 3, 64, 64, 7, 2, 3),  # a ResNet's stem
+    (2, 12, 32, 32, 3, 1, 1),
+    (2, 16, 32, 24, 3, 1, 1),
+    (2, 40, 20, 24, 3, 1, 1),
+    (4, 64, 28, 128, 3, 2, 1),
+    (4, 128, 28, 256, 1, 2, 0),  # a downsampling shortcut: the strided input gathered first
+    (1, 64, 16, 64, 1, 2, 0),  # one image, a 1×1 kernel, few elements: PyTorch's slow_conv2d, its input unfolded
+    (1, 16, 16, 16, 3, 1, 1),  # the same with a 3×3 kernel
+    (1, 64, 32, 64, 1, 2, 0),  # one image, more elements: oneDNN, a gather per thread
+    (2, 64, 15, 64, 3, 1, 1),
+    (2, 256, 7, 512, 3, 1, 0),
+]
+
+
+def _sizes(trace: List[dict]) -> Tuple[int, List[int]]:
+    live = peak = 0
+    sizes = []
+    for e in trace:
+        if e["action"] == "alloc":
+            live += e["size"]
+            peak = max(peak, live)
+            sizes.append(e["size"])
+        elif e["action"] == "free_completed":
+            live -= e["size"]
+    return peak, sizes
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=["x".join(map(str, s)) for s in SHAPES])
+def test_the_convolution_is_the_real_one(shape: Tuple[int, ...], tmp_path: Any) -> None:
+    n, c, size, k, kernel, stride, padding = shape
+    torch.manual_seed(0)
+    conv = nn.Conv2d(c, k, kernel, stride=stride, padding=padding)
+    x = torch.randn(n, c, size, size)
+    path = tmp_path / "real.pickle"
+    with vramscope.record(path, backend="allocator"):
+        with torch.no_grad():
+            conv(x)
+    with open(path, "rb") as f:
+        peak, sizes = _sizes(pickle.load(f)["device_traces"][0])
+    there = sum(t.untyped_storage().nbytes() for t in (*conv.parameters(), x))
+    est_path = tmp_path / "est.pickle"
+    est = vramscope.estimate(conv, (x,), None, steps=1, device="cpu", inference=True, path=est_path)
+    with open(est_path, "rb") as f:
+        snap = pickle.load(f)
+    made = [e["size"] for e in snap["device_traces"][0] if e["action"] == "alloc" and e.get("category") not in ("parameter", "input")]
+    assert Counter(made) == Counter(sizes), (sorted(made), sorted(sizes))
+    assert est.peak_bytes == there + peak, (est.peak_bytes, there + peak)
+    assert not est.notes, est.notes
+
+
+def test_a_convolution_off_the_model_says_so(tmp_path: Any) -> None:
+    """A channels-last input (oneDNN's NHWC kernels) is not modelled: the
+    estimate says its reorders are not traced."""
+    conv = nn.Conv2d(32, 32, 3, padding=1)
+    x = torch.randn(2, 32, 16, 16).to(memory_format=torch.channels_last)
+    est = vramscope.estimate(conv, (x,), None, steps=1, device="cpu", inference=True)
+    assert any("NCHW convolutions on AVX-512 only" in n for n in est.notes), est.notes
