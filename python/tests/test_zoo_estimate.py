@@ -34,10 +34,8 @@ EXACT = 0.005
 ONEDNN_CONV = "oneDNN's reorders"
 ONEDNN_BF16 = "oneDNN's packing"
 KNOWN = {
-    ("unet", "fp32"): (-0.012, 0.0, ONEDNN_CONV),
     ("unet", "bf16"): (-0.02, -0.008, ONEDNN_CONV),
     ("unet", "autocast_forward"): (-0.02, -0.008, ONEDNN_CONV),
-    ("unet", "checkpoint"): (-0.055, -0.04, ONEDNN_CONV),
     ("vit", "bf16"): (-0.03, -0.015, ONEDNN_BF16),
     ("vit", "autocast_forward"): (-0.03, -0.015, ONEDNN_BF16),
 }

@@ -22,6 +22,11 @@ returns; backward also copies a gradient of the output that is not
 contiguous, and each thread's ``dsum`` row. The block sizes follow the
 query length (32 rows below 192, 64 below 768, else 256; 512 keys at most).
 
+:class:`Cpu` also adds oneDNN's reorders around a float32 convolution,
+forward and backward (``_conv_forward``, ``_conv_backward``: the blocked
+copies of the input, weights, output and gradients), and the unfolded
+input of PyTorch's own ``slow_conv2d`` where oneDNN declines.
+
 ``torch.utils.checkpoint`` keeps the CPU's random number generator state
 (``torch.get_rng_state()``, a 5,056-byte tensor of c10's CPU allocator) for
 every checkpointed call until its recomputation: on the CPU that is the
@@ -129,17 +134,26 @@ class Cpu(Kernels):
         self.capability = str(torch.backends.cpu.get_cpu_capability())
         self.avx512 = self.capability.startswith("AVX512")
         self.lstm_calls = 0  # nn.LSTM calls that took oneDNN's path (cpu_rnn.rnns_as_on_cpu)
-        self.conv_modelled = 0  # forward convolutions whose oneDNN reorders were traced
+        self.conv_modelled = 0  # convolutions whose oneDNN reorders were traced
+        self._conv_done = False  # the current operation's were
 
     def before(self, func: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], rec: Any) -> Optional[Any]:
         name = op_name(func)
+        self._conv_done = False
         if name == "mkldnn_rnn_layer":
             return self._lstm_forward(func, args, kwargs, rec)
         if name == "mkldnn_rnn_layer_backward":
             return self._lstm_backward(func, args, kwargs, rec)
         if name == "convolution" and self._conv_forward(args, rec):
             self.conv_modelled += 1
+            self._conv_done = True
             return None
+        if name == "convolution_backward":
+            grads = self._conv_backward(args, rec)
+            if grads is not None:
+                self.conv_modelled += 1
+                self._conv_done = True
+                return grads
         if name == _BACKWARD and args and not args[0].is_contiguous():
             # flash_attention_backward_kernel_impl: grad_out.contiguous(),
             # alive through the kernel.
@@ -161,25 +175,15 @@ class Cpu(Kernels):
         Measured allocation by allocation (``python/tests/test_cpu_conv.py``).
         Made here, before the output: the copies are freed before the
         output is made, all but the blocked output, freed after it."""
-        import torch
-
-        if len(args) < 9 or not self.avx512 or not torch._C._get_mkldnn_enabled():
+        if len(args) < 9:
             return False
         x, w, bias, stride, padding, dilation, transposed, _, groups = args[:9]
-        if transposed or groups != 1 or x.dim() != 4 or w.dim() != 4 or x.dtype != torch.float32 or w.dtype != torch.float32:
+        g = self._conv_geometry(x, w, stride, padding, dilation, transposed, groups)
+        if g is None:
             return False
-        if not x.is_contiguous() or any(d != 1 for d in dilation) or x.numel() == 0:
-            return False
-        n, c, h, wd = (int(v) for v in x.shape)
-        k, _, kh, kw = (int(v) for v in w.shape)
-        # ConvParams::use_mkldnn (aten/src/ATen/native/Convolution.cpp):
-        # otherwise PyTorch's own kernel runs, whose memory the trace has.
+        n, c, h, wd, k, kh, kw, ho, wo = g
         strided = any(int(v) != 1 for v in stride)
-        ho = (h + 2 * int(padding[0]) - kh) // int(stride[0]) + 1
-        wo = (wd + 2 * int(padding[1]) - kw) // int(stride[1]) + 1
-        if ho <= 0 or wo <= 0:
-            return False
-        if not ((strided or n >= 16 or kh != 1 or kw != 1 or self.threads > 1) and ((kh > 3 and kw > 3) or n > 1 or n * c * h * wd > 20480)):
+        if not self._onednn_takes(n, c, h, wd, kh, kw, strided):
             # PyTorch's own (slow_conv2d): its unfolded input, made for
             # the call, unless the kernel reads the input as it is.
             if n < 16 and not (kh == kw == 1 and not strided and int(padding[0]) == int(padding[1]) == 0):
@@ -199,6 +203,98 @@ class Cpu(Kernels):
         self.held.append(self._workspace(n * p16(k) * ho * wo * 4, rec, "temporary", keep=False))
         made.clear()
         return True
+
+    def _onednn_takes(self, n: int, c: int, h: int, w: int, kh: int, kw: int, strided: bool) -> bool:
+        """``ConvParams::use_mkldnn`` (aten/src/ATen/native/Convolution.cpp)
+        for a float32 CPU convolution: otherwise PyTorch's own kernel runs."""
+        return (strided or n >= 16 or kh != 1 or kw != 1 or self.threads > 1) and ((kh > 3 and kw > 3) or n > 1 or n * c * h * w > 20480)
+
+    def _conv_geometry(self, x: Any, w: Any, stride: Any, padding: Any, dilation: Any, transposed: bool, groups: int) -> Optional[Tuple[int, ...]]:
+        """(n, c, h, w, k, kh, kw, ho, wo) of a float32 NCHW convolution on
+        AVX-512 with oneDNN on (what the model covers), or None."""
+        import torch
+
+        if not self.avx512 or not torch._C._get_mkldnn_enabled() or transposed or groups != 1:
+            return None
+        if x.dim() != 4 or w.dim() != 4 or x.dtype != torch.float32 or w.dtype != torch.float32:
+            return None
+        if not x.is_contiguous() or any(d != 1 for d in dilation) or x.numel() == 0:
+            return None
+        n, c, h, wd = (int(v) for v in x.shape)
+        k, _, kh, kw = (int(v) for v in w.shape)
+        ho = (h + 2 * int(padding[0]) - kh) // int(stride[0]) + 1
+        wo = (wd + 2 * int(padding[1]) - kw) // int(stride[1]) + 1
+        if ho <= 0 or wo <= 0:
+            return None
+        return n, c, h, wd, k, kh, kw, ho, wo
+
+    def _conv_backward(self, args: Tuple[Any, ...], rec: Any) -> Optional[Tuple[Any, Any, Any]]:
+        """oneDNN's backward convolution (``mkldnn_convolution_backward``)
+        where its forward is modelled, made here in its order (its
+        gradients returned in place of the meta kernel's, which makes all
+        three at once): for the input's gradient (stride 1, 16 input
+        channels or more) the output's gradient and the weights reordered
+        into blocks and the input's gradient made in blocks, then copied
+        out; for the weights' gradient the output's gradient and the input
+        reordered again (a strided 1×1's input gathered, as forward), the
+        weights' and the bias's gradients made in blocks (a bias whose
+        channels are not whole blocks also once in its own size), then
+        copied out. Not traced: the per-thread copy of the weights'
+        gradient the kernel reduces into for some shapes (a blocked
+        weight's size and 8 KiB)."""
+        import torch
+
+        if len(args) < 11:
+            return None
+        gout, x, w, bias_sizes, stride, padding, dilation, transposed, _, groups, mask = args[:11]
+        g = self._conv_geometry(x, w, stride, padding, dilation, transposed, groups)
+        if g is None or not isinstance(gout, torch.Tensor) or not gout.is_contiguous() or gout.dtype != torch.float32:
+            return None
+        n, c, h, wd, k, kh, kw, ho, wo = g
+        strided = any(int(v) != 1 for v in stride)
+        if not self._onednn_takes(n, c, h, wd, kh, kw, strided):
+            return None  # PyTorch's slow_conv2d backward: not modelled
+        want_input, want_weight, want_bias = (bool(m) for m in mask)
+        if (want_input and (strided or c < 16)) or (want_bias and not want_weight):
+            return None
+        p16 = lambda v: -(-v // 16) * 16  # noqa: E731
+        blocked = c >= 16
+        gout_r = n * p16(k) * ho * wo * 4
+        w_r = p16(k) * (p16(c) if blocked else c) * kh * kw * 4
+
+        def temp(size: int) -> Any:
+            return self._workspace(size, rec, "temporary", keep=False)
+
+        def out(like: Any, shape: Any = None) -> Any:
+            t = torch.empty(like.shape if shape is None else shape, dtype=torch.float32, device=like.device)
+            rec.track(t)
+            return t
+
+        grad_input = grad_weight = grad_bias = None
+        if want_input:
+            made = [temp(gout_r), temp(w_r)]
+            dsrc = temp(n * p16(c) * h * wd * 4)
+            made.clear()
+            grad_input = out(x)
+            del dsrc
+        if want_weight:
+            made = [temp(gout_r)]
+            if blocked:
+                made.append(temp(n * p16(c) * h * wd * 4))
+            dw = temp(w_r)
+            if blocked and kh == kw == 1 and strided:
+                made.append(temp(self.threads * p16(c) * ho * wo * 4 + 128))
+            db = None
+            if want_bias:
+                db = temp(p16(k) * 4 + (128 if k % 16 else 0))
+                if k % 16:
+                    made.append(temp(k * 4))
+            made.clear()
+            if want_bias:
+                grad_bias = out(w, (k,))
+            grad_weight = out(w)
+            del dw, db
+        return grad_input, grad_weight, grad_bias
 
     def _lstm_forward(self, func: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], rec: Any) -> Any:
         """``mkldnn_rnn_layer``: its outputs, the workspace it keeps for
@@ -253,16 +349,15 @@ class Cpu(Kernels):
 
     def after(self, func: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], rec: Any) -> None:
         name = op_name(func)
-        if name == "convolution_backward" or (name == "convolution" and not self.held):
+        if name in ("convolution", "convolution_backward") and not self._conv_done:
             self.note(
-                "conv_backward" if name == "convolution_backward" else "conv",
-                "convolutions' backward: oneDNN's reorders of gradients, inputs and weights into its blocked layouts are not traced "
-                "(on the zoo of docs/estimate.md: up to 5% of a UNet's training peak)"
-                if name == "convolution_backward"
-                else "convolutions: oneDNN's reorders into its blocked layouts are modelled for float32 NCHW convolutions on AVX-512 "
-                "only; this one's are not traced",
+                "conv",
+                "convolutions: oneDNN's reorders into its blocked layouts are modelled for float32 NCHW convolutions on AVX-512 "
+                "(forward; backward at stride 1, or for the weights' gradient); this one's are not traced "
+                "(on the zoo of docs/estimate.md: up to 5% of a UNet's training peak)",
             )
-        elif name in ("mm", "addmm", "bmm", "baddbmm") and rec.phase == "backward" and args and getattr(args[0], "dtype", None) == _bf16():
+        self._conv_done = False
+        if name in ("mm", "addmm", "bmm", "baddbmm") and rec.phase == "backward" and args and getattr(args[0], "dtype", None) == _bf16():
             self.note(
                 "bf16_matmul",
                 "bf16 matmuls in backward: oneDNN's packing of their operands is not traced (on the zoo: 2% of a ViT's peak)",
