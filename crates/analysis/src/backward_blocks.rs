@@ -95,7 +95,10 @@ mod tests {
     #[test]
     fn block_paths_are_grouped_like_the_module_map() {
         assert_eq!(grouped("model.layers.3"), "model.layers[*]");
-        assert_eq!(grouped("encoder.block.11.layer.0"), "encoder.block[*].layer[*]");
+        assert_eq!(
+            grouped("encoder.block.11.layer.0"),
+            "encoder.block[*].layer[*]"
+        );
         assert_eq!(grouped("0"), "[*]");
         assert_eq!(grouped("h.2"), "h[*]");
         assert_eq!(grouped("blocks"), "blocks");
@@ -104,7 +107,11 @@ mod tests {
     #[test]
     fn an_event_is_the_block_whose_span_holds_it() {
         let b = BackwardBlocks {
-            spans: vec![(10, 19, "a[*]".into()), (20, 29, "b[*]".into()), (40, 45, "a[*]".into())],
+            spans: vec![
+                (10, 19, "a[*]".into()),
+                (20, 29, "b[*]".into()),
+                (40, 45, "a[*]".into()),
+            ],
         };
         assert_eq!(b.at(9), None);
         assert_eq!(b.at(10), Some("a[*]"));

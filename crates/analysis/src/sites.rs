@@ -12,7 +12,7 @@ use vramscope_snapshot::{Frame, FrameId, Snapshot, StackId};
 
 use crate::backward_blocks::BackwardBlocks;
 use crate::liveness::LiveBlock;
-use crate::within::{parts, ModuleIndex, SitePart};
+use crate::within::{parts, ModuleIndex, PartBlock, SitePart};
 
 /// Frames PyTorch's viewer hides (names and files).
 const NOISE_NAMES: &[&str] = &[
@@ -304,7 +304,7 @@ pub fn group_by_site(snap: &Snapshot, device: u32, blocks: &[LiveBlock], top: us
     let modules = ModuleIndex::new(snap);
     let backward = BackwardBlocks::new(snap, device);
     // The blocks of each site shown, gathered in one pass.
-    let mut of_site: HashMap<Option<FrameId>, Vec<(StackId, u64, Option<u32>)>> =
+    let mut of_site: HashMap<Option<FrameId>, Vec<PartBlock>> =
         v.iter().map(|(k, _)| (*k, Vec::new())).collect();
     for b in blocks {
         if let Some(mine) = site_of_stack.get(&b.stack).and_then(|k| of_site.get_mut(k)) {
@@ -313,7 +313,14 @@ pub fn group_by_site(snap: &Snapshot, device: u32, blocks: &[LiveBlock], top: us
     }
     let mut within = |key: Option<FrameId>| {
         let mine = of_site.remove(&key).unwrap_or_default();
-        parts(snap, &modules, &backward, key, mine.into_iter(), PARTS_PER_SITE)
+        parts(
+            snap,
+            &modules,
+            &backward,
+            key,
+            mine.into_iter(),
+            PARTS_PER_SITE,
+        )
     };
     v.into_iter()
         .map(|(key, (bytes, count, example))| match key {

@@ -56,6 +56,10 @@ pub struct PartKey {
     pub backward: bool,
 }
 
+/// A block given to [`parts`]: its stack, bytes and `alloc` event (none
+/// for a block from before the window).
+pub type PartBlock = (StackId, u64, Option<u32>);
+
 /// Modules of one class whose paths differ in one place, that a stack
 /// cannot tell apart, are named together (`mlp.{gate_proj,up_proj,down_proj}`)
 /// up to this many; more, and the module around them names the part.
@@ -227,7 +231,7 @@ pub fn parts(
     modules: &ModuleIndex,
     backward: &BackwardBlocks,
     site: Option<FrameId>,
-    blocks: impl Iterator<Item = (StackId, u64, Option<u32>)>,
+    blocks: impl Iterator<Item = PartBlock>,
     top: usize,
 ) -> Vec<SitePart> {
     // Module names (and classes) met so far; a key holds an index.

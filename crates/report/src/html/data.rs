@@ -11,12 +11,12 @@
 use std::collections::BTreeMap;
 
 use serde_json::json;
+use vramscope_analysis::backward_blocks::BackwardBlocks;
 use vramscope_analysis::categories::{Categories, Category, Labelled, CATEGORIES};
 use vramscope_analysis::lifetimes::{
     Lifetimes, BEFORE_WINDOW, NOT_REQUESTED, NO_BLOCK, STILL_ALIVE,
 };
 use vramscope_analysis::sites::{frame_location, is_library, is_native, is_noise, site_frame};
-use vramscope_analysis::backward_blocks::BackwardBlocks;
 use vramscope_analysis::within::{backward_label, part_label, ModuleIndex};
 use vramscope_analysis::DeviceSummary;
 use vramscope_snapshot::hash::FxHashMap;

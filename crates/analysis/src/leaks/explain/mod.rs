@@ -67,7 +67,13 @@ impl Context<'_> {
         let lt = self.lifetimes;
         let mine = (0..lt.len())
             .filter(|&b| self.sites.of_block[b] == site && lt.death[b] == STILL_ALIVE)
-            .map(|b| (lt.stack[b], lt.size[b], Some(lt.birth[b]).filter(|&i| i != BEFORE_WINDOW)));
+            .map(|b| {
+                (
+                    lt.stack[b],
+                    lt.size[b],
+                    Some(lt.birth[b]).filter(|&i| i != BEFORE_WINDOW),
+                )
+            });
         let within = parts(
             self.snap,
             &ModuleIndex::new(self.snap),
