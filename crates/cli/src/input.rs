@@ -29,9 +29,9 @@ pub fn keep_loaded(on: bool) {
 /// Load `file` with a progress bar for large files; invalid input is exit 2.
 /// A file kept by [`keep_loaded`] and unchanged since is not read again.
 pub(crate) fn load(file: &Path, quiet: bool) -> Result<Arc<Snapshot>, CliError> {
-    let stamp = std::fs::metadata(file)
-        .ok()
-        .map(|m| (m.modified().ok(), m.len()));
+    // Read once: the stamp of a kept file and the checks before reading.
+    let meta = std::fs::metadata(file);
+    let stamp = meta.as_ref().ok().map(|m| (m.modified().ok(), m.len()));
     let key = std::fs::canonicalize(file).unwrap_or_else(|_| file.to_path_buf());
     let kept = KEPT.lock().ok().and_then(|kept| {
         let (t, l, snap) = kept.as_ref()?.get(&key)?;
@@ -40,7 +40,7 @@ pub(crate) fn load(file: &Path, quiet: bool) -> Result<Arc<Snapshot>, CliError> 
     let snap = match kept {
         Some(snap) => snap,
         None => {
-            let snap = Arc::new(read(file, quiet)?);
+            let snap = Arc::new(read(file, meta, quiet)?);
             if let (Ok(mut kept), Some((time, len))) = (KEPT.lock(), stamp) {
                 if let Some(k) = kept.as_mut() {
                     k.insert(key, (time, len, Arc::clone(&snap)));
@@ -62,8 +62,11 @@ pub(crate) fn load(file: &Path, quiet: bool) -> Result<Arc<Snapshot>, CliError> 
     Ok(snap)
 }
 
-fn read(file: &Path, quiet: bool) -> Result<Snapshot, CliError> {
-    let meta = std::fs::metadata(file);
+fn read(
+    file: &Path,
+    meta: std::io::Result<std::fs::Metadata>,
+    quiet: bool,
+) -> Result<Snapshot, CliError> {
     if meta.as_ref().is_ok_and(|m| m.is_dir()) {
         return Err(CliError::Io(anyhow!(
             "{} is a directory; give a snapshot file in it (vramscope ranks reads a directory of rank files)",
