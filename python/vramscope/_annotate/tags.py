@@ -115,6 +115,7 @@ class Tagger:
         # stacks; these spans say which block they were made for.
         self.backward_spans: "collections.deque[tuple]" = collections.deque(maxlen=200_000)
         self._open_backward: Optional[tuple] = None
+        self._block_hooks: Dict[str, tuple] = {}  # block name -> its two node hooks
         # Which code is which module (path, class, forward's lines) for
         # every outermost module called: what names the part of a model
         # that made memory its stack shows only as `forward`.
@@ -294,10 +295,16 @@ class Tagger:
         out = _first_grad_fn(output, self._tensor)
         if out is None:
             return
-        out.register_prehook(functools.partial(self._block_backward, name, True))
+        hooks = self._block_hooks.get(name)
+        if hooks is None:  # made once per block: this runs at every call
+            hooks = self._block_hooks[name] = (
+                functools.partial(self._block_backward, name, True),
+                functools.partial(self._block_backward, name, False),
+            )
+        out.register_prehook(hooks[0])
         inp = _first_grad_fn(args, self._tensor)
         if inp is not None and inp is not out:
-            inp.register_prehook(functools.partial(self._block_backward, name, False))
+            inp.register_prehook(hooks[1])
 
     def _block_backward(self, name: str, begins: bool, grad_outputs: Any) -> None:
         if compiling():  # compiled autograd traces node hooks
