@@ -284,3 +284,52 @@ def test_a_checkpointed_blocks_recomputation_is_sited_at_the_backward_line(tmp_p
     assert mine, [s["site"] for s in sites]
     named = {p["module"] for s in mine for p in s.get("within", [])}
     assert "blocks[*]" in named, named
+
+
+def test_the_head_and_embedding_beside_the_blocks_are_named_in_backward(tmp_path: Path) -> None:
+    """Beside the repeated blocks, the modules with parameters of their
+    own (an input projection, a head) have their backward named too, and
+    what runs after backward (a gradient norm) is no block's."""
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = torch.nn.Linear(16, 32)
+            self.body = Stack(2)
+            self.head = torch.nn.Linear(32, 512)
+
+        def forward(self, x):
+            return self.head(self.body(self.embed(x)))
+
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(64, 16)
+    path = tmp_path / "head.pickle"
+    import inspect
+
+    line = inspect.currentframe().f_lineno + 4
+    with vramscope.record(path, backend="allocator"):
+        for _ in range(2):
+            opt.zero_grad()
+            model(x).pow(2).mean().backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            vramscope.step()
+    sites = vramscope.load(path).summary()["devices"][0]["end_top_sites"]
+    site = next(s for s in sites if s["site"].endswith(f"{THIS}:{line} in test_the_head_and_embedding_beside_the_blocks_are_named_in_backward"))
+    named = {p["module"]: p for p in site["within"]}
+    assert set(named) == {"head", "body.blocks[*]", "embed"}, named
+    assert (named["head"]["class"], named["head"]["bytes"]) == ("Linear", (32 * 512 + 512) * 4), named["head"]
+    assert named["embed"]["bytes"] == (16 * 32 + 32) * 4, named["embed"]
+    assert named["body.blocks[*]"]["bytes"] == 2 * (32 * 128 + 128 + 128 * 32 + 32) * 4
+    assert all(p["backward"] for p in site["within"])
+    snap = pickle.loads(path.read_bytes())
+    spans = [a for a in snap["external_annotations"] if a["name"].startswith("vramscope.backward#")]
+    names = {a["name"].split("#", 1)[1] for a in spans}
+    assert names == {"head", "body.blocks.0", "body.blocks.1", "embed"}, names
+    # The last span (the embedding's: its input has no node) ends with the
+    # backward, before the gradient norm's first allocation.
+    ends = sorted(a["time_us"] for a in spans if a["name"].endswith("#embed") and a["stage"] == "END")
+    clips = [e["time_us"] for e in snap["device_traces"][0] if e["action"] == "alloc" and any("clip_grad" in f["filename"] for f in e.get("frames", []))]
+    assert clips and ends[0] <= min(clips), (ends, clips[:3])

@@ -103,6 +103,9 @@ class Tagger:
         # (activation checkpointing), which stacks cannot (every layer runs
         # the same lines).
         self._blocks: Dict[int, str] = {}
+        # The modules beside the blocks whose backward is named too (an LM
+        # head, an embedding), by id: their backward spans, no forward's.
+        self._parts: Dict[int, str] = {}
         self._open_blocks: List[tuple] = []
         # The autocast states the outermost forward calls ran under ("off",
         # "bfloat16", "float16").
@@ -116,6 +119,7 @@ class Tagger:
         self.backward_spans: "collections.deque[tuple]" = collections.deque(maxlen=200_000)
         self._open_backward: Optional[tuple] = None
         self._block_hooks: Dict[str, tuple] = {}  # block name -> its two node hooks
+        self._queued_task = -1  # the backward whose end is queued to end the last span
         # Which code is which module (path, class, forward's lines) for
         # every outermost module called: what names the part of a model
         # that made memory its stack shows only as `forward`.
@@ -247,6 +251,7 @@ class Tagger:
         convolutions and activations)."""
         import torch.nn as nn
 
+        containers: set = set()
         try:
             for cname, c in root.named_modules():
                 if not isinstance(c, (nn.ModuleList, nn.Sequential)):
@@ -258,8 +263,34 @@ class Tagger:
                     continue
                 for kname, k in kids:
                     self._blocks.setdefault(id(k), f"{cname}.{kname}" if cname else kname)
+                    containers.add(cname)
+            self._find_parts(root, containers)
         except Exception:  # a module whose named_modules fails: no blocks
             pass
+
+    def _find_parts(self, root: Any, containers: set) -> None:
+        """The modules beside the repeated blocks whose backward is named
+        too (an LM head, an embedding, a final norm): the children, with
+        parameters of their own, of the blocks' container's ancestors,
+        those that hold no blocks. Their backwards and the blocks' never
+        overlap (each runs whole before or after the others)."""
+        if not containers:
+            return
+        ancestors = {""}
+        for c in containers:
+            parts = c.split(".") if c else []
+            ancestors.update(".".join(parts[:i]) for i in range(len(parts) + 1))
+        modules = dict(root.named_modules())
+        for a in ancestors:
+            parent = modules.get(a)
+            if parent is None:
+                continue
+            for kname, k in parent.named_children():
+                path = f"{a}.{kname}" if a else kname
+                if path in ancestors or path in containers or id(k) in self._blocks:
+                    continue
+                if next(k.parameters(), None) is not None:
+                    self._parts.setdefault(id(k), path)
 
     def _forward_post(self, module: Any, args: Any, output: Any) -> None:
         if self._open_blocks and self._blocks.get(id(module)) == self._open_blocks[-1][0]:
@@ -267,6 +298,10 @@ class Tagger:
             self.block_spans.append((start, _now_us(), name))
             if not _in_backward():  # a checkpointed block's recomputation is inside its own backward
                 self._watch_block_backward(name, args, output)
+        elif self._parts:
+            part = self._parts.get(id(module))
+            if part is not None and not _in_backward():
+                self._watch_block_backward(part, args, output)
         local = self._local
         depth = getattr(local, "depth", 0)
         if depth <= 0:
@@ -318,7 +353,23 @@ class Tagger:
             self._open_backward = None
         if begins:
             self._open_backward = (name, now)
+            self._end_with_backward()
         return None
+
+    def _end_with_backward(self) -> None:
+        """The last span of a backward ends with it: a callback queued on
+        autograd's engine, once per backward (the last block's input, an
+        embedding's token ids, has no node to end it)."""
+        try:
+            import torch
+
+            task = torch._C._current_graph_task_id()
+            if task == self._queued_task:
+                return
+            self._queued_task = task
+            torch.autograd.Variable._execution_engine.queue_callback(self.end_backward)
+        except Exception:  # noqa: BLE001 - an engine without callbacks: the next forward or step ends it
+            pass
 
     def end_backward(self) -> None:
         """A block's backward still open ends now (the next forward, the
