@@ -1,16 +1,17 @@
-//! Which of the model's repeated blocks a backward allocation was made for.
+//! Which part of the model a backward allocation was made for: one of its
+//! repeated blocks, or a module with parameters beside them (an LM head).
 //!
 //! Backward runs in autograd's engine: an allocation it makes has only the
 //! user's `loss.backward()` line on its stack, so a site table puts a
 //! model's whole backward (its gradients, the recomputed activations of
 //! checkpointed blocks, the temporaries) at that one line. The recorder
-//! knows more: in each block's forward it puts a pre-hook on the autograd
-//! node that made the block's output (where the block's backward begins)
-//! and on the one that made its input (where it ends), and writes each
-//! block's backward as a `vramscope.backward#NAME` annotation
-//! (`model.layers.3`). An allocation inside one is the block's, named with
-//! the repeated blocks grouped (`model.layers[*]`), as the forward's parts
-//! are.
+//! knows more: in each block's forward (and each module's beside the
+//! blocks) it puts a pre-hook on the autograd node that made the output
+//! (where the backward begins) and on the one that made its input (where it
+//! ends), and writes each backward as a `vramscope.backward#NAME`
+//! annotation (`model.layers.3`, `lm_head`). An allocation inside one is
+//! that module's, named with the repeated blocks grouped
+//! (`model.layers[*]`), as the forward's parts are.
 
 use vramscope_snapshot::{AnnotationStage, Snapshot};
 
