@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 
 use vramscope_analysis::lifetimes::{Lifetimes, BEFORE_WINDOW, STILL_ALIVE};
 use vramscope_simulate::edits::{Change, ChangeKind, ChangeMatch, Edits, Rerun};
-use vramscope_snapshot::{Action, AnnotationStage, Snapshot};
+use vramscope_snapshot::{Action, Snapshot};
 use vramscope_text::units::bytes;
 
 use super::{refuse, Advice, Candidate, ChangeClass, Method, NotOffered};
@@ -45,33 +45,10 @@ fn block_calls(snap: &Snapshot, device: u32) -> Vec<(String, usize, usize)> {
 
 /// The calls the recorder marked (`vramscope.block#NAME` annotations).
 fn marked_calls(snap: &Snapshot, device: u32) -> Vec<(String, usize, usize)> {
-    let Some(t) = snap.trace(device).filter(|t| t.has_time()) else {
-        return Vec::new();
-    };
-    let mut open: Vec<(&str, i64)> = Vec::new();
-    let mut out = Vec::new();
-    for a in &snap.annotations {
-        let Some(name) = snap.str(a.name).strip_prefix(BLOCK_ANNOTATION) else {
-            continue;
-        };
-        match a.stage {
-            AnnotationStage::Start => open.push((name, a.time_us)),
-            AnnotationStage::End => {
-                let Some(k) = open.iter().rposition(|(n, _)| *n == name) else {
-                    continue;
-                };
-                let (_, start) = open.remove(k);
-                let first = t.time_us.partition_point(|&x| x < start);
-                let last = t.time_us.partition_point(|&x| x <= a.time_us);
-                if last > first {
-                    out.push((name.to_owned(), first, last - 1));
-                }
-            }
-            AnnotationStage::Other => {}
-        }
-    }
-    out.sort_by_key(|c| c.1);
-    out
+    vramscope_analysis::backward_blocks::marked_spans(snap, device, BLOCK_ANNOTATION, true)
+        .into_iter()
+        .map(|(name, first, last)| (name.to_owned(), first, last))
+        .collect()
 }
 
 /// One call of a repeated block that keeps activations for backward.

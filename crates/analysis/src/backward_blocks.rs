@@ -29,34 +29,12 @@ impl BackwardBlocks {
     /// The spans the recorder wrote for `device` (none for a file without
     /// them, or a trace without times).
     pub fn new(snap: &Snapshot, device: u32) -> BackwardBlocks {
-        let Some(t) = snap.trace(device).filter(|t| t.has_time()) else {
-            return BackwardBlocks::default();
-        };
-        let mut open: Vec<(&str, i64)> = Vec::new();
-        let mut spans = Vec::new();
-        for a in &snap.annotations {
-            let Some(name) = snap.str(a.name).strip_prefix(BACKWARD_ANNOTATION) else {
-                continue;
-            };
-            match a.stage {
-                AnnotationStage::Start => open.push((name, a.time_us)),
-                AnnotationStage::End => {
-                    let Some(k) = open.iter().rposition(|(n, _)| *n == name) else {
-                        continue;
-                    };
-                    let (_, start) = open.remove(k);
-                    let first = t.time_us.partition_point(|&x| x < start);
-                    // An allocation at the instant one block ends and the
-                    // next begins is the next one's.
-                    let last = t.time_us.partition_point(|&x| x < a.time_us);
-                    if last > first {
-                        spans.push((first as u32, (last - 1) as u32, grouped(name)));
-                    }
-                }
-                AnnotationStage::Other => {}
-            }
-        }
-        spans.sort_by_key(|s| s.0);
+        // An allocation at the instant one block ends and the next begins
+        // is the next one's: the end is exclusive.
+        let spans = marked_spans(snap, device, BACKWARD_ANNOTATION, false)
+            .into_iter()
+            .map(|(name, first, last)| (first as u32, last as u32, grouped(name)))
+            .collect();
         BackwardBlocks { spans }
     }
 
@@ -70,6 +48,47 @@ impl BackwardBlocks {
     pub fn is_empty(&self) -> bool {
         self.spans.is_empty()
     }
+}
+
+/// The recorder's START/END annotation pairs named `PREFIX…` on `device`,
+/// as (name after the prefix, first event, last event), in trace order:
+/// the events from the start's time to the end's (`end_inclusive`: events
+/// at the end's instant count). None without event times.
+pub fn marked_spans<'a>(
+    snap: &'a Snapshot,
+    device: u32,
+    prefix: &str,
+    end_inclusive: bool,
+) -> Vec<(&'a str, usize, usize)> {
+    let Some(t) = snap.trace(device).filter(|t| t.has_time()) else {
+        return Vec::new();
+    };
+    let mut open: Vec<(&str, i64)> = Vec::new();
+    let mut out = Vec::new();
+    for a in &snap.annotations {
+        let Some(name) = snap.str(a.name).strip_prefix(prefix) else {
+            continue;
+        };
+        match a.stage {
+            AnnotationStage::Start => open.push((name, a.time_us)),
+            AnnotationStage::End => {
+                let Some(k) = open.iter().rposition(|(n, _)| *n == name) else {
+                    continue;
+                };
+                let (_, start) = open.remove(k);
+                let first = t.time_us.partition_point(|&x| x < start);
+                let last = t
+                    .time_us
+                    .partition_point(|&x| x < a.time_us || (end_inclusive && x == a.time_us));
+                if last > first {
+                    out.push((name, first, last - 1));
+                }
+            }
+            AnnotationStage::Other => {}
+        }
+    }
+    out.sort_by_key(|s| s.1);
+    out
 }
 
 /// `model.layers.3` → `model.layers[*]`: the recorder's module map groups
