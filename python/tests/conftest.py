@@ -169,12 +169,13 @@ SLOW_MODULES = {
     "test_corpus.py",
     "test_integrations.py",
     "test_integrations_hf.py",
+    "test_wheel.py",  # links a manylinux wheel with zig (45 s)
     "test_zoo_estimate.py",
 }
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "slow: records or compiles whole training programs (left out by scripts/test.sh --quick)")
+    config.addinivalue_line("markers", "slow: records or compiles whole training programs, or builds the wheel (left out by scripts/test.sh --quick)")
 
 
 # The longest modules first (seconds on two cores, from `--durations`), so
