@@ -26,7 +26,8 @@ use vramscope_snapshot::{Action, Snapshot};
 use vramscope_text::units::bytes;
 
 use super::{refuse, Advice, Candidate, ChangeClass, Method, NotOffered};
-use vramscope_analysis::categories::Labelled;
+use vramscope_analysis::categories::{Labelled, Phase, Phases};
+use vramscope_analysis::sites::frame_location;
 use vramscope_simulate::settings::Settings;
 
 /// Prefix of the recorder's block annotations.
@@ -70,6 +71,11 @@ pub(super) struct SavedCall {
     /// temporaries (made and freed within the call) made and freed again,
     /// in the order the recorded call made them.
     rerun: Vec<Rerun>,
+    /// What the call wrote to a Hugging Face KV cache (`cache_utils.py`):
+    /// kept by the cache, not saved for backward. Under checkpointing
+    /// transformers turns the cache off (`use_cache=False`: a checkpointed
+    /// layer would write it again when recomputed), so none is made.
+    cache: Vec<usize>,
 }
 
 /// The repeated blocks' calls, read once for all the rows that use them
@@ -92,6 +98,32 @@ impl Blocks {
     }
 }
 
+/// A call as first read: what backward frees of what it made (by death),
+/// its KV cache, its input; `done` for a call the trace cut.
+struct Read {
+    name: String,
+    first: usize,
+    last: usize,
+    saved: Vec<usize>,
+    cache: Vec<usize>,
+    input: Option<usize>,
+    done: Option<SavedCall>,
+}
+
+impl Read {
+    fn done(c: SavedCall) -> Read {
+        Read {
+            name: String::new(),
+            first: c.first,
+            last: c.last,
+            saved: Vec::new(),
+            cache: Vec::new(),
+            input: None,
+            done: Some(c),
+        }
+    }
+}
+
 /// The calls of repeated blocks with saved activations, in trace order.
 fn saved_calls(
     snap: &Snapshot,
@@ -103,43 +135,111 @@ fn saved_calls(
         return Vec::new();
     };
     let l = &labelled.lifetimes;
-    let mut out: Vec<SavedCall> = Vec::new();
+    let phases = &labelled.categories.phases;
+    let freed_in_backward =
+        |b: usize| phases.phase.get(l.death[b] as usize) == Some(&Phase::Backward);
+    let after_backward = backward_ends(phases);
     // A run cut by running out of memory: the calls of its last forward
     // never reached backward, and what they saved is alive at the end.
     let cut = t.action.iter().rposition(|&a| a == Action::Oom);
+    // First each call's blocks and input; its output is the next call's
+    // input where that was made in it, which takes the next call.
+    let mut read: Vec<Read> = Vec::new();
     for (name, first, last) in calls {
+        let previous = read.last().map(|r| r.first);
         if cut.is_some_and(|o| o > last) {
-            if let Some(c) = cut_call(t, l, &name, first, last, out.last()) {
-                out.push(c);
+            if let Some(c) = cut_call(t, l, &name, first, last, previous) {
+                read.push(Read::done(c));
                 continue;
             }
         }
         // The blocks allocated during the call that outlive it.
-        let mut saved: Vec<usize> = (first..=last)
+        let outlive: Vec<usize> = (first..=last)
             .filter(|&i| t.action[i] == Action::Alloc)
             .filter_map(|i| {
                 let b = *l.event_block.get(i)? as usize;
                 let ok = l.birth.get(b) == Some(&(i as u32))
-                    && l.death[b] != STILL_ALIVE
-                    && l.death[b] as usize > last;
+                    && (l.death[b] == STILL_ALIVE || l.death[b] as usize > last);
                 ok.then_some(b)
             })
             .collect();
-        if saved.len() < 2 {
-            continue; // a call without a graph (evaluation) or a recomputation
+        // Of those, what the backward after the call frees was saved for
+        // it (without phases: whatever is freed). What outlives that
+        // backward is held by something else (a KV cache, a list the
+        // program keeps): checkpointing leaves it as it was, or turns it
+        // off (the cache). What the forward frees after the call is the
+        // block's output where the next block takes it and does not save
+        // it; the rest of it (autocast's weight casts, kept until autocast
+        // exits) stays as recorded.
+        let backward_end = after_backward.get(last + 1).copied().unwrap_or(u32::MAX);
+        let (mut saved, mut early, mut held) = (Vec::new(), Vec::new(), Vec::new());
+        for b in outlive {
+            let death = l.death[b];
+            if death == STILL_ALIVE || (phases.any_marked && death > backward_end) {
+                held.push(b);
+            } else if !phases.any_marked || freed_in_backward(b) {
+                saved.push(b);
+            } else {
+                early.push(b);
+            }
         }
         saved.sort_by_key(|&b| l.death[b]);
-        // The first freed is the block's output, the next block's input: kept.
-        let again = l.death[saved[1]] as usize - 1;
+        early.sort_by_key(|&b| l.death[b]);
+        let cache: Vec<usize> = held
+            .into_iter()
+            .filter(|&b| in_kv_cache(snap, t, l.birth[b] as usize))
+            .collect();
+        // A block of layers keeps its input's shape: the input is looked
+        // for by the size of what the call hands on.
+        let size = saved.first().or(early.first()).map(|&b| l.size[b]);
+        let floor = previous.unwrap_or(first.saturating_sub(INPUT_LOOKBACK));
+        let input = size.and_then(|s| input_of(t, l, floor, first, s));
+        read.push(Read {
+            name,
+            first,
+            last,
+            saved,
+            cache,
+            input,
+            done: None,
+        });
+    }
+    let mut out: Vec<SavedCall> = Vec::new();
+    for k in 0..read.len() {
+        if let Some(c) = read[k].done.take() {
+            out.push(c);
+            continue;
+        }
+        let (first, last) = (read[k].first, read[k].last);
+        let handed_on = read
+            .get(k + 1)
+            .and_then(|next| next.input)
+            .filter(|&b| (first..=last).contains(&(l.birth[b] as usize)));
+        let r = &mut read[k];
+        let mut saved = std::mem::take(&mut r.saved);
+        // The block's output is kept (the next one's input, which a
+        // checkpoint keeps); otherwise the first freed in backward is.
+        match handed_on.and_then(|o| saved.iter().position(|&b| b == o)) {
+            Some(i) => {
+                saved.remove(i);
+            }
+            None if handed_on.is_some() => {}
+            None if !saved.is_empty() => {
+                saved.remove(0);
+            }
+            None => {}
+        }
+        let Some(&first_freed) = saved.first() else {
+            continue; // a call without a graph (evaluation) or a recomputation
+        };
+        let again = l.death[first_freed] as usize - 1;
         if again <= last {
             continue;
         }
-        let floor = out
-            .last()
-            .map_or(first.saturating_sub(INPUT_LOOKBACK), |c| c.first);
-        let input = input_of(t, l, floor, first, l.size[saved[0]])
+        let input = r
+            .input
             .filter(|&b| l.death[b] != STILL_ALIVE && (l.death[b] as usize) < again);
-        saved.remove(0);
+        let (name, cache) = (std::mem::take(&mut r.name), std::mem::take(&mut r.cache));
         let remade: std::collections::HashSet<usize> = saved.iter().copied().collect();
         let mut rerun = Vec::new();
         for i in first..=last {
@@ -178,9 +278,40 @@ fn saved_calls(
             blocks: saved,
             input,
             rerun,
+            cache,
         });
     }
     out
+}
+
+/// Per event: the last event of the first run of backward at or after it
+/// (`u32::MAX` where none follows); empty without phases.
+fn backward_ends(phases: &Phases) -> Vec<u32> {
+    if !phases.any_marked {
+        return Vec::new();
+    }
+    let ph = &phases.phase;
+    let mut ends = vec![u32::MAX; ph.len() + 1];
+    let mut end = u32::MAX;
+    for i in (0..ph.len()).rev() {
+        let backward = ph[i] == Phase::Backward;
+        if backward && ph.get(i + 1) != Some(&Phase::Backward) {
+            end = i as u32; // the last event of a run of backward
+        }
+        ends[i] = end;
+    }
+    ends
+}
+
+/// Whether the allocation at event `i` was made by a Hugging Face cache's
+/// `update` (`transformers/cache_utils.py`: the keys and values a layer
+/// appends).
+fn in_kv_cache(snap: &Snapshot, t: &vramscope_snapshot::DeviceTrace, i: usize) -> bool {
+    snap.stacks.get(t.stack[i]).iter().any(|&fid| {
+        let (file, _, _) = frame_location(snap, snap.frames.get(fid));
+        file.replace('\\', "/")
+            .ends_with("transformers/cache_utils.py")
+    })
 }
 
 /// A call whose backward the recording never reached (the run ran out of
@@ -194,7 +325,7 @@ fn cut_call(
     name: &str,
     first: usize,
     last: usize,
-    previous: Option<&SavedCall>,
+    previous: Option<usize>,
 ) -> Option<SavedCall> {
     let made: Vec<usize> = (first..=last)
         .filter(|&i| t.action[i] == Action::Alloc)
@@ -219,7 +350,7 @@ fn cut_call(
         return None;
     }
     let end = t.len() - 1;
-    let floor = previous.map_or(first.saturating_sub(INPUT_LOOKBACK), |c| c.first);
+    let floor = previous.unwrap_or(first.saturating_sub(INPUT_LOOKBACK));
     let input = input_of(t, l, floor, first, l.size[output])
         .filter(|&b| l.death[b] != STILL_ALIVE && (l.death[b] as usize) < end);
     Some(SavedCall {
@@ -230,6 +361,7 @@ fn cut_call(
         blocks: saved,
         input,
         rerun: Vec::new(),
+        cache: Vec::new(),
     })
 }
 
@@ -330,16 +462,24 @@ fn loop_code(first: &str, k: Option<usize>) -> String {
     }
 }
 
-/// Checkpointing the blocks named `wrap` (every block where `None`): the
-/// edits, the blocks' containers, and what was freed.
-fn edits_for(
-    calls: &[SavedCall],
-    wrap: Option<&[&str]>,
-    l: &Lifetimes,
-) -> (Edits, Vec<String>, usize, u64, u64) {
+/// Checkpointing the blocks named `wrap` (every block where `None`).
+struct Wrapped {
+    edits: Edits,
+    /// The blocks' containers, as shown.
+    shown: Vec<String>,
+    /// Calls checkpointed, their saved blocks and those blocks' bytes.
+    checkpointed: usize,
+    blocks: u64,
+    freed_bytes: u64,
+    /// What the wrapped calls wrote to a Hugging Face KV cache, left out.
+    cache_bytes: u64,
+}
+
+fn edits_for(calls: &[SavedCall], wrap: Option<&[&str]>, l: &Lifetimes) -> Wrapped {
     let mut edits = Edits::default();
     let mut names: BTreeMap<String, ()> = BTreeMap::new();
-    let (mut blocks, mut freed_bytes, mut checkpointed) = (0u64, 0u64, 0usize);
+    let (mut blocks, mut freed_bytes, mut checkpointed, mut cache_bytes) =
+        (0u64, 0u64, 0usize, 0u64);
     for c in calls {
         if wrap.is_some_and(|w| !w.contains(&c.name.as_str())) {
             continue;
@@ -349,6 +489,10 @@ fn edits_for(
             edits.free_after.entry(c.last).or_default().push(birth);
             blocks += 1;
             freed_bytes += l.size[b];
+        }
+        for &b in &c.cache {
+            edits.drop_alloc.insert(l.birth[b] as usize);
+            cache_bytes += l.size[b];
         }
         edits
             .rerun_after
@@ -367,17 +511,37 @@ fn edits_for(
         names.insert(container(&c.name).to_owned(), ());
     }
     let containers: Vec<String> = names.into_keys().collect();
-    let shown_all: Vec<String> = containers.iter().map(|c| shown(c)).collect();
+    let shown: Vec<String> = containers.iter().map(|c| shown(c)).collect();
     edits.matched.push(ChangeMatch {
         change: Change {
-            site: format!("the blocks of {}", shown_all.join(", ")),
+            site: format!("the blocks of {}", shown.join(", ")),
             kind: ChangeKind::FreeEarly,
         },
         sites: containers,
         blocks,
         bytes: freed_bytes,
     });
-    (edits, shown_all, checkpointed, blocks, freed_bytes)
+    Wrapped {
+        edits,
+        shown,
+        checkpointed,
+        blocks,
+        freed_bytes,
+        cache_bytes,
+    }
+}
+
+/// The clause on a KV cache the blocks wrote, for the row's `how`.
+fn cache_clause(w: &Wrapped) -> String {
+    if w.cache_bytes == 0 {
+        return String::new();
+    }
+    format!(
+        "; the {} the blocks wrote to Hugging Face's KV cache over the trace (cache_utils.py) left out: transformers turns the \
+         cache off under checkpointing (use_cache=False), as a checkpointed layer would write it again when \
+         recomputed",
+        bytes(w.cache_bytes)
+    )
 }
 
 /// What each block saves for backward, largest first (its first call),
@@ -433,7 +597,9 @@ pub(super) fn checkpoint_candidate(
         );
     }
     let l = &labelled.lifetimes;
-    let (edits, shown, checkpointed, blocks, freed_bytes) = edits_for(calls, None, l);
+    let w = edits_for(calls, None, l);
+    let (shown, checkpointed, blocks, freed_bytes) =
+        (&w.shown, w.checkpointed, w.blocks, w.freed_bytes);
     let first = shown
         .first()
         .cloned()
@@ -442,18 +608,19 @@ pub(super) fn checkpoint_candidate(
         class: ChangeClass::Checkpoint,
         change: format!(
             "activation checkpointing of {} (torch.utils.checkpoint)",
-            every_block(&shown)
+            every_block(shown)
         ),
         code: loop_code(&first, None),
         settings: recorded.clone(),
-        edits: Some(edits),
+        edits: Some(w.edits.clone()),
         method: Method::Replayed,
         how: format!(
             "replayed with the saved activations of {checkpointed} block calls ({blocks} blocks, {} over the trace) \
              freed when each call ends and made again when backward reaches the block (just before the first of \
              them is freed), each block's output kept as the next one's input; the recomputation's own \
-             temporaries and output made and freed again around them, in the order the call made them{}",
+             temporaries and output made and freed again around them, in the order the call made them{}{}",
             bytes(freed_bytes),
+            cache_clause(&w),
             per_block(calls, l)
         ),
     })
@@ -476,7 +643,9 @@ pub(super) fn fewest_that_fit(
     let l = &labelled.lifetimes;
     let try_k = |k: usize| -> (Advice, u64) {
         let wrap = &order[..k];
-        let (edits, shown, checkpointed, blocks, freed_bytes) = edits_for(calls, Some(wrap), l);
+        let w = edits_for(calls, Some(wrap), l);
+        let (shown, checkpointed, blocks, freed_bytes) =
+            (&w.shown, w.checkpointed, w.blocks, w.freed_bytes);
         let first = shown
             .first()
             .cloned()
@@ -503,15 +672,16 @@ pub(super) fn fewest_that_fit(
             ),
             code: loop_code(&first, Some(k)),
             settings: recorded.clone(),
-            edits: Some(edits),
+            edits: Some(w.edits.clone()),
             method: Method::Replayed,
             how: format!(
                 "replayed with the saved activations of the {checkpointed} calls of the first {k} {} in forward \
                  order ({blocks} blocks, {} over the trace) freed when each call ends and made again when backward \
                  reaches the block, the others as recorded; the fewest found by halving the range of k, each k \
-                 tried replayed; the recomputation's own temporaries made and freed again around them",
+                 tried replayed; the recomputation's own temporaries made and freed again around them{}",
                 if k == 1 { "block" } else { "blocks" },
-                bytes(freed_bytes)
+                bytes(freed_bytes),
+                cache_clause(&w)
             ),
         })
     };

@@ -38,6 +38,9 @@ CHECKS: List[Tuple[str, str, str, str]] = [
     ("transformer", "baseline", "foreach_off", "foreach_off"),
     ("transformer", "baseline", "delete_outputs", "del_outputs"),
     ("transformer", "baseline", "checkpoint", "checkpoint"),
+    # Autocast in the loop: its weight casts outlive each layer's call
+    # until autocast exits; they are not the layer's output.
+    ("transformer", "autocast", "checkpoint", "autocast_checkpoint"),
     ("transformer", "leak", "fix_leak", "leak_fixed"),
     ("mlp", "baseline", "half_batch", "half_batch"),
     ("mlp", "baseline", "foreach_off", "foreach_off"),
@@ -142,6 +145,7 @@ class Row:
     listed: str  # "advice" (lowers the peak) or "no_gain"
     capacity: Optional[float] = None  # MiB, where the advice was asked with one
     ranks: int = 2  # the ranks the advice's sharding rows divide over
+    base: str = "baseline"  # the unchanged program's variant
 
     @property
     def error(self) -> float:
@@ -211,7 +215,7 @@ def rows(out_dir: str, checks=None) -> List[Row]:
             if variant not in SHARDED or abs(predicted - measured) <= 0.01 * measured:
                 break
             measured = min(measured, peak_allocated(record(model, variant, out_dir, attempt)))
-        out.append(Row(model, cls, advice["baseline"]["peak_allocated"], predicted, measured, method, listed, capacity, ranks))
+        out.append(Row(model, cls, advice["baseline"]["peak_allocated"], predicted, measured, method, listed, capacity, ranks, base))
     return out
 
 
@@ -226,7 +230,7 @@ def table(rs: List[Row]) -> str:
     ]
     for r in rs:
         lines.append(
-            f"| {r.model} | {r.change}{'' if r.capacity is None else f' (in {r.capacity:g} MiB)'}{'' if r.ranks == 2 else f' ({r.ranks} ranks)'} | {mib(r.baseline)} | {mib(r.predicted)} | {mib(r.measured)} | "
+            f"| {r.model}{'' if r.base in ('baseline', 'keep_grads', 'leak') else f' ({r.base})'} | {r.change}{'' if r.capacity is None else f' (in {r.capacity:g} MiB)'}{'' if r.ranks == 2 else f' ({r.ranks} ranks)'} | {mib(r.baseline)} | {mib(r.predicted)} | {mib(r.measured)} | "
             f"{100 * r.error:+.1f}% | {r.method} |"
         )
     return "\n".join(lines)

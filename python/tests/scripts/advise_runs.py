@@ -230,7 +230,7 @@ def main(model_name: str, variant: str, out: str) -> None:
     model, x, y, loss_fn = make(batch)
     if variant == "checkpoint" and hasattr(model, "zoo_checkpoint"):
         model.zoo_checkpoint(model)  # the library's own, as its users turn it on
-    elif variant == "checkpoint":
+    elif variant in ("checkpoint", "autocast_checkpoint"):
         model.checkpointing = len(model.blocks.layers)
     if variant == "checkpoint_first":
         model.checkpointing = 1
@@ -261,7 +261,7 @@ def main(model_name: str, variant: str, out: str) -> None:
                     out_ = model(xc)  # bound, as the unchanged loop binds its outputs
                     loss = loss_fn(out_, yc) / 2
                     loss.backward()
-            elif variant == "autocast":
+            elif variant in ("autocast", "autocast_checkpoint"):
                 with torch.autocast("cpu", dtype=torch.bfloat16):
                     out_ = model(x)
                     loss = loss_fn(out_, y)
