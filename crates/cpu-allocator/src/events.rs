@@ -182,6 +182,11 @@ pub fn start(max_events: usize) {
     RECORDING.store(true, Ordering::SeqCst);
 }
 
+/// Whether a recording is under way (one process has one at a time).
+pub fn recording() -> bool {
+    RECORDING.load(Ordering::SeqCst)
+}
+
 /// Stop recording and drop what was recorded.
 pub fn stop() {
     RECORDING.store(false, Ordering::SeqCst);

@@ -34,8 +34,8 @@ mod got;
 mod trace;
 
 pub use events::{
-    adopt, events, live, mark, set_limit, stamp, start, stop, totals, Event, EventKind, Totals,
-    NO_STACK,
+    adopt, events, live, mark, recording, set_limit, stamp, start, stop, totals, Event, EventKind,
+    Totals, NO_STACK,
 };
 pub use trace::{entries, TraceEntry};
 

@@ -16,6 +16,13 @@ pub(crate) fn cpu_allocator_start(max_events: usize) {
     vramscope_cpu_allocator::start(max_events)
 }
 
+/// Whether a recording is under way (`record(backend="allocator")`, or a
+/// measurement of the estimate's).
+#[pyfunction]
+pub(crate) fn cpu_allocator_recording() -> bool {
+    vramscope_cpu_allocator::recording()
+}
+
 #[pyfunction]
 pub(crate) fn cpu_allocator_stop() {
     vramscope_cpu_allocator::stop()

@@ -122,6 +122,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(cpu_allocator_totals, m)?,
         wrap_pyfunction!(cpu_allocator_start, m)?,
         wrap_pyfunction!(cpu_allocator_stop, m)?,
+        wrap_pyfunction!(cpu_allocator_recording, m)?,
         wrap_pyfunction!(cpu_allocator_mark, m)?,
         wrap_pyfunction!(cpu_allocator_stamp, m)?,
         wrap_pyfunction!(cpu_allocator_adopt, m)?,

@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Dict, Iterator, Optional, Tuple
 
+from vramscope._estimate.cpu_matmul import is_16bit_matmul, scratch_or_reason
 from vramscope._estimate.kernel_scratch import Kernels, op_name
 
 _FORWARD = "_scaled_dot_product_flash_attention_for_cpu"
@@ -110,12 +111,6 @@ def flash_applies(q: Any, k: Any, v: Any, mask: Any, dropout_p: float, enable_gq
     return q.dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
 
-def _bf16() -> Any:
-    import torch
-
-    return torch.bfloat16
-
-
 RNN_UNCHECKED = (
     "nn.LSTM: oneDNN's RNN kernel is modelled as it runs on x86 with AVX-512 (checked there to the allocation); "
     "on this CPU ({capability}) {what} may differ"
@@ -136,6 +131,7 @@ class Cpu(Kernels):
         self.lstm_calls = 0  # nn.LSTM calls that took oneDNN's path (cpu_rnn.rnns_as_on_cpu)
         self.conv_modelled = 0  # convolutions whose oneDNN reorders were traced
         self._conv_done = False  # the current operation's were
+        self.matmuls_measured = 0  # 16-bit matmul calls whose scratchpad was measured (cpu_matmul)
 
     def before(self, func: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], rec: Any) -> Optional[Any]:
         name = op_name(func)
@@ -357,11 +353,20 @@ class Cpu(Kernels):
                 "(on the zoo of docs/estimate.md: up to 5% of a UNet's training peak)",
             )
         self._conv_done = False
-        if name in ("mm", "addmm", "bmm", "baddbmm") and rec.phase == "backward" and args and getattr(args[0], "dtype", None) == _bf16():
-            self.note(
-                "bf16_matmul",
-                "bf16 matmuls in backward: oneDNN's packing of their operands is not traced (on the zoo: 2% of a ViT's peak)",
-            )
+        if is_16bit_matmul(name, args) is not None:
+            # oneDNN's scratchpad for the call, measured on this machine
+            # (cpu_matmul): made after the result, freed as the call returns.
+            got = scratch_or_reason(func, name, args, kwargs)
+            if isinstance(got, int):
+                self.matmuls_measured += 1
+                if got > 0:
+                    self._scratch([got], rec)
+            else:
+                self.note(
+                    "16bit_matmul",
+                    f"16-bit matmuls: oneDNN's scratchpad inside them is measured by running each on this CPU, and was not "
+                    f"for some ({got}): on the zoo of docs/estimate.md it is 2% of a ViT's bf16 training peak",
+                )
         if name == _FORWARD:
             q, k = args[0], args[1]
             self._scratch(forward_scratch(int(q.shape[2]), int(k.shape[2]), int(q.shape[3]), q.dtype, self.threads), rec)

@@ -40,8 +40,8 @@ on fake tensors, and its plan stands in for its eager step
 (vramscope._estimate.compiled).
 
 What it cannot see: kernels whose scratch is not modelled (cuDNN
-convolution workspaces and RNNs, oneDNN's convolution reorders and 16-bit
-matmul packing), and memory outside PyTorch's
+convolution workspaces and RNNs, oneDNN's reorders of convolutions it does
+not model), and memory outside PyTorch's
 allocator; ``est.notes`` names those the model runs.
 """
 
