@@ -86,13 +86,41 @@ def test_the_convolution_is_the_real_one(shape: Tuple[int, ...], tmp_path: Any) 
     assert not est.notes, est.notes
 
 
-def test_a_convolution_off_the_model_says_so(tmp_path: Any) -> None:
-    """A channels-last input (oneDNN's NHWC kernels) is not modelled: the
-    estimate says its reorders are not traced."""
-    conv = nn.Conv2d(32, 32, 3, padding=1)
-    x = torch.randn(2, 32, 16, 16).to(memory_format=torch.channels_last)
-    est = vramscope.estimate(conv, (x,), None, steps=1, device="cpu", inference=True)
-    assert any("modelled for float32 NCHW convolutions on AVX-512" in n for n in est.notes), est.notes
+# Convolutions off the model of oneDNN's reorders, their memory measured on
+# this CPU (vramscope._estimate.cpu_measured): (batch, in channels, size,
+# out channels, kernel, stride, groups, dtype, channels-last).
+MEASURED = [
+    (2, 32, 16, 32, 3, 1, 1, torch.float32, True),  # channels-last (oneDNN's NHWC kernels)
+    (2, 48, 20, 40, 3, 2, 1, torch.bfloat16, False),  # 16-bit
+    (2, 64, 14, 64, 3, 1, 4, torch.float32, False),  # grouped
+    (3, 40, 18, 24, 5, 2, 1, torch.bfloat16, True),
+]
+
+
+@pytest.mark.parametrize("shape", MEASURED, ids=["x".join(map(str, s[:7])) + f"-{str(s[7])[6:]}" + ("-cl" if s[8] else "") for s in MEASURED])
+def test_a_convolution_off_the_model_is_measured(shape: Tuple[Any, ...], tmp_path: Any) -> None:
+    """A training step through a convolution the model does not cover
+    (with one before it, so the input's gradient is wanted too): what
+    oneDNN makes inside it, forward and backward, measured by running it
+    once on uninitialised tensors of the same layout; the peak the real
+    one to the byte, and no note."""
+    n, c, size, k, kernel, stride, groups, dtype, last = shape
+    torch.manual_seed(0)
+    fmt = torch.channels_last if last else torch.contiguous_format
+    conv = nn.Sequential(nn.Conv2d(c, c, 3, padding=1), nn.Conv2d(c, k, kernel, stride=stride, padding=1, groups=groups))
+    conv = conv.to(dtype=dtype, memory_format=fmt)
+    x = torch.randn(n, c, size, size, dtype=dtype).to(memory_format=fmt)
+    loss = lambda out: out.float().pow(2).sum()  # noqa: E731
+    path = tmp_path / "real.pickle"
+    with vramscope.record(path, backend="allocator"):
+        loss(conv(x)).backward()
+    with open(path, "rb") as f:
+        peak, _sizes_ = _sizes(pickle.load(f)["device_traces"][0])
+    there = sum(t.untyped_storage().nbytes() for t in (*conv.parameters(), x))
+    conv.zero_grad(set_to_none=True)
+    est = vramscope.estimate(conv, (x,), None, loss_fn=loss, steps=1, device="cpu")
+    assert est.peak_bytes == there + peak, (est.peak_bytes, there + peak)
+    assert not any("convolutions" in n for n in est.notes), est.notes
 
 
 # (batch, in channels, size, out channels, kernel, stride, padding, the input's gradient wanted)

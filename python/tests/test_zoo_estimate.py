@@ -30,12 +30,11 @@ EXACT = 0.005
 
 # Known misses: the real run's CPU kernels allocate what a meta trace cannot
 # see. (low, high) error band as measured, and the words of the estimate's
-# note that says so.
-ONEDNN_CONV = "oneDNN's reorders"
-KNOWN = {
-    ("unet", "bf16"): (-0.02, -0.008, ONEDNN_CONV),
-    ("unet", "autocast_forward"): (-0.02, -0.008, ONEDNN_CONV),
-}
+# note that says so. None left among the eager cells: oneDNN's convolutions
+# outside the model of its reorders, and its 16-bit matmuls, are measured
+# on this CPU (vramscope._estimate.cpu_measured); the UNet's bf16 cells
+# were 1.44% low and the ViT's 2.06%.
+KNOWN: dict = {}
 
 EAGER = [s for s in zoo.STYLES if s != "compiled"]
 CELLS = [(a, s) for a in zoo.ARCHS for s in EAGER]
@@ -57,7 +56,7 @@ def test_the_estimate_is_the_real_peak(arch: str, style: str) -> None:
         assert any(why in n for n in est.notes), (why, est.notes)
     # Notes only for kernels the model runs: none for a transformer LM or
     # an LSTM, in bf16 either (oneDNN's matmul scratchpads are measured on
-    # this CPU, vramscope._estimate.cpu_matmul).
+    # this CPU, vramscope._estimate.cpu_measured).
     if arch in ("llama", "qwen2", "mixtral", "gpt2", "bert", "t5", "lstm") and style != "compiled":
         assert not est.notes, est.notes
 
@@ -80,7 +79,9 @@ COMPILED = {
     "gpt2": (-EXACT, EXACT, None),
     "t5": (-EXACT, EXACT, None),
     "vit": (-EXACT, EXACT, None),
-    "resnet": (-0.11, -0.07, ONEDNN_CONV),
+    # Inductor's channels-last weight copies and its convolutions' blocked
+    # copies: the extern convolutions' memory is measured (it was -9.3%).
+    "resnet": (-0.06, -0.025, "scratch inside Inductor's own kernels"),
     "lstm": (-EXACT, EXACT, "graph breaks"),
 }
 

@@ -27,8 +27,12 @@ buffers and frees each saved buffer after its last use there. The module's
 outputs and the gradients are the eager ones, recorded when forward
 returns and backward ends.
 
-What it does not see: the scratch inside Inductor's kernels and extern
-kernels (a CPU flash attention kernel's per-thread blocks), graph breaks
+What the extern kernels (ATen's, which Inductor calls) make inside
+themselves is added as the eager trace adds it: the CPU flash attention
+kernel's per-thread blocks, and, measured on this CPU
+(vramscope._estimate.cpu_measured), convolutions and 16-bit matmuls, in
+the layouts the plan gives their inputs. What it does not see: the scratch
+inside Inductor's own kernels, graph breaks
 (a model that compiles into more than one graph is traced eagerly, and the
 estimate says so), CUDA graphs (``mode="reduce-overhead"``). For a CUDA
 estimate without a GPU the graphs are scheduled for the CPU: Inductor's
@@ -80,6 +84,8 @@ def _kernel_scratch(node: Any, device: str) -> List[int]:
 
     kernel = getattr(getattr(node, "node", None), "op_overload", None)
     name = str(getattr(kernel, "__name__", "")).split(".")[0]
+    if device == "cpu" and name in _MEASURED:
+        return _measured_scratch(node.node, kernel, name)
     if device != "cpu" or name not in ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward"):
         return []
     import torch
@@ -105,6 +111,52 @@ def _kernel_scratch(node: Any, device: str) -> List[int]:
         return forward_scratch(dims(q)[2], dims(k)[2], dims(q)[3], q.get_dtype(), threads)
     except (AttributeError, IndexError, TypeError, ValueError):
         return []
+
+
+# The extern kernels whose memory the eager trace measures on the CPU
+# (vramscope._estimate.cpu_measured): convolutions (Inductor leaves them to
+# ATen, in the layouts it chose: channels-last for a convolutional
+# network) and matmuls, 16-bit ones measured.
+_MEASURED = ("convolution", "convolution_backward", "mm", "addmm", "bmm", "baddbmm")
+
+
+def _measured_scratch(ir: Any, kernel: Any, name: str) -> List[int]:
+    """An extern kernel's call as the eager trace makes it, measured: the
+    operator's arguments from the FX node it lowers (its tensors in the
+    layouts the kernel's inputs have in the plan)."""
+    import torch
+
+    from vramscope._estimate.cpu_measured import NotMeasured, is_16bit_matmul, scratch
+
+    packet = getattr(kernel, "overloadpacket", None)
+    origin = next((n for n in getattr(ir, "origins", ()) if getattr(getattr(n, "target", None), "overloadpacket", None) is packet), None)
+    if origin is None:
+        return []
+    inputs = list(getattr(ir, "inputs", []))
+    try:
+        tensors = iter(
+            torch.empty_strided(
+                [int(v) for v in i.get_size()], [int(v) for v in i.get_stride()], dtype=i.get_dtype(), device="meta"
+            )
+            for i in inputs
+        )
+
+        def arg(a: Any) -> Any:
+            return next(tensors) if isinstance(a, torch.fx.Node) else a
+
+        args = tuple(arg(a) for a in origin.args)
+        kwargs = {k: arg(v) for k, v in origin.kwargs.items()}
+    except (AttributeError, StopIteration, TypeError, ValueError):
+        return []
+    if name in ("mm", "addmm", "bmm", "baddbmm") and is_16bit_matmul(name, args) is None:
+        return []  # float32 products (MKL) allocate nothing of c10's
+    # An ``out=`` variant (ExternKernelOut) is measured as the eager call.
+    call = getattr(torch.ops.aten, name).default if getattr(kernel, "_overloadname", "") == "out" else kernel
+    try:
+        got = scratch(call, name, args, kwargs)
+    except NotMeasured:
+        return []
+    return [got] if got > 0 else []
 
 
 def _prod(xs: List[int]) -> int:

@@ -26,6 +26,11 @@ query length (32 rows below 192, 64 below 768, else 256; 512 keys at most).
 forward and backward (``_conv_forward``, ``_conv_backward``: the blocked
 copies of the input, weights, output and gradients), and the unfolded
 input of PyTorch's own ``slow_conv2d`` where oneDNN declines.
+Other convolutions (16-bit, channels-last, grouped) and 16-bit matmuls
+get what they make inside themselves measured on this machine
+(vramscope._estimate.cpu_measured); a convolution of a channels-last input
+returns, as on the CPU, a channels-last output (``meta`` makes it
+contiguous).
 
 ``torch.utils.checkpoint`` keeps the CPU's random number generator state
 (``torch.get_rng_state()``, a 5,056-byte tensor of c10's CPU allocator) for
@@ -38,7 +43,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Dict, Iterator, Optional, Tuple
 
-from vramscope._estimate.cpu_matmul import is_16bit_matmul, scratch_or_reason
+from vramscope._estimate.cpu_measured import is_16bit_matmul, scratch_or_reason
 from vramscope._estimate.kernel_scratch import Kernels, op_name
 
 _FORWARD = "_scaled_dot_product_flash_attention_for_cpu"
@@ -111,6 +116,16 @@ def flash_applies(q: Any, k: Any, v: Any, mask: Any, dropout_p: float, enable_gq
     return q.dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
 
+def _channels_last(t: Any) -> bool:
+    """``suggest_memory_format() == ChannelsLast`` for a 4-D tensor: its
+    strides in channels-last order (channels innermost), a single channel
+    being contiguous either way."""
+    if t.dim() != 4:
+        return False
+    s = t.stride()
+    return s[1] < s[3] <= s[2] <= s[0]
+
+
 RNN_UNCHECKED = (
     "nn.LSTM: oneDNN's RNN kernel is modelled as it runs on x86 with AVX-512 (checked there to the allocation); "
     "on this CPU ({capability}) {what} may differ"
@@ -130,26 +145,25 @@ class Cpu(Kernels):
         self.avx512 = self.capability.startswith("AVX512")
         self.lstm_calls = 0  # nn.LSTM calls that took oneDNN's path (cpu_rnn.rnns_as_on_cpu)
         self.conv_modelled = 0  # convolutions whose oneDNN reorders were traced
-        self._conv_done = False  # the current operation's were
-        self.matmuls_measured = 0  # 16-bit matmul calls whose scratchpad was measured (cpu_matmul)
+        self.matmuls_measured = 0  # 16-bit matmul calls whose scratchpad was measured (cpu_measured)
+        self.convs_measured = 0  # convolutions outside the model whose memory was measured (cpu_measured)
 
     def before(self, func: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], rec: Any) -> Optional[Any]:
         name = op_name(func)
-        self._conv_done = False
         if name == "mkldnn_rnn_layer":
             return self._lstm_forward(func, args, kwargs, rec)
         if name == "mkldnn_rnn_layer_backward":
             return self._lstm_backward(func, args, kwargs, rec)
         if name == "convolution" and self._conv_forward(args, rec):
             self.conv_modelled += 1
-            self._conv_done = True
             return None
         if name == "convolution_backward":
             grads = self._conv_backward(args, rec)
             if grads is not None:
                 self.conv_modelled += 1
-                self._conv_done = True
                 return grads
+        if name in ("convolution", "convolution_backward"):
+            return self._conv_measured(func, name, args, kwargs, rec)
         if name == _BACKWARD and args and not args[0].is_contiguous():
             # flash_attention_backward_kernel_impl: grad_out.contiguous(),
             # alive through the kernel.
@@ -204,6 +218,44 @@ class Cpu(Kernels):
         """``ConvParams::use_mkldnn`` (aten/src/ATen/native/Convolution.cpp)
         for a float32 CPU convolution: otherwise PyTorch's own kernel runs."""
         return (strided or n >= 16 or kh != 1 or kw != 1 or self.threads > 1) and ((kh > 3 and kw > 3) or n > 1 or n * c * h * w > 20480)
+
+    def _conv_measured(self, func: Any, name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any], rec: Any) -> Any:
+        """A convolution the model of oneDNN's reorders does not cover
+        (16-bit, channels-last, grouped, a strided input gradient): its
+        results in the layout the CPU gives them, then what it makes
+        inside itself, measured on this machine (cpu_measured) and made
+        after them. On ``meta`` a convolution's output is contiguous; on
+        the CPU it is channels-last where the input or the weights are
+        (``_determine_backend_memory_format``: ``mkldnn_conv_use_channels_last``,
+        ``thnn_conv_use_channels_last``), and the input's gradient with it:
+        the layout the next kernels, and their memory, follow."""
+        import torch
+
+        out = func(*args, **kwargs)
+        x, w = (args[0], args[1]) if name == "convolution" else (args[1], args[2])
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        cl = torch.channels_last
+        last = x.dim() == 4 and (_channels_last(x) or _channels_last(w))
+        t = outs[0]
+        if last and isinstance(t, torch.Tensor) and t.dim() == 4 and not t.is_contiguous(memory_format=cl):
+            outs[0] = torch.empty_like(t, memory_format=cl)
+        for t in outs:
+            if isinstance(t, torch.Tensor):
+                rec.track(t)
+        got = scratch_or_reason(func, name, args, kwargs)
+        if isinstance(got, int):
+            self.convs_measured += 1
+            if got > 0:
+                self._scratch([got], rec)
+        else:
+            self.note(
+                "conv",
+                "convolutions: oneDNN's reorders into its blocked layouts are modelled for float32 NCHW convolutions on "
+                "AVX-512 (forward; backward at stride 1, or for the weights' gradient) and measured on this CPU for the "
+                f"others, and were not for some ({got}): on the zoo of docs/estimate.md up to 5% of a UNet's training peak",
+            )
+        self.held.clear()
+        return tuple(outs) if isinstance(out, (tuple, list)) else outs[0]
 
     def _conv_geometry(self, x: Any, w: Any, stride: Any, padding: Any, dilation: Any, transposed: bool, groups: int) -> Optional[Tuple[int, ...]]:
         """(n, c, h, w, k, kh, kw, ho, wo) of a float32 NCHW convolution on
@@ -345,17 +397,9 @@ class Cpu(Kernels):
 
     def after(self, func: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], rec: Any) -> None:
         name = op_name(func)
-        if name in ("convolution", "convolution_backward") and not self._conv_done:
-            self.note(
-                "conv",
-                "convolutions: oneDNN's reorders into its blocked layouts are modelled for float32 NCHW convolutions on AVX-512 "
-                "(forward; backward at stride 1, or for the weights' gradient); this one's are not traced "
-                "(on the zoo of docs/estimate.md: up to 5% of a UNet's training peak)",
-            )
-        self._conv_done = False
         if is_16bit_matmul(name, args) is not None:
             # oneDNN's scratchpad for the call, measured on this machine
-            # (cpu_matmul): made after the result, freed as the call returns.
+            # (cpu_measured): made after the result, freed as the call returns.
             got = scratch_or_reason(func, name, args, kwargs)
             if isinstance(got, int):
                 self.matmuls_measured += 1

@@ -441,8 +441,12 @@ def _compiled_plans(
     where = "CUDA" if device == "cuda" and torch.cuda.is_available() else "this machine's CPU"
     notes.append(
         f"{compiled} is compiled (torch.compile): estimated from Inductor's own plan (what AOTAutograd saves for "
-        f"backward, Inductor's fused buffers and their lifetimes), scheduled for {where}; the scratch inside its "
-        "kernels is not traced"
+        f"backward, Inductor's fused buffers and their lifetimes), scheduled for {where}; the scratch inside "
+        + (
+            "Inductor's own kernels is not traced (ATen's convolutions and 16-bit matmuls it calls are measured on this CPU)"
+            if device == "cpu"
+            else "its kernels is not traced"
+        )
         + ("" if where == "CUDA" or device != "cuda" else ", and Triton's fusions and CUDA's attention kernels differ from the CPU's in places")
     )
     return Replay(rec, plans)

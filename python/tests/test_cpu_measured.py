@@ -1,5 +1,5 @@
 """oneDNN's scratchpad inside 16-bit matmuls on the CPU
-(vramscope._estimate.cpu_matmul), against real runs.
+(vramscope._estimate.cpu_measured), against real runs.
 
 Each case runs one training step of a small model under bf16 autocast for
 real on the CPU with c10's allocator watched, and asks
@@ -29,7 +29,7 @@ if native_module() is None:
 from torch import nn  # noqa: E402
 
 import vramscope  # noqa: E402
-from vramscope._estimate import cpu_matmul  # noqa: E402
+from vramscope._estimate import cpu_measured  # noqa: E402
 
 BF16 = torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
 pytestmark = pytest.mark.skipif(not BF16, reason="oneDNN's bf16 matmul needs a CPU with bf16 support")
@@ -119,12 +119,12 @@ def test_a_product_is_measured_once_per_layout() -> None:
     bf = torch.bfloat16
     g = torch.empty(520, 768, dtype=bf, device="meta")
     x = torch.empty(520, 192, dtype=bf, device="meta")
-    cpu_matmul._measured.clear()
-    a = cpu_matmul.scratch(torch.ops.aten.mm.default, "mm", (g.t(), x), {})
-    b = cpu_matmul.scratch(torch.ops.aten.mm.default, "mm", (g.t(), x), {})
-    assert a == b > 0 and len(cpu_matmul._measured) == 1
-    c = cpu_matmul.scratch(torch.ops.aten.mm.default, "mm", (x.t(), g), {})
-    assert c > 0 and len(cpu_matmul._measured) == 2
+    cpu_measured._measured.clear()
+    a = cpu_measured.scratch(torch.ops.aten.mm.default, "mm", (g.t(), x), {})
+    b = cpu_measured.scratch(torch.ops.aten.mm.default, "mm", (g.t(), x), {})
+    assert a == b > 0 and len(cpu_measured._measured) == 1
+    c = cpu_measured.scratch(torch.ops.aten.mm.default, "mm", (x.t(), g), {})
+    assert c > 0 and len(cpu_measured._measured) == 2
 
 
 def test_what_is_not_measured_is_said(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -133,11 +133,11 @@ def test_what_is_not_measured_is_said(tmp_path: Any, monkeypatch: pytest.MonkeyP
     says so, and still answers."""
     model = nn.Linear(64, 64)
     x = torch.randn(16, 64)
-    cpu_matmul._measured.clear()
+    cpu_measured._measured.clear()
     with vramscope.record(tmp_path / "r.pickle", backend="allocator"):
         est = vramscope.estimate(model, (x,), None, steps=1, device="cpu", autocast=torch.bfloat16)
     assert any("16-bit matmuls" in n and "recording" in n for n in est.notes), est.notes
     assert est.peak_bytes > 0
-    monkeypatch.setattr(cpu_matmul, "MAX_FLOPS", 10.0)
+    monkeypatch.setattr(cpu_measured, "MAX_FLOPS", 10.0)
     est = vramscope.estimate(model, (x,), None, steps=1, device="cpu", autocast=torch.bfloat16)
     assert any("16-bit matmuls" in n and "too large" in n for n in est.notes), est.notes

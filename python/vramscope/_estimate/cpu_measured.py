@@ -1,4 +1,5 @@
-"""oneDNN's scratch inside a 16-bit matrix multiply on the CPU, measured.
+"""oneDNN's memory inside a CPU kernel, measured: 16-bit matrix multiplies,
+and the convolutions :class:`vramscope._estimate.cpu.Cpu` does not model.
 
 On the CPU a bfloat16 or float16 ``mm``/``addmm``/``bmm``/``baddbmm`` runs
 oneDNN's brgemm matmul, which books a scratchpad for the call from c10's
@@ -23,6 +24,14 @@ and frees it. The measurement is skipped, and said in the estimate's
 notes, where the hooks cannot be had (not Linux, or a recording is
 already under way in this process), and for products too large to run in
 a moment (operands over :data:`MAX_BYTES` or :data:`MAX_FLOPS`).
+
+The same measurement serves the convolutions the model of oneDNN's
+reorders does not cover (``Cpu._conv_forward``/``_conv_backward``: float32
+NCHW on AVX-512): 16-bit ones, channels-last inputs, grouped or dilated
+kernels, a strided convolution's input gradient, other ISAs. Their blocked
+copies and scratchpads come and go inside the call, so how far the call
+rose above what it left is all the trace needs: made after the results,
+it peaks where the call did.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ MAX_BYTES = 256 << 20
 MAX_FLOPS = 8e9
 
 MATMULS = ("mm", "addmm", "bmm", "baddbmm")
+CONVOLUTIONS = ("convolution", "convolution_backward")
 
 # (operator, operands' (shape, stride, dtype) or scalars, threads) -> bytes
 _measured: Dict[Tuple[Any, ...], int] = {}
@@ -61,19 +71,29 @@ def _storage_bytes(shape: Tuple[int, ...], stride: Tuple[int, ...], itemsize: in
     return (1 + sum((s - 1) * st for s, st in zip(shape, stride))) * itemsize
 
 
-def _size(name: str, tensors: list) -> Tuple[int, float]:
-    """The bytes of the operands and result, and the multiply-adds."""
+def _size(name: str, args: Tuple[Any, ...], tensors: list) -> Tuple[int, float]:
+    """The bytes of the operands and results, and the multiply-adds."""
+    held = sum(_storage_bytes(tuple(t.shape), tuple(t.stride()), t.element_size()) for t in tensors)
+    if name in CONVOLUTIONS:
+        # Forward (input, weight, …) or backward (grad_output, input, weight,
+        # …): each output element sums over a kernel's window of the
+        # input's channels; backward does that twice over.
+        x, w = (args[0], args[1]) if name == "convolution" else (args[1], args[2])
+        out = args[0] if name == "convolution_backward" else None
+        per_out = w.numel() // max(1, int(w.shape[0]))
+        outputs = out.numel() if out is not None else x.numel() // max(1, int(x.shape[1])) * int(w.shape[0])
+        passes = 2.0 if out is not None else 1.0
+        return 2 * held, passes * outputs * per_out
     mats = tensors[-2:]  # (mat1, mat2) or (batch1, batch2); addmm's bias first
     a, b = mats[0].shape, mats[1].shape
     rows, inner, cols = int(a[-2]), int(a[-1]), int(b[-1])
     batch = int(a[0]) if name in ("bmm", "baddbmm") else 1
     item = mats[0].element_size()
-    held = sum(_storage_bytes(tuple(t.shape), tuple(t.stride()), t.element_size()) for t in tensors)
     return held + batch * rows * cols * item, float(batch) * rows * inner * cols
 
 
 def scratch(func: Any, name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> int:
-    """The bytes the call allocates above its result, measured (cached per
+    """The bytes the call allocates above its results, measured (cached per
     layout); raises :class:`NotMeasured` with the reason."""
     import torch
 
@@ -84,7 +104,7 @@ def scratch(func: Any, name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any])
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     if len(tensors) < 2:
         raise NotMeasured("an operand is not a tensor")
-    held, flops = _size(name, tensors)
+    held, flops = _size(name, args, tensors)
     if held > MAX_BYTES or flops > MAX_FLOPS:
         raise NotMeasured("too large to run in a moment")
     native = _hooks()
