@@ -286,6 +286,40 @@ def test_a_checkpointed_blocks_recomputation_is_sited_at_the_backward_line(tmp_p
     assert "blocks[*]" in named, named
 
 
+@pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])
+def test_a_checkpointed_blocks_backward_is_named_either_way(tmp_path: Path, reentrant: bool) -> None:
+    """Reentrant checkpointing runs each block's forward without grad (no
+    node to watch then) and backpropagates through the recomputation's own
+    graph inside backward: its nodes name the block's backward. Either way,
+    each block's backward is marked in each step and the gradients alive at
+    the end (three blocks' weights and biases, and the input's gradient
+    where it wants one) are named by it."""
+    from torch.utils.checkpoint import checkpoint
+
+    class Checkpointed(Stack):
+        def forward(self, x):
+            for b in self.blocks:
+                x = checkpoint(b, x, use_reentrant=reentrant)
+            return x
+
+    torch.manual_seed(0)
+    model = Checkpointed(3)
+    x = torch.randn(64, 32, requires_grad=reentrant)  # reentrant needs an input that wants a gradient
+    path = tmp_path / "ckpt.pickle"
+    with vramscope.record(path, backend="allocator"):
+        for _ in range(2):
+            model(x).sum().backward()
+            vramscope.step()
+    snap = pickle.loads(path.read_bytes())
+    spans = [a for a in snap["external_annotations"] if a["name"].startswith("vramscope.backward#") and a["stage"] == "START"]
+    assert sorted(a["name"] for a in spans) == sorted(f"vramscope.backward#blocks.{i}" for i in range(3) for _ in range(2))
+    sites = vramscope.load(path).summary()["devices"][0]["end_top_sites"]
+    per_block = (32 * 128 + 128 + 128 * 32 + 32) * 4
+    within = [p for s in sites for p in s.get("within", []) if p["backward"]]
+    grads = 3 * per_block + (x.numel() * 4 if reentrant else 0)
+    assert within and within[0]["module"] == "blocks[*]" and within[0]["bytes"] == grads, within
+
+
 def test_the_head_and_embedding_beside_the_blocks_are_named_in_backward(tmp_path: Path) -> None:
     """Beside the repeated blocks, the modules with parameters of their
     own (an input projection, a head) have their backward named too, and

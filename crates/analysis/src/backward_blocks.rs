@@ -8,7 +8,9 @@
 //! knows more: in each block's forward (and each module's beside the
 //! blocks) it puts a pre-hook on the autograd node that made the output
 //! (where the backward begins) and on the one that made its input (where it
-//! ends), and writes each backward as a `vramscope.backward#NAME`
+//! ends; a reentrant checkpoint's block, whose forward ran without grad,
+//! on the graph its recomputation makes inside backward), and writes each
+//! backward as a `vramscope.backward#NAME`
 //! annotation (`model.layers.3`, `lm_head`). An allocation inside one is
 //! that module's, named with the repeated blocks grouped
 //! (`model.layers[*]`), as the forward's parts are.

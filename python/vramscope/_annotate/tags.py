@@ -296,8 +296,13 @@ class Tagger:
         if self._open_blocks and self._blocks.get(id(module)) == self._open_blocks[-1][0]:
             name, start = self._open_blocks.pop()
             self.block_spans.append((start, _now_us(), name))
-            if not _in_backward():  # a checkpointed block's recomputation is inside its own backward
-                self._watch_block_backward(name, args, output)
+            # Inside backward this is a checkpointed block's recomputation:
+            # reentrant checkpointing (its forward ran without grad, so
+            # nothing was watched then) backpropagates through the graph it
+            # makes, whose nodes name the block's backward; the
+            # non-reentrant kind only takes saved tensors from it, and those
+            # nodes never run.
+            self._watch_block_backward(name, args, output)
         elif self._parts:
             part = self._parts.get(id(module))
             if part is not None and not _in_backward():
