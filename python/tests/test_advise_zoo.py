@@ -6,6 +6,8 @@ the CPU (``record(cpu_limit=...)``, ``growing_seq.py``)."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -118,3 +120,20 @@ def test_a_growing_run_that_ran_out_is_told_what_checkpointing_gives(tmp_path):
     text = vramscope.load(str(tmp_path / "oom.pickle")).advise(text=True)
     assert "up to where the recording ends, inside iteration 6; the rest of it was not recorded" in text
     assert "the recorded iterations grew" in text
+    # The report's "What to do" panel answers as the command does: the same
+    # capacity (the limit the run ran out under) and the same horizon.
+    page = tmp_path / "oom.html"
+    subprocess.run([sys.executable, "-m", "vramscope", "report", str(tmp_path / "oom.pickle"), "-o", str(page), "-q"], check=True)
+    data = _page_data(page)
+    assert json.dumps(a["answer"], ensure_ascii=False)[1:-1] in data, a["answer"]
+
+
+def _page_data(page: Path) -> str:
+    """The page's embedded data (deflated, base64), as text."""
+    import base64
+    import re
+    import zlib
+
+    blob = re.search(r'<script id="vramscope-data" type="application/octet-stream">(.*?)</script>', page.read_text(), re.S)
+    assert blob, "the page carries its data"
+    return zlib.decompress(base64.b64decode(blob.group(1).strip())).decode("utf-8", "replace")

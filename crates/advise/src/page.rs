@@ -69,7 +69,10 @@ pub fn page_model(
         return PageModel {
             simulation: None,
             advice: counted.then(|| {
-                let a = advise_counted(snap, device, None, DEFAULT_RANKS, labelled);
+                // The capacity `vramscope advise` reads too: a CPU run under
+                // a limit that ran out says how much it had.
+                let capacity = vramscope_simulate::simulate::oom_capacity(snap, device);
+                let a = advise_counted(snap, device, capacity, DEFAULT_RANKS, labelled);
                 PageAdvice::Advising(Box::new(a))
             }),
         };
