@@ -187,6 +187,7 @@ LONGEST_FIRST = (
     "test_corpus.py",  # 365
     "test_zoo_estimate.py",  # 290
     "test_advise_zoo.py",  # 130
+    "test_wheel.py",  # 120 (a manylinux wheel built and linked with zig)
     "test_record.py",  # 105
     "test_run.py",  # 70
     "test_rank_live.py",  # 65

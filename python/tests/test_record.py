@@ -292,6 +292,7 @@ def test_periodic_dumps_keep_the_last_files(tmp_path: Path, cpu_path: None) -> N
     assert vr.periodic_path("a/b.pickle", 123) == "a/b.step000123.pickle"
 
 
+@pytest.mark.slow  # kills a recording program again and again (20 s): CI runs it, --quick does not
 def test_sigkill_during_periodic_dumps_never_leaves_a_corrupt_file(tmp_path: Path) -> None:
     """20 children recording with every=1, keep=3 are SIGKILLed, half of them
     a random 0-15 ms after a write began (writes take 3-20 ms here), half
