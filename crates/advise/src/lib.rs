@@ -28,6 +28,7 @@
 //! assert!(best.peak_reserved < advising.baseline.peak_reserved);
 //! ```
 
+mod block_calls;
 mod block_stacks;
 mod candidates;
 mod checkpoint;
