@@ -14,12 +14,11 @@
 # the system linker and tags the wheel for this machine's glibc. Either way
 # `pip install vramscope-*.whl` then needs no Rust toolchain.
 #
-# The wheel's build shares the development build's cargo target directory:
-# zig's linker changes only the Python extension's own unit (cargo keys the
-# linker on the crate that links), so every dependency built for
-# `maturin develop` or `cargo build --release` is reused and the wheel
-# costs one crate's compile and link (about 40 s on two cores, where a
-# target directory of its own rebuilt everything: two minutes).
+# The wheel's build keeps its own cargo target directory (target/wheel).
+# Sharing the development build's was tried: on a warm tree it reused
+# everything, but under `.ci/run` on a clean clone (whose clippy works in
+# that directory and holds its lock) `test_wheel.py` took 170-184 s,
+# against 121 s in a directory of its own.
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -40,7 +39,7 @@ else
         exit 1
     fi
     # maturin finds zig through the venv's python (python -m ziglang).
-    PATH="$venv/bin:$PATH" \
+    PATH="$venv/bin:$PATH" CARGO_TARGET_DIR="$repo_root/target/wheel" \
         "$venv/bin/maturin" build --release --zig --compatibility manylinux2014 --out "$out" >&2
 fi
 ls -1t "$out"/vramscope-*.whl | head -n 1
