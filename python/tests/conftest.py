@@ -33,6 +33,22 @@ def load_snapshot(path: os.PathLike | str) -> Dict[str, Any]:
     return snap
 
 
+def peak_and_sizes(trace: Iterable[Dict[str, Any]]) -> Tuple[int, List[int]]:
+    """The peak of what a trace allocates (above what was there before it)
+    and each allocation's size, in order: what a one-step recording is held
+    to allocation by allocation."""
+    live = peak = 0
+    sizes: List[int] = []
+    for e in trace:
+        if e["action"] == "alloc":
+            live += e["size"]
+            peak = max(peak, live)
+            sizes.append(e["size"])
+        elif e["action"] == "free_completed":
+            live -= e["size"]
+    return peak, sizes
+
+
 def replay_peak(trace: Iterable[Dict[str, Any]]) -> Tuple[int, int]:
     """Peak allocated bytes over a device trace and the part of it that was
     allocated before the window.

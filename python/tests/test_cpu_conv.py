@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import pickle
 from collections import Counter
-from typing import Any, List, Tuple
+from typing import Any, Tuple
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from conftest import native_module  # noqa: E402
+from conftest import native_module, peak_and_sizes  # noqa: E402
 
 if native_module() is None:
     pytest.skip("vramscope._native is not built", allow_module_level=True)
@@ -50,19 +50,6 @@ SHAPES = [
 ]
 
 
-def _sizes(trace: List[dict]) -> Tuple[int, List[int]]:
-    live = peak = 0
-    sizes = []
-    for e in trace:
-        if e["action"] == "alloc":
-            live += e["size"]
-            peak = max(peak, live)
-            sizes.append(e["size"])
-        elif e["action"] == "free_completed":
-            live -= e["size"]
-    return peak, sizes
-
-
 @pytest.mark.parametrize("shape", SHAPES, ids=["x".join(map(str, s)) for s in SHAPES])
 def test_the_convolution_is_the_real_one(shape: Tuple[int, ...], tmp_path: Any) -> None:
     n, c, size, k, kernel, stride, padding = shape
@@ -74,7 +61,7 @@ def test_the_convolution_is_the_real_one(shape: Tuple[int, ...], tmp_path: Any) 
         with torch.no_grad():
             conv(x)
     with open(path, "rb") as f:
-        peak, sizes = _sizes(pickle.load(f)["device_traces"][0])
+        peak, sizes = peak_and_sizes(pickle.load(f)["device_traces"][0])
     there = sum(t.untyped_storage().nbytes() for t in (*conv.parameters(), x))
     est_path = tmp_path / "est.pickle"
     est = vramscope.estimate(conv, (x,), None, steps=1, device="cpu", inference=True, path=est_path)
@@ -115,7 +102,7 @@ def test_a_convolution_off_the_model_is_measured(shape: Tuple[Any, ...], tmp_pat
     with vramscope.record(path, backend="allocator"):
         loss(conv(x)).backward()
     with open(path, "rb") as f:
-        peak, _sizes_ = _sizes(pickle.load(f)["device_traces"][0])
+        peak, _ = peak_and_sizes(pickle.load(f)["device_traces"][0])
     there = sum(t.untyped_storage().nbytes() for t in (*conv.parameters(), x))
     conv.zero_grad(set_to_none=True)
     est = vramscope.estimate(conv, (x,), None, loss_fn=loss, steps=1, device="cpu")
@@ -152,7 +139,7 @@ def test_the_convolutions_training_step_is_the_real_one(shape: Tuple[Any, ...], 
     with vramscope.record(path, backend="allocator"):
         loss(conv(x)).backward()
     with open(path, "rb") as f:
-        peak, sizes = _sizes(pickle.load(f)["device_traces"][0])
+        peak, sizes = peak_and_sizes(pickle.load(f)["device_traces"][0])
     there = sum(t.untyped_storage().nbytes() for t in (*conv.parameters(), x))
     est_path = tmp_path / "est.pickle"
     est = vramscope.estimate(conv, (x,), None, loss_fn=loss, steps=1, device="cpu", path=est_path)

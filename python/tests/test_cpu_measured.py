@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import pickle
 from collections import Counter
-from typing import Any, List, Tuple
+from typing import Any, Tuple
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from conftest import native_module  # noqa: E402
+from conftest import native_module, peak_and_sizes  # noqa: E402
 
 if native_module() is None:
     pytest.skip("vramscope._native is not built", allow_module_level=True)
@@ -48,19 +48,6 @@ class Mixer(nn.Module):
         h = torch.relu(self.up(x))
         mixed = torch.tanh(torch.bmm(h, h.transpose(1, 2)))  # (B, T, T); no Python scalar (a wrapped 8-byte tensor the meta trace does not make)
         return self.down(torch.bmm(mixed, h))
-
-
-def _sizes(trace: List[dict]) -> Tuple[int, List[int]]:
-    live = peak = 0
-    sizes = []
-    for e in trace:
-        if e["action"] == "alloc":
-            live += e["size"]
-            peak = max(peak, live)
-            sizes.append(e["size"])
-        elif e["action"] == "free_completed":
-            live -= e["size"]
-    return peak, sizes
 
 
 # (batch, tokens, in, hidden, out, threads)
@@ -94,7 +81,7 @@ def test_the_scratchpads_are_the_real_ones(case: Tuple[Any, ...], tmp_path: Any)
             value.backward()
             del value
         with open(path, "rb") as f:
-            peak, sizes = _sizes(pickle.load(f)["device_traces"][0])
+            peak, sizes = peak_and_sizes(pickle.load(f)["device_traces"][0])
         there = sum(p.untyped_storage().nbytes() for p in (*model.parameters(), x))
         est_path = tmp_path / "est.pickle"
         model.zero_grad(set_to_none=True)

@@ -22,7 +22,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from conftest import native_module  # noqa: E402
+from conftest import native_module, peak_and_sizes  # noqa: E402
 
 if native_module() is None:
     pytest.skip("vramscope._native is not built", allow_module_level=True)
@@ -81,16 +81,8 @@ def _real(model: nn.Module, x: Any, training: bool, tmp: Any) -> Tuple[int, List
                 model(x)
     with open(path, "rb") as f:
         trace = pickle.load(f)["device_traces"][0]
-    live = peak = sum(there)
-    sizes = list(there)
-    for e in trace:
-        if e["action"] == "alloc":
-            live += e["size"]
-            peak = max(peak, live)
-            sizes.append(e["size"])
-        elif e["action"] == "free_completed":
-            live -= e["size"]
-    return peak, sizes
+    peak, sizes = peak_and_sizes(trace)
+    return sum(there) + peak, list(there) + sizes
 
 
 def _estimated(model: nn.Module, x: Any, training: bool, tmp: Any) -> Tuple[int, List[int], Any]:

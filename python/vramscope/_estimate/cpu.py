@@ -43,7 +43,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Dict, Iterator, Optional, Tuple
 
-from vramscope._estimate.cpu_measured import is_16bit_matmul, scratch_or_reason
+from vramscope._estimate.cpu_measured import NotMeasured, is_16bit_matmul, scratch
 from vramscope._estimate.kernel_scratch import Kernels, op_name
 
 _FORWARD = "_scaled_dot_product_flash_attention_for_cpu"
@@ -145,8 +145,6 @@ class Cpu(Kernels):
         self.avx512 = self.capability.startswith("AVX512")
         self.lstm_calls = 0  # nn.LSTM calls that took oneDNN's path (cpu_rnn.rnns_as_on_cpu)
         self.conv_modelled = 0  # convolutions whose oneDNN reorders were traced
-        self.matmuls_measured = 0  # 16-bit matmul calls whose scratchpad was measured (cpu_measured)
-        self.convs_measured = 0  # convolutions outside the model whose memory was measured (cpu_measured)
 
     def before(self, func: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], rec: Any) -> Optional[Any]:
         name = op_name(func)
@@ -242,20 +240,27 @@ class Cpu(Kernels):
         for t in outs:
             if isinstance(t, torch.Tensor):
                 rec.track(t)
-        got = scratch_or_reason(func, name, args, kwargs)
-        if isinstance(got, int):
-            self.convs_measured += 1
-            if got > 0:
-                self._scratch([got], rec)
-        else:
-            self.note(
-                "conv",
-                "convolutions: oneDNN's reorders into its blocked layouts are modelled for float32 NCHW convolutions on "
-                "AVX-512 (forward; backward at stride 1, or for the weights' gradient) and measured on this CPU for the "
-                f"others, and were not for some ({got}): on the zoo of docs/estimate.md up to 5% of a UNet's training peak",
-            )
+        self._measured(
+            func, name, args, kwargs, rec, "conv",
+            "convolutions: oneDNN's reorders into its blocked layouts are modelled for float32 NCHW convolutions on "
+            "AVX-512 (forward; backward at stride 1, or for the weights' gradient) and measured on this CPU for the "
+            "others, and were not for some ({why}): on the zoo of docs/estimate.md up to 5% of a UNet's training peak",
+        )
         self.held.clear()
         return tuple(outs) if isinstance(out, (tuple, list)) else outs[0]
+
+    def _measured(self, func: Any, name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any], rec: Any, kind: str, unmeasured: str) -> None:
+        """What the call makes inside itself, measured on this machine
+        (cpu_measured) and made after its results, freed as it returns; or,
+        where it cannot be measured, the note ``unmeasured`` (its ``{why}``
+        the reason)."""
+        try:
+            got = scratch(func, name, args, kwargs)
+        except NotMeasured as e:
+            self.note(kind, unmeasured.format(why=e))
+            return
+        if got > 0:
+            self._scratch([got], rec)
 
     def _conv_geometry(self, x: Any, w: Any, stride: Any, padding: Any, dilation: Any, transposed: bool, groups: int) -> Optional[Tuple[int, ...]]:
         """(n, c, h, w, k, kh, kw, ho, wo) of a float32 NCHW convolution on
@@ -398,19 +403,11 @@ class Cpu(Kernels):
     def after(self, func: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], rec: Any) -> None:
         name = op_name(func)
         if is_16bit_matmul(name, args) is not None:
-            # oneDNN's scratchpad for the call, measured on this machine
-            # (cpu_measured): made after the result, freed as the call returns.
-            got = scratch_or_reason(func, name, args, kwargs)
-            if isinstance(got, int):
-                self.matmuls_measured += 1
-                if got > 0:
-                    self._scratch([got], rec)
-            else:
-                self.note(
-                    "16bit_matmul",
-                    f"16-bit matmuls: oneDNN's scratchpad inside them is measured by running each on this CPU, and was not "
-                    f"for some ({got}): on the zoo of docs/estimate.md it is 2% of a ViT's bf16 training peak",
-                )
+            self._measured(
+                func, name, args, kwargs, rec, "16bit_matmul",
+                "16-bit matmuls: oneDNN's scratchpad inside them is measured by running each on this CPU, and was not "
+                "for some ({why}): on the zoo of docs/estimate.md it is 2% of a ViT's bf16 training peak",
+            )
         if name == _FORWARD:
             q, k = args[0], args[1]
             self._scratch(forward_scratch(int(q.shape[2]), int(k.shape[2]), int(q.shape[3]), q.dtype, self.threads), rec)

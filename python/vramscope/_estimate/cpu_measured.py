@@ -37,7 +37,7 @@ it peaks where the call did.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import Any, Dict, Optional, Tuple
 
 #: Operands and result larger than this (bytes, together) are not run.
 MAX_BYTES = 256 << 20
@@ -149,13 +149,6 @@ def _outside_the_trace() -> Any:
 
     with _disable_current_modes(), torch._C.DisableTorchFunction(), torch.no_grad(), torch.autocast("cpu", enabled=False):
         yield
-
-
-def scratch_or_reason(func: Any, name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Union[int, str]:
-    try:
-        return scratch(func, name, args, kwargs)
-    except NotMeasured as e:
-        return str(e)
 
 
 def is_16bit_matmul(name: str, args: Tuple[Any, ...]) -> Optional[Any]:
