@@ -6,6 +6,10 @@
 #
 #   scripts/build-wheel.sh [OUT_DIR]            (default: target/wheels)
 #   scripts/build-wheel.sh --native [OUT_DIR]   this machine's glibc only (quicker)
+#   scripts/build-wheel.sh --unoptimised [OUT_DIR]
+#                                  the manylinux2014 wheel without optimisation
+#                                  (Cargo.toml's wheel-check profile): for
+#                                  checks of the packaging, never for users
 #
 # By default the wheel is manylinux2014 (glibc 2.17: RHEL/CentOS 7, Ubuntu
 # 18.04 and every later distribution): maturin links it with zig (the
@@ -24,8 +28,12 @@ set -euo pipefail
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo_root"
 native=0
+profile=(--release)
 if [[ "${1:-}" == "--native" ]]; then
     native=1
+    shift
+elif [[ "${1:-}" == "--unoptimised" ]]; then
+    profile=(--profile wheel-check)
     shift
 fi
 out="${1:-target/wheels}"
@@ -40,6 +48,6 @@ else
     fi
     # maturin finds zig through the venv's python (python -m ziglang).
     PATH="$venv/bin:$PATH" CARGO_TARGET_DIR="$repo_root/target/wheel" \
-        "$venv/bin/maturin" build --release --zig --compatibility manylinux2014 --out "$out" >&2
+        "$venv/bin/maturin" build "${profile[@]}" --zig --compatibility manylinux2014 --out "$out" >&2
 fi
 ls -1t "$out"/vramscope-*.whl | head -n 1

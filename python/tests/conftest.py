@@ -185,7 +185,7 @@ SLOW_MODULES = {
     "test_corpus.py",
     "test_integrations.py",
     "test_integrations_hf.py",
-    "test_wheel.py",  # links a manylinux wheel with zig (45 s)
+    "test_wheel.py",  # links a manylinux wheel with zig (36 s, unoptimised)
     "test_zoo_estimate.py",
 }
 
@@ -203,7 +203,7 @@ LONGEST_FIRST = (
     "test_corpus.py",  # 365
     "test_zoo_estimate.py",  # 290
     "test_advise_zoo.py",  # 130
-    "test_wheel.py",  # 120 (a manylinux wheel built and linked with zig)
+    "test_wheel.py",  # 40 (a manylinux wheel built unoptimised and linked with zig)
     "test_record.py",  # 105
     "test_run.py",  # 70
     "test_rank_live.py",  # 65
