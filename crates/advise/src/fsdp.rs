@@ -115,7 +115,9 @@ fn block_passes(calls: &[SavedCall], names: &[String], phases: &Phases) -> Vec<P
 
 /// The passes read from the phases alone, for the whole model as one
 /// unit: from each forward's first event to the end of the backward after
-/// it, where that backward makes gradients.
+/// it, where that backward makes gradients. A forward that backward runs
+/// (a checkpointed block made again) is part of backward, not the next
+/// pass's forward.
 fn phase_passes(phases: &Phases, makes_grads: &dyn Fn(usize, usize) -> bool) -> Vec<Pass> {
     let ph = &phases.phase;
     let mut out = Vec::new();
@@ -137,10 +139,12 @@ fn phase_passes(phases: &Phases, makes_grads: &dyn Fn(usize, usize) -> bool) -> 
             break;
         }
         let (bwd_start, mut bwd_end) = (k, k);
-        while k < ph.len() && !matches!(ph[k], Phase::Forward | Phase::Optimizer | Phase::ZeroGrad)
-        {
-            if ph[k] == Phase::Backward {
-                bwd_end = k;
+        while k < ph.len() {
+            match ph[k] {
+                Phase::Optimizer | Phase::ZeroGrad => break,
+                Phase::Forward if !phases.is_recomputation(k) => break,
+                Phase::Backward => bwd_end = k,
+                _ => {}
             }
             k += 1;
         }
@@ -410,7 +414,9 @@ pub(super) fn fsdp_candidate(
             format!(
                 "the parameters ({}, the gradients born in one backward) whole from the start of forward to the end \
                  of backward, with their flat all-gather buffer during the forward; the gradients whole until the \
-                 reduce-scatter at the end of backward; no repeated blocks found, so no smaller units predicted",
+                 reduce-scatter at the end of backward; no repeated blocks give units of one size (none found, \
+                 their gradients differ in size, or, checkpointed, they keep nothing in forward), so no smaller \
+                 units predicted",
                 bytes(root_bytes)
             ),
         )

@@ -81,3 +81,43 @@ fn autocasts_weight_casts_are_not_a_blocks_output() {
     );
     assert!(every.how.contains("12 block calls"), "{}", every.how);
 }
+
+/// The Transformer of `advise_runs.py` with every layer checkpointed
+/// (`tests/fixtures/recorded/checkpointed_transformer.pickle.gz`): each
+/// layer's recomputation inside backward is part of that backward, so
+/// FSDP's whole-model unit gathers the parameters the recorder tagged
+/// (3.50 MiB), not the gradients made after the last recomputation; and
+/// checkpointing is not offered again.
+#[test]
+fn a_checkpointed_runs_fsdp_unit_is_every_parameter() {
+    let snap = load(
+        &vramscope_testdata::recorded("checkpointed_transformer.pickle.gz"),
+        &Default::default(),
+    )
+    .expect("reads");
+    let a = advise(&snap, &AdviseOptions::default()).expect("advice");
+    let fsdp = a
+        .advice
+        .iter()
+        .chain(&a.no_gain)
+        .find(|r| r.class == ChangeClass::Fsdp)
+        .expect("an FSDP row");
+    assert!(
+        fsdp.how
+            .contains("the parameters (3.50 MiB, the gradients born in one backward)"),
+        "{}",
+        fsdp.how
+    );
+    // Measured: the checkpointed Transformer under fully_shard(model) over
+    // two gloo ranks peaks at 43,563,168 B (python/tests/test_advise_cpu.py
+    // runs it); the replay within 0.1% of it.
+    let measured = 43_563_168f64;
+    let err = (fsdp.peak_allocated as f64 - measured) / measured;
+    assert!(
+        err.abs() < 0.001,
+        "{} against {measured}",
+        fsdp.peak_allocated
+    );
+    let (_, advice, _) = rows(&snap);
+    assert!(advice.is_empty(), "checkpointing offered again");
+}

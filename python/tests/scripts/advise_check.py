@@ -41,6 +41,10 @@ CHECKS: List[Tuple[str, str, str, str]] = [
     # Autocast in the loop: its weight casts outlive each layer's call
     # until autocast exits; they are not the layer's output.
     ("transformer", "autocast", "checkpoint", "autocast_checkpoint"),
+    # Every layer checkpointed: each layer's recomputation runs inside
+    # backward; the rows must not take it for a forward of its own.
+    ("transformer", "checkpoint", "half_batch", "checkpoint_half_batch"),
+    ("transformer", "checkpoint", "fsdp", "checkpoint_fsdp_model"),
     ("transformer", "leak", "fix_leak", "leak_fixed"),
     ("mlp", "baseline", "half_batch", "half_batch"),
     ("mlp", "baseline", "foreach_off", "foreach_off"),
@@ -62,6 +66,7 @@ CHECKS: List[Tuple[str, str, str, str]] = [
     # FSDP2's fully_shard on each layer and the root, two gloo ranks; on
     # the whole model only where there are no repeated layers.
     ("transformer", "baseline", "fsdp", "fsdp"),
+    ("transformer", "autocast", "fsdp", "autocast_fsdp"),
     ("wide_lm", "baseline", "fsdp", "fsdp"),
     ("cnn", "baseline", "fsdp", "fsdp_model"),
     ("mlp", "baseline", "fsdp", "fsdp_model"),
@@ -152,7 +157,7 @@ class Row:
         return (self.predicted - self.measured) / self.measured
 
 
-SHARDED = ("zero", "fsdp", "zero4", "fsdp4", "fsdp_model")
+from advise_runs import SHARDED  # noqa: E402
 
 
 def record(model: str, variant: str, out_dir: str, attempt: int = 0) -> str:

@@ -32,7 +32,11 @@ change made the way the advice's code says:
 * ``fsdp``: each unit (``units``) and the root under FSDP2's
   ``fully_shard`` over two gloo ranks (OUT names ``{rank}``); ``fsdp4``
   and ``zero4``: over four; ``fsdp_model``: ``fully_shard`` on the whole
-  model only (one unit);
+  model only (one unit); ``autocast_fsdp``: ``fsdp`` with the forward and
+  loss under autocast (as ``autocast``); ``checkpoint_fsdp_model``: every
+  layer checkpointed (as ``checkpoint``) and ``fully_shard`` on the whole
+  model; ``checkpoint_half_batch``: ``half_batch`` with every layer
+  checkpointed;
 * ``keep_grads``: ``zero_grad(set_to_none=False)``: the gradients kept
   allocated from one step to the next (zeroed in place);
 * ``keep_grads_late``: the same, recorded from the second step on (the
@@ -158,6 +162,10 @@ VARIANTS = ("baseline", "half_batch", "foreach_off", "del_outputs", "checkpoint"
             "keep_grads_varlen", "leak", "leak_fixed")
 
 
+# The variants that run over gloo ranks.
+SHARDED = ("zero", "fsdp", "zero4", "fsdp4", "fsdp_model", "autocast_fsdp", "checkpoint_fsdp_model")
+
+
 def units(model: nn.Module) -> List[nn.Module]:
     """The FSDP units: each repeated block (a Transformer's layers), or each
     module with parameters of a Sequential; the root takes the rest."""
@@ -195,10 +203,12 @@ def _zero_rank(rank: int, model_name: str, out: str, store: str, variant: str, r
         torch.manual_seed(0)
         make, batch = MODELS[model_name]
         model, x, y, loss_fn = make(batch)
-        if variant.startswith("fsdp"):
+        if "fsdp" in variant:
             from torch.distributed.fsdp import fully_shard
 
-            if variant != "fsdp_model":
+            if variant == "checkpoint_fsdp_model":
+                checkpoint_all(model)
+            if variant not in ("fsdp_model", "checkpoint_fsdp_model"):
                 for m in units(model):
                     fully_shard(m)
             fully_shard(model)
@@ -207,8 +217,9 @@ def _zero_rank(rank: int, model_name: str, out: str, store: str, variant: str, r
             opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, lr=1e-3, foreach=True)
         with vramscope.record(out, backend="allocator"):  # it fills in {rank}
             for _ in range(STEPS):
-                out_ = model(x)
-                loss = loss_fn(out_, y)
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=variant == "autocast_fsdp"):
+                    out_ = model(x)
+                    loss = loss_fn(out_, y)
                 loss.backward()
                 opt.step()
                 opt.zero_grad(set_to_none=True)
@@ -217,21 +228,28 @@ def _zero_rank(rank: int, model_name: str, out: str, store: str, variant: str, r
         dist.destroy_process_group()
 
 
+def checkpoint_all(model: nn.Module) -> None:
+    """Every layer checkpointed: a zoo model by its library's own switch,
+    as its users turn it on; the Transformer by its ``checkpointing``."""
+    if hasattr(model, "zoo_checkpoint"):
+        model.zoo_checkpoint(model)
+    else:
+        model.checkpointing = len(model.blocks.layers)
+
+
 def _logits(out):
     """A model's output tensor (a Hugging Face output's ``logits``)."""
     return getattr(out, "logits", out)
 
 
 def main(model_name: str, variant: str, out: str) -> None:
-    if variant in ("zero", "fsdp", "zero4", "fsdp4", "fsdp_model"):
+    if variant in SHARDED:
         return zero(model_name, out, variant)
     torch.manual_seed(0)
     make, batch = MODELS[model_name]
     model, x, y, loss_fn = make(batch)
-    if variant == "checkpoint" and hasattr(model, "zoo_checkpoint"):
-        model.zoo_checkpoint(model)  # the library's own, as its users turn it on
-    elif variant in ("checkpoint", "autocast_checkpoint"):
-        model.checkpointing = len(model.blocks.layers)
+    if variant in ("checkpoint", "autocast_checkpoint", "checkpoint_half_batch"):
+        checkpoint_all(model)
     if variant == "checkpoint_first":
         model.checkpointing = 1
     if variant == "bf16":
@@ -256,7 +274,7 @@ def main(model_name: str, variant: str, out: str) -> None:
             if len(lengths) > 1:  # a Transformer's tokens, cut to this step's length
                 n = lengths[step % len(lengths)]
                 x, y = x_all[:, :n], y_all[:, :n]
-            if variant == "half_batch":
+            if variant in ("half_batch", "checkpoint_half_batch"):
                 for xc, yc in zip(x.chunk(2), y.chunk(2)):
                     out_ = model(xc)  # bound, as the unchanged loop binds its outputs
                     loss = loss_fn(out_, yc) / 2

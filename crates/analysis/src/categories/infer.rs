@@ -67,7 +67,7 @@ pub(super) fn infer(
         let i = l.birth[b] as usize;
         let d = l.death[b];
         let freed = (d != STILL_ALIVE).then_some(d as usize);
-        let same_run = freed.is_some_and(|j| ph.run[i] == ph.run[j]);
+        let same_run = freed.is_some_and(|j| ph.same_run(i, j));
         // Stacks tell ops apart in forward and the optimizer (the op's own
         // frame is innermost); in backward only C++ stacks do, through the
         // autograd node (`MmBackward0::apply`): Python stacks show the

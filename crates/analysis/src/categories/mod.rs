@@ -31,6 +31,7 @@ mod agreement;
 mod given;
 mod infer;
 pub mod phases;
+mod recompute;
 mod view;
 mod workspace;
 

@@ -15,6 +15,7 @@
 
 use vramscope_snapshot::{Action, AnnotationStage, DeviceTrace, Snapshot, StackId, NO_TIME};
 
+use super::recompute::Recomputations;
 use crate::sites::{frame_location, is_native};
 
 /// Where in a training step an event happened.
@@ -111,10 +112,14 @@ pub struct Phases {
     /// the allocation's stack.
     pub free_time_stacks: bool,
     /// Per event: the runs of forward that start at or before it (after
-    /// event 0). [`Phases::runs_starting_between`] is a subtraction of two
-    /// of these; it counted over every event of each block's life, which on
-    /// a trace of long-lived blocks was a third of a summary's time.
+    /// event 0), recomputations left out. [`Phases::runs_starting_between`]
+    /// is a subtraction of two of these; it counted over every event of
+    /// each block's life, which on a trace of long-lived blocks was a third
+    /// of a summary's time.
     forward_starts: Vec<u32>,
+    /// The forward runs that are checkpointed blocks made again inside
+    /// backward.
+    recomputed: Recomputations,
 }
 
 impl Phases {
@@ -197,10 +202,15 @@ impl Phases {
             }
             run.push(r);
         }
+        let recomputed = Recomputations::new(snap, t, &phase, &run);
         let mut forward_starts = Vec::with_capacity(n);
         let mut c = 0u32;
         for k in 0..n {
-            if k > 0 && run[k] != run[k - 1] && phase[k] == Phase::Forward {
+            if k > 0
+                && run[k] != run[k - 1]
+                && phase[k] == Phase::Forward
+                && !recomputed.is_recomputation(run[k])
+            {
                 c += 1;
             }
             forward_starts.push(c);
@@ -212,7 +222,28 @@ impl Phases {
             marked,
             free_time_stacks,
             forward_starts,
+            recomputed,
         }
+    }
+
+    /// Whether event `i` is in a checkpointed block's recomputation (a
+    /// forward that backward runs).
+    pub fn is_recomputation(&self, i: usize) -> bool {
+        self.run
+            .get(i)
+            .is_some_and(|&r| self.recomputed.is_recomputation(r))
+    }
+
+    /// Whether events `i` and `j` are in one run of equal phases, or (for
+    /// backward) in one backward, recomputations between them.
+    pub fn same_run(&self, i: usize, j: usize) -> bool {
+        let (Some(&a), Some(&b)) = (self.run.get(i), self.run.get(j)) else {
+            return false;
+        };
+        a == b
+            || (self.recomputed.any()
+                && self.phase[i] == Phase::Backward
+                && self.recomputed.same_pass(a, b))
     }
 
     /// How many runs of `phase` start after event `i` and at or before `j`.
@@ -225,7 +256,11 @@ impl Phases {
             return (self.forward_starts[end] - self.forward_starts[i]) as usize;
         }
         (i + 1..=end)
-            .filter(|&k| self.run[k] != self.run[k - 1] && self.phase[k] == phase)
+            .filter(|&k| {
+                self.run[k] != self.run[k - 1]
+                    && self.phase[k] == phase
+                    && !self.recomputed.is_recomputation(self.run[k])
+            })
             .count()
     }
 }
