@@ -579,6 +579,20 @@ def test_the_device_ledger_adds_up_from_what_the_recorder_measured(tmp_path: Pat
         assert any("none with this process's PID" in n for n in ledger["notes"]), ledger["notes"]
     text = vramscope.load(out).summary_text()
     assert "Device memory   139.80 GiB in all" in text and "PyTorch, pool (0, 1): a CUDA graph's own" in text, text
+    # The recording tells an estimate what this program holds outside
+    # PyTorch, where NVML measured it; where it did not, it says so.
+    gpu_dir = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "gpu"
+    est = vramscope.load(gpu_dir / "estimate_trace_b64_default.pickle.gz")
+    if list_me:
+        f = est.fit("80GiB", outside=out)
+        assert f["outside"] == context and f["usable"] == 80 * 1024 * MiB - context
+        assert "620.00 MiB outside PyTorch's allocator, as this program held it when ledger.pickle was recorded (NVML)" in f["sentence"], f["sentence"]
+        assert est.fit("80GiB", outside=vramscope.load(out))["outside"] == context
+    else:
+        with pytest.raises(ValueError, match="did not measure this program's memory outside PyTorch"):
+            est.fit("80GiB", outside=out)
+    assert est.fit("80GiB", outside="700MiB")["outside"] == 700 * MiB
+    assert "the CUDA context as measured" in est.fit("80GiB")["sentence"]
 
 
 def _train_tiny(steps: int = 2, adam: bool = True) -> Tuple[torch.nn.Module, torch.optim.Optimizer, torch.Tensor]:

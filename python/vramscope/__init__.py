@@ -23,7 +23,7 @@ import html
 import json
 import os
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 from . import _native
 from vramscope._recording.files import write_text_atomic
@@ -200,15 +200,21 @@ class Snapshot:
         out = self._n.advise(device, _size(capacity), gpu, bool(text), fraction, ranks)
         return out if text else json.loads(out)
 
-    def fit(self, total: Union[int, str], *, outside: Union[int, str, None] = None, settings: Optional[str] = None, device: Optional[int] = None) -> dict:
+    def fit(self, total: Union[int, str], *, outside: Any = None, settings: Optional[str] = None, device: Optional[int] = None) -> dict:
         """Will an estimate's trace (`vramscope.estimate(device="cuda")`)
         fit on a GPU of `total` bytes? Replayed through the allocator model
         without a limit (under `settings`, ``PYTORCH_CUDA_ALLOC_CONF``
-        syntax), its peak reserved against `total` less `outside` (memory
-        the process holds outside the caching allocator, default 768 MiB).
+        syntax), its peak reserved against `total` less `outside`: memory
+        the process holds outside the caching allocator, in bytes
+        (``"900MiB"``), or a recording of the program on a GPU (a path or a
+        `Snapshot`) whose device ledger measured it (NVML); default 768 MiB.
         Returns a dict: ``verdict`` ("fits", "too_close", "does_not_fit"),
-        ``peak_reserved``, ``usable``, ``margin``, ``sentence``."""
-        return json.loads(self._n.fit(_size(total), _size(outside), settings, device))
+        ``peak_reserved``, ``usable``, ``outside``, ``margin``,
+        ``sentence``."""
+        from vramscope._estimate.fit import outside_from
+
+        value, how = outside_from(outside)
+        return json.loads(self._n.fit(_size(total), value, settings, device, how))
 
     def to_arrow(self, table: Optional[str] = None):
         """The snapshot as pyarrow tables, the columns of `vramscope export

@@ -371,9 +371,7 @@ fn gpu_capacity(
     let measured = snap
         .pick_device(device)
         .ok()
-        .and_then(|d| vramscope_analysis::ledger::ledger(snap, d))
-        .and_then(|l| l.outside_split())
-        .map(|(mine, _)| mine);
+        .and_then(|d| vramscope_analysis::ledger::measured_outside(snap, d));
     Ok(match measured {
         Some(mine) => (
             gpu.total.saturating_sub(mine),

@@ -109,6 +109,16 @@ impl DeviceLedger {
     }
 }
 
+/// What this process held on `device` outside PyTorch's allocator when the
+/// file was written (the CUDA context, NCCL's buffers, other allocators),
+/// where NVML measured it; `None` where the recording cannot tell it from
+/// other processes' memory. What another run of the same program needs
+/// beside PyTorch's pools: [`vramscope_simulate`]'s `fit` and `advise --gpu`
+/// hold a run against a GPU's total less this.
+pub fn measured_outside(snap: &Snapshot, device: u32) -> Option<u64> {
+    ledger(snap, device)?.outside_split().map(|(mine, _)| mine)
+}
+
 /// The ledger of `device` at the dump, where the recorder measured the
 /// device (`vramscope.record` on CUDA or XPU); `None` for a file without
 /// those figures (PyTorch's own `_dump_snapshot`): its segments are all

@@ -167,10 +167,19 @@ impl Snapshot {
         }))
     }
 
+    /// What this process held outside PyTorch's allocator on `device` when
+    /// the file was written, where NVML measured it
+    /// ([`vramscope_analysis::ledger::measured_outside`]).
+    #[pyo3(signature = (device=None))]
+    fn measured_outside(&self, device: Option<u32>) -> PyResult<Option<u64>> {
+        let d = self.pick_device(device)?;
+        Ok(vramscope_analysis::ledger::measured_outside(&self.inner, d))
+    }
+
     /// An estimate's verdict for a GPU of `total` bytes as JSON text: its
     /// trace replayed without a limit, the peak reserved held against
     /// `total − outside` ([`vramscope_simulate::fit`]).
-    #[pyo3(signature = (total, outside=None, settings=None, device=None))]
+    #[pyo3(signature = (total, outside=None, settings=None, device=None, outside_how=None))]
     fn fit(
         &self,
         py: Python<'_>,
@@ -178,11 +187,13 @@ impl Snapshot {
         outside: Option<u64>,
         settings: Option<String>,
         device: Option<u32>,
+        outside_how: Option<String>,
     ) -> PyResult<String> {
         let opts = vramscope_simulate::FitOptions {
             device,
             total,
             outside,
+            outside_how,
             settings,
         };
         let f = py

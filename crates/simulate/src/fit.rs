@@ -41,6 +41,9 @@ pub struct FitOptions {
     pub total: u64,
     /// Memory held outside the caching allocator; default [`DEFAULT_OUTSIDE`].
     pub outside: Option<u64>,
+    /// Where `outside` comes from, for the sentence (e.g. "as this program
+    /// held it when run.pickle was recorded (NVML)"); none: given.
+    pub outside_how: Option<String>,
     /// Allocator settings, `PYTORCH_CUDA_ALLOC_CONF` syntax (empty: PyTorch's defaults).
     pub settings: Option<String>,
 }
@@ -104,10 +107,10 @@ pub fn fit(snap: &Snapshot, opts: &FitOptions) -> Result<Fit, SimulateError> {
         bytes(usable),
         bytes(opts.total),
         bytes(outside),
-        if opts.outside.is_some() {
-            ""
-        } else {
-            ", the CUDA context as measured"
+        match (&opts.outside, &opts.outside_how) {
+            (Some(_), Some(how)) => format!(", {how}"),
+            (Some(_), None) => String::new(),
+            (None, _) => ", the CUDA context as measured".to_string(),
         }
     );
     let sentence = match verdict {

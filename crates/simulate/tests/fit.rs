@@ -24,6 +24,7 @@ fn verdict_for(total: u64, settings: Option<&str>) -> vramscope_simulate::Fit {
             total,
             outside: None,
             settings: settings.map(str::to_string),
+            ..Default::default()
         },
     )
     .expect("a CUDA trace")

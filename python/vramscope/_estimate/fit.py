@@ -16,11 +16,40 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 Gpu = Union[str, int, None]
 
 
-def _fit(est: Any, total: int, settings: Optional[str], outside: Optional[int]) -> Dict[str, Any]:
+def outside_from(outside: Any) -> Tuple[Optional[int], Optional[str]]:
+    """Memory outside the caching allocator, and where the figure comes
+    from: bytes (an int or ``"900MiB"``) as given, or a recording of the
+    program on a GPU (a path or a `Snapshot`) whose device ledger measured
+    what the program held outside PyTorch (NVML: the CUDA context, NCCL's
+    buffers, other allocators). A recording that did not measure it is an
+    error that says why, never a guess."""
+    import os
+
+    from vramscope import Snapshot, _size, load
+
+    if outside is None or isinstance(outside, int):
+        return outside, None
+    if isinstance(outside, (str, os.PathLike)) and not os.path.isfile(os.fspath(outside)):
+        if isinstance(outside, str):
+            return _size(outside), None
+        raise FileNotFoundError(f"outside={os.fspath(outside)!r}: no such recording")
+    snap = outside if isinstance(outside, Snapshot) else load(outside)
+    name = os.path.basename(snap.path) or "the recording"
+    value = snap._n.measured_outside(None)
+    if value is None:
+        raise ValueError(
+            f"outside={name!r}: the recording did not measure this program's memory outside PyTorch "
+            "(recorded without nvidia-ml-py, not on a GPU, or NVML could not see the process; "
+            "`vramscope summary` shows its device ledger and says which): give it in bytes instead"
+        )
+    return int(value), f"as this program held it when {name} was recorded (NVML)"
+
+
+def _fit(est: Any, total: int, settings: Optional[str], outside: Any) -> Dict[str, Any]:
     return est.snapshot.fit(total, outside=outside, settings=settings)
 
 
-def attach_fit(est: Any, gpu: Gpu, settings: Optional[str], outside: Optional[int]) -> None:
+def attach_fit(est: Any, gpu: Gpu, settings: Optional[str], outside: Any) -> None:
     """``est.peak_reserved_bytes`` always; ``est.fit`` when ``gpu`` says
     how much memory there is."""
     from vramscope._estimate.cuda import gpu_memory
@@ -57,7 +86,7 @@ def search_max_batch(
     dim: int,
     gpu: Gpu,
     settings: Optional[str],
-    outside: Optional[int],
+    outside: Any,
 ) -> None:
     """Set ``est.max_batch``: the largest batch whose verdict is "fits"
     (``batch``) and the largest whose estimated peak reserved stays under

@@ -316,7 +316,7 @@ def estimate(
     device: str = "cuda",
     gpu: Union[str, int, None] = None,
     settings: Optional[str] = None,
-    outside_bytes: Optional[int] = None,
+    outside_bytes: Any = None,
     inference: bool = False,
     autocast: Any = None,
     max_batch_for: Union[str, int, None] = None,
@@ -364,7 +364,10 @@ def estimate(
         settings: allocator settings for the replay, in
             ``PYTORCH_CUDA_ALLOC_CONF`` syntax (``"expandable_segments:True"``).
         outside_bytes: memory the process holds outside the caching
-            allocator (CUDA context, kernels); default 768 MiB, a little
+            allocator (CUDA context, kernels, NCCL's buffers): bytes, or a
+            recording of the program on the GPU (a path or a `Snapshot`,
+            written by ``vramscope.record`` with nvidia-ml-py installed)
+            whose device ledger measured it; default 768 MiB, a little
             above what the project's H100 and H200 measured.
         inference: forward passes only, under ``torch.no_grad()`` (no
             loss, backward or optimizer).
