@@ -86,7 +86,8 @@ def test_the_predictions_point_the_way_the_runs_went(rows):
     # inside backward and is part of it (taken for a forward of its own,
     # half the batch was +3.3% and FSDP's whole-model unit gathered 1.49 of
     # the 3.50 MiB of parameters, -4.9%). And FSDP on the autocast run.
-    for base, change in (("checkpoint", "half_batch"), ("checkpoint", "fsdp"), ("autocast", "fsdp")):
+    for base, change in (("checkpoint", "half_batch"), ("checkpoint", "fsdp"), ("checkpoint_reentrant", "half_batch"),
+                         ("checkpoint_reentrant", "fsdp"), ("autocast", "fsdp")):
         (r,) = [r for r in rows if r.model == "transformer" and r.base == base and r.change == change]
         assert abs(r.error) < 0.01, (base, change, r)
     # Asked to fit 50 MiB, the advice also names the fewest layers to wrap:

@@ -364,3 +364,47 @@ fn inference_agrees_with_the_memory_profiler() {
         );
     }
 }
+
+/// On the CPU the autograd engine runs backward on the thread that called
+/// it, with its Python frames: an allocation without frames there is not
+/// backward's (`torch.get_rng_state()`'s 5,056-byte state, which a
+/// reentrant checkpoint saves as its block's forward starts, is recorded
+/// without them). On CUDA, where backward runs on the engine's device
+/// threads, the same stackless allocation is backward's.
+#[test]
+fn a_stackless_allocation_in_a_cpu_recordings_forward_is_forward() {
+    use vramscope_analysis::categories::Phase;
+    let steps = [
+        ("alloc", 0x1000u64, 512u64, "forward"),
+        ("alloc", 0x2000, 5056, "backward"), // no frames
+        ("alloc", 0x3000, 512, "forward"),
+        ("free_completed", 0x2000, 5056, "backward"),
+    ];
+    let doc = |recorder: Option<&str>| {
+        let entries: Vec<Value> = steps
+            .iter()
+            .enumerate()
+            .map(|(k, (action, addr, size, phase))| {
+                json!({"action": action, "addr": addr, "size": size, "stream": 0,
+                "time_us": 1000 + k as u64, "frames": stack(phase)})
+            })
+            .collect();
+        let mut d = json!({"segments": [], "device_traces": [entries]});
+        if let Some(r) = recorder {
+            d["vramscope"] = json!({"recorder": r, "version": 1});
+        }
+        decode_bytes(&serde_json::to_vec(&d).unwrap(), &Default::default()).expect("decodes")
+    };
+    let phases = |s: &Snapshot| {
+        let l = Lifetimes::new(s, 0);
+        categorize(s, 0, &l).phases.phase
+    };
+    let cpu = doc(Some("cpu-allocator"));
+    assert_eq!(
+        cpu.source.recorder.as_ref().map(|r| r.device_kind()),
+        Some("cpu")
+    );
+    assert_eq!(phases(&cpu)[..3], [Phase::Forward; 3]);
+    let cuda = doc(None);
+    assert_eq!(phases(&cuda)[1], Phase::Backward);
+}

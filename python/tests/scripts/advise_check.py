@@ -45,6 +45,9 @@ CHECKS: List[Tuple[str, str, str, str]] = [
     # backward; the rows must not take it for a forward of its own.
     ("transformer", "checkpoint", "half_batch", "checkpoint_half_batch"),
     ("transformer", "checkpoint", "fsdp", "checkpoint_fsdp_model"),
+    # Reentrant: the recomputation runs in CheckpointFunction.backward.
+    ("transformer", "checkpoint_reentrant", "half_batch", "checkpoint_reentrant_half_batch"),
+    ("transformer", "checkpoint_reentrant", "fsdp", "checkpoint_reentrant_fsdp_model"),
     ("transformer", "leak", "fix_leak", "leak_fixed"),
     ("mlp", "baseline", "half_batch", "half_batch"),
     ("mlp", "baseline", "foreach_off", "foreach_off"),

@@ -36,7 +36,8 @@ change made the way the advice's code says:
   loss under autocast (as ``autocast``); ``checkpoint_fsdp_model``: every
   layer checkpointed (as ``checkpoint``) and ``fully_shard`` on the whole
   model; ``checkpoint_half_batch``: ``half_batch`` with every layer
-  checkpointed;
+  checkpointed; ``checkpoint_reentrant`` (and ``..._half_batch``,
+  ``..._fsdp_model``): the same with ``use_reentrant=True``;
 * ``keep_grads``: ``zero_grad(set_to_none=False)``: the gradients kept
   allocated from one step to the next (zeroed in place);
 * ``keep_grads_late``: the same, recorded from the second step on (the
@@ -90,12 +91,15 @@ class TinyLM(nn.Module):
         self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(seq))
 
     checkpointing = 0  # how many layers, from the first, run under checkpoint
+    reentrant = False  # use_reentrant=True: the block's forward under no_grad
 
     def forward(self, tokens):
         h = self.emb(tokens) + self.pos[: tokens.shape[1]]
         mask = self.mask[: tokens.shape[1], : tokens.shape[1]]
         for i, layer in enumerate(self.blocks.layers):
-            if i < self.checkpointing:
+            if i < self.checkpointing and self.reentrant:  # positional: it takes no keywords
+                h = checkpoint(layer, h, mask, None, True, use_reentrant=True)
+            elif i < self.checkpointing:
                 h = checkpoint(layer, h, src_mask=mask, is_causal=True, use_reentrant=False)
             else:
                 h = layer(h, src_mask=mask, is_causal=True)
@@ -163,7 +167,7 @@ VARIANTS = ("baseline", "half_batch", "foreach_off", "del_outputs", "checkpoint"
 
 
 # The variants that run over gloo ranks.
-SHARDED = ("zero", "fsdp", "zero4", "fsdp4", "fsdp_model", "autocast_fsdp", "checkpoint_fsdp_model")
+SHARDED = ("zero", "fsdp", "zero4", "fsdp4", "fsdp_model", "autocast_fsdp", "checkpoint_fsdp_model", "checkpoint_reentrant_fsdp_model")
 
 
 def units(model: nn.Module) -> List[nn.Module]:
@@ -206,9 +210,9 @@ def _zero_rank(rank: int, model_name: str, out: str, store: str, variant: str, r
         if "fsdp" in variant:
             from torch.distributed.fsdp import fully_shard
 
-            if variant == "checkpoint_fsdp_model":
-                checkpoint_all(model)
-            if variant not in ("fsdp_model", "checkpoint_fsdp_model"):
+            if variant.startswith("checkpoint"):
+                checkpoint_all(model, variant)
+            if not variant.endswith("fsdp_model"):
                 for m in units(model):
                     fully_shard(m)
             fully_shard(model)
@@ -228,13 +232,15 @@ def _zero_rank(rank: int, model_name: str, out: str, store: str, variant: str, r
         dist.destroy_process_group()
 
 
-def checkpoint_all(model: nn.Module) -> None:
+def checkpoint_all(model: nn.Module, variant: str) -> None:
     """Every layer checkpointed: a zoo model by its library's own switch,
-    as its users turn it on; the Transformer by its ``checkpointing``."""
+    as its users turn it on; the Transformer by its ``checkpointing``
+    (reentrant where the variant says so)."""
     if hasattr(model, "zoo_checkpoint"):
         model.zoo_checkpoint(model)
     else:
         model.checkpointing = len(model.blocks.layers)
+        model.reentrant = "reentrant" in variant
 
 
 def _logits(out):
@@ -248,8 +254,8 @@ def main(model_name: str, variant: str, out: str) -> None:
     torch.manual_seed(0)
     make, batch = MODELS[model_name]
     model, x, y, loss_fn = make(batch)
-    if variant in ("checkpoint", "autocast_checkpoint", "checkpoint_half_batch"):
-        checkpoint_all(model)
+    if variant in ("checkpoint", "autocast_checkpoint", "checkpoint_half_batch") or variant.startswith("checkpoint_reentrant"):
+        checkpoint_all(model, variant)
     if variant == "checkpoint_first":
         model.checkpointing = 1
     if variant == "bf16":
@@ -274,7 +280,7 @@ def main(model_name: str, variant: str, out: str) -> None:
             if len(lengths) > 1:  # a Transformer's tokens, cut to this step's length
                 n = lengths[step % len(lengths)]
                 x, y = x_all[:, :n], y_all[:, :n]
-            if variant in ("half_batch", "checkpoint_half_batch"):
+            if variant.endswith("half_batch"):
                 for xc, yc in zip(x.chunk(2), y.chunk(2)):
                     out_ = model(xc)  # bound, as the unchanged loop binds its outputs
                     loss = loss_fn(out_, yc) / 2

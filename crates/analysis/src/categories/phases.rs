@@ -130,7 +130,19 @@ impl Phases {
         // stacks their allocations have no frames. A trace whose other
         // allocations have stacks records backward that way (profiler-built
         // traces run backward on the calling thread and do have frames).
+        // Not on the CPU: there the engine runs CPU work on the thread that
+        // called backward (with its Python frames), and an allocation
+        // without frames is no evidence of backward (`torch.get_rng_state()`'s
+        // 5,056-byte state, which a reentrant checkpoint saves as its
+        // block's forward starts, comes without frames; taken for backward,
+        // it ended the forward there).
+        let on_cpu = snap
+            .source
+            .recorder
+            .as_ref()
+            .is_some_and(|r| r.device_kind() == "cpu");
         let stacked = t.category.is_none()
+            && !on_cpu
             && (0..n).any(|i| t.action[i] == Action::Alloc && !is_empty(snap, t.stack[i]));
         let mut stacks = StackPhases::new(snap);
         // The phase each metadata string names, read once per string.
