@@ -980,7 +980,10 @@ async function main() {
     // is named by the model's module and line.
     const part = f.startsWith('llama_kept_logits') ? 'lm_head (Linear) at transformers/models/llama/modeling_llama.py:' : undefined;
     // Gradients made in backward, named by the block whose backward made them.
-    const backward = f.startsWith('backward_blocks') ? 'blocks[*] (Block) in backward' : undefined;
+    // Before autograd reaches the first marked module (the head), the
+    // loss's own backward: named for what came after the head's output.
+    const backward = f.startsWith('backward_blocks') ? 'blocks[*] (Block) in backward'
+      : f.startsWith('checkpointed_transformer') ? "after head's output (the loss), in backward" : undefined;
     snaps.push({ name: f.replace(/\.pickle\.gz$/, ''), file: path.join(recorded, f), expectHeld: held, expectPart: part, expectBackwardPart: backward });
   }
   const gen = path.join(outDir, 'synth_oom_20000.pickle');

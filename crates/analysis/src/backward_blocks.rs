@@ -25,6 +25,11 @@ pub const BACKWARD_ANNOTATION: &str = "vramscope.backward#";
 #[derive(Debug, Default)]
 pub struct BackwardBlocks {
     spans: Vec<(u32, u32, String)>,
+    /// Per backward pass: the events after the previous pass's last span
+    /// and before this pass's first, (first, last, what they are). A
+    /// backward allocation there was made before autograd reached the
+    /// first marked module: for what the program computed from its output.
+    before: Vec<(u32, u32, String)>,
 }
 
 impl BackwardBlocks {
@@ -33,11 +38,39 @@ impl BackwardBlocks {
     pub fn new(snap: &Snapshot, device: u32) -> BackwardBlocks {
         // An allocation at the instant one block ends and the next begins
         // is the next one's: the end is exclusive.
-        let spans = marked_spans(snap, device, BACKWARD_ANNOTATION, false)
+        let raw = marked_spans(snap, device, BACKWARD_ANNOTATION, false);
+        // A pass holds each module's backward once: a name met again
+        // begins the next pass (the next step, or the next micro-batch).
+        let mut before = Vec::new();
+        let mut seen: Vec<&str> = Vec::new();
+        let mut last_end = None::<usize>;
+        for (k, &(name, first, _)) in raw.iter().enumerate() {
+            if k == 0 || seen.contains(&name) {
+                seen.clear();
+                let from = last_end.map_or(0, |e| e + 1);
+                if first > from {
+                    before.push((from as u32, first as u32 - 1, before_label(name)));
+                }
+            }
+            seen.push(name);
+            last_end = Some(raw[k].2);
+        }
+        let spans = raw
             .into_iter()
             .map(|(name, first, last)| (first as u32, last as u32, grouped(name)))
             .collect();
-        BackwardBlocks { spans }
+        BackwardBlocks { spans, before }
+    }
+
+    /// What a backward allocation at `event` was for, where it came before
+    /// autograd reached the first marked module of its pass: what the
+    /// program computed from that module's output (the loss). Only for
+    /// events known to be backward's: the range holds the forward before
+    /// it too.
+    pub fn before_the_model(&self, event: u32) -> Option<&str> {
+        let k = self.before.partition_point(|r| r.0 <= event);
+        let r = self.before.get(k.checked_sub(1)?)?;
+        (event <= r.1).then_some(r.2.as_str())
     }
 
     /// The block whose backward made the allocation at `event`.
@@ -93,6 +126,21 @@ pub fn marked_spans<'a>(
     out
 }
 
+/// What autograd works through before it reaches `first`, the first
+/// module whose backward the recorder marked: what came after that
+/// module's output in forward. After a module beside the blocks (an LM
+/// head) that is the loss; after a repeated block (where nothing after the
+/// blocks was marked: a head whose weight is tied to the embedding), the
+/// final layers too.
+fn before_label(first: &str) -> String {
+    let g = grouped(first);
+    if g.contains("[*]") {
+        format!("after {g}'s output (the final layers and the loss), in backward")
+    } else {
+        format!("after {g}'s output (the loss), in backward")
+    }
+}
+
 /// `model.layers.3` → `model.layers[*]`: the recorder's module map groups
 /// repeated blocks the same way.
 pub fn grouped(path: &str) -> String {
@@ -134,6 +182,7 @@ mod tests {
                 (20, 29, "b[*]".into()),
                 (40, 45, "a[*]".into()),
             ],
+            before: Vec::new(),
         };
         assert_eq!(b.at(9), None);
         assert_eq!(b.at(10), Some("a[*]"));
@@ -142,5 +191,25 @@ mod tests {
         assert_eq!(b.at(30), None);
         assert_eq!(b.at(45), Some("a[*]"));
         assert_eq!(b.at(46), None);
+    }
+
+    #[test]
+    fn before_each_pass_is_the_loss() {
+        let b = BackwardBlocks {
+            spans: Vec::new(),
+            before: vec![(0, 9, before_label("head")), (30, 39, before_label("h.3"))],
+        };
+        assert_eq!(
+            b.before_the_model(0),
+            Some("after head's output (the loss), in backward")
+        );
+        assert!(b.before_the_model(9).is_some());
+        assert_eq!(
+            b.before_the_model(35),
+            Some("after h[*]'s output (the final layers and the loss), in backward")
+        );
+        for e in [10, 29, 40] {
+            assert_eq!(b.before_the_model(e), None);
+        }
     }
 }

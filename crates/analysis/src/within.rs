@@ -19,6 +19,8 @@ use vramscope_snapshot::hash::FxHashMap as HashMap;
 use vramscope_snapshot::{FrameId, ModuleCode, Snapshot, StackId};
 
 use crate::backward_blocks::BackwardBlocks;
+use crate::categories::phases::StackPhases;
+use crate::categories::Phase;
 use crate::sites::{frame_label, frame_location, is_launcher, is_native, is_noise, is_third_party};
 
 /// One part of a site's memory.
@@ -41,7 +43,9 @@ pub struct SitePart {
     /// All in one phrase: `model.layers[*].mlp (LlamaMLP) at
     /// transformers/models/llama/modeling_llama.py:164 in forward`, the
     /// line's path from its package on; `model.layers[*]
-    /// (LlamaDecoderLayer) in backward`.
+    /// (LlamaDecoderLayer) in backward`; for what backward made before it
+    /// reached the first marked module (`module` none), `after lm_head's
+    /// output (the loss), in backward`.
     pub label: String,
     pub bytes: u64,
     pub count: u64,
@@ -244,6 +248,9 @@ pub fn parts(
         }
     };
     let mut of_stack: HashMap<StackId, PartKey> = HashMap::default();
+    let mut phases = StackPhases::new(snap);
+    // The parts named for what came after the first marked module.
+    let mut loss_parts: Vec<u32> = Vec::new();
     let mut of_block: HashMap<&str, u32> = HashMap::default();
     let mut groups: HashMap<PartKey, (u64, u64)> = HashMap::default();
     for (stack, bytes, event) in blocks {
@@ -255,7 +262,22 @@ pub fn parts(
                 backward: false,
             }
         });
-        if key.module.is_none() {
+        let before = event.and_then(|i| backward.before_the_model(i));
+        if let Some(what) = before
+            .filter(|_| key.module.is_none() && phases.of(snap, stack) == Some(Phase::Backward))
+        {
+            // Made by autograd before it reached the first marked module:
+            // for what the program computed from its output (the loss).
+            let m = *of_block
+                .entry(what)
+                .or_insert_with(|| index((what.to_owned(), String::new())));
+            key = PartKey {
+                module: Some(m),
+                line: None,
+                backward: true,
+            };
+            loss_parts.push(m);
+        } else if key.module.is_none() {
             if let Some(block) = event.and_then(|i| backward.at(i)) {
                 let m = *of_block.entry(block).or_insert_with(|| {
                     let class = modules.class_of(block).unwrap_or_default().to_owned();
@@ -280,13 +302,16 @@ pub fn parts(
         .map(|(key, (bytes, count))| {
             let named = key.module.map(|m| &names[m as usize]);
             let line = key.line.map(|f| frame_label(snap, f));
+            let loss = key.module.is_some_and(|m| loss_parts.contains(&m));
             let text = match named {
+                Some(n) if loss => n.0.clone(),
                 Some(n) if key.backward => backward_label(modules, &n.0),
                 _ => label(named.map(|n| (n.0.as_str(), n.1.as_str())), line.as_deref()),
             };
             SitePart {
                 label: text,
-                module: named.map(|n| n.0.clone()),
+                // What came after a module's output is no module of its own.
+                module: named.filter(|_| !loss).map(|n| n.0.clone()),
                 class: named.map(|n| n.1.clone()).filter(|c| !c.is_empty()),
                 line,
                 backward: key.backward,

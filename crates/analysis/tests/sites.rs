@@ -270,3 +270,32 @@ fn backwards_memory_is_named_by_its_block() {
     assert_eq!(peak.within[0].label, "blocks[*] (Block) in backward");
     assert!(peak.within[0].bytes >= 3 * per_block, "{:?}", peak.within);
 }
+
+/// The Transformer of `advise_runs.py` (every layer checkpointed,
+/// tests/fixtures/recorded/checkpointed_transformer): its peak is the
+/// start of backward, where the cross-entropy's backward holds the
+/// logits' gradient and its softmax (2 × 16 × 64 × 2,000 floats) before
+/// autograd reaches the head, the first module the recorder marked. That
+/// memory is named for what came after the head's output: the loss.
+#[test]
+fn backwards_memory_before_the_model_is_the_losss() {
+    use vramscope_analysis::{summarize, SummaryOptions};
+    let snap = vramscope_snapshot::load(
+        &vramscope_testdata::recorded("checkpointed_transformer.pickle.gz"),
+        &Default::default(),
+    )
+    .expect("loads");
+    let s = summarize(&snap, &SummaryOptions::default());
+    let site = s.devices[0]
+        .peak
+        .top_sites
+        .iter()
+        .find(|s| s.site.ends_with("advise_runs.py:282 in main"))
+        .expect("the backward line is a site at the peak");
+    let logits = 16 * 64 * 2000 * 4;
+    assert!(site.bytes >= 2 * logits, "{site:?}");
+    let part = &site.within[0];
+    assert_eq!(part.label, "after head's output (the loss), in backward");
+    assert!(part.backward && part.module.is_none() && part.class.is_none());
+    assert_eq!(part.bytes, site.bytes, "all of it the loss's");
+}

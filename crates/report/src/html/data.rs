@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 use vramscope_analysis::backward_blocks::BackwardBlocks;
-use vramscope_analysis::categories::{Categories, Category, Labelled, CATEGORIES};
+use vramscope_analysis::categories::{Categories, Category, Labelled, Phase, CATEGORIES};
 use vramscope_analysis::lifetimes::{
     Lifetimes, BEFORE_WINDOW, NOT_REQUESTED, NO_BLOCK, STILL_ALIVE,
 };
@@ -396,12 +396,23 @@ pub fn device(
         a_addr.push(a.addr as f64);
         a_stack.push(tables.stack(snap, a.stack));
         if let Some(modules) = &modules {
-            let block = (a.t0 >= 0).then(|| backward.at(a.t0 as u32)).flatten();
-            a_part.push(block.map_or(u32::MAX, |b| {
+            let ev = (a.t0 >= 0).then_some(a.t0 as u32);
+            let block = ev.and_then(|e| backward.at(e));
+            // Backward's own allocations before autograd reached the first
+            // marked module: for what came after its output (the loss).
+            let before = ev
+                .filter(|&e| cats.phases.phase.get(e as usize) == Some(&Phase::Backward))
+                .and_then(|e| backward.before_the_model(e))
+                .filter(|_| block.is_none());
+            a_part.push(block.or(before).map_or(u32::MAX, |b| {
                 if let Some(&id) = part_ids.get(b) {
                     return id;
                 }
-                let id = tables.string(&backward_label(modules, b));
+                let text = match before {
+                    Some(what) => what.to_string(),
+                    None => backward_label(modules, b),
+                };
+                let id = tables.string(&text);
                 part_ids.insert(b.to_owned(), id);
                 id
             }));
