@@ -20,6 +20,7 @@ use vramscope_snapshot::{FrameId, ModuleCode, Snapshot, StackId};
 
 use crate::backward_blocks::BackwardBlocks;
 use crate::categories::phases::StackPhases;
+use crate::categories::recompute::recomputes;
 use crate::categories::Phase;
 use crate::sites::{frame_label, frame_location, is_launcher, is_native, is_noise, is_third_party};
 
@@ -40,6 +41,11 @@ pub struct SitePart {
     /// say which block: [`crate::backward_blocks`]).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub backward: bool,
+    /// Whether the part is a checkpointed block's forward made again
+    /// inside backward (`torch.utils.checkpoint`'s recomputation on the
+    /// stack): its label ends `, recomputed in backward`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub recomputed: bool,
     /// All in one phrase: `model.layers[*].mlp (LlamaMLP) at
     /// transformers/models/llama/modeling_llama.py:164 in forward`, the
     /// line's path from its package on; `model.layers[*]
@@ -58,6 +64,8 @@ pub struct PartKey {
     pub module: Option<u32>,
     pub line: Option<FrameId>,
     pub backward: bool,
+    /// A checkpointed block's forward made again inside backward.
+    pub recomputed: bool,
 }
 
 /// A block given to [`parts`]: its stack, bytes and `alloc` event (none
@@ -257,6 +265,7 @@ pub fn parts(
         let mut key = *of_stack.entry(stack).or_insert_with(|| {
             let (module, line) = part_of(snap, modules, stack, site);
             PartKey {
+                recomputed: (module.is_some() || line.is_some()) && recomputes(snap, stack),
                 module: module.map(&mut index),
                 line,
                 backward: false,
@@ -275,6 +284,7 @@ pub fn parts(
                 module: Some(m),
                 line: None,
                 backward: true,
+                recomputed: false,
             };
             loss_parts.push(m);
         } else if key.module.is_none() {
@@ -287,6 +297,7 @@ pub fn parts(
                     module: Some(m),
                     line: None,
                     backward: true,
+                    recomputed: false,
                 };
             }
         }
@@ -306,7 +317,10 @@ pub fn parts(
             let text = match named {
                 Some(n) if loss => n.0.clone(),
                 Some(n) if key.backward => backward_label(modules, &n.0),
-                _ => label(named.map(|n| (n.0.as_str(), n.1.as_str())), line.as_deref()),
+                _ => with_recomputed(
+                    label(named.map(|n| (n.0.as_str(), n.1.as_str())), line.as_deref()),
+                    key.recomputed,
+                ),
             };
             SitePart {
                 label: text,
@@ -315,6 +329,7 @@ pub fn parts(
                 class: named.map(|n| n.1.clone()).filter(|c| !c.is_empty()),
                 line,
                 backward: key.backward,
+                recomputed: key.recomputed,
                 bytes,
                 count,
             }
@@ -342,10 +357,23 @@ pub fn part_label(
         return None;
     }
     let line = line.map(|f| frame_label(snap, f));
-    Some(label(
-        module.as_ref().map(|m| (m.0.as_str(), m.1.as_str())),
-        line.as_deref(),
+    Some(with_recomputed(
+        label(
+            module.as_ref().map(|m| (m.0.as_str(), m.1.as_str())),
+            line.as_deref(),
+        ),
+        recomputes(snap, stack),
     ))
+}
+
+/// A part's phrase, `, recomputed in backward` added for a checkpointed
+/// block's forward made again inside backward.
+fn with_recomputed(text: String, recomputed: bool) -> String {
+    if recomputed {
+        format!("{text}, recomputed in backward")
+    } else {
+        text
+    }
 }
 
 /// A block's backward as one phrase: `model.layers[*]

@@ -299,3 +299,66 @@ fn backwards_memory_before_the_model_is_the_losss() {
     assert!(part.backward && part.module.is_none() && part.class.is_none());
     assert_eq!(part.bytes, site.bytes, "all of it the loss's");
 }
+
+/// Checkpointed programs' backward makes each layer's forward again. Where
+/// the layer's own lines are on those allocations' stacks (a Hugging Face
+/// GPT-2, tests/fixtures/recorded/gpt2_checkpointed, whose modules the
+/// recorder maps), they are named as the layer's forward, recomputed in
+/// backward; where they are not (PyTorch's own `TransformerEncoderLayer`,
+/// no module map for PyTorch's files), by the layer whose backward made
+/// them.
+#[test]
+fn a_recomputed_forward_is_named_as_such() {
+    use vramscope_analysis::backward_blocks::BackwardBlocks;
+    use vramscope_analysis::categories::recompute::recomputes;
+    use vramscope_analysis::sites::site_frame;
+    use vramscope_analysis::within::{parts, ModuleIndex, SitePart};
+    use vramscope_snapshot::Action;
+    let recomputed_parts = |name: &str| -> (Vec<SitePart>, u64) {
+        let snap =
+            vramscope_snapshot::load(&vramscope_testdata::recorded(name), &Default::default())
+                .expect("loads");
+        let t = snap.trace(0).expect("a trace");
+        let made: Vec<(vramscope_snapshot::StackId, u64, Option<u32>)> = (0..t.len())
+            .filter(|&i| t.action[i] == Action::Alloc && recomputes(&snap, t.stack[i]))
+            .map(|i| (t.stack[i], t.size[i], Some(i as u32)))
+            .collect();
+        let total = made.iter().map(|m| m.1).sum();
+        let site = site_frame(&snap, made[0].0);
+        let p = parts(
+            &snap,
+            &ModuleIndex::new(&snap),
+            &BackwardBlocks::new(&snap, 0),
+            site,
+            made.into_iter(),
+            64,
+        );
+        (p, total)
+    };
+    let (p, total) = recomputed_parts("gpt2_checkpointed.pickle.gz");
+    let named: u64 = p.iter().filter(|x| x.recomputed).map(|x| x.bytes).sum();
+    assert!(named * 2 > total, "{named} of {total}: {p:?}");
+    for part in p.iter().filter(|x| x.recomputed) {
+        assert!(
+            !part.backward && part.label.ends_with(", recomputed in backward"),
+            "{part:?}"
+        );
+        assert!(
+            part.module
+                .as_deref()
+                .is_some_and(|m| m.starts_with("transformer.h[*]")),
+            "{part:?}"
+        );
+    }
+    // Each layer's recomputation allocates what its forward did
+    // (11,592,192 B: `recompute.rs`'s forward runs), two layers a step,
+    // four steps; all inside the layer's backward.
+    let (p, total) = recomputed_parts("checkpointed_transformer.pickle.gz");
+    assert_eq!(total, 8 * 11_592_192);
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert_eq!(
+        p[0].label,
+        "blocks.layers[*] (TransformerEncoderLayer) in backward"
+    );
+    assert_eq!((p[0].bytes, p[0].recomputed), (total, false));
+}

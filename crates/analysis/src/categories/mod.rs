@@ -31,7 +31,7 @@ mod agreement;
 mod given;
 mod infer;
 pub mod phases;
-mod recompute;
+pub mod recompute;
 mod view;
 mod workspace;
 

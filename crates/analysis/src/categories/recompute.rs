@@ -95,21 +95,25 @@ const UNSEEN: u8 = u8::MAX;
 /// Whether stack `s` runs in `torch.utils.checkpoint`'s recomputation,
 /// cached per stack.
 fn recomputing(snap: &Snapshot, s: StackId, cache: &mut [u8]) -> bool {
-    if s.is_none() {
-        return false;
-    }
-    let Some(slot) = cache.get_mut(s.0 as usize) else {
+    let Some(slot) = cache.get_mut(s.0 as usize).filter(|_| !s.is_none()) else {
         return false;
     };
     if *slot == UNSEEN {
-        let found = snap.stacks.get(s).iter().any(|&f| {
+        *slot = recomputes(snap, s) as u8;
+    }
+    *slot == 1
+}
+
+/// Whether stack `s` runs in `torch.utils.checkpoint`'s recomputation of a
+/// block's forward (`unpack_hook`, `recompute_fn`; reentrant:
+/// `CheckpointFunction.backward`), which backward makes.
+pub fn recomputes(snap: &Snapshot, s: StackId) -> bool {
+    !s.is_none()
+        && snap.stacks.get(s).iter().any(|&f| {
             let (file, _, name) = frame_location(snap, snap.frames.get(f));
             matches!(name.as_str(), "unpack_hook" | "recompute_fn" | "backward")
                 && file
                     .replace('\\', "/")
                     .ends_with("torch/utils/checkpoint.py")
-        });
-        *slot = found as u8;
-    }
-    *slot == 1
+        })
 }
