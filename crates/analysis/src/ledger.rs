@@ -113,7 +113,7 @@ impl DeviceLedger {
 /// file was written (the CUDA context, NCCL's buffers, other allocators),
 /// where NVML measured it; `None` where the recording cannot tell it from
 /// other processes' memory. What another run of the same program needs
-/// beside PyTorch's pools: [`vramscope_simulate`]'s `fit` and `advise --gpu`
+/// beside PyTorch's pools: `vramscope_simulate`'s `fit` and `advise --gpu`
 /// hold a run against a GPU's total less this.
 pub fn measured_outside(snap: &Snapshot, device: u32) -> Option<u64> {
     ledger(snap, device)?.outside_split().map(|(mine, _)| mine)
