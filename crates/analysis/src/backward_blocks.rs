@@ -131,11 +131,11 @@ pub fn marked_spans<'a>(
 /// module's output in forward. After a module beside the blocks (an LM
 /// head) that is the loss; after a repeated block (where nothing after the
 /// blocks was marked: a head whose weight is tied to the embedding), the
-/// final layers too.
+/// layers after them too.
 fn before_label(first: &str) -> String {
     let g = grouped(first);
     if g.contains("[*]") {
-        format!("after {g}'s output (the final layers and the loss), in backward")
+        format!("after {g}'s output (any layers after the blocks, and the loss), in backward")
     } else {
         format!("after {g}'s output (the loss), in backward")
     }
@@ -206,7 +206,7 @@ mod tests {
         assert!(b.before_the_model(9).is_some());
         assert_eq!(
             b.before_the_model(35),
-            Some("after h[*]'s output (the final layers and the loss), in backward")
+            Some("after h[*]'s output (any layers after the blocks, and the loss), in backward")
         );
         for e in [10, 29, 40] {
             assert_eq!(b.before_the_model(e), None);
