@@ -286,7 +286,9 @@ pub fn parts(
                 backward: true,
                 recomputed: false,
             };
-            loss_parts.push(m);
+            if !loss_parts.contains(&m) {
+                loss_parts.push(m);
+            }
         } else if key.module.is_none() {
             if let Some(block) = event.and_then(|i| backward.at(i)) {
                 let m = *of_block.entry(block).or_insert_with(|| {
