@@ -27,19 +27,7 @@ type Entry = (&'static str, u64, u64, u64);
 
 fn snapshot(entries: &[Entry]) -> vramscope_snapshot::Snapshot {
     let frames = r#"[{"filename":"train.py","line":3,"name":"step"}]"#;
-    let events: Vec<String> = entries
-        .iter()
-        .enumerate()
-        .map(|(t, &(action, addr, size, stream))| {
-            format!(
-                r#"{{"action":"{action}","addr":{addr},"size":{size},"stream":{stream},"time_us":{t},"frames":{frames}}}"#
-            )
-        })
-        .collect();
-    let json = format!(
-        r#"{{"segments":[],"device_traces":[[{}]]}}"#,
-        events.join(",")
-    );
+    let json = vramscope_testdata::hand_trace_on_streams(entries, frames);
     decode_bytes(json.as_bytes(), &Default::default()).expect("decodes")
 }
 

@@ -12,7 +12,7 @@
 
 mod hand;
 mod rng;
-pub use hand::hand_trace;
+pub use hand::{hand_trace, hand_trace_on_streams};
 pub use rng::Rng;
 
 use std::io::Read;
