@@ -256,7 +256,9 @@ pub fn parts(
         }
     };
     let mut of_stack: HashMap<StackId, PartKey> = HashMap::default();
-    let mut phases = StackPhases::new(snap);
+    // Made when a block falls before the model's backward (most sites
+    // have none): it holds a slot per frame and per stack.
+    let mut phases: Option<StackPhases> = None;
     // The parts named for what came after the first marked module.
     let mut loss_parts: Vec<u32> = Vec::new();
     let mut of_block: HashMap<&str, u32> = HashMap::default();
@@ -272,9 +274,13 @@ pub fn parts(
             }
         });
         let before = event.and_then(|i| backward.before_the_model(i));
-        if let Some(what) = before
-            .filter(|_| key.module.is_none() && phases.of(snap, stack) == Some(Phase::Backward))
-        {
+        if let Some(what) = before.filter(|_| {
+            key.module.is_none()
+                && phases
+                    .get_or_insert_with(|| StackPhases::new(snap))
+                    .of(snap, stack)
+                    == Some(Phase::Backward)
+        }) {
             // Made by autograd before it reached the first marked module:
             // for what the program computed from its output (the loss).
             let m = *of_block

@@ -47,7 +47,8 @@ impl Recomputations {
                 first_of_run.push(i);
             }
         }
-        let mut cache: Vec<u8> = vec![UNSEEN; snap.stacks.len()];
+        // A slot per stack, made at the first forward run after a backward.
+        let mut cache: Vec<u8> = Vec::new();
         let mut runs = Vec::new();
         for (r, &a) in first_of_run.iter().enumerate() {
             if phase[a] != Phase::Forward || r == 0 || phase[first_of_run[r - 1]] != Phase::Backward
@@ -55,6 +56,9 @@ impl Recomputations {
                 continue;
             }
             let z = first_of_run.get(r + 1).copied().unwrap_or(n);
+            if cache.is_empty() {
+                cache = vec![UNSEEN; snap.stacks.len()];
+            }
             let recomputed = (a..z)
                 .any(|i| t.action[i] == Action::Alloc && recomputing(snap, t.stack[i], &mut cache));
             if recomputed {
