@@ -6,6 +6,11 @@ use vramscope_advise::{advise, Advice, AdviseOptions, ChangeClass};
 use vramscope_snapshot::{load, Action, Snapshot};
 use vramscope_text::units::bytes;
 
+/// A recording of tests/fixtures/recorded.
+fn recorded(name: &str) -> Snapshot {
+    load(&vramscope_testdata::recorded(name), &Default::default()).expect("reads")
+}
+
 fn rows(snap: &Snapshot) -> (Advice, Vec<Advice>, Vec<Advice>) {
     let a = advise(snap, &AdviseOptions::default()).expect("advice");
     let pick = |v: Vec<Advice>| -> Vec<Advice> {
@@ -21,11 +26,7 @@ fn rows(snap: &Snapshot) -> (Advice, Vec<Advice>, Vec<Advice>) {
 /// DynamicCache. The row leaves every byte of them out and says so.
 #[test]
 fn a_hugging_face_kv_cache_is_left_out_and_said() {
-    let snap = load(
-        &vramscope_testdata::recorded("llama_kept_logits.pickle.gz"),
-        &Default::default(),
-    )
-    .expect("reads");
+    let snap = recorded("llama_kept_logits.pickle.gz");
     let t = snap.trace(0).expect("a trace");
     // Counted here from the stacks alone: every allocation a cache update
     // made (all of them inside the layers' calls).
@@ -90,11 +91,7 @@ fn autocasts_weight_casts_are_not_a_blocks_output() {
 /// checkpointing is not offered again.
 #[test]
 fn a_checkpointed_runs_fsdp_unit_is_every_parameter() {
-    let snap = load(
-        &vramscope_testdata::recorded("checkpointed_transformer.pickle.gz"),
-        &Default::default(),
-    )
-    .expect("reads");
+    let snap = recorded("checkpointed_transformer.pickle.gz");
     let a = advise(&snap, &AdviseOptions::default()).expect("advice");
     let fsdp = a
         .advice

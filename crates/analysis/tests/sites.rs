@@ -176,11 +176,7 @@ fn a_framework_run_loop_is_shown_at_the_model_code_not_the_launcher() {
 #[test]
 fn a_library_models_memory_is_named_by_its_modules() {
     use vramscope_analysis::{leaks::find_leaks, summarize, SummaryOptions};
-    let snap = vramscope_snapshot::load(
-        &vramscope_testdata::recorded("llama_kept_logits.pickle.gz"),
-        &Default::default(),
-    )
-    .expect("loads");
+    let snap = recorded("llama_kept_logits.pickle.gz");
     let s = summarize(&snap, &SummaryOptions::default());
     let peak = &s.devices[0].peak;
     let site = peak
@@ -237,11 +233,7 @@ fn a_library_models_memory_is_named_by_its_modules() {
 #[test]
 fn backwards_memory_is_named_by_its_block() {
     use vramscope_analysis::{summarize, SummaryOptions};
-    let snap = vramscope_snapshot::load(
-        &vramscope_testdata::recorded("backward_blocks.pickle.gz"),
-        &Default::default(),
-    )
-    .expect("loads");
+    let snap = recorded("backward_blocks.pickle.gz");
     let s = summarize(&snap, &SummaryOptions::default());
     let d = &s.devices[0];
     let site = d
@@ -280,11 +272,7 @@ fn backwards_memory_is_named_by_its_block() {
 #[test]
 fn backwards_memory_before_the_model_is_the_losss() {
     use vramscope_analysis::{summarize, SummaryOptions};
-    let snap = vramscope_snapshot::load(
-        &vramscope_testdata::recorded("checkpointed_transformer.pickle.gz"),
-        &Default::default(),
-    )
-    .expect("loads");
+    let snap = recorded("checkpointed_transformer.pickle.gz");
     let s = summarize(&snap, &SummaryOptions::default());
     let site = s.devices[0]
         .peak
@@ -315,9 +303,7 @@ fn a_recomputed_forward_is_named_as_such() {
     use vramscope_analysis::within::{parts, ModuleIndex, SitePart};
     use vramscope_snapshot::Action;
     let recomputed_parts = |name: &str| -> (Vec<SitePart>, u64) {
-        let snap =
-            vramscope_snapshot::load(&vramscope_testdata::recorded(name), &Default::default())
-                .expect("loads");
+        let snap = recorded(name);
         let t = snap.trace(0).expect("a trace");
         let made: Vec<(vramscope_snapshot::StackId, u64, Option<u32>)> = (0..t.len())
             .filter(|&i| t.action[i] == Action::Alloc && recomputes(&snap, t.stack[i]))
@@ -361,4 +347,10 @@ fn a_recomputed_forward_is_named_as_such() {
         "blocks.layers[*] (TransformerEncoderLayer) in backward"
     );
     assert_eq!((p[0].bytes, p[0].recomputed), (total, false));
+}
+
+/// A recording of tests/fixtures/recorded.
+fn recorded(name: &str) -> Snapshot {
+    vramscope_snapshot::load(&vramscope_testdata::recorded(name), &Default::default())
+        .expect("loads")
 }
