@@ -92,9 +92,11 @@ def test_checkpointing_gpt2_leaves_out_the_kv_cache_its_layers_write(tmp_path):
     assert not [a for a in again["advice"] + again["no_gain"] if a["class"] == "checkpoint"]
     # Its other rows, made for real on the checkpointed run: each layer's
     # recomputation is part of backward, not a forward of its own (half the
-    # batch was +4.7% and FSDP -20.9% when it ended the backward).
+    # batch was +4.7% and FSDP -20.9% when it ended the backward); FSDP's
+    # units are its layers (fully_shard on each), reached in backward where
+    # each is recomputed.
     for row in advise_check.rows(str(tmp_path), [("zoo_gpt2", "checkpoint", "half_batch", "checkpoint_half_batch", None, 2),
-                                                 ("zoo_gpt2", "checkpoint", "fsdp", "checkpoint_fsdp_model", None, 2)]):
+                                                 ("zoo_gpt2", "checkpoint", "fsdp", "checkpoint_fsdp", None, 2)]):
         assert abs(row.error) <= 0.01, f"{row.change}: predicted {row.predicted}, measured {row.measured} ({100 * row.error:+.1f}%)"
 
 

@@ -74,14 +74,19 @@ pub(super) struct Blocks {
     pub(super) found: bool,
     /// Those that keep activations for backward, in trace order.
     pub(super) calls: Vec<SavedCall>,
+    /// Every call found, as (name, first event, last event) in trace
+    /// order, those that keep nothing too: a checkpointed block's forward,
+    /// and its recomputation in backward.
+    pub(super) all: Vec<(String, usize, usize)>,
 }
 
 impl Blocks {
     pub(super) fn new(snap: &Snapshot, device: u32, labelled: &Labelled) -> Blocks {
-        let found = block_calls(snap, device);
+        let all = block_calls(snap, device);
         Blocks {
-            found: !found.is_empty(),
-            calls: saved_calls(snap, device, labelled, found),
+            found: !all.is_empty(),
+            calls: saved_calls(snap, device, labelled, all.clone()),
+            all,
         }
     }
 }

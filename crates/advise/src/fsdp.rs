@@ -27,7 +27,9 @@
 //!
 //! Which allocations are a unit's: the repeated blocks' calls
 //! ([`super::checkpoint`]'s, marked by the recorder or read from the
-//! stacks) give each unit's forward and where backward reaches it. A
+//! stacks) give each unit's forward and where backward reaches it (for a
+//! checkpointed block, which keeps nothing in forward: where its backward
+//! span or its recomputation starts, [`recomputed_passes`]). A
 //! unit's parameter bytes are the gradients born while backward runs
 //! through one block (the same for each copy of a repeated block); the
 //! root's are the rest of the iteration's gradients. Without repeated
@@ -111,6 +113,111 @@ fn block_passes(calls: &[SavedCall], names: &[String], phases: &Phases) -> Vec<P
         }
     }
     out
+}
+
+/// The passes of checkpointed blocks (`all`: every call found, in trace
+/// order): each block called once in forward, keeping nothing, and reached
+/// again in backward, the blocks in the reverse order there: by the span
+/// the recorder marks around a block's backward, or by its recomputation
+/// (a call read from the stacks). Backward reaches a block where that
+/// starts: FSDP2's pre-backward hook, on the block's output, gathers its
+/// parameters before autograd asks for what the block saved, which makes
+/// the block run again (FSDP2 leaves them gathered through that forward:
+/// it is in backward). Returns the blocks' names in forward order with the
+/// passes; none where the calls do not pair up so.
+fn recomputed_passes(
+    all: &[(String, usize, usize)],
+    phases: &Phases,
+    makes_grads: &dyn Fn(usize, usize) -> bool,
+) -> (Vec<String>, Vec<Pass>) {
+    let ph = &phases.phase;
+    let in_backward = |i: usize| ph.get(i) == Some(&Phase::Backward) || phases.is_recomputation(i);
+    let (mut names, mut out): (Vec<String>, Vec<Pass>) = (Vec::new(), Vec::new());
+    let mut k = 0;
+    while k < all.len() {
+        // A forward's calls, then backward reaching them.
+        let mut fwd_n = 0;
+        while k + fwd_n < all.len() && !in_backward(all[k + fwd_n].1) {
+            // A backward between two calls ends the forward.
+            let gap = fwd_n > 0
+                && (all[k + fwd_n - 1].2..all[k + fwd_n].1).any(|i| ph[i] == Phase::Backward);
+            if gap {
+                break;
+            }
+            fwd_n += 1;
+        }
+        let bwd_n = all[k + fwd_n..]
+            .iter()
+            .take_while(|c| in_backward(c.1))
+            .count();
+        let (fwd, bwd) = (&all[k..k + fwd_n], &all[k + fwd_n..k + fwd_n + bwd_n]);
+        k += (fwd_n + bwd_n).max(1);
+        let distinct = fwd
+            .iter()
+            .enumerate()
+            .all(|(i, c)| fwd[..i].iter().all(|d| d.0 != c.0));
+        if fwd_n < 2
+            || !distinct
+            || (!names.is_empty() && fwd.iter().map(|c| &c.0).ne(names.iter()))
+        {
+            continue;
+        }
+        let fwd_end = run_bounds(phases, fwd[fwd_n - 1].2).1;
+        let Some(bwd_start) = (fwd_end + 1..ph.len()).find(|&i| ph[i] == Phase::Backward) else {
+            continue;
+        };
+        // Backward ends where the optimizer, zero_grad or a forward that is
+        // not a recomputation starts; the recomputations on the way.
+        let (mut bwd_end, mut reruns) = (bwd_start, Vec::new());
+        for (i, &p) in ph.iter().enumerate().skip(bwd_start) {
+            match p {
+                Phase::Optimizer | Phase::ZeroGrad => break,
+                Phase::Forward if !phases.is_recomputation(i) => break,
+                // A block's recomputation, or more of it: an allocation
+                // in it can carry only the backward call's frames (the CPU
+                // recorder's stack of an op it did not see dispatched),
+                // which splits it. One block's backward makes its
+                // gradients after its recomputation: none made since the
+                // last one, it goes on.
+                Phase::Forward
+                    if ph[i - 1] != Phase::Forward
+                        && reruns.last().is_none_or(|&r| makes_grads(r, i)) =>
+                {
+                    reruns.push(i)
+                }
+                Phase::Backward => bwd_end = i,
+                _ => {}
+            }
+        }
+        // Where backward reaches each block, from the last: the spans
+        // marked around the blocks' backward (or their recomputations)
+        // where they name the blocks in the reverse order, else the
+        // recomputations themselves where there is one a block (the
+        // recorder marks no span in them under Hugging Face's checkpointing).
+        let reached: Vec<usize> =
+            if bwd_n == fwd_n && fwd.iter().zip(bwd.iter().rev()).all(|(f, b)| f.0 == b.0) {
+                bwd.iter().map(|b| b.1).collect()
+            } else if bwd_n == 0 && reruns.len() == fwd_n {
+                reruns
+            } else {
+                continue;
+            };
+        if names.is_empty() {
+            names = fwd.iter().map(|c| c.0.clone()).collect();
+        }
+        out.push(Pass {
+            start: run_bounds(phases, fwd[0].1).0.saturating_sub(1),
+            fwd_end,
+            bwd_start,
+            bwd_end,
+            units: fwd
+                .iter()
+                .zip(reached.iter().rev())
+                .map(|(f, &r)| (f.1, f.2, r.saturating_sub(1)))
+                .collect(),
+        });
+    }
+    (names, out)
 }
 
 /// The passes read from the phases alone, for the whole model as one
@@ -316,7 +423,7 @@ pub(super) fn fsdp_candidate(
         grads_between(from, to).iter().map(|g| l.size[g.1]).sum()
     };
     let calls = &found.calls;
-    let names: Vec<String> = forward_order(calls).iter().map(|s| s.to_string()).collect();
+    let mut names: Vec<String> = forward_order(calls).iter().map(|s| s.to_string()).collect();
     // A unit's parameter bytes: the gradients born while backward runs
     // through one block (units 1.. of the first pass; unit 0's window runs
     // into the root's); and the whole model's, the gradients of one backward.
@@ -335,6 +442,15 @@ pub(super) fn fsdp_candidate(
         Vec::new()
     };
     let mut sizes = unit_sizes(&passes);
+    // Checkpointed blocks keep nothing in forward: their units are read
+    // from each block's call and its recomputation.
+    let mut recomputed = false;
+    if sizes.is_none() {
+        let (n, p) = recomputed_passes(&found.all, phases, &|a, z| !grads_between(a, z).is_empty());
+        if let Some(s) = unit_sizes(&p) {
+            (names, passes, sizes, recomputed) = (n, p, Some(s), true);
+        }
+    }
     if sizes.is_none() {
         // No repeated blocks to make units of, or blocks whose gradients
         // do not show one size for all (a ResNet's stages): the whole model
@@ -398,10 +514,15 @@ pub(super) fn fsdp_candidate(
             ),
             format!(
                 "each block's parameters ({} a block, read from the gradients born in one block's backward) whole \
-                 while it runs forward and backward, with their flat all-gather buffer and the next block's \
+                 while it runs forward and {}, with their flat all-gather buffer and the next block's \
                  prefetched; the root's ({}) whole from the start of forward to the end of backward; each block's \
                  gradients whole until its reduce-scatter",
                 bytes(unit_bytes),
+                if recomputed {
+                    "again from its recomputation (checkpointed) through its backward"
+                } else {
+                    "backward"
+                },
                 bytes(root_bytes)
             ),
         )
@@ -415,7 +536,7 @@ pub(super) fn fsdp_candidate(
                 "the parameters ({}, the gradients born in one backward) whole from the start of forward to the end \
                  of backward, with their flat all-gather buffer during the forward; the gradients whole until the \
                  reduce-scatter at the end of backward; no repeated blocks give units of one size (none found, \
-                 their gradients differ in size, or, checkpointed, they keep nothing in forward), so no smaller \
+                 their gradients differ in size, or, checkpointed, where backward reaches each was not read), so no smaller \
                  units predicted",
                 bytes(root_bytes)
             ),

@@ -83,32 +83,48 @@ fn autocasts_weight_casts_are_not_a_blocks_output() {
     assert!(every.how.contains("12 block calls"), "{}", every.how);
 }
 
+/// The FSDP row of a recorded run whose layers are all checkpointed.
+fn fsdp_row(snap: &Snapshot) -> Advice {
+    let a = advise(snap, &AdviseOptions::default()).expect("advice");
+    a.advice
+        .into_iter()
+        .chain(a.no_gain)
+        .find(|r| r.class == ChangeClass::Fsdp)
+        .expect("an FSDP row")
+}
+
 /// The Transformer of `advise_runs.py` with every layer checkpointed
 /// (`tests/fixtures/recorded/checkpointed_transformer.pickle.gz`): each
-/// layer's recomputation inside backward is part of that backward, so
-/// FSDP's whole-model unit gathers the parameters the recorder tagged
-/// (3.50 MiB), not the gradients made after the last recomputation; and
+/// layer's recomputation inside backward is part of that backward, and a
+/// layer keeps nothing in forward, yet each is an FSDP unit, read from its
+/// call in forward and the span where backward reaches it; the units and
+/// the root add up to the 3.50 MiB of parameters the recorder tagged. And
 /// checkpointing is not offered again.
 #[test]
-fn a_checkpointed_runs_fsdp_unit_is_every_parameter() {
+fn a_checkpointed_runs_fsdp_units_are_its_layers() {
     let snap = recorded("checkpointed_transformer.pickle.gz");
-    let a = advise(&snap, &AdviseOptions::default()).expect("advice");
-    let fsdp = a
-        .advice
-        .iter()
-        .chain(&a.no_gain)
-        .find(|r| r.class == ChangeClass::Fsdp)
-        .expect("an FSDP row");
+    let fsdp = fsdp_row(&snap);
     assert!(
-        fsdp.how
-            .contains("the parameters (3.50 MiB, the gradients born in one backward)"),
+        fsdp.change.contains("each of the 2 blocks a unit"),
         "{}",
-        fsdp.how
+        fsdp.change
     );
-    // Measured: the checkpointed Transformer under fully_shard(model) over
-    // two gloo ranks peaks at 43,563,168 B (python/tests/test_advise_cpu.py
-    // runs it); the replay within 0.1% of it.
-    let measured = 43_563_168f64;
+    for part in [
+        "each block's parameters (774.50 KiB a block",
+        "again from its recomputation (checkpointed) through its backward",
+        "the root's (1.99 MiB)",
+    ] {
+        assert!(fsdp.how.contains(part), "{part}: {}", fsdp.how);
+    }
+    assert!(
+        fsdp.code.contains("for block in model.blocks.layers:"),
+        "{}",
+        fsdp.code
+    );
+    // Measured: the checkpointed Transformer with fully_shard on each layer
+    // and the model over two gloo ranks peaks at 41,977,008 B
+    // (python/tests/test_advise_cpu.py runs it); the replay within 0.1%.
+    let measured = 41_977_008f64;
     let err = (fsdp.peak_allocated as f64 - measured) / measured;
     assert!(
         err.abs() < 0.001,
@@ -117,4 +133,34 @@ fn a_checkpointed_runs_fsdp_unit_is_every_parameter() {
     );
     let (_, advice, _) = rows(&snap);
     assert!(advice.is_empty(), "checkpointing offered again");
+}
+
+/// Hugging Face's GPT-2 under its own checkpointing
+/// (`recorded/gpt2_checkpointed.pickle.gz`): backward reaches each layer
+/// at its recomputation, which an allocation carrying only the backward
+/// call's frames splits in two; no gradient is made between the halves, so
+/// they are one layer's and the four layers are four units.
+#[test]
+fn a_hugging_face_checkpointed_runs_fsdp_units_are_its_layers() {
+    let snap = recorded("gpt2_checkpointed.pickle.gz");
+    let fsdp = fsdp_row(&snap);
+    assert!(
+        fsdp.change.contains("each of the 4 blocks a unit"),
+        "{}",
+        fsdp.change
+    );
+    assert!(
+        fsdp.code.contains("for block in model.transformer.h:"),
+        "{}",
+        fsdp.code
+    );
+    // Measured: fully_shard on each GPT2Block and the model, two gloo
+    // ranks (`advise_runs.py zoo_gpt2 checkpoint_fsdp`): 80,516,272 B.
+    let measured = 80_516_272f64;
+    let err = (fsdp.peak_allocated as f64 - measured) / measured;
+    assert!(
+        err.abs() < 0.001,
+        "{} against {measured}",
+        fsdp.peak_allocated
+    );
 }

@@ -33,11 +33,13 @@ change made the way the advice's code says:
   ``fully_shard`` over two gloo ranks (OUT names ``{rank}``); ``fsdp4``
   and ``zero4``: over four; ``fsdp_model``: ``fully_shard`` on the whole
   model only (one unit); ``autocast_fsdp``: ``fsdp`` with the forward and
-  loss under autocast (as ``autocast``); ``checkpoint_fsdp_model``: every
-  layer checkpointed (as ``checkpoint``) and ``fully_shard`` on the whole
-  model; ``checkpoint_half_batch``: ``half_batch`` with every layer
+  loss under autocast (as ``autocast``); ``checkpoint_fsdp``: every layer
+  checkpointed (as ``checkpoint``), each layer and the root under
+  ``fully_shard`` (a zoo model's layers: its ``ModuleList`` of them);
+  ``checkpoint_fsdp_model``: the same with ``fully_shard`` on the whole
+  model only; ``checkpoint_half_batch``: ``half_batch`` with every layer
   checkpointed; ``checkpoint_reentrant`` (and ``..._half_batch``,
-  ``..._fsdp_model``): the same with ``use_reentrant=True``;
+  ``..._fsdp``, ``..._fsdp_model``): the same with ``use_reentrant=True``;
 * ``keep_grads``: ``zero_grad(set_to_none=False)``: the gradients kept
   allocated from one step to the next (zeroed in place);
 * ``keep_grads_late``: the same, recorded from the second step on (the
@@ -167,7 +169,8 @@ VARIANTS = ("baseline", "half_batch", "foreach_off", "del_outputs", "checkpoint"
 
 
 # The variants that run over gloo ranks.
-SHARDED = ("zero", "fsdp", "zero4", "fsdp4", "fsdp_model", "autocast_fsdp", "checkpoint_fsdp_model", "checkpoint_reentrant_fsdp_model")
+SHARDED = ("zero", "fsdp", "zero4", "fsdp4", "fsdp_model", "autocast_fsdp", "checkpoint_fsdp", "checkpoint_fsdp_model",
+           "checkpoint_reentrant_fsdp", "checkpoint_reentrant_fsdp_model")
 
 
 def units(model: nn.Module) -> List[nn.Module]:
@@ -175,6 +178,9 @@ def units(model: nn.Module) -> List[nn.Module]:
     module with parameters of a Sequential; the root takes the rest."""
     if isinstance(model, TinyLM):
         return list(model.blocks.layers)
+    if hasattr(model, "zoo_checkpoint"):  # a zoo model: its list of layers
+        lists = [m for m in model.modules() if isinstance(m, nn.ModuleList) and len({type(c) for c in m}) == 1]
+        return list(max(lists, key=len))
     return [m for m in model if any(True for _ in m.parameters(recurse=False))]
 
 
