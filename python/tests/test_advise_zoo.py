@@ -25,9 +25,23 @@ pytest.importorskip("transformers")
 MIB = 2**20
 
 
+def CHECKPOINTED_FSDP(arch: str):  # noqa: N802 - a table, as advise_check's
+    """FSDP advised on the model with every layer already checkpointed (the
+    library's own switch), made for real: ``fully_shard`` on each layer."""
+    return [(f"zoo_{arch}", "checkpoint", "fsdp", "checkpoint_fsdp", None, 2)]
+
+
+def _checkpointed_fsdp_is_per_layer(by) -> None:
+    # A checkpointed layer keeps nothing in forward, yet it is a unit:
+    # gathered in forward and again where backward recomputes it.
+    r = by["fsdp"]
+    assert r.base == "checkpoint" and r.method == "rule"
+    assert abs(r.error) <= 0.01, f"fsdp: predicted {r.predicted}, measured {r.measured} ({100 * r.error:+.1f}%)"
+
+
 @pytest.fixture(scope="module")
 def llama_rows(tmp_path_factory):
-    return advise_check.rows(str(tmp_path_factory.mktemp("advise-zoo")), advise_check.zoo_checks(("llama",)))
+    return advise_check.rows(str(tmp_path_factory.mktemp("advise-zoo")), advise_check.zoo_checks(("llama",)) + CHECKPOINTED_FSDP("llama"))
 
 
 def test_each_change_on_a_hugging_face_llama_is_within_three_percent(llama_rows):
@@ -50,11 +64,12 @@ def test_each_change_on_a_hugging_face_llama_is_within_three_percent(llama_rows)
     # gives, which the real run never goes below.
     bf16 = by["bf16_weights"]
     assert bf16.method == "bound" and bf16.predicted <= bf16.measured < bf16.baseline
+    _checkpointed_fsdp_is_per_layer(by)
 
 
 @pytest.fixture(scope="module")
 def bert_rows(tmp_path_factory):
-    return advise_check.rows(str(tmp_path_factory.mktemp("advise-zoo-bert")), advise_check.zoo_checks(("bert",)))
+    return advise_check.rows(str(tmp_path_factory.mktemp("advise-zoo-bert")), advise_check.zoo_checks(("bert",)) + CHECKPOINTED_FSDP("bert"))
 
 
 def test_each_change_on_a_masked_language_model_is_within_three_percent(bert_rows):
@@ -73,6 +88,7 @@ def test_each_change_on_a_masked_language_model_is_within_three_percent(bert_row
     # The loss upcasts the logits here too: bf16 weights are a bound the real run stays above.
     bf16 = by["bf16_weights"]
     assert bf16.method == "bound" and bf16.predicted <= bf16.measured < bf16.baseline
+    _checkpointed_fsdp_is_per_layer(by)
 
 
 def test_checkpointing_gpt2_leaves_out_the_kv_cache_its_layers_write(tmp_path):
