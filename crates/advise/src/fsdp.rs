@@ -443,12 +443,15 @@ pub(super) fn fsdp_candidate(
     };
     let mut sizes = unit_sizes(&passes);
     // Checkpointed blocks keep nothing in forward: their units are read
-    // from each block's call and its recomputation.
+    // from each block's call and where backward reaches it.
     let mut recomputed = false;
     if sizes.is_none() {
         let (n, p) = recomputed_passes(&found.all, phases, &|a, z| !grads_between(a, z).is_empty());
         if let Some(s) = unit_sizes(&p) {
-            (names, passes, sizes, recomputed) = (n, p, Some(s), true);
+            recomputed = p
+                .iter()
+                .any(|q| (q.bwd_start..=q.bwd_end).any(|i| phases.is_recomputation(i)));
+            (names, passes, sizes) = (n, p, Some(s));
         }
     }
     if sizes.is_none() {
