@@ -115,6 +115,42 @@ fn block_passes(calls: &[SavedCall], names: &[String], phases: &Phases) -> Vec<P
     out
 }
 
+/// One backward, scanned from its first event `start`.
+struct Backward {
+    /// Its last event.
+    end: usize,
+    /// Where the scan stopped: the optimizer, zero_grad or a forward that
+    /// is not a recomputation, which end it (or the end of the trace).
+    stop: usize,
+    /// The first event of each run of recomputation in it.
+    recomputations: Vec<usize>,
+}
+
+fn backward_from(phases: &Phases, start: usize) -> Backward {
+    let ph = &phases.phase;
+    let mut b = Backward {
+        end: start,
+        stop: ph.len(),
+        recomputations: Vec::new(),
+    };
+    for (i, &p) in ph.iter().enumerate().skip(start) {
+        match p {
+            Phase::Optimizer | Phase::ZeroGrad => {
+                b.stop = i;
+                break;
+            }
+            Phase::Forward if !phases.is_recomputation(i) => {
+                b.stop = i;
+                break;
+            }
+            Phase::Forward if i > 0 && ph[i - 1] != Phase::Forward => b.recomputations.push(i),
+            Phase::Backward => b.end = i,
+            _ => {}
+        }
+    }
+    b
+}
+
 /// The passes of checkpointed blocks (`all`: every call found, in trace
 /// order): each block called once in forward, keeping nothing, and reached
 /// again in backward, the blocks in the reverse order there: by the span
@@ -166,27 +202,17 @@ fn recomputed_passes(
         let Some(bwd_start) = (fwd_end + 1..ph.len()).find(|&i| ph[i] == Phase::Backward) else {
             continue;
         };
-        // Backward ends where the optimizer, zero_grad or a forward that is
-        // not a recomputation starts; the recomputations on the way.
-        let (mut bwd_end, mut reruns) = (bwd_start, Vec::new());
-        for (i, &p) in ph.iter().enumerate().skip(bwd_start) {
-            match p {
-                Phase::Optimizer | Phase::ZeroGrad => break,
-                Phase::Forward if !phases.is_recomputation(i) => break,
-                // A block's recomputation, or more of it: an allocation
-                // in it can carry only the backward call's frames (the CPU
-                // recorder's stack of an op it did not see dispatched),
-                // which splits it. One block's backward makes its
-                // gradients after its recomputation: none made since the
-                // last one, it goes on.
-                Phase::Forward
-                    if ph[i - 1] != Phase::Forward
-                        && reruns.last().is_none_or(|&r| makes_grads(r, i)) =>
-                {
-                    reruns.push(i)
-                }
-                Phase::Backward => bwd_end = i,
-                _ => {}
+        let b = backward_from(phases, bwd_start);
+        let bwd_end = b.end;
+        // A block's recomputation, or more of it: an allocation in it can
+        // carry only the backward call's frames (the CPU recorder's stack
+        // of an op it did not see dispatched), which splits it. One block's
+        // backward makes its gradients after its recomputation: none made
+        // since the last one, it goes on.
+        let mut reruns: Vec<usize> = Vec::new();
+        for r in b.recomputations {
+            if reruns.last().is_none_or(|&q| makes_grads(q, r)) {
+                reruns.push(r);
             }
         }
         // Where backward reaches each block, from the last: the spans
@@ -245,16 +271,10 @@ fn phase_passes(phases: &Phases, makes_grads: &dyn Fn(usize, usize) -> bool) -> 
         if k == ph.len() {
             break;
         }
-        let (bwd_start, mut bwd_end) = (k, k);
-        while k < ph.len() {
-            match ph[k] {
-                Phase::Optimizer | Phase::ZeroGrad => break,
-                Phase::Forward if !phases.is_recomputation(k) => break,
-                Phase::Backward => bwd_end = k,
-                _ => {}
-            }
-            k += 1;
-        }
+        let bwd_start = k;
+        let b = backward_from(phases, bwd_start);
+        let bwd_end = b.end;
+        k = b.stop;
         if makes_grads(bwd_start, bwd_end + 1) {
             out.push(Pass {
                 start: start.saturating_sub(1),
