@@ -97,6 +97,7 @@ fn decode_inner(
     if let Some(line) = d.recorder.as_ref().and_then(recorder_note) {
         warnings.push(line);
     }
+    warnings.extend(d.traces.iter().filter_map(crate::consistency::warning));
     let source = SourceInfo {
         file_bytes,
         decoded_bytes,

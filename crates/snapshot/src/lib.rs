@@ -19,6 +19,7 @@
 //! # Ok::<(), vramscope_snapshot::SnapshotError>(())
 //! ```
 
+mod consistency;
 mod decode;
 mod error;
 mod generated;
