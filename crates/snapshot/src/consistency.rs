@@ -20,16 +20,12 @@ pub(crate) fn warning(t: &DeviceTrace) -> Option<String> {
     let (mut again, mut resized) = (Tally::default(), Tally::default());
     for i in 0..t.len() {
         let (addr, size) = (t.addr[i], t.size[i]);
+        // Each guard records the event (the block made or freed) as it
+        // tests it.
         match t.action[i] {
-            Action::Alloc => {
-                if open.insert(addr, size).is_some() {
-                    again.count(i, addr);
-                }
-            }
-            Action::FreeCompleted => {
-                if open.remove(&addr).is_some_and(|s| s != size) {
-                    resized.count(i, addr);
-                }
+            Action::Alloc if open.insert(addr, size).is_some() => again.count(i, addr),
+            Action::FreeCompleted if open.remove(&addr).is_some_and(|s| s != size) => {
+                resized.count(i, addr)
             }
             _ => {}
         }
