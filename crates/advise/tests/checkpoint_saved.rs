@@ -83,6 +83,12 @@ fn autocasts_weight_casts_are_not_a_blocks_output() {
     assert!(every.how.contains("12 block calls"), "{}", every.how);
 }
 
+/// The replay's peak within 0.1% of the real run's.
+fn within_a_thousandth(predicted: u64, measured: u64) {
+    let err = (predicted as f64 - measured as f64) / measured as f64;
+    assert!(err.abs() < 0.001, "{predicted} against {measured}");
+}
+
 /// The FSDP row of a recorded run whose layers are all checkpointed.
 fn fsdp_row(snap: &Snapshot) -> Advice {
     let a = advise(snap, &AdviseOptions::default()).expect("advice");
@@ -124,13 +130,7 @@ fn a_checkpointed_runs_fsdp_units_are_its_layers() {
     // Measured: the checkpointed Transformer with fully_shard on each layer
     // and the model over two gloo ranks peaks at 41,977,008 B
     // (python/tests/test_advise_cpu.py runs it); the replay within 0.1%.
-    let measured = 41_977_008f64;
-    let err = (fsdp.peak_allocated as f64 - measured) / measured;
-    assert!(
-        err.abs() < 0.001,
-        "{} against {measured}",
-        fsdp.peak_allocated
-    );
+    within_a_thousandth(fsdp.peak_allocated, 41_977_008);
     let (_, advice, _) = rows(&snap);
     assert!(advice.is_empty(), "checkpointing offered again");
 }
@@ -156,11 +156,5 @@ fn a_hugging_face_checkpointed_runs_fsdp_units_are_its_layers() {
     );
     // Measured: fully_shard on each GPT2Block and the model, two gloo
     // ranks (`advise_runs.py zoo_gpt2 checkpoint_fsdp`): 80,516,272 B.
-    let measured = 80_516_272f64;
-    let err = (fsdp.peak_allocated as f64 - measured) / measured;
-    assert!(
-        err.abs() < 0.001,
-        "{} against {measured}",
-        fsdp.peak_allocated
-    );
+    within_a_thousandth(fsdp.peak_allocated, 80_516_272);
 }
