@@ -159,16 +159,15 @@ fn backward_from(phases: &Phases, start: usize) -> Backward {
 /// starts: FSDP2's pre-backward hook, on the block's output, gathers its
 /// parameters before autograd asks for what the block saved, which makes
 /// the block run again (FSDP2 leaves them gathered through that forward:
-/// it is in backward). Returns the blocks' names in forward order with the
-/// passes; none where the calls do not pair up so.
+/// it is in backward). No passes where the calls do not pair up so.
 fn recomputed_passes(
     all: &[(String, usize, usize)],
     phases: &Phases,
     makes_grads: &dyn Fn(usize, usize) -> bool,
-) -> (Vec<String>, Vec<Pass>) {
+) -> Checkpointed {
     let ph = &phases.phase;
     let in_backward = |i: usize| ph.get(i) == Some(&Phase::Backward) || phases.is_recomputation(i);
-    let (mut names, mut out): (Vec<String>, Vec<Pass>) = (Vec::new(), Vec::new());
+    let (mut names, mut out, mut recomputes) = (Vec::new(), Vec::new(), false);
     let mut k = 0;
     while k < all.len() {
         // A forward's calls, then backward reaching them.
@@ -204,6 +203,7 @@ fn recomputed_passes(
         };
         let b = backward_from(phases, bwd_start);
         let bwd_end = b.end;
+        recomputes |= !b.recomputations.is_empty();
         // A block's recomputation, or more of it: an allocation in it can
         // carry only the backward call's frames (the CPU recorder's stack
         // of an op it did not see dispatched), which splits it. One block's
@@ -243,7 +243,21 @@ fn recomputed_passes(
                 .collect(),
         });
     }
-    (names, out)
+    Checkpointed {
+        names,
+        passes: out,
+        recomputes,
+    }
+}
+
+/// What [`recomputed_passes`] read.
+struct Checkpointed {
+    /// The blocks' names in forward order.
+    names: Vec<String>,
+    passes: Vec<Pass>,
+    /// Whether backward recomputes the blocks (checkpointed), rather than
+    /// only reaching them at the spans the recorder marks.
+    recomputes: bool,
 }
 
 /// The passes read from the phases alone, for the whole model as one
@@ -466,12 +480,9 @@ pub(super) fn fsdp_candidate(
     // from each block's call and where backward reaches it.
     let mut recomputed = false;
     if sizes.is_none() {
-        let (n, p) = recomputed_passes(&found.all, phases, &|a, z| !grads_between(a, z).is_empty());
-        if let Some(s) = unit_sizes(&p) {
-            recomputed = p
-                .iter()
-                .any(|q| (q.bwd_start..=q.bwd_end).any(|i| phases.is_recomputation(i)));
-            (names, passes, sizes) = (n, p, Some(s));
+        let c = recomputed_passes(&found.all, phases, &|a, z| !grads_between(a, z).is_empty());
+        if let Some(s) = unit_sizes(&c.passes) {
+            (names, passes, sizes, recomputed) = (c.names, c.passes, Some(s), c.recomputes);
         }
     }
     if sizes.is_none() {
