@@ -125,3 +125,24 @@ def test_a_snapshot_with_other_objects_is_pickled_with_the_same_entries(tmp_path
     assert len(native["device_traces"][0]) == len(trace) > 100
     assert all(e["user_metadata"] == "m" for e in native["device_traces"][0])
 
+
+
+def test_a_functional_calls_stack_is_the_programs_not_the_modes(tmp_path: Path) -> None:
+    """`torch.nn.functional` hands its call to the recorder's function mode
+    through `torch/overrides.py`'s `handle_torch_function`, a frame the
+    program would not have unrecorded: it is not in the stacks, and the
+    innermost frame of what `F.layer_norm` allocates is `layer_norm`'s."""
+    import torch.nn.functional as F
+
+    x = torch.randn(64, 256)
+    w, b = torch.ones(256), torch.zeros(256)
+    path = tmp_path / "ln.pickle"
+    with vr.record(path, backend="allocator"):
+        y = F.layer_norm(x, (256,), w, b)
+    snap = load_snapshot(path)
+    stacks = [e["frames"] for e in snap["device_traces"][0] if e["action"] == "alloc" and e["size"] == y.numel() * 4]
+    assert stacks, "the output's allocation was recorded"
+    frames = stacks[0]
+    assert not any(f["filename"].replace("\\", "/").endswith("torch/overrides.py") for s in stacks for f in s), frames
+    assert frames[0]["filename"].replace("\\", "/").endswith("torch/nn/functional.py") and frames[0]["name"] == "layer_norm", frames[0]
+    assert frames[1]["filename"] == __file__ and frames[1]["name"] == "test_a_functional_calls_stack_is_the_programs_not_the_modes", frames[1]

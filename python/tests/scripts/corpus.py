@@ -21,7 +21,8 @@ torch.manual_seed(0)
 STEPS = 6
 
 # Program -> form -> (leak kind, variable that holds it): what the tests
-# expect. Kinds: "growth" (one site kept), "retained_graph" (a kept graph).
+# expect. Kinds: "growth" (one site kept), "retained_graph" (a kept graph),
+# "growing_tensor" (one tensor made again larger every iteration).
 FORMS: Dict[str, Dict[str, Any]] = {
     "vision": {"clean": None, "loss_kept": ("growth", "losses")},
     "nanogpt": {"clean": None, "metric_graph": ("retained_graph", "running")},
@@ -34,6 +35,9 @@ FORMS: Dict[str, Dict[str, Any]] = {
     "amp": {"clean": None, "outputs_kept": ("growth", "preds")},
     "eval": {"clean": None, "metric_graph": ("retained_graph", "total")},
     "rnn": {"clean": None, "hidden_carried": ("retained_graph", "h")},
+    "metrics": {"clean": None, "cat_on_device": ("growing_tensor", "preds")},
+    "seq_lm": {"clean": None, "dynamic_pad": None, "curriculum": None, "hook_per_step": ("growth", "feats")},
+    "generation": {"clean": None},
 }
 
 # Warnings that are true of correct code because of the framework's own
@@ -324,6 +328,68 @@ def rnn(form: str) -> None:
     print("rnn", float(h.sum()))
 
 
+def metrics(form: str) -> None:
+    """Predictions gathered for an epoch-end metric: host copies in a list
+    (correct; on the CPU `.cpu()` is the tensor itself), or concatenated on
+    the device every step."""
+    model = nn.Sequential(nn.Linear(128, 512), nn.ReLU(), nn.Linear(512, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    preds: Any = None
+    host: List[Any] = []
+    for step in range(STEPS + 2):
+        x, y = torch.randn(64, 128), torch.randint(0, 10, (64,))
+        opt.zero_grad(set_to_none=True)
+        out = model(x)
+        F.cross_entropy(out, y).backward()
+        opt.step()
+        p = out.detach().softmax(-1)
+        if form == "cat_on_device":
+            preds = p if preds is None else torch.cat([preds, p])  # PLANTED
+        else:
+            host.append(p.cpu())
+    print("metrics", len(host), None if preds is None else tuple(preds.shape))
+
+
+def seq_lm(form: str) -> None:
+    """A small language model whose batches change length: padded to their
+    own longest sequence (correct), or a curriculum that lengthens them
+    every step (correct: memory grows with the input); or a forward hook
+    registered every step, each keeping the layer's output."""
+    import random
+
+    random.seed(0)
+    emb, head = nn.Embedding(512, 64), nn.Linear(64, 512)
+    layer = nn.TransformerEncoderLayer(64, 4, 256, dropout=0.0, batch_first=True)
+    body = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+    model = nn.Sequential(emb, body, head)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    feats: List[Any] = []
+    for step in range(STEPS + 2):
+        n = {"dynamic_pad": random.choice([24, 64, 40, 96, 32]), "curriculum": 16 + 12 * step}.get(form, 48)
+        t = torch.randint(0, 512, (8, n + 1))
+        if form == "hook_per_step":
+            body.layers[0].register_forward_hook(lambda m, i, o: feats.append(o))  # PLANTED
+        opt.zero_grad(set_to_none=True)
+        out = model(t[:, :-1])
+        loss = F.cross_entropy(out.reshape(-1, 512), t[:, 1:].reshape(-1))
+        loss.backward()
+        opt.step()
+    print("seq_lm", form, len(feats))
+
+
+def generation(form: str) -> None:
+    """Greedy decoding with Hugging Face's cache of past keys and values,
+    one model call per token: the cache grows with the sequence, by design."""
+    model = _tiny_gpt2().eval()
+    ids = torch.randint(0, 512, (4, 8))
+    with torch.no_grad():
+        out = model(ids, use_cache=True)
+        for _ in range(STEPS * 3):
+            tok = out.logits[:, -1:].argmax(-1)
+            out = model(tok, past_key_values=out.past_key_values, use_cache=True)
+    print("generation", tuple(tok.shape))
+
+
 # The zoo's architectures (scripts/zoo.py), each trained in one of its
 # styles, as a loop of its own: correct, and keeping each step's output.
 ZOO_STYLES: Dict[str, str] = {
@@ -371,13 +437,13 @@ def preload(program: str) -> Tuple[str, ...]:
     server): the Hugging Face programs' modeling code."""
     import zoo
 
-    return zoo.HF_PRELOAD if program in ("hf_loop", "hf_trainer") else zoo.preload(program)
+    return zoo.HF_PRELOAD if program in ("hf_loop", "hf_trainer", "generation") else zoo.preload(program)
 
 
 PROGRAMS: Dict[str, Callable[[str], None]] = {
     "vision": vision, "nanogpt": nanogpt, "hf_loop": hf_loop, "hf_trainer": hf_trainer,
     "lightning": lightning, "accelerate": accelerate, "gan": gan, "grad_accum": grad_accum,
-    "amp": amp, "eval": eval, "rnn": rnn,
+    "amp": amp, "eval": eval, "rnn": rnn, "metrics": metrics, "seq_lm": seq_lm, "generation": generation,
     **{f"zoo_{a}": _zoo_program(a) for a in ZOO_STYLES},
 }
 

@@ -6,6 +6,7 @@ use vramscope_snapshot::{Action, DeviceTrace, Snapshot, StackId};
 
 use super::explain::{
     cycle_finding, growth_finding, held_finding, long_lived_finding, one_time_finding,
+    regrown_finding,
 };
 use super::series::{shape, site_series, BlockIterations, Shape, SiteTable};
 use super::source::Sources;
@@ -381,6 +382,7 @@ pub(super) fn analyze(ctx: &Context, src: &mut Sources) -> Vec<Finding> {
     // Sites kept by different holders (the recorder named them) are
     // different leaks even when they grow in the same iterations.
     let mut groups: Vec<(GroupKey, Vec<SiteRate>)> = Vec::new();
+    let mut regrown: Vec<SiteRate> = Vec::new();
     for (site, sh, s) in shaped {
         let Shape::Steady { per_iteration, .. } = sh else {
             continue;
@@ -390,8 +392,14 @@ pub(super) fn analyze(ctx: &Context, src: &mut Sources) -> Vec<Finding> {
         }
         // A leak keeps tensors of many iterations: at least half of them
         // must have outlived the iteration after theirs (a scalar alive at
-        // some iteration ends and not others is not one).
+        // some iteration ends and not others is not one). A site whose one
+        // live tensor is larger at every iteration's end is another
+        // finding: a tensor grown from itself, or an input that grows.
         if ctx.sites.stats[*site as usize].outliving < u64::from(n.div_ceil(2)) {
+            if let Some(per) = grows_every_iteration(s) {
+                regrown.push((*site, per));
+                claimed.insert(*site);
+            }
             continue;
         }
         let pattern: Vec<i8> = s
@@ -414,6 +422,11 @@ pub(super) fn analyze(ctx: &Context, src: &mut Sources) -> Vec<Finding> {
     for (_, mut sites) in groups {
         sites.sort_by(|a, b| b.1.total_cmp(&a.1));
         out.push(growth_finding(ctx, &sites, series, src));
+    }
+    if !regrown.is_empty() {
+        regrown.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let work = iteration_work(ctx, &regrown);
+        out.push(regrown_finding(ctx, &regrown, &work, series, src));
     }
 
     // Held gradients are worth a warning when they cost memory at the
@@ -486,4 +499,42 @@ pub(super) fn analyze(ctx: &Context, src: &mut Sources) -> Vec<Finding> {
         out.push(one_time_finding(ctx, role, &sites, series, src));
     }
     out
+}
+
+/// Larger at the end of every iteration than at the end of the one before,
+/// from the first end it is alive at on (before that, the first value may
+/// be held under another line: `acc = x` before `acc = torch.cat([acc,
+/// x])`), in most iterations; its growth per iteration from there:
+/// what a tensor made again each iteration from its previous value leaves
+/// (`preds = torch.cat([preds, p])`), or the output of an input that grows.
+fn grows_every_iteration(s: &[i64]) -> Option<f64> {
+    let n = s.len().saturating_sub(1);
+    let from = (1..=n).find(|&k| s[k] > 0)?;
+    let ups = n - from;
+    (n >= 3
+        && ups >= 2
+        && ups as f64 >= 0.6 * (n - 1) as f64
+        && (from + 1..=n).all(|k| s[k] > s[k - 1]))
+    .then(|| (s[n] - s[from]) as f64 / ups as f64)
+}
+
+/// Bytes allocated in each iteration but the growing tensors themselves
+/// (the blocks of `except`'s sites alive at their iteration's end): the
+/// work of the iteration, which grows with its input (a longer sequence, a
+/// larger batch) and stays the same when only an accumulator grows. A
+/// growing site may be the model's call itself (a cache made inside it),
+/// so its blocks freed within their iteration are work too. Index 0 is
+/// setup, `k` iteration k, up to the last complete one.
+pub(super) fn iteration_work(ctx: &Context, except: &[SiteRate]) -> Vec<u64> {
+    let skip: HashSet<u32> = except.iter().map(|s| s.0).collect();
+    let mut work = vec![0u64; ctx.complete as usize + 1];
+    let bi = ctx.block_iterations;
+    for b in 0..ctx.lifetimes.len() {
+        let k = bi.born[b] as usize;
+        let kept = bi.died[b] > bi.born[b] && skip.contains(&ctx.sites.of_block[b]);
+        if k < work.len() && !kept {
+            work[k] += ctx.lifetimes.size[b];
+        }
+    }
+    work
 }

@@ -247,18 +247,62 @@ impl<'a> HolderIndex<'a> {
         stack_files: &[String],
         src: &mut Sources,
     ) -> Option<HeldBy> {
+        self.held_by_as(l, t, blocks, stack_files, src, false)
+    }
+
+    /// [`Self::held_by`] for a site with one tensor alive at a time that is
+    /// larger at every look (`preds = torch.cat([preds, p])`): there the
+    /// variable holding the one latest tensor is what keeps the growth, not
+    /// a loop variable to look past.
+    pub fn held_by_latest(
+        &self,
+        l: &Lifetimes,
+        t: &DeviceTrace,
+        blocks: impl Iterator<Item = usize>,
+        stack_files: &[String],
+        src: &mut Sources,
+    ) -> Option<HeldBy> {
+        self.held_by_as(l, t, blocks, stack_files, src, true)
+    }
+
+    fn held_by_as(
+        &self,
+        l: &Lifetimes,
+        t: &DeviceTrace,
+        blocks: impl Iterator<Item = usize>,
+        stack_files: &[String],
+        src: &mut Sources,
+        latest: bool,
+    ) -> Option<HeldBy> {
         if self.is_empty() {
             return None;
         }
         let mut per: HashMap<u32, Tally> = HashMap::default();
+        let mut last: Option<(i64, u64, u32)> = None;
         for b in blocks {
             if let Some(h) = self.of_block(l, t, b) {
                 per.entry(self.key(h))
                     .or_default()
                     .add(h, self.iteration_of(l, t, b), l.size[b]);
+                let seen = (self.holders[h as usize].time_us, l.size[b], h);
+                if last.is_none_or(|x| (seen.0, seen.1) > (x.0, x.1)) {
+                    last = Some(seen);
+                }
             }
         }
-        let (h, tally) = self.best(&per)?;
+        // The latest look's holder of the site's largest tensor then.
+        let latest_tally;
+        let (h, tally) = if latest {
+            let (_, size, h) = last?;
+            latest_tally = Tally {
+                tensors: 1,
+                bytes: size,
+                by_look: HashMap::default(),
+            };
+            (h, &latest_tally)
+        } else {
+            self.best(&per)?
+        };
         let h = &self.holders[h as usize];
         let what = format!(
             "held by `{}` ({}, {}){}: {} tensor{} ({})",

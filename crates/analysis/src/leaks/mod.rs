@@ -118,6 +118,15 @@ pub enum FindingKind {
     LongLived,
     /// Growth in the first iteration(s), flat afterwards.
     OneTime,
+    /// One tensor at a time, larger at every iteration's end, while the
+    /// rest of the iteration allocates the same: rebuilt from itself.
+    GrowingTensor,
+    /// One tensor at a time, larger at every iteration's end, with all the
+    /// iteration allocates: the input grows (benign).
+    GrowingInput,
+    /// A library's state made larger at each model call (a generation's
+    /// cache of past keys and values; benign).
+    GrowingCache,
 }
 
 /// What one allocation site did.
@@ -203,6 +212,55 @@ pub struct LeakReport {
     pub verdict: String,
 }
 
+/// Allocated bytes at iteration ends, per iteration: the least-squares
+/// slope over complete iterations 2 to n (three or more), the difference
+/// between the ends of iterations 1 and 2 with two. Iteration 1 is
+/// warm-up, and what it alone leaves (a generation's prompt, freed by the
+/// first token's call) would otherwise tilt every rate measured from its
+/// end; a slope over the rest is the rate of a steady leak exactly, and
+/// of noisy batch sizes the trend rather than the last batch's size.
+fn growth_rate(iterations: &[IterationStats]) -> f64 {
+    let ends: Vec<(f64, f64)> = iterations
+        .iter()
+        .filter(|i| i.range.complete)
+        .map(|i| (f64::from(i.range.number), i.end_bytes as f64))
+        .collect();
+    match ends.len() {
+        0 | 1 => 0.0,
+        2 => (ends[1].1 - ends[0].1) / (ends[1].0 - ends[0].0),
+        _ => {
+            let pts = &ends[1..];
+            let n = pts.len() as f64;
+            let mx = pts.iter().map(|p| p.0).sum::<f64>() / n;
+            let my = pts.iter().map(|p| p.1).sum::<f64>() / n;
+            let sxy: f64 = pts.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+            let sxx: f64 = pts.iter().map(|p| (p.0 - mx) * (p.0 - mx)).sum();
+            if sxx > 0.0 {
+                sxy / sxx
+            } else {
+                0.0
+            }
+        }
+    }
+}
+
+/// When each iteration began (µs), for the recorder's holders, and when
+/// the last one ended if it did: the recorder's look at the end, after the
+/// loop, finds no iteration under way, so what it holds of the last
+/// iteration counts (an accumulator made again in the last iteration).
+fn holder_iterations(t: &DeviceTrace, iterations: &[IterationStats]) -> Vec<i64> {
+    let mut starts: Vec<i64> = iterations
+        .iter()
+        .filter_map(|i| t.time_us.get(i.range.start).copied())
+        .collect();
+    if let Some(last) = iterations.last().filter(|i| i.range.complete) {
+        if let Some(&end) = t.time_us.get(last.range.end.saturating_sub(1)) {
+            starts.push(end + 1);
+        }
+    }
+    starts
+}
+
 /// Find leaks in `device`'s trace.
 pub fn find_leaks(snap: &Snapshot, device: u32, opts: &LeakOptions) -> LeakReport {
     find_leaks_with(snap, device, opts, &Labelled::new(snap, device))
@@ -282,13 +340,7 @@ pub fn find_leaks_with(
             .count(),
         function_lines: t.category.is_some(),
         phases: &labelled.categories.phases,
-        holders: &holders::HolderIndex::new(
-            snap,
-            iterations
-                .iter()
-                .filter_map(|i| t.time_us.get(i.range.start).copied())
-                .collect(),
-        ),
+        holders: &holders::HolderIndex::new(snap, holder_iterations(t, &iterations)),
         has_gc_marks: snap
             .annotations
             .iter()
@@ -301,16 +353,7 @@ pub fn find_leaks_with(
             .then(b.bytes.cmp(&a.bytes))
             .then(a.title.cmp(&b.title))
     });
-    let growth_per_iteration = match (
-        iterations.first(),
-        iterations.iter().rfind(|i| i.range.complete),
-    ) {
-        (Some(first), Some(last)) if last.range.number > first.range.number => {
-            (last.end_bytes as f64 - first.end_bytes as f64)
-                / (last.range.number - first.range.number) as f64
-        }
-        _ => 0.0,
-    };
+    let growth_per_iteration = growth_rate(&iterations);
     let leaks = found
         .iter()
         .filter(|f| f.severity == Severity::Leak)

@@ -134,6 +134,28 @@ pub(in crate::leaks) fn growth_finding(
         } else {
             keeper
         };
+        let code_quote = &code;
+        if let Some(code) = host_copy_on_the_cpu(ctx, held, first.kept_by.as_ref()) {
+            let holder = held.map_or_else(|| "a list".to_owned(), |h| format!("`{}`", h.name));
+            return Finding {
+                kind: FindingKind::Growth,
+                severity: Severity::Benign,
+                title: format!("{} grows by {} per iteration in host copies ({holder}), on the CPU", first.site, bytes(per as u64)),
+                explanation: format!(
+                    "The tensors allocated at {}{code_quote} are kept from one iteration to the next ({} more at the end of each iteration, {} by the end of iteration {n}), stored as host copies: `{code}`. This recording is of the CPU, where `.cpu()` returns the tensor itself, so the copies are counted as the device's memory; on a GPU they are in the host's memory and the device does not grow.{why}",
+                    first.site,
+                    bytes(per as u64),
+                    bytes(total),
+                    code_quote = code_quote,
+                    why = held.map(|h| format!(" They are {}.", h.text)).unwrap_or_default(),
+                ),
+                fix: format!("Nothing to change for the device. The process's own memory grows with {holder}: keep a number or a running statistic instead if the run is long, or clear it once it has been used."),
+                bytes_per_iteration: 0.0,
+                bytes: total,
+                iterations: (1, n),
+                sites: ev,
+            };
+        }
         Finding {
             kind: FindingKind::Growth,
             severity: Severity::Leak,
@@ -162,6 +184,33 @@ pub(in crate::leaks) fn growth_finding(
     }
 }
 
+/// The line that stores the tensors, when it stores host copies
+/// (`kept.append(out.detach().cpu())`) and the recording is of the CPU:
+/// there `.cpu()` is the tensor itself, and what the list keeps is counted
+/// as the device's memory, which on a GPU it would not be.
+pub(super) fn host_copy_on_the_cpu(
+    ctx: &Context,
+    held: Option<&crate::leaks::holders::HeldBy>,
+    kept_by: Option<&(u32, String)>,
+) -> Option<String> {
+    let on_cpu = ctx
+        .snap
+        .source
+        .recorder
+        .as_ref()
+        .is_some_and(|r| r.device_kind() == "cpu");
+    if !on_cpu {
+        return None;
+    }
+    let code = held
+        .and_then(|h| h.stored_at.as_ref().map(|s| s.2.as_str()))
+        .or(kept_by.map(|k| k.1.as_str()))?;
+    let host = [".cpu()", ".to(\"cpu\")", ".to('cpu')", ".numpy()"];
+    host.iter()
+        .any(|m| code.contains(m))
+        .then(|| code.split(" #").next().unwrap_or(code).trim().to_owned())
+}
+
 /// The fix, worded for the holder the recorder found and the line that
 /// stores into it.
 fn held_fix(held: Option<&crate::leaks::holders::HeldBy>) -> Option<String> {
@@ -172,7 +221,15 @@ fn held_fix(held: Option<&crate::leaks::holders::HeldBy>) -> Option<String> {
         .map(|(_, _, code)| format!(" (`{code}`)"))
         .unwrap_or_default();
     let name = &h.name;
-    Some(if h.through_graph {
+    let hook = h
+        .stored_at
+        .as_ref()
+        .is_some_and(|(_, _, code)| code.contains("register_") && code.contains("hook("));
+    Some(if hook {
+        // The hook stores into the holder, and a line that registers it runs
+        // in the loop: every iteration adds one more hook, each storing.
+        format!("The line that stores into `{name}` registers a hook{line}: if it runs every iteration, each adds one more hook. Register it once before the loop (or keep the handle it returns and call `handle.remove()` when done), and store `o.detach().cpu()` (or a statistic) in `{name}`, cleared once used.")
+    } else if h.through_graph {
         let rewrite = h
             .stored_at
             .as_ref()

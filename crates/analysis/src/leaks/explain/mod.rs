@@ -14,8 +14,10 @@ use crate::within::{parts, ModuleIndex};
 use vramscope_text::units::bytes;
 
 mod growth;
+mod regrown;
 
 pub(super) use growth::growth_finding;
+pub(super) use regrown::regrown_finding;
 
 impl Context<'_> {
     pub(super) fn max_peak(&self) -> u64 {
