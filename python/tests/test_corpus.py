@@ -92,14 +92,17 @@ def _framework_warnings(program: str, findings: List[Dict[str, Any]]) -> Tuple[L
 
 
 def _planted_line(program: str, form: str) -> Optional[int]:
-    """The line marked ``# PLANTED`` in the program's function."""
+    """The line marked ``# PLANTED`` in the program's function (``# PLANTED:
+    FORM`` where the program plants more than one form)."""
     import inspect
 
     src, start = inspect.getsourcelines(corpus.PROGRAMS[program])
-    for i, line in enumerate(src):
-        if "# PLANTED" in line:
-            return start + i
-    return None
+    marked = [(start + i, line.split("# PLANTED", 1)[1]) for i, line in enumerate(src) if "# PLANTED" in line]
+    # A program with several planted forms marks each line with its form.
+    for at, rest in marked:
+        if rest.strip().lstrip(":").strip() == form:
+            return at
+    return marked[0][0] if marked else None
 
 
 def summary(f: Dict[str, Any]) -> str:

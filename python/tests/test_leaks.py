@@ -359,3 +359,40 @@ def test_the_leak_shows_the_path_that_keeps_its_tensors(tmp_path: Path) -> None:
     kept, freed = site["leaking_path"]
     assert kept.endswith("in validate") and freed.endswith("in train_step"), site["leaking_path"]
     assert "allocated through" in found[0]["explanation"] and "in validate" in found[0]["explanation"]
+
+
+def test_a_memoised_function_of_tensors_is_named_with_its_cache(tmp_path: Path) -> None:
+    """`functools.lru_cache` on a function called with each step's output
+    keeps every argument and result: the leak names the memoised function
+    and the fix is about its cache (no line of the program stores into it)."""
+    script = tmp_path / "memo.py"
+    script.write_text(textwrap.dedent("""
+        import functools
+        import torch
+        import torch.nn.functional as F
+        from torch import nn
+        model = nn.Sequential(nn.Linear(128, 512), nn.ReLU(), nn.Linear(512, 10))
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+
+        @functools.lru_cache(maxsize=None)
+        def normalise(x):
+            return x / x.norm()
+
+        for _ in range(8):
+            x, y = torch.randn(64, 128), torch.randint(0, 10, (64,))
+            opt.zero_grad(set_to_none=True)
+            out = model(x)
+            F.cross_entropy(out, y).backward()
+            opt.step()
+            normalise(out.detach())
+    """))
+    out = tmp_path / "memo.pickle"
+    r = run_python(["-m", "vramscope", "run", "-q", "--no-report", "-o", str(out), str(script)], cwd=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    found = by_severity(vramscope.load(out).leaks(), "leak")
+    assert len(found) == 1, [f["title"] for f in found]
+    held = next(s["held_by"] for s in found[0]["sites"] if s.get("held_by"))
+    assert held["name"] == "normalise" and "lru_cache" in held["type_name"], held
+    # Each step's output (64 × 10 float32) is a key, and its normalised copy a value.
+    assert found[0]["bytes_per_iteration"] == 2 * 64 * 10 * 4
+    assert "normalise.cache_clear()" in found[0]["fix"] and "maxsize" in found[0]["fix"], found[0]["fix"]

@@ -4,8 +4,8 @@ each in a correct form and with the classic leaks planted.
 Run as ``python corpus.py PROGRAM FORM`` (under ``vramscope run``): the
 programs never call vramscope themselves, as the programs a new user brings
 do not. ``FORMS`` lists each program's forms; ``clean`` is correct. Every
-planted line carries ``# PLANTED`` so that the tests can find the line the
-finding must name. Sizes are small so that a run takes seconds on a CPU.
+planted line carries ``# PLANTED`` (``# PLANTED: FORM`` where a program
+plants several) so that the tests can find the line the finding must name. Sizes are small so that a run takes seconds on a CPU.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ FORMS: Dict[str, Dict[str, Any]] = {
     "metrics": {"clean": None, "cat_on_device": ("growing_tensor", "preds")},
     "seq_lm": {"clean": None, "dynamic_pad": None, "curriculum": None, "hook_per_step": ("growth", "feats")},
     "generation": {"clean": None},
+    "keepers": {"clean": None, "closure": ("growth", "callbacks"), "per_class": ("growth", "per_class")},
 }
 
 # Warnings that are true of correct code because of the framework's own
@@ -390,6 +391,35 @@ def generation(form: str) -> None:
     print("generation", tuple(tok.shape))
 
 
+def keepers(form: str) -> None:
+    """A loop that keeps only its best output (correct), or a callback
+    bound to each step's output (a default argument: a closure over the
+    loop variable would see only the latest), or each class's rows kept in
+    a dict of lists."""
+    from collections import defaultdict
+
+    model = nn.Sequential(nn.Linear(128, 512), nn.ReLU(), nn.Linear(512, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    callbacks: List[Any] = []
+    per_class: Dict[int, List[Any]] = defaultdict(list)
+    best: Any = None
+    for step in range(STEPS + 2):
+        x, y = torch.randn(64, 128), torch.randint(0, 10, (64,))
+        opt.zero_grad(set_to_none=True)
+        out = model(x)
+        loss = F.cross_entropy(out, y)
+        loss.backward()
+        opt.step()
+        if form == "closure":
+            callbacks.append(lambda o=out: o.sum())  # PLANTED: closure
+        elif form == "per_class":
+            for c in range(3):
+                per_class[c].append(out[y == c].detach())  # PLANTED: per_class
+        elif best is None or loss.item() < best[0]:
+            best = (loss.item(), out.detach())
+    print("keepers", len(callbacks), len(per_class))
+
+
 # The zoo's architectures (scripts/zoo.py), each trained in one of its
 # styles, as a loop of its own: correct, and keeping each step's output.
 ZOO_STYLES: Dict[str, str] = {
@@ -444,6 +474,7 @@ PROGRAMS: Dict[str, Callable[[str], None]] = {
     "vision": vision, "nanogpt": nanogpt, "hf_loop": hf_loop, "hf_trainer": hf_trainer,
     "lightning": lightning, "accelerate": accelerate, "gan": gan, "grad_accum": grad_accum,
     "amp": amp, "eval": eval, "rnn": rnn, "metrics": metrics, "seq_lm": seq_lm, "generation": generation,
+    "keepers": keepers,
     **{f"zoo_{a}": _zoo_program(a) for a in ZOO_STYLES},
 }
 

@@ -237,15 +237,22 @@ fn store_kind(rest: &str, target: &str) -> Store {
     if rest.starts_with("+=") || rest.starts_with("|=") {
         return Store::Into;
     }
-    if let Some(r) = rest.strip_prefix('[') {
-        // `x[k] = v` (not `x[k] == v`): the first `=` after the closing bracket.
-        if let Some(close) = r.find(']') {
-            let after = r[close + 1..].trim_start();
-            if after.starts_with('=') && !after.starts_with("==") {
-                return Store::Into;
-            }
+    if rest.starts_with('[') {
+        // `x[k] = v` (not `x[k] == v`): the first `=` after the closing
+        // bracket; `x[k].append(v)`, `x[k][j] += v`: a call or an
+        // accumulation into what the indices reach.
+        let mut r = rest;
+        while let Some(inner) = r.strip_prefix('[') {
+            let Some(close) = inner.find(']') else {
+                return Store::No;
+            };
+            r = inner[close + 1..].trim_start();
         }
-        return Store::No;
+        let into = (r.starts_with('=') && !r.starts_with("=="))
+            || r.starts_with("+=")
+            || r.starts_with("|=")
+            || CALLS.iter().any(|c| r.starts_with(c));
+        return if into { Store::Into } else { Store::No };
     }
     if let Some(rhs) = rest.strip_prefix('=') {
         if rhs.starts_with('=') {
@@ -356,7 +363,7 @@ mod tests {
     fn finds_the_line_that_stores_into_a_holder() {
         let dir = std::env::temp_dir().join(format!("vramscope-into-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("tmp");
-        let code = "losses = []\ntotal = 0\nlast = None\n\"\"\"Docs: `losses.append(x)`\n  total += loss\n\"\"\"\nfor x in xs:\n    if losses == []:\n        pass\n    all_losses = 1\n    losses.append(loss)\n    total = total + loss.sum()\n    last = err\nclass M:\n    def f(self, h):\n        self.cache[k] = h\n";
+        let code = "losses = []\ntotal = 0\nlast = None\n\"\"\"Docs: `losses.append(x)`\n  total += loss\n\"\"\"\nfor x in xs:\n    if losses == []:\n        pass\n    all_losses = 1\n    losses.append(loss)\n    total = total + loss.sum()\n    last = err\nclass M:\n    def f(self, h):\n        self.cache[k] = h\nper_class = defaultdict(list)\nfor c in cs:\n    per_class[c].append(out[y == c])\n    grid[i][j] += x\n    if grid[i] == x:\n        pass\n";
         std::fs::write(dir.join("train.py"), code).expect("write");
         let mut s = Sources::new(vec![dir.clone()]);
         let got = |s: &mut Sources, t: &str, a: bool| s.store_into("train.py", t, a).map(|x| x.0);
@@ -364,6 +371,9 @@ mod tests {
         assert_eq!(got(&mut s, "total", false), Some(12));
         assert_eq!(got(&mut s, "last", false), Some(13));
         assert_eq!(got(&mut s, "cache", true), Some(16));
+        // Into what an index reaches: a call, or an accumulation, not a test.
+        assert_eq!(got(&mut s, "per_class", false), Some(19));
+        assert_eq!(got(&mut s, "grid", false), Some(20));
         // `cache` as a bare variable is not stored anywhere.
         assert_eq!(got(&mut s, "cache", false), None);
         // A local: only within its function (line 16 runs in `f`, which

@@ -225,7 +225,13 @@ fn held_fix(held: Option<&crate::leaks::holders::HeldBy>) -> Option<String> {
         .stored_at
         .as_ref()
         .is_some_and(|(_, _, code)| code.contains("register_") && code.contains("hook("));
-    Some(if hook {
+    // `functools.lru_cache` / `functools.cache`: the wrapper's own dict,
+    // which keeps every argument and result; no line of the program
+    // stores into it.
+    let memo = h.type_name.contains("lru_cache");
+    Some(if memo {
+        format!("`{name}` is memoised (`functools.lru_cache` or `functools.cache`): its cache keeps the arguments and results of every call, and a tensor is a new key at every call. Do not memoise on tensors (key on a number, a shape or an id you control), or bound it (`@lru_cache(maxsize=...)`), or call `{name}.cache_clear()` once the results have been used.")
+    } else if hook {
         // The hook stores into the holder, and a line that registers it runs
         // in the loop: every iteration adds one more hook, each storing.
         format!("The line that stores into `{name}` registers a hook{line}: if it runs every iteration, each adds one more hook. Register it once before the loop (or keep the handle it returns and call `handle.remove()` when done), and store `o.detach().cpu()` (or a statistic) in `{name}`, cleared once used.")
