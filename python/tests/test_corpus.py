@@ -139,6 +139,23 @@ def test_corpus_cell(results: Dict[Tuple[str, str], Dict[str, Any]], cell: Tuple
     assert not problems, f"{cell}: {problems}"
 
 
+@pytest.mark.parametrize(
+    "cell, words",
+    [
+        (("keepers", "closure"), "`callbacks.clear()`"),
+        (("seq_lm", "hook_per_step"), "`handle.remove()`"),
+        (("metrics", "cat_on_device"), "concatenate once"),
+    ],
+    ids=["closure", "hook", "cat"],
+)
+def test_the_fix_is_worded_for_how_the_tensors_are_kept(results: Dict[Tuple[str, str], Dict[str, Any]], cell: Tuple[str, str], words: str) -> None:
+    """Functions that hold tensors through their defaults are cleared, a hook
+    registered in the loop is registered once, an accumulator grown by
+    concatenation is concatenated once: not the generic `.item()` advice."""
+    leaks = [f for f in results[cell]["findings"] if f["severity"] == "leak"]
+    assert leaks and words in leaks[0]["fix"], [f["fix"] for f in leaks]
+
+
 def main() -> None:
     import tempfile
 
@@ -163,3 +180,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+

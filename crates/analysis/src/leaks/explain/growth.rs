@@ -229,8 +229,14 @@ fn held_fix(held: Option<&crate::leaks::holders::HeldBy>) -> Option<String> {
     // which keeps every argument and result; no line of the program
     // stores into it.
     let memo = h.type_name.contains("lru_cache");
+    // Functions kept in the holder that reach the tensors through their
+    // closure cells or default arguments (`lambda o=out: ...`).
+    let through_functions = h.path.contains("__defaults__") || h.path.contains(".closure '");
     Some(if memo {
         format!("`{name}` is memoised (`functools.lru_cache` or `functools.cache`): its cache keeps the arguments and results of every call, and a tensor is a new key at every call. Do not memoise on tensors (key on a number, a shape or an id you control), or bound it (`@lru_cache(maxsize=...)`), or call `{name}.cache_clear()` once the results have been used.")
+    } else if through_functions && !hook {
+        let holder = h.path.split("[*]").next().unwrap_or(name);
+        format!("The functions kept in `{holder}`{line} hold the tensors through their closures or default arguments: give them what they need as numbers (`.item()`) or `.detach().cpu()` copies, or run and clear them every iteration (`{holder}.clear()`).")
     } else if hook {
         // The hook stores into the holder, and a line that registers it runs
         // in the loop: every iteration adds one more hook, each storing.
