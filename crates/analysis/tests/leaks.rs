@@ -324,3 +324,42 @@ fn stackless_gradients_held_through_the_next_forward_pass() {
         held[0].explanation
     );
 }
+
+#[test]
+fn a_sites_callee_is_named_from_its_package_or_as_a_compiled_call() {
+    // Each iteration keeps one loss made through `F.cross_entropy` and one
+    // output of a `torch.compile`d model; the optimizer's step ends it.
+    let ce = r#"[{"filename":"/env/lib/python3.11/site-packages/torch/nn/functional.py","line":3547,"name":"cross_entropy"},{"filename":"/src/train.py","line":30,"name":"main"}]"#;
+    let compiled = r#"[{"filename":"/env/lib/python3.11/site-packages/torch/_dynamo/eval_frame.py","line":563,"name":"__call__"},{"filename":"/src/train.py","line":28,"name":"main"}]"#;
+    let opt = r#"[{"filename":"/env/lib/python3.11/site-packages/torch/optim/adam.py","line":99,"name":"step"},{"filename":"/src/train.py","line":32,"name":"main"}]"#;
+    let mut ev = Vec::new();
+    let (mut time, mut addr) = (1_000u64, 1u64 << 32);
+    for _ in 0..8 {
+        for (frames, size) in [(compiled, 1u64 << 20), (ce, 512)] {
+            time += 10;
+            addr += 1 << 24;
+            ev.push(format!(r#"{{"action":"alloc","addr":{addr},"size":{size},"stream":0,"time_us":{time},"frames":{frames},"user_metadata":"forward"}}"#));
+        }
+        for action in ["alloc", "free_completed"] {
+            time += 10;
+            ev.push(format!(r#"{{"action":"{action}","addr":1,"size":4096,"stream":0,"time_us":{time},"frames":{opt},"user_metadata":"step"}}"#));
+        }
+    }
+    let json = format!(r#"{{"segments":[],"device_traces":[[{}]]}}"#, ev.join(","));
+    let snap = decode_bytes(json.as_bytes(), &Default::default()).expect("decodes");
+    let r = find_leaks(&snap, 0, &opts());
+    let titles: Vec<&str> = r.findings.iter().map(|f| f.title.as_str()).collect();
+    let sites: Vec<&str> = r
+        .findings
+        .iter()
+        .flat_map(|f| f.sites.iter().map(|s| s.site.as_str()))
+        .collect();
+    assert!(
+        sites.contains(&"/src/train.py:30 in main → torch/nn/functional.py:3547 in cross_entropy"),
+        "{titles:?} {sites:?}"
+    );
+    assert!(
+        sites.contains(&"/src/train.py:28 in main → torch.compile'd call"),
+        "{titles:?} {sites:?}"
+    );
+}

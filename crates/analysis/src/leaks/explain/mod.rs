@@ -389,7 +389,20 @@ pub(super) fn callee_label(snap: &Snapshot, fid: vramscope_snapshot::FrameId) ->
     if crate::sites::is_native(&file, &name) {
         return format!("{}()", crate::sites::native_name(&name));
     }
-    format!("{file}:{line} in {name}")
+    let f = file.replace('\\', "/");
+    // A compiled module's call runs through Dynamo's frame evaluation.
+    if f.ends_with("torch/_dynamo/eval_frame.py") {
+        return "torch.compile'd call".to_owned();
+    }
+    // An installed package's file from the package on (the environment's
+    // path says nothing about the call).
+    match f
+        .rsplit_once("/site-packages/")
+        .or_else(|| f.rsplit_once("/dist-packages/"))
+    {
+        Some((_, tail)) => format!("{tail}:{line} in {name}"),
+        None => format!("{file}:{line} in {name}"),
+    }
 }
 
 /// The program's files in the first site's stack.
