@@ -3,8 +3,8 @@
 # and make sure the packages the test suite and benchmarks need are present:
 #   maturin pytest hypothesis numpy torch duckdb pyarrow pandas ray perfetto
 #   lightning transformers accelerate (the integrations' tests) torchao
-#   (its 8-bit AdamW: the advice's check against a real run) diffusers (the
-#   estimate's zoo: a UNet) mcp (the MCP SDK: `vramscope mcp` and its test)
+#   (its 8-bit AdamW: the advice's check against a real run) diffusers and
+#   timm (the estimate's zoo: a UNet, a ConvNeXt) mcp (the MCP SDK: `vramscope mcp` and its test)
 #   ziglang (the linker scripts/build-wheel.sh uses for a manylinux2014 wheel)
 #
 # Idempotent: on a machine where everything is already installed it only runs
@@ -26,7 +26,7 @@ vpy="$venv/bin/python"
 
 # Each of these distributions is importable under the same name (ray's
 # Data library is installed as the ray[data] extra: see requirement()).
-packages=(maturin pytest xdist hypothesis numpy torch duckdb pyarrow pandas ray perfetto lightning transformers accelerate torchvision torchao diffusers mcp ziglang)
+packages=(maturin pytest xdist hypothesis numpy torch duckdb pyarrow pandas ray perfetto lightning transformers accelerate torchvision torchao diffusers timm mcp ziglang)
 
 # The pip requirement for a module name.
 requirement() {

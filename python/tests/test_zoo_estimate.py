@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("diffusers")
 pytest.importorskip("torchvision")
+pytest.importorskip("timm")
 
 from conftest import native_module  # noqa: E402
 

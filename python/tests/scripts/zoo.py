@@ -168,6 +168,47 @@ def unet() -> Case:
     return Case(model, (x, t), (noise,), loss, lambda m: m.enable_gradient_checkpointing())
 
 
+def swin() -> Case:
+    """Shifted-window attention: its pooled head hands the last layer norm a
+    transposed gradient (the estimate once read it as transposed all the
+    way down)."""
+    from transformers import SwinConfig, SwinForImageClassification
+
+    cfg = SwinConfig(image_size=64, patch_size=4, embed_dim=48, depths=[2, 2], num_heads=[3, 6], window_size=4, num_labels=100)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(8, 3, 64, 64, generator=g)
+    y = torch.randint(0, 100, (8,), generator=g)
+    return Case(SwinForImageClassification(cfg), (x,), (y,), lambda out, y: F.cross_entropy(out.logits.float(), y), _hf_checkpoint)
+
+
+def convnext() -> Case:
+    """timm's ConvNeXt: depthwise 7×7 convolutions, channels-last layer
+    norms, timm's own checkpointing."""
+    import timm
+
+    model = timm.create_model("convnext_atto", num_classes=100)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(8, 3, 64, 64, generator=g)
+    y = torch.randint(0, 100, (8,), generator=g)
+    return Case(model, (x,), (y,), lambda out, y: F.cross_entropy(out, y), lambda m: m.set_grad_checkpointing(True))
+
+
+def whisper() -> Case:
+    """A speech encoder-decoder: 1-D convolutions over log-mel frames, then
+    a text decoder with cross-attention."""
+    from transformers import WhisperConfig, WhisperForConditionalGeneration
+
+    cfg = WhisperConfig(
+        vocab_size=VOCAB, d_model=128, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+        encoder_ffn_dim=512, decoder_ffn_dim=512, num_mel_bins=40, max_source_positions=100, max_target_positions=64,
+        pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1,
+    )
+    g = torch.Generator().manual_seed(0)
+    frames = torch.randn(4, 40, 200, generator=g)
+    text = torch.randint(0, VOCAB, (4, 32), generator=g)
+    return Case(WhisperForConditionalGeneration(cfg), (frames,), (text,), _lm_loss, _hf_checkpoint, kwargs={"decoder_input_ids": text})
+
+
 class LSTMLM(nn.Module):
     """A two-layer LSTM language model."""
 
@@ -189,7 +230,7 @@ def lstm() -> Case:
 
 ARCHS: Dict[str, Callable[[], Case]] = {
     "llama": llama, "qwen2": qwen2, "mixtral": mixtral, "gpt2": gpt2, "bert": bert, "t5": t5,
-    "vit": vit, "resnet": resnet, "unet": unet, "lstm": lstm,
+    "vit": vit, "resnet": resnet, "unet": unet, "lstm": lstm, "swin": swin, "convnext": convnext, "whisper": whisper,
 }
 
 STYLES = ("fp32", "bf16", "autocast_forward", "checkpoint", "compiled", "inference")
@@ -197,7 +238,7 @@ STYLES = ("fp32", "bf16", "autocast_forward", "checkpoint", "compiled", "inferen
 # The architectures built with Hugging Face's transformers: the tests start
 # their programs from a Python that has imported its modeling code
 # (forkserver.py's preload).
-TRANSFORMERS = frozenset({"llama", "qwen2", "mixtral", "gpt2", "bert", "t5", "vit"})
+TRANSFORMERS = frozenset({"llama", "qwen2", "mixtral", "gpt2", "bert", "t5", "vit", "swin", "whisper"})
 HF_PRELOAD = ("transformers.modeling_utils",)
 
 

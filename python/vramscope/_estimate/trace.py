@@ -259,7 +259,7 @@ def _mode(rec: _Recorder, kernels: Any = None, inplace: Optional[Dict[str, Tuple
                 instead = kernels.before(func, args, kwargs or {}, rec)
                 if instead is not None:
                     return instead
-            out = func(*args, **(kwargs or {}))
+            out = _as_the_kernel_lays_out(func, args, func(*args, **(kwargs or {})))
             skip = {id(t) for t in kernels.untracked(func, out)} if kernels is not None else set()
             for t in tree_leaves(out):
                 if id(t) not in skip:
@@ -269,6 +269,25 @@ def _mode(rec: _Recorder, kernels: Any = None, inplace: Optional[Dict[str, Tuple
             return out
 
     return Track()
+
+
+def _as_the_kernel_lays_out(func: Any, args: Any, out: Any) -> Any:
+    """``out`` with the layout the CPU and CUDA kernels give it where the
+    meta function's differs. The meta gradient of a layer norm's input
+    follows the incoming gradient's strides, while both kernels allocate it
+    contiguous (``layer_norm_backward_cpu`` in aten/src/ATen/native/
+    layer_norm.cpp and ``layer_norm_backward_cuda`` in native/cuda/
+    layer_norm_kernel.cu: ``empty_like(*X, ..., LEGACY_CONTIGUOUS_MEMORY_FORMAT)``
+    of the contiguous input). A transposed gradient arriving there (a Swin
+    or a ViT pooling over tokens) then read as transposed all the way down,
+    and every ``view`` of it became a copy the real run never makes."""
+    import torch
+
+    if func is torch.ops.aten.native_layer_norm_backward.default and isinstance(out, tuple):
+        dx = out[0]
+        if isinstance(dx, torch.Tensor) and not dx.is_contiguous():
+            return (torch.empty(dx.shape, dtype=dx.dtype, device=dx.device), *out[1:])
+    return out
 
 
 @functools.lru_cache(maxsize=None)
