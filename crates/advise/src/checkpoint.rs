@@ -33,7 +33,7 @@ use vramscope_simulate::settings::Settings;
 /// (from the start of the forward to the end of the backward); the last
 /// one's are made again as soon as backward starts, where the peak of a
 /// step most often is, so checkpointing it alone saves little there.
-pub(super) fn forward_order(calls: &[SavedCall]) -> Vec<&str> {
+pub(super) fn forward_order<'a>(calls: impl IntoIterator<Item = &'a SavedCall>) -> Vec<&'a str> {
     let mut names: Vec<&str> = Vec::new();
     for c in calls {
         if !names.contains(&c.name.as_str()) {
@@ -114,7 +114,7 @@ struct Wrapped {
     cache_bytes: u64,
 }
 
-fn edits_for(calls: &[SavedCall], wrap: Option<&[&str]>, l: &Lifetimes) -> Wrapped {
+fn edits_for(calls: &[&SavedCall], wrap: Option<&[&str]>, l: &Lifetimes) -> Wrapped {
     let mut edits = Edits::default();
     let mut names: BTreeMap<String, ()> = BTreeMap::new();
     let (mut blocks, mut freed_bytes, mut checkpointed, mut cache_bytes) =
@@ -170,6 +170,23 @@ fn edits_for(calls: &[SavedCall], wrap: Option<&[&str]>, l: &Lifetimes) -> Wrapp
     }
 }
 
+/// The calls not inside another: where repeated blocks nest (a
+/// Swin's stages and the blocks in each), checkpointing the outer ones is
+/// what the row's code writes, and the inner calls' saved activations are
+/// the outer call's too: replayed at both levels, each would be freed
+/// twice and made again twice (the Swin's row read 22.5% above the real
+/// run's).
+fn outermost(calls: &[SavedCall]) -> Vec<&SavedCall> {
+    calls
+        .iter()
+        .filter(|c| {
+            !calls.iter().any(|d| {
+                d.first <= c.first && c.last <= d.last && (d.first, d.last) != (c.first, c.last)
+            })
+        })
+        .collect()
+}
+
 /// The clause on a KV cache the blocks wrote, for the row's `how`.
 fn cache_clause(w: &Wrapped) -> String {
     if w.cache_bytes == 0 {
@@ -185,7 +202,7 @@ fn cache_clause(w: &Wrapped) -> String {
 
 /// What each block saves for backward, largest first (its first call),
 /// for the row's `how`: which blocks matter.
-fn per_block(calls: &[SavedCall], l: &Lifetimes) -> String {
+fn per_block(calls: &[&SavedCall], l: &Lifetimes) -> String {
     let mut seen: Vec<(&str, u64)> = Vec::new();
     for c in calls {
         if !seen.iter().any(|(n, _)| *n == c.name) {
@@ -228,7 +245,7 @@ pub(super) fn checkpoint_candidate(
              layer's saved activations from the next's",
         );
     }
-    let calls = &found.calls;
+    let calls = &outermost(&found.calls);
     if calls.is_empty() {
         return refuse(
             not_offered,
@@ -276,8 +293,8 @@ pub(super) fn fewest_that_fit(
     recorded: &Settings,
     eval: &dyn Fn(&Candidate) -> (Advice, u64),
 ) -> Option<(Advice, u64)> {
-    let calls = &found.calls;
-    let order = forward_order(calls);
+    let calls = &outermost(&found.calls);
+    let order = forward_order(calls.iter().copied());
     let n = order.len();
     let l = &labelled.lifetimes;
     let try_k = |k: usize| -> (Advice, u64) {

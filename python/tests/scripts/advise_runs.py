@@ -164,7 +164,7 @@ def _zoo(arch: str):
 MODELS = {"cnn": (cnn, 32), "transformer": (transformer, 16), "mlp": (mlp, 8), "wide_lm": (wide_lm, 2), "resnet": (resnet, 16)}
 ZOO = ("llama", "gpt2", "bert", "vit", "mixtral", "swin", "convnext")
 MODELS.update({f"zoo_{a}": (_zoo(a), 0) for a in ZOO})
-VARIANTS = ("baseline", "half_batch", "foreach_off", "del_outputs", "checkpoint", "checkpoint_first", "bf16", "autocast", "keep_grads", "keep_grads_late", "varlen",
+VARIANTS = ("baseline", "half_batch", "foreach_off", "del_outputs", "checkpoint", "checkpoint_outer", "checkpoint_first", "bf16", "autocast", "keep_grads", "keep_grads_late", "varlen",
             "keep_grads_varlen", "leak", "leak_fixed")
 
 
@@ -241,9 +241,17 @@ def _zero_rank(rank: int, model_name: str, out: str, store: str, variant: str, r
 def checkpoint_all(model: nn.Module, variant: str) -> None:
     """Every layer checkpointed: a zoo model by its library's own switch,
     as its users turn it on; the Transformer by its ``checkpointing``
-    (reentrant where the variant says so)."""
+    (reentrant where the variant says so). ``checkpoint_outer``: of a zoo
+    model whose checkpointed layers nest (a Swin's stages and the blocks in
+    them), the outermost only, as the advice's code writes it."""
     if hasattr(model, "zoo_checkpoint"):
         model.zoo_checkpoint(model)
+        if variant == "checkpoint_outer":
+            for m in model.modules():
+                if getattr(m, "gradient_checkpointing", False):
+                    for inner in list(m.modules())[1:]:
+                        if getattr(inner, "gradient_checkpointing", False):
+                            inner.gradient_checkpointing = False
     else:
         model.checkpointing = len(model.blocks.layers)
         model.reentrant = "reentrant" in variant
@@ -260,7 +268,7 @@ def main(model_name: str, variant: str, out: str) -> None:
     torch.manual_seed(0)
     make, batch = MODELS[model_name]
     model, x, y, loss_fn = make(batch)
-    if variant in ("checkpoint", "autocast_checkpoint", "checkpoint_half_batch") or variant.startswith("checkpoint_reentrant"):
+    if variant in ("checkpoint", "checkpoint_outer", "autocast_checkpoint", "checkpoint_half_batch") or variant.startswith("checkpoint_reentrant"):
         checkpoint_all(model, variant)
     if variant == "checkpoint_first":
         model.checkpointing = 1
