@@ -109,3 +109,38 @@ fn a_generations_cache_grows_by_design_and_is_not_a_leak() {
         "{live:?}"
     );
 }
+
+#[test]
+fn a_library_cache_and_the_programs_accumulator_are_two_findings() {
+    // GPT-2 decoding with its cache while the program concatenates each
+    // step's logits (4 × 1 × 512 float32, 8,192 bytes a call): the cache
+    // (2 layers' keys and values of one more position, 4,096 bytes) is the
+    // library's; the scores are the program's, found apart.
+    let f = findings("gpt2_decoding_with_scores.pickle.gz");
+    let cache = of_kind(&f, FindingKind::GrowingCache);
+    assert_eq!(
+        cache.len(),
+        1,
+        "{:#?}",
+        f.iter().map(|x| &x.title).collect::<Vec<_>>()
+    );
+    assert_eq!(cache[0].bytes_per_iteration, 4096.0);
+    let scores: Vec<&Finding> = f
+        .iter()
+        .filter(|x| {
+            x.sites
+                .iter()
+                .any(|s| s.site.ends_with("decoding_scores.py:17 in <module>"))
+        })
+        .collect();
+    assert_eq!(
+        scores.len(),
+        1,
+        "{:#?}",
+        f.iter().map(|x| &x.title).collect::<Vec<_>>()
+    );
+    assert_ne!(scores[0].kind, FindingKind::GrowingCache);
+    assert_eq!(scores[0].bytes_per_iteration, 8192.0);
+    // Everything in a decoding loop grows with the sequence: not a leak.
+    assert!(f.iter().all(|x| x.severity == Severity::Benign));
+}

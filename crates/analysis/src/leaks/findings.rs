@@ -5,8 +5,8 @@ use vramscope_snapshot::hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use vramscope_snapshot::{Action, DeviceTrace, Snapshot, StackId};
 
 use super::explain::{
-    cycle_finding, growth_finding, held_finding, long_lived_finding, one_time_finding,
-    regrown_finding,
+    cycle_finding, growth_finding, held_finding, library_state, long_lived_finding,
+    one_time_finding, regrown_finding,
 };
 use super::series::{shape, site_series, BlockIterations, Shape, SiteTable};
 use super::source::Sources;
@@ -426,7 +426,16 @@ pub(super) fn analyze(ctx: &Context, src: &mut Sources) -> Vec<Finding> {
     if !regrown.is_empty() {
         regrown.sort_by(|a, b| b.1.total_cmp(&a.1));
         let work = iteration_work(ctx, &regrown);
-        out.push(regrown_finding(ctx, &regrown, &work, series, src));
+        // A library's cache and a program's accumulator in one run are
+        // two findings: one benign, one that may be a leak.
+        let (library, program): (Vec<SiteRate>, Vec<SiteRate>) = regrown
+            .iter()
+            .partition(|&&(site, _)| library_state(ctx, site).is_some());
+        for group in [library, program] {
+            if !group.is_empty() {
+                out.push(regrown_finding(ctx, &group, &work, series, src));
+            }
+        }
     }
 
     // Held gradients are worth a warning when they cost memory at the

@@ -17,7 +17,7 @@ mod growth;
 mod regrown;
 
 pub(super) use growth::growth_finding;
-pub(super) use regrown::regrown_finding;
+pub(super) use regrown::{library_state, regrown_finding};
 
 impl Context<'_> {
     pub(super) fn max_peak(&self) -> u64 {

@@ -87,7 +87,7 @@ pub(in crate::leaks) fn regrown_finding(
     } else {
         format!("{alive} tensors")
     };
-    if let Some(library) = library_state(ctx, sites) {
+    if let Some(library) = libraries_state(ctx, sites) {
         return Finding {
             kind: FindingKind::GrowingCache,
             severity: Severity::Benign,
@@ -197,37 +197,41 @@ pub(in crate::leaks) fn regrown_finding(
     }
 }
 
-/// The library whose code made the growing tensors inside a model's call
-/// (`transformers/cache_utils.py`, under `torch/nn/modules/module.py`):
+/// The library whose code made a site's growing tensors inside a model's
+/// call (`transformers/cache_utils.py`, under `torch/nn/modules/module.py`):
 /// its state, not the program's, when the innermost frame outside PyTorch
 /// is a third-party package's.
-fn library_state(ctx: &Context, sites: &[SiteRate]) -> Option<String> {
+pub(in crate::leaks) fn library_state(ctx: &Context, site: u32) -> Option<String> {
     let snap = ctx.snap;
-    let mut found: Option<String> = None;
-    for &(site, _) in sites {
-        let stack = ctx.sites.stats[site as usize].shown_stack();
-        let files: Vec<String> = snap
-            .stacks
-            .get(stack)
-            .iter()
-            .map(|&f| {
-                frame_location(snap, snap.frames.get(f))
-                    .0
-                    .replace('\\', "/")
-            })
-            .collect();
-        let in_module_call = files
-            .iter()
-            .any(|f| f.ends_with("torch/nn/modules/module.py"));
-        let innermost = files
-            .iter()
-            .find(|f| f.ends_with(".py") && !f.contains("/torch/") && !f.starts_with("torch/"))?;
-        if !in_module_call || !is_third_party(innermost) {
-            return None;
-        }
-        found.get_or_insert_with(|| package_file(innermost));
-    }
-    found
+    let stack = ctx.sites.stats[site as usize].shown_stack();
+    let files: Vec<String> = snap
+        .stacks
+        .get(stack)
+        .iter()
+        .map(|&f| {
+            frame_location(snap, snap.frames.get(f))
+                .0
+                .replace('\\', "/")
+        })
+        .collect();
+    let in_module_call = files
+        .iter()
+        .any(|f| f.ends_with("torch/nn/modules/module.py"));
+    let innermost = files
+        .iter()
+        .find(|f| f.ends_with(".py") && !f.contains("/torch/") && !f.starts_with("torch/"))?;
+    (in_module_call && is_third_party(innermost)).then(|| package_file(innermost))
+}
+
+/// Of `sites` (all a library's state, or none), the first library named.
+fn libraries_state(ctx: &Context, sites: &[SiteRate]) -> Option<String> {
+    let named: Vec<String> = sites
+        .iter()
+        .filter_map(|&(site, _)| library_state(ctx, site))
+        .collect();
+    (named.len() == sites.len())
+        .then(|| named.into_iter().next())
+        .flatten()
 }
 
 /// `…/site-packages/transformers/cache_utils.py` -> `transformers/cache_utils.py`.
