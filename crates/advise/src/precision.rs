@@ -234,14 +234,15 @@ fn upcasts(snap: &Snapshot) -> Option<String> {
 /// matrix products and convolutions (oneDNN's) book scratch from c10's
 /// allocator that their fp32 kernels do not, and keep parts in fp32, none
 /// of which an fp32 recording shows. Made for real, the bf16 step peaked
-/// at or above the halved trace every time: 0-7% on the project's small
-/// models, 18% on Swin and 38% on timm's ConvNeXt (docs/advise.md).
+/// at most 0.1% below the halved trace and up to 7% above on the project's
+/// small models, 18% above on Swin and 38% on timm's ConvNeXt
+/// (docs/advise.md).
 fn on_the_cpu(snap: &Snapshot) -> Option<String> {
     let r = snap.source.recorder.as_ref()?;
     (r.device_kind() == "cpu").then(|| {
         ". This is a CPU recording: the CPU's 16-bit matrix products and convolutions (oneDNN's) book scratch \
          their fp32 kernels do not and keep parts in fp32, which the recording cannot show: the real peak is \
-         higher by those (0-7% on small models, 18% on a Swin, 38% on a ConvNeXt, measured)"
+         higher by those (measured: within 0.1% below to 7% above on small models, 18% above on a Swin, 38% on a ConvNeXt)"
             .to_owned()
     })
 }
