@@ -114,6 +114,32 @@ pub(super) fn batch_made(labelled: &Labelled) -> Vec<usize> {
         .collect()
 }
 
+/// Of the blocks the batch makes, those known to follow it: every
+/// activation, and a backward's or an op's own block (autograd detail, a
+/// temporary) of the size of an activation or an input (a gradient of one,
+/// a softmax's, a matrix product's result). A block of no such size is a
+/// kernel's own scratch, which may not follow the batch (oneDNN's 15.3 MiB
+/// inside timm's ConvNeXt stem convolution's backward is the same at batch
+/// 8 and 4; halved, the row read 10% below the real run): it stays whole.
+fn scales_with_the_batch(labelled: &Labelled, made: Vec<usize>) -> Vec<usize> {
+    let cats = &labelled.categories;
+    let l = &labelled.lifetimes;
+    let sizes: vramscope_snapshot::hash::FxHashSet<u64> = (0..l.len())
+        .filter(|&b| {
+            matches!(
+                cats.category.get(b),
+                Some(Category::Activation | Category::Input)
+            )
+        })
+        .map(|b| l.size[b])
+        .collect();
+    made.into_iter()
+        .filter(|&b| {
+            cats.category.get(b) == Some(&Category::Activation) || sizes.contains(&l.size[b])
+        })
+        .collect()
+}
+
 /// Changes to memory of a kind: the batch, the optimizer state.
 pub(super) fn category_candidates(
     snap: &Snapshot,
@@ -139,7 +165,7 @@ pub(super) fn category_candidates(
     // The inputs stay whole: the code splits the batch with `chunk`, whose
     // pieces are views of it (measured on the CPU's CNN: halving them
     // predicted 0.19 MiB under the real run).
-    let batch = batch_made(labelled);
+    let batch = scales_with_the_batch(labelled, batch_made(labelled));
     let activations = batch
         .iter()
         .filter(|&&b| cats.category.get(b) == Some(&Category::Activation))
