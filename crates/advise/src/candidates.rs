@@ -165,7 +165,10 @@ pub(super) fn category_candidates(
     // The inputs stay whole: the code splits the batch with `chunk`, whose
     // pieces are views of it (measured on the CPU's CNN: halving them
     // predicted 0.19 MiB under the real run).
-    let batch = scales_with_the_batch(labelled, batch_made(labelled));
+    let made = batch_made(labelled);
+    let made_bytes = bytes_of(&made);
+    let batch = scales_with_the_batch(labelled, made.clone());
+    let (whole, whole_bytes) = (made.len() - batch.len(), made_bytes - bytes_of(&batch));
     let activations = batch
         .iter()
         .filter(|&&b| cats.category.get(b) == Some(&Category::Activation))
@@ -231,10 +234,19 @@ pub(super) fn category_candidates(
             edits: Some(edits),
             how: format!(
                 "replayed with each of the {} activation, temporary and autograd-detail blocks ({}) at half its \
-                 size: the memory that grows with the batch; the inputs whole (the chunks are views of the batch), \
+                 size: the memory that grows with the batch{}; the inputs whole (the chunks are views of the batch), \
                  parameters and optimizer state as recorded{}",
                 batch.len(),
                 vramscope_text::units::bytes(bytes_of(&batch)),
+                if whole == 0 {
+                    String::new()
+                } else {
+                    format!(
+                        " (the {whole} blocks of the size of no activation or input, {}, kept whole: a kernel's own \
+                         scratch, which may not follow the batch)",
+                        vramscope_text::units::bytes(whole_bytes)
+                    )
+                },
                 if early == 0 && !trained {
                     String::new()
                 } else if early == 0 {
