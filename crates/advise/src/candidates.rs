@@ -121,7 +121,7 @@ pub(super) fn batch_made(labelled: &Labelled) -> Vec<usize> {
 /// kernel's own scratch, which may not follow the batch (oneDNN's 15.3 MiB
 /// inside timm's ConvNeXt stem convolution's backward is the same at batch
 /// 8 and 4; halved, the row read 10% below the real run): it stays whole.
-fn scales_with_the_batch(labelled: &Labelled, made: Vec<usize>) -> Vec<usize> {
+fn scales_with_the_batch(labelled: &Labelled, made: &[usize]) -> Vec<usize> {
     let cats = &labelled.categories;
     let l = &labelled.lifetimes;
     let sizes: vramscope_snapshot::hash::FxHashSet<u64> = (0..l.len())
@@ -133,7 +133,8 @@ fn scales_with_the_batch(labelled: &Labelled, made: Vec<usize>) -> Vec<usize> {
         })
         .map(|b| l.size[b])
         .collect();
-    made.into_iter()
+    made.iter()
+        .copied()
         .filter(|&b| {
             cats.category.get(b) == Some(&Category::Activation) || sizes.contains(&l.size[b])
         })
@@ -167,7 +168,7 @@ pub(super) fn category_candidates(
     // predicted 0.19 MiB under the real run).
     let made = batch_made(labelled);
     let made_bytes = bytes_of(&made);
-    let batch = scales_with_the_batch(labelled, made.clone());
+    let batch = scales_with_the_batch(labelled, &made);
     let (whole, whole_bytes) = (made.len() - batch.len(), made_bytes - bytes_of(&batch));
     let activations = batch
         .iter()

@@ -247,13 +247,26 @@ impl<'a> HolderIndex<'a> {
         stack_files: &[String],
         src: &mut Sources,
     ) -> Option<HeldBy> {
-        self.held_by_as(l, t, blocks, stack_files, src, false)
+        if self.is_empty() {
+            return None;
+        }
+        let mut per: HashMap<u32, Tally> = HashMap::default();
+        for b in blocks {
+            if let Some(h) = self.of_block(l, t, b) {
+                per.entry(self.key(h))
+                    .or_default()
+                    .add(h, self.iteration_of(l, t, b), l.size[b]);
+            }
+        }
+        let (h, tally) = self.best(&per)?;
+        Some(self.held(h, (tally.tensors, tally.bytes), stack_files, src))
     }
 
     /// [`Self::held_by`] for a site with one tensor alive at a time that is
     /// larger at every look (`preds = torch.cat([preds, p])`): there the
     /// variable holding the one latest tensor is what keeps the growth, not
-    /// a loop variable to look past.
+    /// a loop variable to look past. The latest look's holder of the site's
+    /// largest tensor then.
     pub fn held_by_latest(
         &self,
         l: &Lifetimes,
@@ -262,47 +275,23 @@ impl<'a> HolderIndex<'a> {
         stack_files: &[String],
         src: &mut Sources,
     ) -> Option<HeldBy> {
-        self.held_by_as(l, t, blocks, stack_files, src, true)
+        let (_, size, h) = blocks
+            .filter_map(|b| {
+                let h = self.of_block(l, t, b)?;
+                Some((self.holders[h as usize].time_us, l.size[b], h))
+            })
+            .reduce(|a, x| if (x.0, x.1) > (a.0, a.1) { x } else { a })?;
+        Some(self.held(h, (1, size), stack_files, src))
     }
 
-    fn held_by_as(
+    /// The sentence of holder `h` keeping `tensors` tensors of `bytes`.
+    fn held(
         &self,
-        l: &Lifetimes,
-        t: &DeviceTrace,
-        blocks: impl Iterator<Item = usize>,
+        h: u32,
+        (tensors, bytes_held): (u64, u64),
         stack_files: &[String],
         src: &mut Sources,
-        latest: bool,
-    ) -> Option<HeldBy> {
-        if self.is_empty() {
-            return None;
-        }
-        let mut per: HashMap<u32, Tally> = HashMap::default();
-        let mut last: Option<(i64, u64, u32)> = None;
-        for b in blocks {
-            if let Some(h) = self.of_block(l, t, b) {
-                per.entry(self.key(h))
-                    .or_default()
-                    .add(h, self.iteration_of(l, t, b), l.size[b]);
-                let seen = (self.holders[h as usize].time_us, l.size[b], h);
-                if last.is_none_or(|x| (seen.0, seen.1) > (x.0, x.1)) {
-                    last = Some(seen);
-                }
-            }
-        }
-        // The latest look's holder of the site's largest tensor then.
-        let latest_tally;
-        let (h, tally) = if latest {
-            let (_, size, h) = last?;
-            latest_tally = Tally {
-                tensors: 1,
-                bytes: size,
-                by_look: HashMap::default(),
-            };
-            (h, &latest_tally)
-        } else {
-            self.best(&per)?
-        };
+    ) -> HeldBy {
         let h = &self.holders[h as usize];
         let what = format!(
             "held by `{}` ({}, {}){}: {} tensor{} ({})",
@@ -310,18 +299,11 @@ impl<'a> HolderIndex<'a> {
             h.type_name,
             owner(&h.kind, &h.file, &h.function, h.line),
             via(h),
-            tally.tensors,
-            if tally.tensors == 1 { "" } else { "s" },
-            bytes(tally.bytes)
+            tensors,
+            if tensors == 1 { "" } else { "s" },
+            bytes(bytes_held)
         );
-        Some(HeldBy::new(
-            h,
-            false,
-            (tally.tensors, tally.bytes),
-            what,
-            stack_files,
-            src,
-        ))
+        HeldBy::new(h, false, (tensors, bytes_held), what, stack_files, src)
     }
 }
 

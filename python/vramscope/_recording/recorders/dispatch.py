@@ -439,10 +439,8 @@ class DispatchRecorder(Recorder):
             return 0
         # The guard that keeps torch.compile out of a dispatch mode's handler
         # adds its own frames above the handler.
-        # So does PyTorch's dispatch to a function mode: a `torch.nn.functional`
-        # function hands its call to the mode through `handle_torch_function`,
-        # a frame the program would not have without the recording.
-        while f is not None and (_is_guard(f.f_code) or f.f_code.co_filename.endswith(_OVERRIDES)):
+        # So does PyTorch's dispatch to a function mode (`_GUARD_FILES`).
+        while f is not None and _is_guard(f.f_code):
             top = f = f.f_back
         # Code objects by id: hashing a code object hashes its bytecode and
         # constants, every time. The codes of every interned stack are kept
@@ -559,19 +557,22 @@ class DispatchRecorder(Recorder):
 
 
 # Files of torch's dynamo guard around a mode's handler (torch._disable_dynamo):
-# its frames sit between the caller and the handler.
+# its frames sit between the caller and the handler. And `torch/overrides.py`:
+# a `torch.nn.functional` function hands its call to a function mode through
+# `handle_torch_function`, a frame the program would not have unrecorded.
 _GUARD_FILES = (
     "torch/_compile.py",
     "torch/_dynamo/eval_frame.py",
+    "torch/overrides.py",
     "torch\\_compile.py",
     "torch\\_dynamo\\eval_frame.py",
+    "torch\\overrides.py",
 )
 _WRAPPER_CODES: set = set()
 
 
 # The recorders' own files (this directory).
 _OWN_FILES = os.path.dirname(os.path.abspath(__file__)) + os.sep
-_OVERRIDES = os.path.join("torch", "overrides.py")
 
 
 def _is_guard(code: Any) -> bool:

@@ -15,7 +15,7 @@ use super::growth::host_copy_on_the_cpu;
 use super::{evidence_list, short_file, user_files};
 use crate::leaks::findings::{Context, SiteRate, SiteSeries};
 use crate::leaks::source::Sources;
-use crate::leaks::{Finding, FindingKind, Severity};
+use crate::leaks::{Finding, FindingKind, Severity, SiteEvidence};
 use crate::sites::{frame_location, is_third_party};
 use vramscope_text::units::bytes;
 
@@ -87,28 +87,25 @@ pub(in crate::leaks) fn regrown_finding(
     } else {
         format!("{alive} tensors")
     };
-    if let Some(library) = libraries_state(ctx, sites) {
-        return Finding {
-            kind: FindingKind::GrowingCache,
-            severity: Severity::Benign,
-            title: format!(
+    let (kind, severity, title, explanation, fix) = if let Some(library) =
+        libraries_state(ctx, sites)
+    {
+        (
+            FindingKind::GrowingCache,
+            Severity::Benign,
+            format!(
                 "{} grows by {} per iteration: state {library} keeps from one call to the next (a cache)",
                 first.site,
                 bytes(per as u64)
             ),
-            explanation: format!(
+            format!(
                 "At the end of every iteration {tensors} made at {place} (the largest through {library}) are alive, each made again in the next iteration and larger ({} more each iteration, {} at the end of iteration {n}): state the library carries from one model call to the next and makes longer at each, as a cache of past keys and values does while a sequence is generated. It is bounded by the generation's length and freed with the cache.",
                 bytes(per as u64),
                 bytes(total),
             ),
-            fix: "Nothing to fix if this is a generation's cache: it peaks at the longest sequence. To have that memory from the start (and one allocation instead of one per token), give the generation a preallocated cache (Hugging Face: `cache_implementation=\"static\"`).".into(),
-            bytes_per_iteration: per,
-            bytes: total,
-            iterations: (1, n),
-            sites: ev,
-        };
-    }
-    if work_grows(work) {
+            "Nothing to fix if this is a generation's cache: it peaks at the longest sequence. To have that memory from the start (and one allocation instead of one per token), give the generation a preallocated cache (Hugging Face: `cache_implementation=\"static\"`).",
+        )
+    } else if work_grows(work) {
         let peak = |k: usize| {
             ctx.iterations
                 .get(k.wrapping_sub(1))
@@ -124,28 +121,59 @@ pub(in crate::leaks) fn regrown_finding(
         } else {
             String::new()
         };
-        return Finding {
-            kind: FindingKind::GrowingInput,
-            severity: Severity::Benign,
-            title: format!(
+        (
+            FindingKind::GrowingInput,
+            Severity::Benign,
+            format!(
                 "{} grows by {} per iteration with the iteration's input (not kept)",
                 first.site,
                 bytes(per as u64)
             ),
-            explanation: format!(
+            format!(
                 "At the end of every iteration {tensors} from {place} are alive, larger than the last ({} more each iteration, {} at the end of iteration {n}), each freed when the next iteration makes them again: nothing is kept. What the rest of each iteration allocates grows too ({} in iteration 2, {} in iteration {n}): the input grows (a longer sequence, a larger batch), and these tensors with it.{peaks}",
                 bytes(per as u64),
                 bytes(total),
                 bytes(at(2)),
                 bytes(at(n as usize)),
             ),
-            fix: "Nothing to fix if the input is meant to grow; the run needs the memory of its largest input: check the peak at that size (`vramscope estimate` with the longest sequence and the largest batch), or cap the growth.".into(),
-            bytes_per_iteration: per,
-            bytes: total,
-            iterations: (1, n),
-            sites: ev,
-        };
+            "Nothing to fix if the input is meant to grow; the run needs the memory of its largest input: check the peak at that size (`vramscope estimate` with the longest sequence and the largest batch), or cap the growth.",
+        )
+    } else {
+        leak_words(
+            ctx,
+            first,
+            &ev,
+            alive,
+            (per, total, n),
+            &place,
+            (at(2), at(n as usize)),
+        )
+    };
+    Finding {
+        kind,
+        severity,
+        title,
+        explanation,
+        fix: fix.to_owned(),
+        bytes_per_iteration: per,
+        bytes: total,
+        iterations: (1, n),
+        sites: ev,
     }
+}
+
+/// The words of a program's own tensor made again larger every iteration
+/// while the rest of the iteration allocates the same (`work`: the bytes
+/// of iterations 2 and n): a leak, but on a CPU recording of host copies.
+fn leak_words(
+    ctx: &Context,
+    first: &SiteEvidence,
+    ev: &[SiteEvidence],
+    alive: usize,
+    (per, total, n): (f64, u64, u32),
+    place: &str,
+    work: (u64, u64),
+) -> (FindingKind, Severity, String, String, &'static str) {
     let held = ev.iter().find_map(|e| e.held_by.as_ref());
     let held_title = held
         .map(|h| format!(", held by `{}`", h.name))
@@ -171,30 +199,26 @@ pub(in crate::leaks) fn regrown_finding(
         .as_ref()
         .map(|code| format!(" The parts are host copies (`{code}`): this recording is of the CPU, where `.cpu()` returns the tensor itself, so they are counted as the device's memory; on a GPU the accumulator is in the host's memory and the device does not grow."))
         .unwrap_or_default();
-    Finding {
-        kind: FindingKind::GrowingTensor,
-        severity: if host.is_some() { Severity::Benign } else { Severity::Leak },
-        title: format!(
+    (
+        FindingKind::GrowingTensor,
+        if host.is_some() { Severity::Benign } else { Severity::Leak },
+        format!(
             "{} grows by {} per iteration, a tensor made again larger each time{held_title}",
             first.site,
             bytes(per as u64)
         ),
-        explanation: format!(
+        format!(
             "The {} made at {place} {} made again in every iteration, larger: those of one iteration are freed when the next replaces them, but {} {} larger at the end of each iteration, {} by the end of iteration {n}, while the rest of each iteration allocates the same ({} in iteration 2, {} in iteration {n}). A tensor rebuilt from its previous value and a new part grows without bound: `x = torch.cat([x, part])` onto an accumulator, a buffer re-made one step longer.{keeper}{held_text}{on_host}",
             if alive == 1 { "tensor" } else { "tensors" },
             if alive == 1 { "is" } else { "are" },
             if alive == 1 { "it is" } else { "they are" },
             bytes(per as u64),
             bytes(total),
-            bytes(at(2)),
-            bytes(at(n as usize)),
+            bytes(work.0),
+            bytes(work.1),
         ),
-        fix: "Do not grow a tensor on the device every iteration: append each iteration's part to a list (`part.detach().cpu()`, or a number) and concatenate once when it is used, or keep running statistics (a sum and a count) instead of every value. If the loop is meant to grow it, allocate it at its largest once, so that the peak is there from the start.".into(),
-        bytes_per_iteration: per,
-        bytes: total,
-        iterations: (1, n),
-        sites: ev,
-    }
+        "Do not grow a tensor on the device every iteration: append each iteration's part to a list (`part.detach().cpu()`, or a number) and concatenate once when it is used, or keep running statistics (a sum and a count) instead of every value. If the loop is meant to grow it, allocate it at its largest once, so that the peak is there from the start.",
+    )
 }
 
 /// The library whose code made a site's growing tensors inside a model's
