@@ -408,3 +408,99 @@ fn a_stackless_allocation_in_a_cpu_recordings_forward_is_forward() {
     let cuda = doc(None);
     assert_eq!(phases(&cuda)[1], Phase::Backward);
 }
+
+/// A block freed before any other site allocated is a temporary of its op
+/// only if nothing the program made before it was freed meanwhile: an
+/// inference loop that lets go of the model's output (`del out`) frees the
+/// layers' outputs first, and allocates nothing until the next batch. Sites
+/// are told apart by their Python frames: an op's internal copies (other
+/// C++ frames, the same Python ones) freed inside it do not count.
+#[test]
+fn an_output_the_program_lets_go_of_outlived_its_op() {
+    let py = |line: u32, name: &str| json!({"filename": "/w/model.py", "line": line, "name": name});
+    let cpp = |name: &str| json!({"filename": "??", "line": 0, "name": name});
+    let module = frame("/env/torch/nn/modules/module.py", "_call_impl");
+    let user = frame("/w/infer.py", "main");
+    let layer1 = json!([py(10, "forward"), module, user]);
+    let head = json!([py(20, "forward"), module, user]);
+    let head_copy = json!([cpp("at::native::_to_copy"), py(20, "forward"), module, user]);
+    let head_out = json!([cpp("at::native::bmm_out"), py(20, "forward"), module, user]);
+    let program = json!([user]);
+    let steps = [
+        ("alloc", 0x100u64, 4096u64, &layer1), // layer 1's output
+        ("alloc", 0x200, 8192, &head),         // the logits
+        ("free_completed", 0x100, 4096, &program),
+        ("free_completed", 0x200, 8192, &program), // `del out`
+        // The next batch: the head copies its input inside the op, then
+        // makes its result and a scratch freed before the op returns.
+        ("alloc", 0x300, 4096, &layer1),
+        ("alloc", 0x400, 1024, &head_copy),
+        ("alloc", 0x500, 2048, &head_out),
+        ("free_completed", 0x400, 1024, &head_copy),
+        ("free_completed", 0x500, 2048, &head_out),
+    ];
+    let entries: Vec<Value> = steps
+        .iter()
+        .enumerate()
+        .map(|(k, (action, addr, size, frames))| {
+            json!({"action": action, "addr": addr, "size": size, "stream": 0,
+            "time_us": 1000 + k as u64, "frames": frames})
+        })
+        .collect();
+    let d = json!({"segments": [], "device_traces": [entries]});
+    let s = decode_bytes(&serde_json::to_vec(&d).unwrap(), &Default::default()).expect("decodes");
+    assert_eq!(label(&s, 0x200), (Category::Activation, Rule::ForwardKept));
+    assert_eq!(label(&s, 0x100), (Category::Activation, Rule::ForwardKept));
+    assert_eq!(label(&s, 0x500), (Category::Temporary, Rule::WithinOp));
+}
+
+/// No-grad inference loops of the zoo (`category_runs.py --only
+/// zoo_bert_inference`, `zoo_lstm_inference`): each batch's logits, the
+/// peak, are let go of by the loop with nothing allocated in between.
+/// They were "temporaries" (11% agreement at the peak); now activations,
+/// as the Memory Profiler labels them.
+#[test]
+fn inference_loops_outputs_are_activations() {
+    use vramscope_analysis::categories::agreement;
+    for name in ["zoo_bert_inference.pickle", "zoo_lstm_inference.pickle"] {
+        let s = load(&vramscope_testdata::recorded(name), &Default::default()).expect("loads");
+        let a = agreement(&s, 0).expect("the file has the profiler's labels");
+        assert!(
+            a.inference.at_peak >= 0.99,
+            "{name}: {:.3} at the peak: {:#?}",
+            a.inference.at_peak,
+            a.inference.confusion
+        );
+        assert!(
+            a.inference.over_time >= 0.95,
+            "{name}: {:.3} over time: {:#?}",
+            a.inference.over_time,
+            a.inference.confusion
+        );
+    }
+}
+
+/// A real GPU inference run (`wedsonlin_medium_512_inference`, C++ and
+/// Python stacks): the logits, 40,960,000 bytes from `einsum` in the
+/// model's head, let go of by the program, are activations, not an op's
+/// temporaries (`einsum`'s own `_to_copy`s are freed inside it).
+#[test]
+fn a_real_inference_runs_logits_are_activations() {
+    let s = real("wedsonlin_medium_512_inference_memory_snapshot.pickle");
+    let l = Lifetimes::new(&s, 0);
+    let c = categorize(&s, 0, &l);
+    let logits: Vec<usize> = (0..l.len())
+        .filter(|&b| {
+            l.size[b] == 40_960_000 && l.birth[b] != vramscope_analysis::lifetimes::BEFORE_WINDOW
+        })
+        .collect();
+    assert!(!logits.is_empty());
+    for b in logits {
+        assert_eq!(
+            c.category[b],
+            Category::Activation,
+            "block {b}: {:?}",
+            c.rule[b]
+        );
+    }
+}

@@ -6,7 +6,9 @@ what vramscope infers against them.
 writes ``cnn_sgd.pickle`` (small CNN, SGD with momentum),
 ``transformer_adamw.pickle`` (small Transformer encoder, AdamW) and
 ``mlp_adam.pickle`` (MLP, Adam), each recorded by ``vramscope.record`` (the
-profiler path on CPU, whose snapshot carries the profiler's categories).
+profiler path on CPU, whose snapshot carries the profiler's categories);
+with ``--only zoo_<arch>_<style>``, a cell of ``zoo.py`` (its model, batch
+and loop, 3 iterations) recorded the same way.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import models  # noqa: E402
+import zoo  # noqa: E402
 
 import vramscope  # noqa: E402
 
@@ -52,6 +55,20 @@ def record(name: str, out: Path, iterations: int) -> Path:
     return path
 
 
+def record_zoo(arch: str, style: str, out: Path, steps: int = 3) -> Path:
+    """A zoo cell recorded through the profiler: the model, its inputs and
+    targets made before the recording starts, as a training script has
+    them before its loop."""
+    if style == "compiled":
+        torch._dynamo.reset()
+    case, model = zoo.prepared(arch, style)
+    model.train(style != "inference")
+    path = out / f"zoo_{arch}_{style}.pickle"
+    with vramscope.record(path, backend="profiler"):
+        zoo.train(case, model, style, steps=steps)
+    return path
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("out", type=Path)
@@ -59,6 +76,10 @@ def main() -> None:
     ap.add_argument("--only", default=None)
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
+    if a.only and a.only.startswith("zoo_"):
+        arch, style = a.only[len("zoo_"):].split("_", 1)
+        print(record_zoo(arch, style, a.out))
+        return
     for name in RUNS:
         if a.only and a.only != name:
             continue

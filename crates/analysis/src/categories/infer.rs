@@ -28,11 +28,12 @@
 //! `torch.nn.init`) in a trace without backward is a parameter.
 
 use vramscope_snapshot::hash::FxHashMap as HashMap;
-use vramscope_snapshot::{Action, DeviceTrace, Snapshot};
+use vramscope_snapshot::{Action, DeviceTrace, FrameId, Snapshot, StackId};
 
 use super::phases::StackPhases;
 use super::{Categories, Category, Phase, Phases, Rule, Source};
-use crate::lifetimes::{Lifetimes, BEFORE_WINDOW, STILL_ALIVE};
+use crate::lifetimes::{Lifetimes, BEFORE_WINDOW, NO_BLOCK, STILL_ALIVE};
+use crate::sites::{frame_location, is_native};
 use vramscope_gpus::allocator::MIN_BLOCK;
 
 /// Sizes compared across allocations and blocks: the caching allocator
@@ -59,6 +60,7 @@ pub(super) fn infer(
     };
     let given = super::given::given_labels(snap, device, t, l, &mut c, opts);
     let next_other_site = next_other_site(t);
+    let next_older_freed = next_older_freed(snap, t, l);
     let mut node_cache: HashMap<vramscope_snapshot::StackId, bool> = HashMap::default();
     for (b, &is_given) in given.iter().enumerate() {
         if is_given || l.birth[b] == BEFORE_WINDOW {
@@ -76,7 +78,8 @@ pub(super) fn infer(
             Phase::Backward => names_node(snap, t.stack[i], &mut node_cache),
             _ => !t.stack[i].is_none(),
         };
-        let within_op = op_known && freed.is_some_and(|j| j < next_other_site[i]);
+        let within_op =
+            op_known && freed.is_some_and(|j| j < next_other_site[i] && j < next_older_freed[i]);
         let (cat, rule) = match ph.phase[i] {
             Phase::Forward if within_op => (Category::Temporary, Rule::WithinOp),
             Phase::Forward => (Category::Activation, Rule::ForwardKept),
@@ -150,6 +153,74 @@ fn next_other_site(t: &DeviceTrace) -> Vec<usize> {
         }
     }
     out
+}
+
+/// For each event, the index of the next `free_completed` of a block made
+/// at another site than the run of allocations the event is in (or from
+/// before the window), or the trace length. A block alive when such a
+/// block is freed has outlived its op: ops free nothing the program made
+/// before them, the program does (a model's output let go by `del out`
+/// after the layers' outputs, in an inference loop that allocates nothing
+/// between). Sites are compared by their Python frames: inside one op,
+/// C++ stacks differ from one internal copy to the next (`einsum`'s
+/// `_to_copy`s, freed before it returns).
+fn next_older_freed(snap: &Snapshot, t: &DeviceTrace, l: &Lifetimes) -> Vec<usize> {
+    let mut sites = PythonSites::default();
+    let n = t.len();
+    let mut out = vec![n; n];
+    // The site of the last allocation at or before each event.
+    let mut run = vec![u32::MAX; n];
+    let mut last = u32::MAX;
+    for i in 0..n {
+        if t.action[i] == Action::Alloc {
+            last = sites.of(snap, t.stack[i]);
+        }
+        run[i] = last;
+    }
+    let mut next = n;
+    for k in (0..n).rev() {
+        out[k] = next;
+        if t.action[k] != Action::FreeCompleted || l.event_block[k] == NO_BLOCK {
+            continue;
+        }
+        let b = l.event_block[k] as usize;
+        if l.birth[b] == BEFORE_WINDOW || sites.of(snap, l.stack[b]) != run[k] {
+            next = k;
+        }
+    }
+    out
+}
+
+/// Stacks interned by their Python frames (the whole stack where it has
+/// none: the autograd engine's threads).
+#[derive(Default)]
+struct PythonSites {
+    by_stack: HashMap<StackId, u32>,
+    by_frames: HashMap<Vec<FrameId>, u32>,
+}
+
+impl PythonSites {
+    fn of(&mut self, snap: &Snapshot, s: StackId) -> u32 {
+        if let Some(&id) = self.by_stack.get(&s) {
+            return id;
+        }
+        let frames = snap.stacks.get(s);
+        let mut python: Vec<FrameId> = frames
+            .iter()
+            .copied()
+            .filter(|&f| {
+                let (file, _, name) = frame_location(snap, snap.frames.get(f));
+                !is_native(&file, &name)
+            })
+            .collect();
+        if python.is_empty() {
+            python = frames.to_vec();
+        }
+        let fresh = self.by_frames.len() as u32;
+        let id = *self.by_frames.entry(python).or_insert(fresh);
+        self.by_stack.insert(s, id);
+        id
+    }
 }
 
 /// Blocks from before the trace window.
