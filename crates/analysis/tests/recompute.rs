@@ -69,3 +69,34 @@ fn one_backwards_gradients_are_the_parameters() {
     assert_eq!(made, params, "gradients made in the first backward");
     assert!(max(Category::Gradient) <= params);
 }
+
+/// What a recomputation keeps past its ops is an activation made again in
+/// backward (`recomputed`), told apart from what the forward kept: every
+/// one is born in a recomputation and freed in the backward that ran it,
+/// and the forward's own activations are all born outside one.
+#[test]
+fn recomputed_activations_have_their_own_rule() {
+    use vramscope_analysis::categories::Rule;
+    let s = snap();
+    let l = Labelled::new(&s, 0);
+    let (lt, c) = (&l.lifetimes, &l.categories);
+    let ph = &c.phases;
+    let by_rule = |r: Rule| (0..lt.len()).filter(move |&b| c.rule[b] == r);
+    let recomputed: Vec<usize> = by_rule(Rule::Recomputed).collect();
+    assert!(
+        recomputed.len() >= 8,
+        "{} recomputed blocks",
+        recomputed.len()
+    );
+    for &b in &recomputed {
+        assert_eq!(c.category[b], Category::Activation);
+        assert!(ph.is_recomputation(lt.birth[b] as usize));
+        let death = lt.death[b] as usize;
+        assert!(
+            ph.phase[death] == Phase::Backward || ph.is_recomputation(death),
+            "block {b}"
+        );
+    }
+    assert!(by_rule(Rule::ForwardKept).all(|b| !ph.is_recomputation(lt.birth[b] as usize)));
+    assert!(by_rule(Rule::ForwardKept).count() > 0);
+}

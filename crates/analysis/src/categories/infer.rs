@@ -8,6 +8,7 @@
 //! |---|---|---|
 //! | forward | before any other allocation site ran (inside its op) | temporary |
 //! | forward | later, or never | activation |
+//! | a checkpointed block's forward run again in backward | later | activation (recomputed) |
 //! | backward | inside its op | temporary |
 //! | backward | in the same backward | autograd detail |
 //! | backward | after that backward ended, or never | gradient |
@@ -82,6 +83,7 @@ pub(super) fn infer(
             op_known && freed.is_some_and(|j| j < next_other_site[i] && j < next_older_freed[i]);
         let (cat, rule) = match ph.phase[i] {
             Phase::Forward if within_op => (Category::Temporary, Rule::WithinOp),
+            Phase::Forward if ph.is_recomputation(i) => (Category::Activation, Rule::Recomputed),
             Phase::Forward => (Category::Activation, Rule::ForwardKept),
             Phase::Backward if within_op => (Category::Temporary, Rule::WithinOp),
             Phase::Backward if same_run => (Category::AutogradDetail, Rule::BackwardFreed),

@@ -138,6 +138,9 @@ pub enum Rule {
     Given,
     /// Allocated in the forward pass and kept past the op that made it.
     ForwardKept,
+    /// Allocated by a checkpointed block's forward run again inside
+    /// backward (`torch.utils.checkpoint`'s recomputation), kept past its op.
+    Recomputed,
     /// Allocated and freed with no other allocation site in between (inside one op).
     WithinOp,
     /// Allocated in backward and alive after that backward ended.
@@ -186,6 +189,7 @@ impl Rule {
         match self {
             Rule::Given => "labelled in the file",
             Rule::ForwardKept => "allocated in the forward pass, kept past its op",
+            Rule::Recomputed => "recomputed in backward for a checkpointed block",
             Rule::WithinOp => "allocated and freed inside one op",
             Rule::BackwardKept => "allocated in backward, alive after it",
             Rule::BackwardFreed => "allocated and freed in the same backward",
@@ -194,7 +198,9 @@ impl Rule {
             Rule::BeforeForward => "made before a forward that used it, freed after",
             Rule::MirrorsGradient => "from before the trace, the size of a gradient",
             Rule::MirrorsParameter => "from before the trace, beside parameters of its size",
-            Rule::KeptWithoutBackward => "from before the trace, alive throughout an inference run",
+            Rule::KeptWithoutBackward => {
+                "from before the trace, alive throughout an inference run (weights, or a reused batch)"
+            }
             Rule::ModelSetup => "made by model construction or loading",
             Rule::FreedByZeroGrad => "from before the trace, freed by zero_grad",
             Rule::ReplacedByOptimizer => "from before the trace, replaced by the optimizer step",
