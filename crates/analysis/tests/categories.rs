@@ -504,3 +504,39 @@ fn a_real_inference_runs_logits_are_activations() {
         );
     }
 }
+
+/// A compiled model's training (`category_runs.py --only zoo_gpt2_compiled
+/// --backend allocator`: the zoo's GPT-2 under `torch.compile`, AdamW, 3
+/// steps). The reader gives a compiled kernel's frames the source lines it
+/// computes, and a compiled backward's are the forward's lines: the phase is
+/// what the frames outside the generated code say (the autograd engine).
+/// Inference alone against the recorder's tags: 99.9% of bytes over time
+/// (10.9% when the gradients were activations and the parameters, with no
+/// gradient of their size, unknown).
+#[test]
+fn a_compiled_backwards_gradients_are_gradients() {
+    use vramscope_analysis::categories::agreement;
+    let s = load(
+        &vramscope_testdata::recorded("zoo_gpt2_compiled.pickle"),
+        &Default::default(),
+    )
+    .expect("loads");
+    let a = agreement(&s, 0).expect("the recording has the recorder's tags");
+    assert_eq!(a.reference, Source::Recorder);
+    let table = format!("{:#?}", a.inference.confusion);
+    assert!(
+        a.inference.over_time >= 0.99,
+        "{:.3}: {table}",
+        a.inference.over_time
+    );
+    assert!(
+        a.inference.at_peak >= 0.99,
+        "{:.3}: {table}",
+        a.inference.at_peak
+    );
+    let e = at_end(&s);
+    assert_eq!(e.get(&Category::Gradient), Some(&17_094_656), "{e:?}");
+    // What the compiled forward keeps alive across steps (96 bytes), no
+    // gradient among it.
+    assert!(e.get(&Category::Activation).copied().unwrap_or(0) < 1024, "{e:?}");
+}

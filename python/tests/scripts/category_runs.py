@@ -8,7 +8,9 @@ writes ``cnn_sgd.pickle`` (small CNN, SGD with momentum),
 ``mlp_adam.pickle`` (MLP, Adam), each recorded by ``vramscope.record`` (the
 profiler path on CPU, whose snapshot carries the profiler's categories);
 with ``--only zoo_<arch>_<style>``, a cell of ``zoo.py`` (its model, batch
-and loop, 3 iterations) recorded the same way.
+and loop, 3 iterations) recorded the same way, or with ``--backend
+allocator`` by the allocator recorder (no profiler labels: the recorder's
+tags are then the reference).
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def record(name: str, out: Path, iterations: int) -> Path:
     return path
 
 
-def record_zoo(arch: str, style: str, out: Path, steps: int = 3) -> Path:
+def record_zoo(arch: str, style: str, out: Path, steps: int = 3, backend: str = "profiler") -> Path:
     """A zoo cell recorded through the profiler: the model, its inputs and
     targets made before the recording starts, as a training script has
     them before its loop."""
@@ -64,7 +66,7 @@ def record_zoo(arch: str, style: str, out: Path, steps: int = 3) -> Path:
     case, model = zoo.prepared(arch, style)
     model.train(style != "inference")
     path = out / f"zoo_{arch}_{style}.pickle"
-    with vramscope.record(path, backend="profiler"):
+    with vramscope.record(path, backend=backend):
         zoo.train(case, model, style, steps=steps)
     return path
 
@@ -74,11 +76,12 @@ def main() -> None:
     ap.add_argument("out", type=Path)
     ap.add_argument("--iterations", type=int, default=4)
     ap.add_argument("--only", default=None)
+    ap.add_argument("--backend", default="profiler", help="for zoo cells: profiler (labelled) or allocator (as a GPU recording reads)")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     if a.only and a.only.startswith("zoo_"):
         arch, style = a.only[len("zoo_"):].split("_", 1)
-        print(record_zoo(arch, style, a.out))
+        print(record_zoo(arch, style, a.out, backend=a.backend))
         return
     for name in RUNS:
         if a.only and a.only != name:

@@ -13,7 +13,8 @@
 //! forward and the backward, is forward; what runs between an optimizer step
 //! and the next forward is "other").
 
-use vramscope_snapshot::{Action, AnnotationStage, DeviceTrace, Snapshot, StackId, NO_TIME};
+use vramscope_snapshot::hash::FxHashSet as HashSet;
+use vramscope_snapshot::{Action, AnnotationStage, DeviceTrace, Snapshot, StackId, StrId, NO_TIME};
 
 use super::recompute::Recomputations;
 use crate::sites::{frame_location, is_native};
@@ -298,16 +299,36 @@ fn decode(v: u8) -> Option<Phase> {
 
 /// What stacks say about the phase: the innermost frame that names one,
 /// cached per frame and per stack.
+///
+/// In a stack through code `torch.compile` generated, the frames inside the
+/// generated one are the source lines the reader put there
+/// (`vramscope_snapshot`'s `generated`): a compiled backward's kernels are
+/// traced from the forward's lines, so those frames name a forward. The
+/// phase is what the frames outside the generated one say (the autograd
+/// engine, or the compiled forward's wrapper).
 pub(crate) struct StackPhases {
     frames: Vec<u8>,
     stacks: Vec<u8>,
+    generated: HashSet<StrId>,
 }
 
 impl StackPhases {
     pub(crate) fn new(snap: &Snapshot) -> StackPhases {
+        let generated = snap
+            .source
+            .recorder
+            .as_ref()
+            .map(|r| {
+                r.generated
+                    .iter()
+                    .filter_map(|g| snap.strings.lookup(&g.file))
+                    .collect()
+            })
+            .unwrap_or_default();
         StackPhases {
             frames: vec![UNSEEN; snap.frames.len()],
             stacks: vec![UNSEEN; snap.stacks.len()],
+            generated,
         }
     }
 
@@ -319,8 +340,13 @@ impl StackPhases {
         if cached != UNSEEN {
             return decode(cached);
         }
+        let frames = snap.stacks.get(s);
+        let outside = frames
+            .iter()
+            .rposition(|&f| self.generated.contains(&snap.frames.get(f).filename))
+            .map_or(0, |g| g + 1);
         let mut found = None;
-        for &f in snap.stacks.get(s) {
+        for &f in &frames[outside..] {
             let slot = &mut self.frames[f.0 as usize];
             if *slot == UNSEEN {
                 let (file, _, name) = frame_location(snap, snap.frames.get(f));
