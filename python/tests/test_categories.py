@@ -79,3 +79,58 @@ def _mlp_params():
     import category_runs
 
     return list(category_runs.mlp().parameters())
+
+
+@pytest.fixture(scope="module")
+def styles(tmp_path_factory):
+    """The small Transformer trained in each style of ``category_runs.STYLES``,
+    recorded after a warm-up step; each recording with the recorder's tags
+    taken out, as PyTorch's own recorder would have written it."""
+    import json
+    import pickle
+
+    out = tmp_path_factory.mktemp("styles")
+    sys.path.insert(0, str(SCRIPTS))
+    import category_runs
+
+    got = {}
+    for style in category_runs.STYLES:
+        proc = run_python([str(SCRIPTS / "category_runs.py"), str(out), "--only", style], cwd=out, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        with open(out / f"{style}.pickle", "rb") as f:
+            doc = pickle.load(f)
+        doc.pop("vramscope_tags")
+        bare = out / f"{style}.bare.pickle"
+        with open(bare, "wb") as f:
+            pickle.dump(doc, f)
+        got[style] = (bare, json.loads((out / f"{style}.json").read_text()))
+    return got
+
+
+@pytest.mark.parametrize("style", ["accumulate", "fused", "single_tensor", "two_optimizers"])
+def test_inference_alone_finds_the_training_state_of_each_style(styles, style):
+    """Gradient accumulation, fused and single-tensor AdamW, SGD beside
+    AdamW: from before the trace, with nothing but the trace's evidence,
+    the gradients and the optimizer state are exactly what the program
+    holds, the parameters too."""
+    bare, truth = styles[style]
+    (view,) = vramscope.load(bare).categories()
+    end = {c["category"]: c["bytes"] for c in view["at_end"]}
+    assert end.get("gradient") == truth["gradient"], (end, truth)
+    assert end.get("optimizer_state") == truth["optimizer_state"], (end, truth)
+    assert end.get("parameter") == truth["parameter"], (end, truth)
+
+
+def test_gradients_kept_across_steps_are_said_to_be_unknown_and_why(styles):
+    """``zero_grad(set_to_none=False)``: no gradient or state is made in the
+    trace, so nothing tells the parameters, gradients and optimizer state
+    apart; they are not guessed, and the rule says what they may be."""
+    bare, truth = styles["set_to_none_false"]
+    (view,) = vramscope.load(bare).categories()
+    end = {c["category"]: c["bytes"] for c in view["at_end"] if c["bytes"]}
+    assert "gradient" not in end and "optimizer_state" not in end, end
+    held = sum(truth.values())
+    kept = [r for r in view["rules_at_peak"] if r["rule"] == "alive_throughout"]
+    assert kept and kept[0]["category"] == "unknown", view["rules_at_peak"]
+    assert kept[0]["bytes"] >= held, (kept, truth)
+    assert "set_to_none=False" in vramscope.load(bare).categories_text()

@@ -145,7 +145,12 @@ fn blocks_from_before_the_trace() {
         label(&s, 1 << 30),
         (Category::Parameter, Rule::MirrorsGradient)
     );
-    assert_eq!(label(&s, 2 << 30), (Category::Unknown, Rule::NoEvidence));
+    // Still unknown, and said to be what a training run keeps throughout
+    // (frozen weights, buffers, gradients kept across steps).
+    assert_eq!(
+        label(&s, 2 << 30),
+        (Category::Unknown, Rule::AliveThroughout)
+    );
     // Gradients of the step before the trace, freed by zero_grad; the
     // optimizer's state before the trace, which its step replaces.
     let s = snapshot(
@@ -538,5 +543,8 @@ fn a_compiled_backwards_gradients_are_gradients() {
     assert_eq!(e.get(&Category::Gradient), Some(&17_094_656), "{e:?}");
     // What the compiled forward keeps alive across steps (96 bytes), no
     // gradient among it.
-    assert!(e.get(&Category::Activation).copied().unwrap_or(0) < 1024, "{e:?}");
+    assert!(
+        e.get(&Category::Activation).copied().unwrap_or(0) < 1024,
+        "{e:?}"
+    );
 }

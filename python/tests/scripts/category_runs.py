@@ -71,6 +71,63 @@ def record_zoo(arch: str, style: str, out: Path, steps: int = 3, backend: str = 
     return path
 
 
+# Training styles of the small Transformer, recorded as a GPU user records
+# them: after a warm-up step, so that parameters, optimizer state (and the
+# gradients zero_grad keeps) are there before the trace.
+STYLES = ("accumulate", "fused", "single_tensor", "two_optimizers", "set_to_none_false")
+
+
+def record_style(style: str, out: Path, steps: int = 3) -> Path:
+    """One style; writes ``<style>.pickle`` and ``<style>.json`` (bytes of
+    parameters, gradients and optimizer state the program holds at the end)."""
+    import json
+
+    torch.manual_seed(0)
+    model = models.SmallTransformer()
+    params = list(model.parameters())
+    if style == "fused":
+        opts = [torch.optim.AdamW(params, lr=1e-3, fused=True)]
+    elif style == "single_tensor":
+        opts = [torch.optim.AdamW(params, lr=1e-3, foreach=False)]
+    elif style == "two_optimizers":
+        half = len(params) // 2
+        opts = [torch.optim.SGD(params[:half], lr=1e-2, momentum=0.9), torch.optim.AdamW(params[half:], lr=1e-3)]
+    else:
+        opts = [torch.optim.AdamW(params, lr=1e-3)]
+    micro = 2 if style == "accumulate" else 1
+    x, y = torch.randn(8, 32, 64), torch.randint(0, 10, (8,))
+
+    def step() -> None:
+        for o in opts:
+            o.zero_grad(set_to_none=style != "set_to_none_false")
+        for _ in range(micro):
+            loss = nn.functional.cross_entropy(model(x), y) / micro
+            loss.backward()
+            del loss
+        for o in opts:
+            o.step()
+
+    step()
+    path = out / f"{style}.pickle"
+    with vramscope.record(path, backend="allocator"):
+        for _ in range(steps):
+            step()
+            vramscope.step()
+
+    def nbytes(ts: list) -> int:
+        return sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in ts}.values())
+
+    truth = {
+        "parameter": nbytes(params),
+        "gradient": nbytes([p.grad for p in params if p.grad is not None]),
+        # Tensors of the optimizers' state on the device: on the CPU the
+        # step counters are among them (4 bytes each).
+        "optimizer_state": nbytes([v for o in opts for st in o.state.values() for v in st.values() if v.dim() > 0]),
+    }
+    (out / f"{style}.json").write_text(json.dumps(truth))
+    return path
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("out", type=Path)
@@ -79,6 +136,9 @@ def main() -> None:
     ap.add_argument("--backend", default="profiler", help="for zoo cells: profiler (labelled) or allocator (as a GPU recording reads)")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
+    if a.only in STYLES:
+        print(record_style(a.only, a.out))
+        return
     if a.only and a.only.startswith("zoo_"):
         arch, style = a.only[len("zoo_"):].split("_", 1)
         print(record_zoo(arch, style, a.out, backend=a.backend))

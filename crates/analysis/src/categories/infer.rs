@@ -171,14 +171,15 @@ fn next_older_freed(snap: &Snapshot, t: &DeviceTrace, l: &Lifetimes) -> Vec<usiz
     let n = t.len();
     let mut out = vec![n; n];
     // The site of the last allocation at or before each event.
-    let mut run = vec![u32::MAX; n];
     let mut last = u32::MAX;
-    for i in 0..n {
-        if t.action[i] == Action::Alloc {
-            last = sites.of(snap, t.stack[i]);
-        }
-        run[i] = last;
-    }
+    let run: Vec<u32> = (0..n)
+        .map(|i| {
+            if t.action[i] == Action::Alloc {
+                last = sites.of(snap, t.stack[i]);
+            }
+            last
+        })
+        .collect();
     let mut next = n;
     for k in (0..n).rev() {
         out[k] = next;
@@ -225,6 +226,10 @@ impl PythonSites {
     }
 }
 
+/// A size, and whether it is exact (what was asked for) or rounded up to
+/// the allocator's 512 bytes.
+type SizeKey = (u64, bool);
+
 /// Blocks from before the trace window.
 fn pre_window(
     snap: &Snapshot,
@@ -237,7 +242,11 @@ fn pre_window(
     // Gradients of each size alive at once at most (one per parameter
     // while a step's gradients coexist), and whether the optimizer made any
     // state in the trace.
-    let mut edges: Vec<(u32, bool, u64)> = Vec::new();
+    // Sizes are compared exactly where the dump says what a block from
+    // before the window asked for (a trace's `alloc` carries the request,
+    // as the dump's `requested_size` does): a 4-byte step counter and a
+    // 256-byte layer norm's state are both 512-byte blocks. Else rounded.
+    let mut edges: Vec<(u32, bool, SizeKey)> = Vec::new();
     let mut state_made = false;
     for b in 0..l.len() {
         if l.birth[b] == BEFORE_WINDOW {
@@ -245,10 +254,11 @@ fn pre_window(
         }
         match c.category[b] {
             Category::Gradient => {
-                let size = rounded(l.size[b]);
-                edges.push((l.birth[b], true, size));
-                if l.death[b] != STILL_ALIVE {
-                    edges.push((l.death[b], false, size));
+                for size in [(l.size[b], true), (rounded(l.size[b]), false)] {
+                    edges.push((l.birth[b], true, size));
+                    if l.death[b] != STILL_ALIVE {
+                        edges.push((l.death[b], false, size));
+                    }
                 }
             }
             Category::OptimizerState => state_made = true,
@@ -258,8 +268,8 @@ fn pre_window(
     // Deaths before births at the same event: a block freed and one
     // allocated by one event never coexist.
     edges.sort_unstable_by_key(|&(i, born, _)| (i, born));
-    let mut alive: HashMap<u64, u64> = HashMap::default();
-    let mut grads: HashMap<u64, u64> = HashMap::default();
+    let mut alive: HashMap<SizeKey, u64> = HashMap::default();
+    let mut grads: HashMap<SizeKey, u64> = HashMap::default();
     for (_, born, size) in edges {
         let a = alive.entry(size).or_insert(0);
         if born {
@@ -277,17 +287,25 @@ fn pre_window(
     // What was asked for, per live block of the dump: a large block keeps
     // up to 1 MiB of slack the allocator did not split off, so its size
     // need not be its tensor's.
+    // A dump whose every request equals its block's size, a multiple of
+    // 512 bytes, wrote none (PyTorch before 2.1): its sizes are compared
+    // rounded. (An allocator that rounds nothing, the CPU recorder's, has
+    // exact sizes.)
+    let mut requests_written = false;
     let requested: HashMap<u64, u64> = snap
         .segments
         .iter()
         .filter(|s| s.device == device)
         .flat_map(|s| snap.blocks_of(s))
         .filter(|b| b.state.is_allocated())
-        .map(|b| (b.address, b.requested_size))
+        .map(|b| {
+            requests_written |= b.requested_size != b.size || b.size % MIN_BLOCK != 0;
+            (b.address, b.requested_size)
+        })
         .collect();
     // Parameters of each size assigned so far, and the state beside them.
-    let mut params: HashMap<u64, u64> = HashMap::default();
-    let mut extra: HashMap<u64, u64> = HashMap::default();
+    let mut params: HashMap<SizeKey, u64> = HashMap::default();
+    let mut extra: HashMap<SizeKey, u64> = HashMap::default();
     for (b, &is_given) in given.iter().enumerate() {
         if is_given || l.birth[b] != BEFORE_WINDOW {
             continue;
@@ -343,7 +361,10 @@ fn pre_window(
             }
             _ => {}
         }
-        let size = rounded(requested.get(&l.addr[b]).copied().unwrap_or(l.size[b]));
+        let size = match requested.get(&l.addr[b]) {
+            Some(&r) if requests_written => (r, true),
+            _ => (rounded(l.size[b]), false),
+        };
         let g = grads.get(&size).copied().unwrap_or(0);
         if g > 0 {
             let p = params.entry(size).or_insert(0);
@@ -360,6 +381,11 @@ fn pre_window(
             }
         } else if !backward_ran && forward_ran {
             set(c, b, Category::Parameter, Rule::KeptWithoutBackward);
+        }
+        if backward_ran && c.category[b] == Category::Unknown {
+            // Still unknown, but what is known is said (the category stays
+            // `unknown`: no source).
+            c.rule[b] = Rule::AliveThroughout;
         }
     }
 }

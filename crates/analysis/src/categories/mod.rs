@@ -178,6 +178,11 @@ pub enum Rule {
     /// with the size of a cuBLAS (or cuBLASLt) workspace, and alive
     /// through later ones.
     WorkspaceSize,
+    /// From before the trace, alive throughout a training trace, and no
+    /// rule says what it is (category `unknown`): frozen weights, buffers,
+    /// gradients kept across steps (`zero_grad(set_to_none=False)`, which
+    /// allocates none in the trace), state the program keeps.
+    AliveThroughout,
     /// No rule applies.
     NoEvidence,
 }
@@ -208,6 +213,9 @@ impl Rule {
             Rule::WorkspaceFrames => "a cuBLAS workspace, named by its C++ frames",
             Rule::WorkspaceSize => {
                 "never freed, the size of a cuBLAS workspace, made by the first matmul of its thread"
+            }
+            Rule::AliveThroughout => {
+                "from before the trace, alive throughout, nothing in it says what: frozen weights, buffers, gradients kept across steps (set_to_none=False), state the program keeps"
             }
             Rule::NoEvidence => "no rule applies",
         }
