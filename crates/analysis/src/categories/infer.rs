@@ -6,7 +6,7 @@
 //!
 //! | allocated in | freed | label |
 //! |---|---|---|
-//! | forward | before any other allocation site ran (inside its op) | temporary |
+//! | forward | before any other allocation site ran, and before anything made at another site was freed (inside its op) | temporary |
 //! | forward | later, or never | activation |
 //! | a checkpointed block's forward run again in backward | later | activation (recomputed) |
 //! | backward | inside its op | temporary |
@@ -286,11 +286,10 @@ fn pre_window(
     let mut stacks = StackPhases::new(snap);
     // What was asked for, per live block of the dump: a large block keeps
     // up to 1 MiB of slack the allocator did not split off, so its size
-    // need not be its tensor's.
-    // A dump whose every request equals its block's size, a multiple of
-    // 512 bytes, wrote none (PyTorch before 2.1): its sizes are compared
-    // rounded. (An allocator that rounds nothing, the CPU recorder's, has
-    // exact sizes.)
+    // need not be its tensor's. A dump whose every request equals its
+    // block's size, a multiple of 512 bytes, wrote none (PyTorch before
+    // 2.1): its sizes are compared rounded. (An allocator that rounds
+    // nothing, the CPU recorder's, has exact sizes.)
     let mut requests_written = false;
     let requested: HashMap<u64, u64> = snap
         .segments
