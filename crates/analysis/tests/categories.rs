@@ -548,3 +548,47 @@ fn a_compiled_backwards_gradients_are_gradients() {
         "{e:?}"
     );
 }
+
+/// `zero_grad(set_to_none=False)`: no gradient is made in the trace, so
+/// parameters, gradients and Adam's state are blocks from before it, alive
+/// throughout, of the same sizes. Each backward makes (and frees, once
+/// added into `.grad`) an incoming gradient per parameter: two of 40,000
+/// bytes here, beside eight blocks of that size = two groups of parameter,
+/// gradient and two moments. Where the counted sizes leave a tenth of the
+/// bytes unknown, nothing is labelled.
+#[test]
+fn gradients_kept_across_steps_are_counted_per_parameter() {
+    let steps = [
+        ("alloc", 0x200u64, 1024u64, "forward"),
+        ("alloc", 0x300, 40_000, "backward"), // incoming gradients
+        ("free_completed", 0x300, 40_000, "backward"),
+        ("alloc", 0x310, 40_000, "backward"),
+        ("free_completed", 0x310, 40_000, "backward"),
+        ("free_completed", 0x200, 1024, "backward"),
+        ("alloc", 0x400, 40_000, "optimizer"), // a temporary of Adam's step
+        ("free_completed", 0x400, 40_000, "optimizer"),
+    ];
+    let held: Vec<(u64, u64)> = (0..8).map(|k| ((k + 2) << 30, 40_000)).collect();
+    let s = snapshot(&steps, &held);
+    let l = Lifetimes::new(&s, 0);
+    let c = categorize(&s, 0, &l);
+    let mut count = std::collections::HashMap::new();
+    for b in 0..l.len() {
+        if l.size[b] == 40_000 && l.birth[b] == vramscope_analysis::lifetimes::BEFORE_WINDOW {
+            assert_eq!(c.rule[b], Rule::CountedPerParameter, "block {b}");
+            *count.entry(c.category[b]).or_insert(0) += 1;
+        }
+    }
+    assert_eq!(count[&Category::Parameter], 2);
+    assert_eq!(count[&Category::Gradient], 2);
+    assert_eq!(count[&Category::OptimizerState], 4);
+    // One block of the size too many: the count fits no reading, and what
+    // fits (the 4,096-byte parameter has no incoming gradient) is too
+    // little of the bytes to be labelled in part.
+    let mut more = held.clone();
+    more.push((12 << 30, 40_000));
+    let s = snapshot(&steps, &more);
+    for addr in [2u64 << 30, 12 << 30] {
+        assert_eq!(label(&s, addr), (Category::Unknown, Rule::AliveThroughout));
+    }
+}

@@ -110,6 +110,7 @@ pub(super) fn infer(
         set(&mut c, b, cat, rule);
     }
     pre_window(snap, device, l, ph, &given, &mut c);
+    super::persistent::label(snap, device, t, l, ph, &given, &mut c);
     super::workspace::label(snap, t, l, ph, &given, &mut c);
     c
 }
@@ -226,6 +227,28 @@ impl PythonSites {
     }
 }
 
+/// What was asked for, per live block of `device`'s dump (a large block
+/// keeps up to 1 MiB of slack the allocator did not split off, so its size
+/// need not be its tensor's), and whether the dump wrote requests at all: a
+/// dump whose every request equals its block's size, a multiple of 512
+/// bytes, wrote none (PyTorch before 2.1). An allocator that rounds
+/// nothing (the CPU recorder's) has exact sizes.
+pub(super) fn requested_sizes(snap: &Snapshot, device: u32) -> (HashMap<u64, u64>, bool) {
+    let mut written = false;
+    let requested = snap
+        .segments
+        .iter()
+        .filter(|s| s.device == device)
+        .flat_map(|s| snap.blocks_of(s))
+        .filter(|b| b.state.is_allocated())
+        .map(|b| {
+            written |= b.requested_size != b.size || b.size % MIN_BLOCK != 0;
+            (b.address, b.requested_size)
+        })
+        .collect();
+    (requested, written)
+}
+
 /// A size, and whether it is exact (what was asked for) or rounded up to
 /// the allocator's 512 bytes.
 type SizeKey = (u64, bool);
@@ -284,24 +307,7 @@ fn pre_window(
     let backward_ran = ph.phase.contains(&Phase::Backward);
     let forward_ran = ph.phase.contains(&Phase::Forward);
     let mut stacks = StackPhases::new(snap);
-    // What was asked for, per live block of the dump: a large block keeps
-    // up to 1 MiB of slack the allocator did not split off, so its size
-    // need not be its tensor's. A dump whose every request equals its
-    // block's size, a multiple of 512 bytes, wrote none (PyTorch before
-    // 2.1): its sizes are compared rounded. (An allocator that rounds
-    // nothing, the CPU recorder's, has exact sizes.)
-    let mut requests_written = false;
-    let requested: HashMap<u64, u64> = snap
-        .segments
-        .iter()
-        .filter(|s| s.device == device)
-        .flat_map(|s| snap.blocks_of(s))
-        .filter(|b| b.state.is_allocated())
-        .map(|b| {
-            requests_written |= b.requested_size != b.size || b.size % MIN_BLOCK != 0;
-            (b.address, b.requested_size)
-        })
-        .collect();
+    let (requested, requests_written) = requested_sizes(snap, device);
     // Parameters of each size assigned so far, and the state beside them.
     let mut params: HashMap<SizeKey, u64> = HashMap::default();
     let mut extra: HashMap<SizeKey, u64> = HashMap::default();

@@ -30,6 +30,7 @@
 mod agreement;
 mod given;
 mod infer;
+mod persistent;
 pub mod phases;
 pub mod recompute;
 mod view;
@@ -181,8 +182,15 @@ pub enum Rule {
     /// From before the trace, alive throughout a training trace, and no
     /// rule says what it is (category `unknown`): frozen weights, buffers,
     /// gradients kept across steps (`zero_grad(set_to_none=False)`, which
-    /// allocates none in the trace), state the program keeps.
+    /// allocates none in the trace; DDP's gradient buckets), state the
+    /// program keeps.
     AliveThroughout,
+    /// From before the trace, alive throughout a training trace that made
+    /// no gradient: as many blocks of its size as parameters of that size
+    /// (counted by their incoming gradients in one backward) times a
+    /// parameter, its gradient kept across steps and the optimizer's state;
+    /// which block of the size is which is not known.
+    CountedPerParameter,
     /// No rule applies.
     NoEvidence,
 }
@@ -215,7 +223,10 @@ impl Rule {
                 "never freed, the size of a cuBLAS workspace, made by the first matmul of its thread"
             }
             Rule::AliveThroughout => {
-                "from before the trace, alive throughout, nothing in it says what: frozen weights, buffers, gradients kept across steps (set_to_none=False), state the program keeps"
+                "from before the trace, alive throughout, nothing in it says what: frozen weights, buffers, gradients kept across steps (set_to_none=False, DDP's buckets), state the program keeps"
+            }
+            Rule::CountedPerParameter => {
+                "from before the trace, counted by size: a parameter, its gradient kept across steps, its optimizer state (which block is which, the trace cannot tell)"
             }
             Rule::NoEvidence => "no rule applies",
         }
