@@ -47,7 +47,12 @@ pub(super) fn label(
     if c.category.contains(&Category::Gradient) {
         return;
     }
-    let Some(first_backward) = ph.phase.iter().position(|&p| p == Phase::Backward) else {
+    // The first backward whose forward is in the trace: a trace that
+    // begins inside a backward has only part of it.
+    let first_forward = ph.phase.iter().position(|&p| p == Phase::Forward);
+    let Some(first_backward) =
+        first_forward.and_then(|f| (f..ph.phase.len()).find(|&i| ph.phase[i] == Phase::Backward))
+    else {
         return;
     };
     let Some(state) = state_per_parameter(snap, t, ph) else {
@@ -93,7 +98,8 @@ pub(super) fn label(
                 let n = b.len() as u64;
                 let k = n / per;
                 let made = *incoming.get(&size)?;
-                (size >= MIN_SIZE && n.is_multiple_of(per) && k > 0 && made >= k).then_some((size, k))
+                (size >= MIN_SIZE && n.is_multiple_of(per) && k > 0 && made >= k)
+                    .then_some((size, k))
             })
             .collect()
     };
