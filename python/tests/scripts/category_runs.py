@@ -57,17 +57,32 @@ def record(name: str, out: Path, iterations: int) -> Path:
     return path
 
 
-def record_zoo(arch: str, style: str, out: Path, steps: int = 3, backend: str = "profiler") -> Path:
+def record_zoo(arch: str, style: str, out: Path, steps: int = 3, backend: str = "profiler", micro: int = 1) -> Path:
     """A zoo cell recorded through the profiler: the model, its inputs and
     targets made before the recording starts, as a training script has
-    them before its loop."""
+    them before its loop. ``micro`` > 1: the batch cut into that many
+    micro-batches, gradients accumulated (what the advice's half-batch row
+    predicts), written as ``zoo_<arch>_<style>_micro<N>.pickle``."""
     if style == "compiled":
         torch._dynamo.reset()
     case, model = zoo.prepared(arch, style)
     model.train(style != "inference")
-    path = out / f"zoo_{arch}_{style}.pickle"
+    path = out / (f"zoo_{arch}_{style}.pickle" if micro == 1 else f"zoo_{arch}_{style}_micro{micro}.pickle")
     with vramscope.record(path, backend=backend):
-        zoo.train(case, model, style, steps=steps)
+        if micro == 1:
+            zoo.train(case, model, style, steps=steps)
+        else:
+            (x,), (y,) = case.inputs, case.targets
+            opt = torch.optim.AdamW(model.parameters(), lr=zoo.LR)
+            for _ in range(steps):
+                opt.zero_grad(set_to_none=True)
+                for xc, yc in zip(x.chunk(micro), y.chunk(micro)):
+                    out_ = model(xc)
+                    loss = case.loss_fn(out_, yc) / micro
+                    del out_
+                    loss.backward()
+                    del loss
+                opt.step()
     return path
 
 
@@ -134,6 +149,7 @@ def main() -> None:
     ap.add_argument("--iterations", type=int, default=4)
     ap.add_argument("--only", default=None)
     ap.add_argument("--backend", default="profiler", help="for zoo cells: profiler (labelled) or allocator (as a GPU recording reads)")
+    ap.add_argument("--micro", type=int, default=1, help="for zoo cells: micro-batches a step, gradients accumulated")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     if a.only in STYLES:
@@ -141,7 +157,7 @@ def main() -> None:
         return
     if a.only and a.only.startswith("zoo_"):
         arch, style = a.only[len("zoo_"):].split("_", 1)
-        print(record_zoo(arch, style, a.out, backend=a.backend))
+        print(record_zoo(arch, style, a.out, backend=a.backend, micro=a.micro))
         return
     for name in RUNS:
         if a.only and a.only != name:
