@@ -23,7 +23,7 @@
 //! unless the counted sizes hold nine tenths of the bytes in question, none
 //! is labelled, since a part would read as the model's whole.
 
-use vramscope_snapshot::hash::FxHashMap as HashMap;
+use vramscope_snapshot::hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use vramscope_snapshot::{Action, DeviceTrace, Snapshot};
 
 use super::infer::requested_sizes;
@@ -92,8 +92,10 @@ pub(super) fn label(
     // convolutions do). Scalars are left out: Adam's step counters, where
     // they are on the device (fused, capturable), are one per parameter too.
     let total: u64 = held.iter().map(|(size, b)| size * b.len() as u64).sum();
-    let fits = |per: u64| -> Vec<(u64, u64)> {
-        held.iter()
+    // The sizes that fit groups of `per`, and the bytes they hold.
+    let reading = |per: u64| -> (Vec<(u64, u64)>, u64) {
+        let fitted: Vec<(u64, u64)> = held
+            .iter()
             .filter_map(|(&size, b)| {
                 let n = b.len() as u64;
                 let k = n / per;
@@ -101,17 +103,15 @@ pub(super) fn label(
                 (size >= MIN_SIZE && n.is_multiple_of(per) && k > 0 && made >= k)
                     .then_some((size, k))
             })
-            .collect()
+            .collect();
+        let bytes = fitted.iter().map(|(size, k)| size * k * per).sum();
+        (fitted, bytes)
     };
-    let covered =
-        |f: &[(u64, u64)], per: u64| -> u64 { f.iter().map(|(size, k)| size * k * per).sum() };
-    let (with, without) = (fits(2 + state), fits(1 + state));
-    let (fitted, grads_kept, bytes) = if covered(&with, 2 + state) >= covered(&without, 1 + state) {
-        let b = covered(&with, 2 + state);
-        (with, true, b)
+    let ((with, with_bytes), (without, without_bytes)) = (reading(2 + state), reading(1 + state));
+    let (fitted, grads_kept, bytes) = if with_bytes >= without_bytes {
+        (with, true, with_bytes)
     } else {
-        let b = covered(&without, 1 + state);
-        (without, false, b)
+        (without, false, without_bytes)
     };
     // Counted sizes that leave a tenth of these bytes unknown would make a
     // total a reader takes for the model's: all or nothing.
@@ -142,13 +142,13 @@ pub(super) fn label(
 /// stacks name most (`torch/optim/adamw.py`); `None` for an optimizer not
 /// known here, or none in the trace.
 fn state_per_parameter(snap: &Snapshot, t: &DeviceTrace, ph: &Phases) -> Option<u64> {
-    let mut seen: HashMap<vramscope_snapshot::StackId, ()> = HashMap::default();
+    let mut seen: HashSet<vramscope_snapshot::StackId> = HashSet::default();
     let mut files: HashMap<String, usize> = HashMap::default();
     for i in 0..t.len() {
         if ph.phase[i] != Phase::Optimizer || t.action[i] != Action::Alloc {
             continue;
         }
-        if seen.insert(t.stack[i], ()).is_some() {
+        if !seen.insert(t.stack[i]) {
             continue;
         }
         for &f in snap.stacks.get(t.stack[i]) {
