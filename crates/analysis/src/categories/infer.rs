@@ -309,8 +309,26 @@ fn pre_window(
     let mut stacks = StackPhases::new(snap);
     let (requested, requests_written) = requested_sizes(snap, device);
     // Parameters of each size assigned so far, and the state beside them.
+    let size_of = |b: usize| -> SizeKey {
+        match requested.get(&l.addr[b]) {
+            Some(&r) if requests_written => (r, true),
+            _ => (rounded(l.size[b]), false),
+        }
+    };
     let mut params: HashMap<SizeKey, u64> = HashMap::default();
     let mut extra: HashMap<SizeKey, u64> = HashMap::default();
+    // What the file names already fills the counts: where the recorder
+    // tagged the weights, a batch norm's running statistics, as large as
+    // its weight and bias, are not taken for parameters.
+    for (b, &is_given) in given.iter().enumerate() {
+        if is_given && l.birth[b] == BEFORE_WINDOW && l.death[b] == STILL_ALIVE {
+            match c.category[b] {
+                Category::Parameter => *params.entry(size_of(b)).or_insert(0) += 1,
+                Category::OptimizerState => *extra.entry(size_of(b)).or_insert(0) += 1,
+                _ => {}
+            }
+        }
+    }
     for (b, &is_given) in given.iter().enumerate() {
         if is_given || l.birth[b] != BEFORE_WINDOW {
             continue;
@@ -366,10 +384,7 @@ fn pre_window(
             }
             _ => {}
         }
-        let size = match requested.get(&l.addr[b]) {
-            Some(&r) if requests_written => (r, true),
-            _ => (rounded(l.size[b]), false),
-        };
+        let size = size_of(b);
         let g = grads.get(&size).copied().unwrap_or(0);
         if g > 0 {
             let p = params.entry(size).or_insert(0);
