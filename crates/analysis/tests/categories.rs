@@ -619,3 +619,43 @@ fn tagged_weights_fill_the_mirror_counts() {
         assert!((0..l.len()).any(|b| c.source[b] == Some(Source::Recorder)));
     }
 }
+
+/// Every CPU recording of the project that carries the recorder's tags,
+/// read again with the tags left out (as PyTorch's own recorder writes a
+/// snapshot): inference alone finds, at the end, the gradients and the
+/// optimizer state the tags name to the byte, and the parameters within
+/// 0.1% (a batch of a weight's size, alive throughout, cannot be told from
+/// one).
+#[test]
+fn inference_alone_ends_where_the_recorders_tags_do() {
+    for name in [
+        "convnext_timm.pickle.gz",
+        "swin_nested_blocks.pickle.gz",
+        "gpt2_checkpointed.pickle.gz",
+        "checkpointed_transformer.pickle.gz",
+        "llama_kept_logits.pickle.gz",
+        "zoo_gpt2_compiled.pickle.gz",
+    ] {
+        let mut s = load(&vramscope_testdata::recorded(name), &Default::default()).expect("loads");
+        let tagged = at_end(&s);
+        assert!(!s.tags.is_empty(), "{name} has no tags");
+        s.tags.clear();
+        let alone = at_end(&s);
+        let get = |m: &std::collections::HashMap<Category, u64>, c| m.get(&c).copied().unwrap_or(0);
+        for c in [Category::Gradient, Category::OptimizerState] {
+            assert_eq!(
+                get(&alone, c),
+                get(&tagged, c),
+                "{name}: {c:?}: {alone:?} against {tagged:?}"
+            );
+        }
+        let (p, q) = (
+            get(&alone, Category::Parameter),
+            get(&tagged, Category::Parameter),
+        );
+        assert!(
+            q > 0 && within(p, q, 0.1),
+            "{name}: parameters {p} against {q}"
+        );
+    }
+}
