@@ -33,6 +33,7 @@ mod infer;
 mod persistent;
 pub mod phases;
 pub mod recompute;
+mod stack_phase;
 mod view;
 mod workspace;
 

@@ -13,11 +13,10 @@
 //! forward and the backward, is forward; what runs between an optimizer step
 //! and the next forward is "other").
 
-use vramscope_snapshot::hash::FxHashSet as HashSet;
-use vramscope_snapshot::{Action, AnnotationStage, DeviceTrace, Snapshot, StackId, StrId, NO_TIME};
+use vramscope_snapshot::{Action, AnnotationStage, DeviceTrace, Snapshot, StackId, NO_TIME};
 
 use super::recompute::Recomputations;
-use crate::sites::{frame_location, is_native};
+pub(crate) use super::stack_phase::StackPhases;
 
 /// Where in a training step an event happened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -31,52 +30,6 @@ pub enum Phase {
     /// `load_state_dict`, `torch.nn.init`, `torch.load`, `from_pretrained`.
     Setup,
     Other,
-}
-
-/// What one frame says about the phase (`None`: nothing).
-fn frame_phase(file: &str, name: &str) -> Option<Phase> {
-    let f = file.replace('\\', "/");
-    if name == "zero_grad" || name.contains("Optimizer.zero_grad") {
-        return Some(Phase::ZeroGrad);
-    }
-    if f.contains("torch/optim/") || name.contains("Optimizer.step#") {
-        return Some(Phase::Optimizer);
-    }
-    let native = is_native(&f, name);
-    let backward = name.contains("AccumulateGrad")
-        || (name.contains("Backward") && name.contains("::apply"))
-        // Profiler traces name autograd nodes and the engine's scope:
-        // `autograd::engine::evaluate_function: MmBackward0`, `MmBackward0`.
-        || name.starts_with("autograd::engine::evaluate_function")
-        || (native && name.contains("Backward"))
-        || name.contains("Engine::evaluate_function")
-        || name.contains("Engine::thread_main")
-        || name.contains("run_backward")
-        || name == "_engine_run_backward"
-        || ((f.ends_with("torch/autograd/__init__.py") || f.ends_with("torch/_tensor.py"))
-            && name == "backward");
-    if backward {
-        return Some(Phase::Backward);
-    }
-    let forward = (f.ends_with("torch/nn/modules/module.py")
-        && (name == "_call_impl" || name == "_wrapped_call_impl"))
-        || name.starts_with("nn.Module: ")
-        || (name == "forward" && !native)
-        // torch.compile's compiled graph, as profiler traces name it.
-        || (native && name == "CompiledFunction");
-    if forward {
-        return Some(Phase::Forward);
-    }
-    let setup = (f.ends_with("torch/nn/modules/module.py")
-        && matches!(
-            name,
-            "_apply" | "to" | "cuda" | "load_state_dict" | "_load_from_state_dict" | "__init__"
-        ))
-        || f.ends_with("torch/nn/init.py")
-        || name == "reset_parameters"
-        || f.ends_with("torch/serialization.py")
-        || f.ends_with("transformers/modeling_utils.py");
-    setup.then_some(Phase::Setup)
 }
 
 /// A recorder tag in `user_metadata` (`phase=backward`), if any.
@@ -278,88 +231,8 @@ impl Phases {
     }
 }
 
-const UNSEEN: u8 = u8::MAX;
-const NONE: u8 = u8::MAX - 1;
-
 fn is_empty(snap: &Snapshot, s: StackId) -> bool {
     s.is_none() || snap.stacks.get(s).is_empty()
-}
-
-fn decode(v: u8) -> Option<Phase> {
-    match v {
-        0 => Some(Phase::Forward),
-        1 => Some(Phase::Backward),
-        2 => Some(Phase::Optimizer),
-        3 => Some(Phase::ZeroGrad),
-        4 => Some(Phase::Setup),
-        5 => Some(Phase::Other),
-        _ => None,
-    }
-}
-
-/// What stacks say about the phase: the innermost frame that names one,
-/// cached per frame and per stack.
-///
-/// In a stack through code `torch.compile` generated, the frames inside the
-/// generated one are the source lines the reader put there
-/// (`vramscope_snapshot`'s `generated`): a compiled backward's kernels are
-/// traced from the forward's lines, so those frames name a forward. The
-/// phase is what the frames outside the generated one say (the autograd
-/// engine, or the compiled forward's wrapper).
-pub(crate) struct StackPhases {
-    frames: Vec<u8>,
-    stacks: Vec<u8>,
-    generated: HashSet<StrId>,
-}
-
-impl StackPhases {
-    pub(crate) fn new(snap: &Snapshot) -> StackPhases {
-        let generated = snap
-            .source
-            .recorder
-            .as_ref()
-            .map(|r| {
-                r.generated
-                    .iter()
-                    .filter_map(|g| snap.strings.lookup(&g.file))
-                    .collect()
-            })
-            .unwrap_or_default();
-        StackPhases {
-            frames: vec![UNSEEN; snap.frames.len()],
-            stacks: vec![UNSEEN; snap.stacks.len()],
-            generated,
-        }
-    }
-
-    pub(crate) fn of(&mut self, snap: &Snapshot, s: StackId) -> Option<Phase> {
-        if s.is_none() {
-            return None;
-        }
-        let cached = self.stacks[s.0 as usize];
-        if cached != UNSEEN {
-            return decode(cached);
-        }
-        let frames = snap.stacks.get(s);
-        let outside = frames
-            .iter()
-            .rposition(|&f| self.generated.contains(&snap.frames.get(f).filename))
-            .map_or(0, |g| g + 1);
-        let mut found = None;
-        for &f in &frames[outside..] {
-            let slot = &mut self.frames[f.0 as usize];
-            if *slot == UNSEEN {
-                let (file, _, name) = frame_location(snap, snap.frames.get(f));
-                *slot = frame_phase(&file, &name).map_or(NONE, |p| p as u8);
-            }
-            if let Some(p) = decode(*slot) {
-                found = Some(p);
-                break;
-            }
-        }
-        self.stacks[s.0 as usize] = found.map_or(NONE, |p| p as u8);
-        found
-    }
 }
 
 /// `record_function` scopes that name a phase: (start µs, end µs, phase).
@@ -451,6 +324,7 @@ fn fill(marks: &[Option<Phase>], is_alloc: &[bool]) -> Vec<Phase> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::stack_phase::frame_phase;
     use super::*;
 
     #[test]
