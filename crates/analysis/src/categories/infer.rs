@@ -109,8 +109,10 @@ pub(super) fn infer(
         };
         set(&mut c, b, cat, rule);
     }
-    pre_window(snap, device, l, ph, &given, &mut c);
-    super::persistent::label(snap, device, t, l, ph, &given, &mut c);
+    // Read from the dump once, for both rules on blocks from before the trace.
+    let requested = requested_sizes(snap, device);
+    pre_window(snap, l, ph, &given, &requested, &mut c);
+    super::persistent::label(snap, t, l, ph, &given, &requested, &mut c);
     super::workspace::label(snap, t, l, ph, &given, &mut c);
     c
 }
@@ -233,7 +235,7 @@ impl PythonSites {
 /// dump whose every request equals its block's size, a multiple of 512
 /// bytes, wrote none (PyTorch before 2.1). An allocator that rounds
 /// nothing (the CPU recorder's) has exact sizes.
-pub(super) fn requested_sizes(snap: &Snapshot, device: u32) -> (HashMap<u64, u64>, bool) {
+fn requested_sizes(snap: &Snapshot, device: u32) -> (HashMap<u64, u64>, bool) {
     let mut written = false;
     let requested = snap
         .segments
@@ -256,10 +258,10 @@ type SizeKey = (u64, bool);
 /// Blocks from before the trace window.
 fn pre_window(
     snap: &Snapshot,
-    device: u32,
     l: &Lifetimes,
     ph: &Phases,
     given: &[bool],
+    (requested, requests_written): &(HashMap<u64, u64>, bool),
     c: &mut Categories,
 ) {
     // Gradients of each size alive at once at most (one per parameter
@@ -307,11 +309,10 @@ fn pre_window(
     let backward_ran = ph.phase.contains(&Phase::Backward);
     let forward_ran = ph.phase.contains(&Phase::Forward);
     let mut stacks = StackPhases::new(snap);
-    let (requested, requests_written) = requested_sizes(snap, device);
     // Parameters of each size assigned so far, and the state beside them.
     let size_of = |b: usize| -> SizeKey {
         match requested.get(&l.addr[b]) {
-            Some(&r) if requests_written => (r, true),
+            Some(&r) if *requests_written => (r, true),
             _ => (rounded(l.size[b]), false),
         }
     };

@@ -26,7 +26,6 @@
 use vramscope_snapshot::hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use vramscope_snapshot::{Action, DeviceTrace, Snapshot};
 
-use super::infer::requested_sizes;
 use super::{Categories, Category, Phase, Phases, Rule, Source};
 use crate::lifetimes::{Lifetimes, BEFORE_WINDOW, STILL_ALIVE};
 use crate::sites::frame_location;
@@ -34,13 +33,15 @@ use crate::sites::frame_location;
 /// The smallest size counted (see [`label`]).
 const MIN_SIZE: u64 = 64;
 
+/// `requested`: what each live block of the dump asked for, and whether
+/// the dump wrote requests at all (`infer::requested_sizes`).
 pub(super) fn label(
     snap: &Snapshot,
-    device: u32,
     t: &DeviceTrace,
     l: &Lifetimes,
     ph: &Phases,
     given: &[bool],
+    (requested, exact): &(HashMap<u64, u64>, bool),
     c: &mut Categories,
 ) {
     // Only where no gradient was found: otherwise the mirror rules decided.
@@ -58,7 +59,6 @@ pub(super) fn label(
     let Some(state) = state_per_parameter(snap, t, ph) else {
         return;
     };
-    let (requested, exact) = requested_sizes(snap, device);
     if !exact {
         return;
     }
