@@ -43,7 +43,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional
 
 from vramscope._recording.files import write_text_atomic
 from vramscope._annotate.objgraph import allocation_stacks, build_graph, held_tensors, reachable
-from vramscope._annotate.refnames import is_tensor as _is_tensor
+from vramscope._annotate.refnames import holds_memory as _holds_memory
 
 __all__ = ["watch", "stop", "find", "Watcher", "CycleReport", "warn_tensor_cycles"]
 
@@ -272,7 +272,7 @@ class Watcher:
             garbage = None
 
     def _wanted(self, o: Any) -> bool:
-        if not _is_tensor(o):
+        if not _holds_memory(o):  # FakeTensors of a compiled graph: nothing on the device
             return False
         try:
             if self.device == "cuda" and not o.is_cuda:

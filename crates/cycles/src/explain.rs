@@ -77,6 +77,78 @@ fn is_frame_label(l: &str) -> bool {
     ) || l.starts_with("local ")
 }
 
+/// The step on `grad_fn` to a custom `autograd.Function`'s node (a
+/// `…Backward` class) whose next reference is an attribute its `ctx` set.
+fn autograd_ctx(cycle: &[Step]) -> Option<usize> {
+    let n = cycle.len();
+    (0..n).find(|&i| {
+        let next = &cycle[(i + 1) % n];
+        cycle[i].label == "grad_fn"
+            && next.type_name.ends_with("Backward")
+            && next.label.starts_with('.')
+    })
+}
+
+/// The registration that fills a hook dict, by the dict's attribute: a
+/// module's (`._forward_hooks`), a tensor's (`_backward_hooks`) or an
+/// optimizer's.
+fn hook_registration(label: &str) -> Option<&'static str> {
+    Some(match label {
+        "._forward_hooks" => "register_forward_hook",
+        "._forward_pre_hooks" => "register_forward_pre_hook",
+        "._backward_hooks" => "register_full_backward_hook",
+        "._backward_pre_hooks" => "register_full_backward_pre_hook",
+        "._state_dict_hooks" => "register_state_dict_post_hook",
+        "._state_dict_pre_hooks" => "register_state_dict_pre_hook",
+        "._load_state_dict_pre_hooks" => "register_load_state_dict_pre_hook",
+        "._load_state_dict_post_hooks" => "register_load_state_dict_post_hook",
+        "_backward_hooks" => "Tensor.register_hook",
+        "_post_accumulate_grad_hooks" => "register_post_accumulate_grad_hook",
+        "._optimizer_step_pre_hooks" => "register_step_pre_hook",
+        "._optimizer_step_post_hooks" => "register_step_post_hook",
+        _ => return None,
+    })
+}
+
+/// Where step `at`'s reference leads, written from the nearest object
+/// that is not a plain container: `Sched.fns[0]` rather than `list[0]`
+/// (a list is no place a reader can look up). `root` is `"obj"` for a line
+/// of code to write, else the path starts with the object's type.
+fn place(cycle: &[Step], at: usize, root: &str) -> String {
+    let n = cycle.len();
+    let mut chain = vec![at]; // innermost first
+    let mut i = at;
+    while chain.len() < n
+        && CONTAINERS.contains(&cycle[i].type_name.as_str())
+        && cycle[i].label.starts_with('[')
+    {
+        i = (i + n - 1) % n;
+        chain.push(i);
+    }
+    let outer = i;
+    let head = if root == "obj" {
+        "obj"
+    } else {
+        cycle[outer].type_name.as_str()
+    };
+    let mut out = reference(head, &cycle[outer].label);
+    for &j in chain.iter().rev().skip(1) {
+        out.push_str(&cycle[j].label);
+    }
+    out
+}
+
+/// Containers whose entries are reached by index or key: a reader finds
+/// them through the attribute that holds them.
+const CONTAINERS: [&str; 6] = [
+    "list",
+    "dict",
+    "tuple",
+    "OrderedDict",
+    "deque",
+    "defaultdict",
+];
+
 /// The closure variable's name in `closure 'name'`.
 fn closure_name(label: &str) -> Option<&str> {
     let rest = label.strip_prefix("closure")?.trim();
@@ -100,8 +172,73 @@ pub(crate) fn explanation(cycle: &[Step], tensors: u64, held: u64) -> String {
         closing_edge(cycle)
     );
     let find = |p: &dyn Fn(&str) -> bool| cycle.iter().position(|st| p(&st.label));
-    if let Some(i) = find(&|l| l == "__self__") {
-        let (method, owner) = (step(i), step(i + n - 1));
+    if let Some(i) = autograd_ctx(cycle) {
+        s.push_str(&format!(
+            "A custom `torch.autograd.Function` keeps a tensor it returned on its `ctx` \
+             (`ctx{} = …` in `forward`): the output refers to its node through `grad_fn`, and \
+             the node (`{}`) to the output. Save it with `ctx.save_for_backward(…)` instead \
+             and read it back from `ctx.saved_tensors` in `backward`: PyTorch keeps a saved \
+             output without the loop (and checks it was not changed in place).",
+            step(i + 1).label,
+            step(i + 1).type_name,
+        ));
+    } else if let Some((i, register)) = cycle
+        .iter()
+        .enumerate()
+        .find_map(|(i, st)| hook_registration(&st.label).map(|r| (i, r)))
+    {
+        let holder = step(i);
+        s.push_str(&format!(
+            "A hook registered on `{}` (`{}`, by `{register}`) refers back to it. Keep the \
+             handle the registration returns and call `handle.remove()` once the hook is done \
+             with (or register it once, not at every step); inside the hook, use the object \
+             PyTorch passes it as its first argument instead of capturing one, or capture a \
+             weak reference (`ref = weakref.ref(obj)` outside, `ref()` inside).",
+            holder.type_name,
+            reference(&holder.type_name, &holder.label),
+        ));
+    } else if cycle
+        .iter()
+        .all(|st| st.label.starts_with("closure") || st.label == "cell_contents")
+    {
+        let names: Vec<String> = cycle
+            .iter()
+            .filter_map(|st| closure_name(&st.label))
+            .map(|v| format!("`{v}`"))
+            .collect();
+        let names = if names.is_empty() {
+            "a nested function".to_string()
+        } else {
+            names.join(", ")
+        };
+        s.push_str(&format!(
+            "Only functions and their closure cells are on the loop: {names} is a nested \
+             function that calls itself (or its neighbour), so it refers to itself through its \
+             own closure cell, and each call of the enclosing function leaves one such loop \
+             with every variable the nested function captures. Define it at module level and \
+             pass what it uses as arguments, or `del {}` in the enclosing function once it is \
+             done with (deleting the variable empties the cell).",
+            cycle
+                .iter()
+                .find_map(|st| closure_name(&st.label))
+                .unwrap_or("the function"),
+        ));
+    } else if let Some(i) = cycle.iter().position(|st| {
+        st.type_name == "partial" && matches!(st.label.as_str(), "args" | "keywords" | "func")
+    }) {
+        let owner_at = (i + n - 1) % n;
+        s.push_str(&format!(
+            "A `functools.partial` stored at `{}` binds an object of this loop as one of its \
+             arguments (`partial(f, self)`), so it refers back to the object that stores it. \
+             Bind a weak reference instead (`partial(f, weakref.ref(self))`, dereferenced in \
+             `f`), use `weakref.WeakMethod` for a method, or clear the attribute (`{} = None`) \
+             once it is no longer needed.",
+            place(cycle, owner_at, ""),
+            place(cycle, owner_at, "obj"),
+        ));
+    } else if let Some(i) = find(&|l| l == "__self__") {
+        let owner_at = (i + n - 1) % n;
+        let method = step(i);
         s.push_str(&format!(
             "`{}` is a bound method stored on an object of this loop (`{}`), and the method \
              refers back to that object through `__self__`. Store a \
@@ -109,8 +246,8 @@ pub(crate) fn explanation(cycle: &[Step], tensors: u64, held: u64) -> String {
              (`m = ref(); m and m()`), or clear the attribute (`{} = None`) once the callback \
              is no longer needed.",
             method.type_name,
-            reference(&owner.type_name, &owner.label),
-            reference("obj", &owner.label),
+            place(cycle, owner_at, ""),
+            place(cycle, owner_at, "obj"),
         ));
     } else if let Some(i) = find(&|l| l.starts_with("closure") || l == "cell_contents") {
         // The function is the step with the closure label (or the one
@@ -120,7 +257,8 @@ pub(crate) fn explanation(cycle: &[Step], tensors: u64, held: u64) -> String {
         } else {
             i
         };
-        let (function, owner) = (step(f), step(f + n - 1));
+        let owner_at = (f + n - 1) % n;
+        let function = step(f);
         let var = closure_name(&step(f).label)
             .map(|v| format!("`{v}`"))
             .unwrap_or_else(|| "an object of this loop".into());
@@ -130,8 +268,8 @@ pub(crate) fn explanation(cycle: &[Step], tensors: u64, held: u64) -> String {
              reference instead (`ref = weakref.ref(self)` outside, `ref()` inside the \
              function), or clear the attribute (`{} = None`) once it is no longer needed.",
             function.type_name,
-            reference(&owner.type_name, &owner.label),
-            reference("obj", &owner.label),
+            place(cycle, owner_at, ""),
+            place(cycle, owner_at, "obj"),
         ));
     } else if find(&is_frame_label).is_some() {
         s.push_str(

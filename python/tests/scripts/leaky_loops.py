@@ -15,19 +15,25 @@ recorded by vramscope's own recorder (the CPU path without a GPU), one
 * ``append``: the model appends its hidden features to a list in forward.
 * ``cycle``: two ``Node`` objects referencing each other, each holding a
   tensor; only Python's cycle collector frees them.
+* ``generator_cycle``: an object keeps a generator that reads it
+  (``self.it = self._batches()``), with ``gc.collect()`` every 4 iterations:
+  the collector breaks that loop by closing the generator, and frees the
+  tensor by reference counting inside the collection, counting it in no
+  ``collected``.
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import List, Optional
+import gc
+from typing import Iterator, List, Optional
 
 import torch
 from torch import nn
 
 import vramscope
 
-VARIANTS = ("clean", "zero_grad_late", "zero_grad_keep", "loss_sum", "append", "cycle")
+VARIANTS = ("clean", "zero_grad_late", "zero_grad_keep", "loss_sum", "append", "cycle", "generator_cycle")
 
 
 class MLP(nn.Module):
@@ -64,6 +70,20 @@ def link(a: torch.Tensor, b: torch.Tensor) -> Node:
     return x
 
 
+class Batches:
+    """Holds a tensor and a generator over itself: a loop through the
+    generator's frame (its local ``self``)."""
+
+    def __init__(self, value: torch.Tensor) -> None:
+        self.value = value
+        self.it = self._batches()
+        next(self.it)
+
+    def _batches(self) -> Iterator[torch.Tensor]:
+        while True:
+            yield self.value
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("variant", choices=VARIANTS)
@@ -77,13 +97,15 @@ def main() -> None:
     xv = torch.randn(2048, 256)
     total_loss: torch.Tensor | float = 0.0
     with vramscope.record(args.out):
-        for _ in range(args.iters):
+        for step in range(args.iters):
             if args.variant not in ("zero_grad_late", "zero_grad_keep"):
                 opt.zero_grad(set_to_none=True)
             out = model(x)
             loss = nn.functional.cross_entropy(out, y)
             if args.variant == "cycle":
                 link(out * 2, out.detach() * 3)
+            if args.variant == "generator_cycle":
+                Batches(out.detach() * 2)
             if args.variant == "zero_grad_late":
                 opt.zero_grad()
             loss.backward()
@@ -95,6 +117,8 @@ def main() -> None:
                 total_loss += val_loss  # the bug: keeps the graph of every iteration
             else:
                 total_loss += loss.item()
+            if args.variant == "generator_cycle" and step % 4 == 3:
+                gc.collect()
             vramscope.step()
     print(float(total_loss.detach() if isinstance(total_loss, torch.Tensor) else total_loss))
 

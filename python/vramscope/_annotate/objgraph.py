@@ -15,7 +15,7 @@ import sys
 import types
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
-from vramscope._annotate.refnames import TypeInfo, named_refs
+from vramscope._annotate.refnames import TypeInfo, holds_memory, named_refs
 from vramscope._annotate.refnames import is_tensor as _is_tensor
 from vramscope._annotate.refnames import short_repr as _short_repr
 
@@ -51,13 +51,14 @@ def _tensor_info(t: Any, stacks: Optional[Callable[[int], Optional[List[str]]]])
 
 
 def held_tensors(objects: List[Any]) -> List[Any]:
-    """Tensors outside ``objects`` that nothing but ``objects`` refers to."""
+    """Tensors with memory (:func:`holds_memory`) outside ``objects`` that
+    nothing but ``objects`` refers to."""
     inside = {id(o) for o in objects}
     refs: Dict[int, int] = {}
     found: Dict[int, Any] = {}
     for o in objects:
         for r in gc.get_referents(o):
-            if id(r) not in inside and _is_tensor(r):
+            if id(r) not in inside and holds_memory(r):
                 refs[id(r)] = refs.get(id(r), 0) + 1
                 found[id(r)] = r
         r = None
@@ -141,7 +142,8 @@ def build_graph(
                 "type": t.__qualname__,
                 "module": t.__module__,
                 "repr": _short_repr(o),
-                "tensor": _tensor_info(o, stacks) if _is_tensor(o) else None,
+                # A FakeTensor is a node like any object: it holds nothing.
+                "tensor": _tensor_info(o, stacks) if holds_memory(o) else None,
             }
         )
     out = []

@@ -28,6 +28,10 @@ some of them to pick its advice, so keep the spellings):
   variables are locals too; the referent is then their cell.
 * ``f_func``: the function a Python 3.11+ frame (or suspended generator)
   refers to; CPython's field, no Python attribute.
+* ``grad_fn``, ``_backward_hooks``, ``_post_accumulate_grad_hooks``: a
+  tensor's autograd node (a custom ``autograd.Function``'s node is a Python
+  object: what its ``ctx`` keeps are its attributes) and its hook dicts, as
+  PyTorch's own attributes spell them.
 * ``?`` is left for the references that nothing names: a value on a suspended
   frame's evaluation stack, an iterator's container, a C extension's
   private field.
@@ -60,6 +64,23 @@ def is_tensor(o: Any) -> bool:
         if _torch is None:
             return False
     return isinstance(o, _torch.Tensor)
+
+
+def holds_memory(o: Any) -> bool:
+    """Whether ``o`` is a tensor with memory of its own on a device: not a
+    ``FakeTensor`` or a meta tensor (their storage is on ``meta``; compiled
+    graphs keep thousands of them in their nodes, on the device they stand
+    for, holding nothing). A tensor whose storage cannot be read (sparse,
+    nested) is taken to hold memory."""
+    if not is_tensor(o):
+        return False
+    try:
+        return o.untyped_storage().device.type != "meta"
+    except Exception:  # noqa: BLE001 - no storage to ask
+        try:
+            return o.device.type != "meta"
+        except Exception:  # noqa: BLE001
+            return True
 
 
 def short_repr(o: Any) -> str:
@@ -135,6 +156,9 @@ class TypeInfo:
         )
         prefix = _GEN_PREFIX.get(t)
         self.kind: Optional[str] = prefix and f"gen:{prefix}"
+        torch = sys.modules.get("torch")
+        if torch is not None and issubclass(t, torch.Tensor):
+            self.kind = "tensor"
         for kind, base in _KINDS:
             if self.kind is None and issubclass(t, base):
                 self.kind = kind
@@ -220,6 +244,8 @@ def named_refs(o: Any, direct: List[Any], ids: Set[int], fold: List[Any], info: 
     elif kind == "mapping":
         for r in direct:  # `.mapping` only from 3.10 on
             yield "mapping", r
+    elif kind == "tensor":
+        yield from _tensor(o)
     if kind in _ALONE:
         return
 
@@ -233,6 +259,28 @@ def named_refs(o: Any, direct: List[Any], ids: Set[int], fold: List[Any], info: 
         yield from _instance_dict(o, info.dict_descr, ids, fold)
     if id(t) in ids:  # heap types' instances refer to their class
         yield "__class__", t
+
+
+_TENSOR_REFS = ("grad_fn", "_backward_hooks", "_post_accumulate_grad_hooks")
+
+
+def _tensor(t: Any) -> Iterator[Tuple[str, Any]]:
+    """A tensor's references that PyTorch exposes as attributes: its
+    autograd node and hook dicts. Read with tensor subclasses' own
+    ``__torch_function__`` off, which the attribute reads would call."""
+    torch = sys.modules["torch"]
+    off = getattr(torch._C, "DisableTorchFunctionSubclass", None)
+    for name in _TENSOR_REFS:
+        try:
+            if off is not None:
+                with off():
+                    v = getattr(t, name, None)
+            else:
+                v = getattr(t, name, None)
+        except Exception:  # noqa: BLE001 - a subclass whose attribute raises
+            continue
+        if v is not None:
+            yield name, v
 
 
 def _instance_dict(o: Any, dict_descr: Any, ids: Set[int], fold: List[Any]) -> Iterator[Tuple[str, Any]]:

@@ -28,13 +28,14 @@ from vramscope._annotate.hooks import compiles
 from vramscope._recording.rank import expand_path
 from vramscope._recording.warn_place import program_location
 
-# Name of the annotation around a cycle collection that freed objects.
+# Name of the annotation around a cycle collection in which the trace has events.
 GC_ANNOTATION = "gc.collect"
 # Each call of one of the model's repeated blocks: `vramscope.block#layers.3`.
 BLOCK_ANNOTATION = "vramscope.block"
 # Each block's backward: `vramscope.backward#layers.3`.
 BACKWARD_ANNOTATION = "vramscope.backward"
 GC_SPANS_KEPT = 10_000
+_GC_LABELS = ("gen0", "gen1", "gen2")
 # Events kept for the live state.
 OOMS_KEPT = 100
 DUMPS_KEPT = 1000
@@ -110,7 +111,8 @@ class Session:
         self.mark_span: Optional[Span] = None
         self.periodic: Deque[str] = collections.deque()
         self.lock = threading.RLock()
-        # Collections that freed something: (start µs, end µs, label).
+        # Every collection: (start µs, end µs, label); kept at the dump where
+        # the trace has an event inside.
         self.gc_spans: Deque[tuple] = collections.deque(maxlen=GC_SPANS_KEPT)
         self._gc_start = 0
         self._probing = False
@@ -231,10 +233,16 @@ class Session:
         # Runs inside every collection: two clock reads and, rarely, an append.
         if self._probing:
             return
+        # Every collection, not only those that report objects collected:
+        # a loop through a suspended generator is broken by the collector
+        # closing it (its finalizer), and what it held dies by reference
+        # counting inside the collection, counted in no `collected`. Spans
+        # in which the trace has no event are dropped at the dump.
         if phase == "start":
             self._gc_start = _now_us()
-        elif info.get("collected"):
-            self.gc_spans.append((self._gc_start, _now_us(), f"gen{info.get('generation', -1)}"))
+        else:
+            g = info.get("generation", -1)
+            self.gc_spans.append((self._gc_start, _now_us(), _GC_LABELS[g] if 0 <= g < 3 else f"gen{g}"))
 
     def _collect_cycles(self) -> None:
         """One full collection inside the recorded window, marked, so that
@@ -244,11 +252,10 @@ class Session:
         self._probing = True
         start = _now_us()
         try:
-            collected = gc.collect()
+            gc.collect()  # marked even at 0 collected: see `_on_gc`
         finally:
             self._probing = False
-        if collected:
-            self.gc_spans.append((start, _now_us(), "vramscope"))
+        self.gc_spans.append((start, _now_us(), "vramscope"))
 
     def begin(self) -> None:
         skip_frames(Session._on_gc)
@@ -464,10 +471,12 @@ class Session:
         if times:  # ranges that ended before the oldest event kept can never show again
             self.spans = [s for s in self.spans if s.end_us is None or s.end_us >= times[0]]
 
-        def busy(s: Span) -> bool:
-            end = s.end_us if s.end_us is not None else now
-            i = bisect.bisect_left(times, s.start_us)
+        def in_trace(start: int, end: int) -> bool:
+            i = bisect.bisect_left(times, start)
             return i < len(times) and times[i] <= end
+
+        def busy(s: Span) -> bool:
+            return in_trace(s.start_us, s.end_us if s.end_us is not None else now)
 
         # Without a single step() there are no iterations to show.
         spans = [s for s in self.spans if s.kind != "step" or (self.steps and (not times or busy(s)))]
@@ -507,7 +516,7 @@ class Session:
                 ours.append({"name": name, "stage": "END", "device": device, "time_us": end})
         # A copy: a collection during this loop (it allocates) appends to gc_spans.
         for start, end, label in list(self.gc_spans):
-            if end >= first:
+            if end >= first and in_trace(start, end):
                 name = f"{GC_ANNOTATION}#{label}"
                 ours.append({"name": name, "stage": "START", "device": device, "time_us": start})
                 ours.append({"name": name, "stage": "END", "device": device, "time_us": end})

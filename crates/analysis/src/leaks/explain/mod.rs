@@ -188,7 +188,7 @@ pub(super) fn cycle_finding(
         severity: Severity::Leak,
         title: format!("reference cycles hold tensors from {}", first.site),
         explanation,
-        fix: "Break the cycle: make back-references weak (`weakref.ref(parent)`), clear them when done (`node.other = None`), and do not store on an object a bound method or closure that refers to the object itself. `vramscope.cycles.watch()` shows the objects and the edges of each cycle; `gc.collect()` after each iteration is a stop-gap.".into(),
+        fix: "Break the cycle: make back-references weak (`weakref.ref(parent)`), clear them when done (`node.other = None`), and do not store on an object a bound method or closure that refers to the object itself. `vramscope.cycles.watch()` shows the objects and the edges of each cycle, but for a loop through a suspended generator or coroutine (`self.it = self._batches()` on the object the generator reads), which the collector breaks by closing the generator before it frees anything; `gc.collect()` after each iteration is a stop-gap.".into(),
         bytes_per_iteration: per,
         bytes: gc_bytes.max(swing),
         iterations: (1, ctx.complete),
