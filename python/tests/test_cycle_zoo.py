@@ -236,22 +236,53 @@ def test_a_real_tensor_beside_fake_ones_is_reported_alone(tmp_path: Path) -> Non
     assert f["tensors"] == 1 and f["bytes"] == 1000 * 4, f["title"]
 
 
+class Feeder:
+    """Keeps a generator that reads it."""
+
+    def __init__(self) -> None:
+        self.batch = torch.ones(200)
+        self.it = self._batches()
+        next(self.it)
+
+    def _batches(self) -> Any:
+        while True:
+            yield self.batch
+
+
+def test_a_generator_on_its_owner_is_found_alive_and_explained(tmp_path: Path) -> None:
+    (f,) = cycles.find([Feeder()]).findings
+    assert f["bytes"] == 200 * 4
+    assert "A suspended generator stored at `Feeder.it`" in f["explanation"], f["explanation"]
+    assert "close()" in f["explanation"] and "exception" not in f["explanation"]
+
+
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="the generator case below is documented on 3.11+")
 def test_a_generator_on_its_owner_is_freed_by_the_collector_unseen(tmp_path: Path) -> None:
     """A blind spot, stated: the collector closes a suspended generator
     (its finalizer) before it frees anything, which breaks the loop, so
     the objects are freed by reference counting inside the collection and
-    never reach the garbage the watcher reads. If this starts failing, the
-    watcher sees the case: document it as caught."""
-
-    class Feeder:
-        def __init__(self) -> None:
-            self.batch = torch.ones(200)
-            self.it = self._batches()
-            next(self.it)
-
-        def _batches(self) -> Any:
-            while True:
-                yield self.batch
-
+    never reach the garbage the watcher reads (`vramscope leaks` sees the
+    memory freed inside the collection: test_leaks.py). If this starts
+    failing, the watcher sees the case: document it as caught."""
     assert caught(Feeder, tmp_path) == []
+
+
+def test_a_tensor_hook_capturing_its_tensor_is_said_never_freed(tmp_path: Path) -> None:
+    """Made by an operation, the tensor's hook lives where the collector
+    cannot follow: the loop is never garbage (the watcher never sees it),
+    and `find` says so."""
+
+    def make() -> torch.Tensor:
+        x = torch.ones(90, requires_grad=True)
+        y = x * 3
+        y.register_hook(lambda g: g + y)
+        return y
+
+    y = make()
+    (f,) = cycles.find([y]).findings
+    assert loop(f)[0] == "_backward_hooks", f["title"]
+    assert "never freed, not even by `gc.collect()`" in f["explanation"]
+    assert "handle.remove()" in f["explanation"]
+    # Let go of, it is no collection's garbage: the watcher sees nothing.
+    del y, f
+    assert caught(lambda: None, tmp_path) == []

@@ -138,6 +138,9 @@ fn place(cycle: &[Step], at: usize, root: &str) -> String {
     out
 }
 
+/// The types whose suspended frame is part of the object.
+const GENERATORS: [&str; 3] = ["generator", "coroutine", "async_generator"];
+
 /// Containers whose entries are reached by index or key: a reader finds
 /// them through the attribute that holds them.
 const CONTAINERS: [&str; 6] = [
@@ -188,14 +191,48 @@ pub(crate) fn explanation(cycle: &[Step], tensors: u64, held: u64) -> String {
         .find_map(|(i, st)| hook_registration(&st.label).map(|r| (i, r)))
     {
         let holder = step(i);
-        s.push_str(&format!(
-            "A hook registered on `{}` (`{}`, by `{register}`) refers back to it. Keep the \
+        if holder.label.starts_with('.') {
+            s.push_str(&format!(
+                "A hook registered on `{}` (`{}`, by `{register}`) refers back to it. Keep the \
              handle the registration returns and call `handle.remove()` once the hook is done \
              with (or register it once, not at every step); inside the hook, use the object \
              PyTorch passes it as its first argument instead of capturing one, or capture a \
              weak reference (`ref = weakref.ref(obj)` outside, `ref()` inside).",
-            holder.type_name,
-            reference(&holder.type_name, &holder.label),
+                holder.type_name,
+                reference(&holder.type_name, &holder.label),
+            ));
+        } else {
+            s.push_str(&format!(
+                "A hook registered on the tensor (`{register}`) captures the tensor itself. On a \
+                 tensor made by an operation (not a leaf), PyTorch keeps its hooks where Python's \
+                 collector cannot follow them, and such a loop is never freed, not even by \
+                 `gc.collect()`. Remove the hook with the handle `register_hook` returns \
+                 (`handle.remove()`) once it has run, or let it capture what it needs (a number, \
+                 a detached copy, `weakref.ref(tensor)`) instead of the tensor.",
+            ));
+        }
+    } else if let Some(i) = cycle.iter().position(|st| {
+        GENERATORS.contains(&st.type_name.as_str())
+            && (st.label.starts_with("local ") || st.label.ends_with("_frame"))
+    }) {
+        let owner_at = (i + n - 1) % n;
+        s.push_str(&format!(
+            "A suspended {} stored at `{}` reads the object that stores it: its frame keeps \
+             `{}` alive, and the object keeps the {0}. Create it where it is consumed (`for b in \
+             obj.batches(): …`) instead of keeping it on the object, `close()` it when done with \
+             (closing frees its frame: `{} = None` after `.close()`), or let it read a weak \
+             reference. The collector breaks such a loop by closing the {0} before it frees \
+             anything, so `vramscope.cycles.watch()` does not see it at a collection; \
+             `vramscope.cycles.find([obj])` does, and `vramscope leaks` on a recording shows \
+             the tensors freed inside collections.",
+            step(i).type_name,
+            place(cycle, owner_at, ""),
+            step(i)
+                .label
+                .strip_prefix("local ")
+                .map(|v| v.trim_matches(|c| c == '\'' || c == '"'))
+                .unwrap_or("its locals"),
+            place(cycle, owner_at, "obj"),
         ));
     } else if cycle
         .iter()
@@ -306,5 +343,32 @@ mod tests {
         );
         assert_eq!(reference("dict", "['k']"), "dict['k']");
         assert_eq!(closure_name("closure 'self'"), Some("self"));
+    }
+
+    fn steps(spec: &[(&str, &str)]) -> Vec<Step> {
+        spec.iter()
+            .enumerate()
+            .map(|(node, (t, l))| Step {
+                node,
+                type_name: t.to_string(),
+                label: l.to_string(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_place_is_written_from_the_object_that_is_not_a_container() {
+        let c = steps(&[
+            ("Sched", ".fns"),
+            ("list", "[0]"),
+            ("function", "closure 'self'"),
+            ("cell", "cell_contents"),
+        ]);
+        assert_eq!(place(&c, 1, ""), "Sched.fns[0]");
+        assert_eq!(place(&c, 1, "obj"), "obj.fns[0]");
+        assert_eq!(place(&c, 0, ""), "Sched.fns");
+        // A loop of containers only ends where it began.
+        let d = steps(&[("dict", "['self']")]);
+        assert_eq!(place(&d, 0, ""), "dict['self']");
     }
 }
