@@ -208,6 +208,18 @@ def test_other_gc_callbacks_still_run(watcher: cycles.Watcher) -> None:
     assert not gc.garbage
 
 
+def test_a_notebook_shows_the_page_in_a_sandboxed_frame() -> None:
+    import html
+    import re
+
+    r = cycles.find([node_pair(100)])
+    frame = r._repr_html_()
+    m = re.fullmatch(r'<iframe sandbox="" style="[^"]*" srcdoc="([^"]*)"></iframe>', frame)
+    assert m is not None, frame[:200]
+    assert html.unescape(m.group(1)) == r.html()
+    assert "Node" in r.html()
+
+
 def test_html_opens_offline_and_shows_the_red_tensor(tmp_path: Path) -> None:
     a = node_pair(100)
     page = tmp_path / "cycle.html"

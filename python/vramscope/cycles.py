@@ -104,6 +104,18 @@ class CycleReport:
         write_text_atomic(path, json.dumps(self.data))
         return path
 
+    def _repr_html_(self) -> str:
+        """In a notebook: the page with its graphs, in an iframe sandboxed
+        without scripts (the page has none) and its content policy kept apart
+        from the notebook's."""
+        import html as _html
+
+        doc = _html.escape(self.html(), quote=True)
+        return (
+            '<iframe sandbox="" style="width:100%;height:640px;border:1px solid #ddd" '
+            f'srcdoc="{doc}"></iframe>'
+        )
+
     def __repr__(self) -> str:
         return f"<vramscope.cycles.CycleReport {len(self.findings)} finding(s), {self.tensors} tensor(s), {self.bytes} bytes>"
 

@@ -277,6 +277,8 @@ def _find(main_globals: Optional[Dict[str, Any]], max_objects: int, max_seconds:
     def add(t: Any, parts: List[str], root: _Root) -> None:
         try:
             st = t.untyped_storage()
+            if st.device.type == "meta":  # a FakeTensor: reading its address warns, and holds nothing
+                return
             addr, size = st.data_ptr(), st.nbytes()
         except Exception:  # noqa: BLE001 - a tensor without storage (meta, sparse, a wrapper)
             return

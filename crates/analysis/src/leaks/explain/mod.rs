@@ -135,6 +135,18 @@ pub(super) fn evidence_list(
         .collect()
 }
 
+/// The median of the rises of `live` from one iteration's end to the
+/// next (0 when it never rises).
+fn median_rise(live: &[u64]) -> u64 {
+    let mut rises: Vec<u64> = live
+        .windows(2)
+        .filter(|w| w[1] > w[0])
+        .map(|w| w[1] - w[0])
+        .collect();
+    rises.sort_unstable();
+    rises.get(rises.len() / 2).copied().unwrap_or(0)
+}
+
 pub(super) fn cycle_finding(
     ctx: &Context,
     sites: &[(u32, f64)],
@@ -155,6 +167,11 @@ pub(super) fn cycle_finding(
         })
         .sum();
     let per: f64 = sites.iter().map(|s| s.1).sum();
+    // How fast they pile up between collections: the typical rise from one
+    // iteration's end to the next. The slope over the whole run (`per`)
+    // averages the drops in (a quarter of it with a collection every 4
+    // iterations).
+    let pile: u64 = ev.iter().map(|e| median_rise(&e.live_bytes)).sum();
     let first = &ev[0];
     let code = first
         .code
@@ -163,7 +180,7 @@ pub(super) fn cycle_finding(
         .unwrap_or_default();
     let explanation = if gc_blocks > 0 {
         let runs = match (ctx.gc_runs - ctx.gc_probes, ctx.gc_probes) {
-            (0, _) => "the full collection vramscope ran before writing the snapshot; Python's collector had not run during the recording".to_owned(),
+            (0, _) => "the full collection vramscope ran before writing the snapshot; no collection during the recording freed any tensor".to_owned(),
             (n, 0) => format!("{n} collection(s) during the recording"),
             (n, _) => format!("{n} collection(s) during the recording and the one vramscope ran before writing the snapshot"),
         };
@@ -172,7 +189,7 @@ pub(super) fn cycle_finding(
              Reference counting frees everything else at once; these wait for a collection, which knows nothing about GPU memory, so they pile up ({} per iteration, up to {} alive at once) and can run the device out of memory.",
             bytes(gc_bytes),
             first.site,
-            bytes(per.max(0.0) as u64),
+            bytes(if pile > 0 { pile } else { per.max(0.0) as u64 }),
             bytes(swing),
         )
     } else {
