@@ -70,12 +70,14 @@ def holds_memory(o: Any) -> bool:
     """Whether ``o`` is a tensor with memory of its own on a device: not a
     ``FakeTensor`` or a meta tensor (their storage is on ``meta``; compiled
     graphs keep thousands of them in their nodes, on the device they stand
-    for, holding nothing). A tensor whose storage cannot be read (sparse,
-    nested) is taken to hold memory."""
+    for, holding nothing), nor an empty one (a compiled graph's GraphModule,
+    in a loop with its Graph, kept 8 of them). A tensor whose storage cannot
+    be read (sparse, nested) is taken to hold memory."""
     if not is_tensor(o):
         return False
     try:
-        return o.untyped_storage().device.type != "meta"
+        st = o.untyped_storage()
+        return st.device.type != "meta" and st.nbytes() > 0
     except Exception:  # noqa: BLE001 - no storage to ask
         try:
             return o.device.type != "meta"
