@@ -294,3 +294,34 @@ def test_a_tensor_hook_capturing_its_tensor_is_said_never_freed(tmp_path: Path) 
     # Let go of, it is no collection's garbage: the watcher sees nothing.
     del y, f
     assert caught(lambda: None, tmp_path) == []
+
+
+def test_a_kept_exceptions_frame_is_freed_by_the_collection_that_found_it(tmp_path: Path) -> None:
+    """Naming a frame's locals reads `f_locals`, which up to Python 3.12
+    caches a dict of them on the frame; releasing the garbage must clear it
+    too, or the watcher keeps the frames (their locals, their tensors) to
+    the next collection: for an OOM retry, the activations of the batch
+    that did not fit, until a full collection."""
+    message = "CUDA out of memory. Tried to allocate 2.00 GiB (kept by test_cycle_zoo)"
+
+    def kept() -> int:
+        return sum(1 for o in gc.get_objects() if type(o) is RuntimeError and str(o) == message)
+
+    def step(batch: torch.Tensor) -> None:
+        act = batch * 2  # noqa: F841
+        try:
+            raise RuntimeError(message)
+        except RuntimeError as e:
+            error = e  # noqa: F841
+
+    gc.collect()
+    w = cycles.Watcher(device="any", out_dir=None, html=False, summary_at_exit=False, warn=False).start()
+    try:
+        for _ in range(3):
+            step(torch.ones(64, 64))
+        assert kept() == 3  # only a collection frees them
+        gc.collect()
+        assert kept() == 0
+    finally:
+        r = w.stop()
+    assert r is not None and r.tensors == 6 and r.data["unreached_tensors"] == 0

@@ -53,6 +53,9 @@ log = logging.getLogger("vramscope.cycles")
 # the whole program.
 MAX_FIND_OBJECTS = 200_000
 
+# inspect.CO_OPTIMIZED: a function's frame, not a module or class body.
+_CO_OPTIMIZED = 0x1
+
 # The watcher's running report in its output directory (the CLI's
 # `cycles::REPORT_FILE`).
 REPORT_FILE = "cycles.json"
@@ -379,7 +382,15 @@ def _release(garbage: List[Any]) -> None:
             if isinstance(o, (dict, list, set)):
                 o.clear()
             elif isinstance(o, types.FrameType):
+                # Up to 3.12 the namer's read of `f_locals` cached a snapshot
+                # dict on the frame, which `clear()` leaves: it kept a kept
+                # exception's frame (its locals, its tensors) alive to the
+                # next collection. A module or class body's `f_locals` is
+                # its namespace: left alone.
+                loc = o.f_locals if o.f_code.co_flags & _CO_OPTIMIZED else None
                 o.clear()
+                if type(loc) is dict:
+                    loc.clear()
             elif type(o).__name__ == "cell":
                 try:
                     del o.cell_contents
