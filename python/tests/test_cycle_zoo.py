@@ -325,3 +325,43 @@ def test_a_kept_exceptions_frame_is_freed_by_the_collection_that_found_it(tmp_pa
     finally:
         r = w.stop()
     assert r is not None and r.tensors == 6 and r.data["unreached_tensors"] == 0
+
+
+class Slotted:
+    __slots__ = ("tensor", "peer")
+
+
+def slots_loop() -> None:
+    a, b = Slotted(), Slotted()
+    a.tensor, b.tensor = torch.ones(100), torch.ones(100)
+    a.peer, b.peer = b, a
+
+
+def deque_loop() -> None:
+    import collections
+
+    d = collections.deque([torch.ones(200)])
+    d.append(d)
+
+
+def exceptions_loop() -> None:
+    e1, e2 = ValueError(torch.ones(200)), KeyError("k")
+    e1.__context__, e2.__context__ = e2, e1
+
+
+@pytest.mark.parametrize("make", [slots_loop, deque_loop, exceptions_loop], ids=lambda f: f.__name__)
+def test_a_loop_is_released_by_the_collection_that_found_it(make: Callable[[], None], tmp_path: Path) -> None:
+    """The watcher releases what it kept as the collector would (slots,
+    deques and exceptions' links too), or the loop is garbage again at the
+    next collection, analysed and counted twice, its tensors held in
+    between."""
+    gc.collect()
+    w = cycles.Watcher(device="any", out_dir=None, html=False, summary_at_exit=False, warn=False).start()
+    try:
+        make()
+        gc.collect()
+        gc.collect()
+    finally:
+        r = w.stop()
+    assert w.collections_seen == 1
+    assert r is not None and [f["count"] for f in r.findings] == [1] and r.bytes == 800

@@ -31,6 +31,7 @@ reads.
 from __future__ import annotations
 
 import atexit
+import collections
 import gc
 import hashlib
 import json
@@ -379,8 +380,12 @@ def _release(garbage: List[Any]) -> None:
     them: they were unreachable, and their finalizers have already run."""
     for o in garbage:
         try:
-            if isinstance(o, (dict, list, set)):
+            if isinstance(o, (dict, list, set, collections.deque)):
                 o.clear()
+            elif isinstance(o, BaseException):
+                o.__traceback__ = o.__context__ = o.__cause__ = None
+                o.args = ()
+                o.__dict__.clear()
             elif isinstance(o, types.FrameType):
                 # Up to 3.12 the namer's read of `f_locals` cached a snapshot
                 # dict on the frame, which `clear()` leaves: it kept a kept
@@ -400,9 +405,29 @@ def _release(garbage: List[Any]) -> None:
                 d = getattr(o, "__dict__", None)
                 if isinstance(d, dict):
                     d.clear()
+                # A loop through `__slots__` survived to the next collection,
+                # analysed (and counted) again there.
+                for slot in _python_slots(type(o)):
+                    try:
+                        slot.__delete__(o)
+                    except Exception:  # noqa: BLE001 - an unset slot
+                        pass
         except Exception:  # noqa: BLE001 - objects that refuse are left to the collector
             pass
     garbage.clear()
+
+
+def _python_slots(t: type) -> List[Any]:
+    """The member descriptors of the ``__slots__`` a Python class (and its
+    bases) declares; C types' own fields are left to them. Not cached: a
+    descriptor refers to its class, which a cache would keep alive (classes
+    made in a function are garbage too)."""
+    got: List[Any] = []
+    for cls in getattr(t, "__mro__", ()):
+        d = cls.__dict__
+        if "__slots__" in d:
+            got.extend(v for v in d.values() if isinstance(v, types.MemberDescriptorType))
+    return got
 
 
 _watcher: Optional[Watcher] = None
