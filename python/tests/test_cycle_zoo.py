@@ -365,3 +365,17 @@ def test_a_loop_is_released_by_the_collection_that_found_it(make: Callable[[], N
         r = w.stop()
     assert w.collections_seen == 1
     assert r is not None and [f["count"] for f in r.findings] == [1] and r.bytes == 800
+
+
+def class_made_in_a_function() -> None:
+    class Registry:
+        pass
+
+    Registry.table = torch.ones(100)  # type: ignore[attr-defined]
+
+
+def test_a_class_made_at_run_time_is_explained_by_its_attributes(tmp_path: Path) -> None:
+    f = the_finding(class_made_in_a_function, tmp_path)
+    assert f["bytes"] == 400
+    assert "`Registry` is a class made while the program ran" in f["explanation"], f["explanation"]
+    assert "(`Registry.table`)" in f["explanation"] and "weakref" not in f["explanation"]

@@ -174,7 +174,7 @@ impl<'a> Analyzer<'a> {
                 report.findings.push(Finding {
                     signature: format!("{signature:032x}"),
                     title: title(&example.cycle, cycle_length, held.len() as u64, held_bytes),
-                    explanation: explanation(&example.cycle, held.len() as u64, held_bytes),
+                    explanation: explanation(&example, held.len() as u64, held_bytes),
                     closing_edge: closing_edge(&example.cycle),
                     count: 0,
                     tensors: 0,

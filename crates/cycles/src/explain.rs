@@ -2,7 +2,7 @@
 //! closes its loop, and an explanation with the fix that fits the kind of
 //! reference (bound method, closure, frame, plain attribute).
 
-use crate::report::Step;
+use crate::report::{Example, Step};
 
 pub use vramscope_text::units::{bytes, count};
 
@@ -89,6 +89,48 @@ fn autograd_ctx(cycle: &[Step]) -> Option<usize> {
     })
 }
 
+/// A class on the loop by the references every class has to itself (a
+/// descriptor's `__objclass__`, its `__mro__`): its name, from its repr
+/// (`<class 'mod.f.<locals>.Registry'>`), and the class attributes that
+/// lead to the tensors (`` `Registry.table` ``).
+fn runtime_class(example: &Example) -> Option<(String, String)> {
+    let cycle = &example.cycle;
+    if !cycle
+        .iter()
+        .any(|st| st.label == "__objclass__" || st.label == "__mro__")
+    {
+        return None;
+    }
+    let class = cycle.iter().find(|st| {
+        example
+            .nodes
+            .get(st.node)
+            .is_some_and(|n| n.repr.starts_with("<class '"))
+    })?;
+    let repr = &example.nodes[class.node].repr;
+    let qualified = repr.trim_start_matches("<class '").trim_end_matches("'>");
+    let name = qualified
+        .rsplit('.')
+        .next()
+        .unwrap_or(qualified)
+        .to_string();
+    let mut attrs: Vec<String> = Vec::new();
+    for path in &example.paths {
+        if let Some(first) = path.first() {
+            let a = format!("`{name}{}`", first.label);
+            if first.node == class.node && first.label.starts_with('.') && !attrs.contains(&a) {
+                attrs.push(a);
+            }
+        }
+    }
+    let attrs = if attrs.is_empty() {
+        "its attributes".to_string()
+    } else {
+        attrs.join(", ")
+    };
+    Some((name, attrs))
+}
+
 /// The registration that fills a hook dict, by the dict's attribute: a
 /// module's (`._forward_hooks`), a tensor's (`_backward_hooks`) or an
 /// optimizer's.
@@ -159,7 +201,8 @@ fn closure_name(label: &str) -> Option<&str> {
 }
 
 /// Why the tensors of `cycle` stay allocated and how to break the loop.
-pub(crate) fn explanation(cycle: &[Step], tensors: u64, held: u64) -> String {
+pub(crate) fn explanation(example: &Example, tensors: u64, held: u64) -> String {
+    let cycle = &example.cycle[..];
     let n = cycle.len();
     if n == 0 {
         return String::new();
@@ -184,6 +227,14 @@ pub(crate) fn explanation(cycle: &[Step], tensors: u64, held: u64) -> String {
              output without the loop (and checks it was not changed in place).",
             step(i + 1).label,
             step(i + 1).type_name,
+        ));
+    } else if let Some((name, attrs)) = runtime_class(example) {
+        s.push_str(&format!(
+            "`{name}` is a class made while the program ran (a `class` statement inside a \
+             function, or `type(…)`): a class refers to itself (its `__mro__`, its attribute \
+             descriptors), so what it keeps as class attributes ({attrs}) is freed only when \
+             the collector frees the class. Keep the tensors on an instance (`self.…`), or \
+             define the class once, at module level.",
         ));
     } else if let Some((i, register)) = cycle
         .iter()
