@@ -50,6 +50,7 @@ mod example;
 mod explain;
 mod graph;
 mod html;
+mod kinds;
 mod layout;
 mod report;
 mod route;
