@@ -204,6 +204,21 @@ def test_a_loop_through_a_generator_is_freed_by_the_collector(runs: Dict[str, Pa
     assert "pile up (80.00 KiB per iteration," in found[0]["explanation"], found[0]["explanation"]
 
 
+def test_a_tensor_hook_that_refers_to_its_tensor_is_named(runs: Dict[str, Path]) -> None:
+    """`out.register_hook(lambda g: ... out ...)` on an output: never freed,
+    not even by the collector; the finding names the line, not a guess."""
+    r = leaks(runs["tensor_hook"])
+    found = by_severity(r, "leak")
+    assert len(found) == 1, [f["title"] for f in r["findings"]]
+    f = found[0]
+    assert f["title"].endswith("a hook on the tensor refers to it"), f["title"]
+    # The output, 2048 x 10 float32, every iteration.
+    assert f["bytes_per_iteration"] == pytest.approx(BATCH * 10 * 4, rel=0.01)
+    assert "out.register_hook(lambda g: g * (out.detach().norm() > 0))" in f["explanation"]
+    assert "never freed, not even by `gc.collect()`" in f["explanation"]
+    assert "h.remove()" in f["fix"]
+
+
 @pytest.mark.parametrize("variant", ["zero_grad_late", "zero_grad_keep"])
 def test_gradients_held_into_the_next_forward(runs: Dict[str, Path], variant: str) -> None:
     r = leaks(runs[variant])

@@ -20,6 +20,10 @@ recorded by vramscope's own recorder (the CPU path without a GPU), one
   the collector breaks that loop by closing the generator, and frees the
   tensor by reference counting inside the collection, counting it in no
   ``collected``.
+* ``tensor_hook``: each iteration's output gets a gradient hook that refers
+  to the output itself (``out.register_hook(lambda g: ... out ...)``): on a
+  tensor made by an operation PyTorch keeps the hook where Python's collector
+  cannot follow it, and the output is never freed.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from torch import nn
 
 import vramscope
 
-VARIANTS = ("clean", "zero_grad_late", "zero_grad_keep", "loss_sum", "append", "cycle", "generator_cycle")
+VARIANTS = ("clean", "zero_grad_late", "zero_grad_keep", "loss_sum", "append", "cycle", "generator_cycle", "tensor_hook")
 
 
 class MLP(nn.Module):
@@ -84,6 +88,12 @@ class Batches:
             yield self.value
 
 
+def forward_with_probe(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    out = model(x)
+    out.register_hook(lambda g: g * (out.detach().norm() > 0))  # the bug: the hook keeps `out`
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("variant", choices=VARIANTS)
@@ -100,7 +110,7 @@ def main() -> None:
         for step in range(args.iters):
             if args.variant not in ("zero_grad_late", "zero_grad_keep"):
                 opt.zero_grad(set_to_none=True)
-            out = model(x)
+            out = forward_with_probe(model, x) if args.variant == "tensor_hook" else model(x)
             loss = nn.functional.cross_entropy(out, y)
             if args.variant == "cycle":
                 link(out * 2, out.detach() * 3)

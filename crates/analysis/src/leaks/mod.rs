@@ -140,6 +140,10 @@ pub struct SiteEvidence {
     pub code: Option<String>,
     /// A later line that stores the tensor (`self.features.append(h)`).
     pub kept_by: Option<(u32, String)>,
+    /// Where `kept_by` is when it is not in the site's function: a caller
+    /// that registered a hook on the returned tensor (`train.py:40 in
+    /// step`, the caller's frame).
+    pub kept_in: Option<String>,
     /// What holds most of the site's tensors alive at the end, by name,
     /// when the recorder looked (vramscope's recorder does at the end).
     pub held_by: Option<holders::HeldBy>,

@@ -307,6 +307,18 @@ fn stores(l: &str, name: Option<&str>) -> bool {
             .match_indices(n)
             .any(|(i, _)| word_boundary(s, i, n.len())),
     };
+    // `y.register_hook(lambda g: g * y.norm())`: a hook on the tensor that
+    // refers to it, kept by PyTorch where the collector cannot follow.
+    if let Some((receiver, args)) = tensor_hook_call(t) {
+        return match name {
+            None => true,
+            Some(n) => {
+                receiver.ends_with(n)
+                    && word_boundary(receiver, receiver.len() - n.len(), n.len())
+                    && mentions(args)
+            }
+        };
+    }
     for call in [
         ".append(",
         ".extend(",
@@ -330,6 +342,19 @@ fn stores(l: &str, name: Option<&str>) -> bool {
         return container && name.is_some() && mentions(rhs);
     }
     false
+}
+
+/// A tensor's hook registration in `t` (`y.register_hook(...)`,
+/// `register_post_accumulate_grad_hook`): what it is called on, and its
+/// arguments.
+pub(crate) fn tensor_hook_call(t: &str) -> Option<(&str, &str)> {
+    ["register_hook(", "register_post_accumulate_grad_hook("]
+        .iter()
+        .find_map(|c| {
+            let at = t.find(c)?;
+            let receiver = t[..at].strip_suffix('.')?;
+            Some((receiver.trim_start(), &t[at + c.len()..]))
+        })
 }
 
 fn word_boundary(s: &str, i: usize, len: usize) -> bool {
@@ -381,6 +406,21 @@ mod tests {
         assert_eq!(s.store_into_function("train.py", 16, "f", "losses"), None);
         assert_eq!(s.store_into_function("train.py", 11, "", "losses"), None);
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn a_hook_on_the_tensor_that_refers_to_it_keeps_it() {
+        assert!(stores("y.register_hook(lambda g: g * y.norm())", Some("y")));
+        assert!(stores(
+            "out.register_hook(functools.partial(f, out))",
+            Some("out")
+        ));
+        // On another tensor, or not referring to it: the hook keeps nothing of `y`.
+        assert!(!stores("x.register_hook(lambda g: g * y)", Some("y")));
+        assert!(!stores("y.register_hook(lambda g: g * 2)", Some("y")));
+        assert!(!stores("my.register_hook(lambda g: g + y)", Some("y")));
+        // A module's hook is not a tensor's.
+        assert!(!stores("m.register_forward_hook(lambda *a: y)", Some("y")));
     }
 
     #[test]

@@ -135,6 +135,33 @@ pub(in crate::leaks) fn growth_finding(
             keeper
         };
         let code_quote = &code;
+        if let Some((line, hook)) = first
+            .kept_by
+            .as_ref()
+            .filter(|k| held.is_none() && crate::leaks::source::tensor_hook_call(&k.1).is_some())
+        {
+            return Finding {
+                kind: FindingKind::Growth,
+                severity: Severity::Leak,
+                title: format!("{} grows by {} per iteration: a hook on the tensor refers to it", first.site, bytes(per as u64)),
+                explanation: format!(
+                    "The tensors allocated at {}{code_quote} are never freed: {} more are alive at the end of each iteration, {} by the end of iteration {n}. {} registers a hook on the tensor that refers to the tensor itself: `{}`. On a tensor made by an operation PyTorch keeps its hooks where Python's collector cannot follow them, so the tensor and its autograd graph are never freed, not even by `gc.collect()`.",
+                    first.site,
+                    bytes(per as u64),
+                    bytes(total),
+                    match first.kept_in.as_deref() {
+                        Some(caller) => format!("In its caller ({caller}), line {line}"),
+                        None => format!("Line {line} of {}", short_file(&first.file)),
+                    },
+                    hook.split(" #").next().unwrap_or(hook).trim(),
+                ),
+                fix: "Keep the handle the registration returns and remove the hook once it has run (`h = t.register_hook(...)`, then `h.remove()`), or let the hook capture what it needs computed beforehand (a number) instead of the tensor.".into(),
+                bytes_per_iteration: per,
+                bytes: total,
+                iterations: (1, n),
+                sites: ev,
+            };
+        }
         if let Some(code) = host_copy_on_the_cpu(ctx, held, first.kept_by.as_ref()) {
             let holder = held.map_or_else(|| "a list".to_owned(), |h| format!("`{}`", h.name));
             return Finding {

@@ -9,7 +9,9 @@ use super::source::Sources;
 use super::{Finding, FindingKind, Severity, SiteEvidence};
 use crate::lifetimes::{BEFORE_WINDOW, STILL_ALIVE};
 use crate::optimizers;
-use crate::sites::{frame_label, frame_location, is_noise, stack_lines, PARTS_PER_SITE};
+use crate::sites::{
+    frame_label, frame_location, is_library, is_native, is_noise, stack_lines, PARTS_PER_SITE,
+};
 use crate::within::{parts, ModuleIndex};
 use vramscope_text::units::bytes;
 
@@ -87,16 +89,26 @@ impl Context<'_> {
         let path = (s.leak_example.0 > 0 && s.freed_example.0 > 0)
             .then(|| leaking_path(self.snap, s.leak_example.1, s.freed_example.1))
             .flatten();
+        let own = if keeper {
+            src.keeper(&file, line)
+        } else {
+            None
+        };
+        let (kept_by, kept_in) = match own {
+            Some(k) => (Some(k), None),
+            None if keeper => s
+                .site
+                .and_then(|fid| hook_in_callers(self.snap, shown, fid, src))
+                .map_or((None, None), |(k, at)| (Some(k), Some(at))),
+            None => (None, None),
+        };
         SiteEvidence {
             held_by,
             code: src
                 .line(&file, line)
                 .filter(|c| !self.function_lines || c.starts_with("def ")),
-            kept_by: if keeper {
-                src.keeper(&file, line)
-            } else {
-                None
-            },
+            kept_by,
+            kept_in,
             site: label,
             file,
             line,
@@ -119,6 +131,34 @@ impl Context<'_> {
                 .filter(|c| *c != crate::categories::Category::Unknown),
         }
     }
+}
+
+/// A hook on the tensor that refers to it, registered by a caller of the
+/// site's line (`out = model(x)` then `out.register_hook(lambda g: … out
+/// …)` in the function that called the model's `forward`): the program's
+/// frames outside the site, nearest first, a few deep.
+fn hook_in_callers(
+    snap: &Snapshot,
+    stack: StackId,
+    site: FrameId,
+    src: &mut Sources,
+) -> Option<((u32, String), String)> {
+    snap.stacks
+        .get(stack)
+        .iter()
+        .skip_while(|&&f| f != site)
+        .skip(1)
+        .filter(|&&f| {
+            let (file, _, name) = frame_location(snap, snap.frames.get(f));
+            !is_noise(&file, &name) && !is_native(&file, &name) && !is_library(&file)
+        })
+        .take(4)
+        .find_map(|&f| {
+            let (file, line, _) = frame_location(snap, snap.frames.get(f));
+            src.keeper(&file, line)
+                .filter(|(_, code)| super::source::tensor_hook_call(code).is_some())
+                .map(|k| (k, frame_label(snap, f)))
+        })
 }
 
 pub(super) fn evidence_list(
