@@ -35,7 +35,7 @@ def record(program: str, form: str, workdir: Path) -> Dict[str, Any]:
     out = workdir / f"{program}.{form}.pickle"
     proc = run_python(["-c", MAIN, "-q", "--no-report", "-o", str(out), str(SCRIPTS / "corpus.py"), program, form],
                       cwd=workdir, timeout=600, preload=corpus.preload(program))
-    cell: Dict[str, Any] = {"rc": proc.returncode, "stderr": proc.stderr[-3000:], "findings": []}
+    cell: Dict[str, Any] = {"rc": proc.returncode, "stderr": proc.stderr[-3000:], "findings": [], "path": out}
     if proc.returncode == 0 and out.exists():
         import vramscope
 
@@ -181,3 +181,28 @@ def main() -> None:
 if __name__ == "__main__":
     main()
 
+
+
+@pytest.mark.parametrize("cell", [("zoo_bert", "outputs_kept"), ("zoo_lstm", "outputs_kept")], ids=["bert", "lstm"])
+def test_the_caller_that_keeps_a_models_output_is_quoted(results: Dict[Tuple[str, str], Dict[str, Any]], cell: Tuple[str, str]) -> None:
+    """The site is inside the model's `forward` (a wrapper in zoo.py); the
+    line that keeps what it returned is in its caller: read there too, as a
+    snapshot without vramscope's holders (PyTorch's own recorder) has
+    nothing else to name it."""
+    leaks = [f for f in results[cell]["findings"] if f["severity"] == "leak"]
+    assert leaks, [f["title"] for f in results[cell]["findings"]]
+    site = leaks[0]["sites"][0]
+    assert site["file"].endswith("zoo.py")
+    assert site["kept_by"] is not None and site["kept_by"][0] == _planted_line(*cell), site["kept_by"]
+    assert site["kept_in"] is not None and "corpus.py:" in site["kept_in"] and site["kept_in"].endswith(" in run"), site["kept_in"]
+    # Without the recorder's holders, the caller's line is the explanation.
+    import pickle
+
+    import vramscope
+
+    with open(results[cell]["path"], "rb") as fh:
+        snap = pickle.load(fh)
+    snap["vramscope"].pop("holders", None)
+    snap["vramscope"].pop("holder_samples", None)
+    bare = [f for f in vramscope.loads(pickle.dumps(snap)).leaks(source_roots=[SCRIPTS])["findings"] if f["severity"] == "leak"]
+    assert bare and "In its caller (" in bare[0]["explanation"] and "`kept.append(out)" in bare[0]["explanation"], bare and bare[0]["explanation"]

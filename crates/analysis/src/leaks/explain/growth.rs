@@ -113,10 +113,15 @@ pub(in crate::leaks) fn growth_finding(
                 } else {
                     "stores it"
                 };
-                format!(
-                    " Line {line} of {} {verb}: `{code}`.",
-                    short_file(&first.file)
-                )
+                match first.kept_in.as_deref() {
+                    Some(caller) => {
+                        format!(" In its caller ({caller}), line {line} {verb}: `{code}`.")
+                    }
+                    None => format!(
+                        " Line {line} of {} {verb}: `{code}`.",
+                        short_file(&first.file)
+                    ),
+                }
             })
             .unwrap_or_default();
         let code = first

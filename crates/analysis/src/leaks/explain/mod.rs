@@ -98,7 +98,7 @@ impl Context<'_> {
             Some(k) => (Some(k), None),
             None if keeper => s
                 .site
-                .and_then(|fid| hook_in_callers(self.snap, shown, fid, src))
+                .and_then(|fid| keeper_in_callers(self.snap, shown, fid, src))
                 .map_or((None, None), |(k, at)| (Some(k), Some(at))),
             None => (None, None),
         };
@@ -133,11 +133,14 @@ impl Context<'_> {
     }
 }
 
-/// A hook on the tensor that refers to it, registered by a caller of the
-/// site's line (`out = model(x)` then `out.register_hook(lambda g: … out
-/// …)` in the function that called the model's `forward`): the program's
-/// frames outside the site, nearest first, a few deep.
-fn hook_in_callers(
+/// A line that stores the tensor in a caller of the site's function: the
+/// site is where the tensor was made (a model's `forward`), the caller
+/// assigns what it returned and keeps it (`out = model(x)`, then
+/// `kept.append(out)`, or a hook on `out` that refers to it): the
+/// program's frames outside the site, nearest first, a few deep. With
+/// vramscope's recorder the holder is named anyway; this is what a
+/// snapshot from PyTorch's own recorder has.
+fn keeper_in_callers(
     snap: &Snapshot,
     stack: StackId,
     site: FrameId,
@@ -155,9 +158,7 @@ fn hook_in_callers(
         .take(4)
         .find_map(|&f| {
             let (file, line, _) = frame_location(snap, snap.frames.get(f));
-            src.keeper(&file, line)
-                .filter(|(_, code)| super::source::tensor_hook_call(code).is_some())
-                .map(|k| (k, frame_label(snap, f)))
+            src.keeper(&file, line).map(|k| (k, frame_label(snap, f)))
         })
 }
 
