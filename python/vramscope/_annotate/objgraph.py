@@ -137,10 +137,13 @@ def build_graph(
     for i in keep:
         o = objects[i]
         t = type(o)
+        # A class is named as itself (`class Registry`), not by its
+        # metaclass (`type`): a loop of classes made at run time reads as them.
+        is_class = isinstance(o, type)
         nodes.append(
             {
-                "type": t.__qualname__,
-                "module": t.__module__,
+                "type": f"class {_class_name(o)}" if is_class else t.__qualname__,
+                "module": (getattr(o, "__module__", None) or t.__module__) if is_class else t.__module__,
                 "repr": _short_repr(o),
                 # A FakeTensor is a node like any object: it holds nothing.
                 "tensor": _tensor_info(o, stacks) if holds_memory(o) else None,
@@ -155,6 +158,15 @@ def build_graph(
         if src in renum and dst in renum:
             out.append({"src": renum[src], "dst": renum[dst], "label": label})
     return {"nodes": nodes, "edges": out, "site": site}
+
+
+def _class_name(c: type) -> str:
+    """The class's qualified name without the function it was made in
+    (`Registry`, not `make.<locals>.Registry`)."""
+    try:
+        return str(c.__qualname__).rsplit("<locals>.", 1)[-1]
+    except Exception:  # noqa: BLE001 - a metaclass that hides it
+        return str(getattr(c, "__name__", "?"))
 
 
 def reachable(roots: Iterable[Any], skip: Set[int], limit: int) -> List[Any]:
