@@ -20,12 +20,20 @@ finds the minimal cycles, the path to each tensor and deduplicates identical
 shapes (a cycle created 10,000 times by the same code is one finding with a
 count). The kept garbage is then released at once the way the collector
 itself would have freed it: its containers are cleared (dicts, lists, sets,
-closure cells, frames), which breaks the cycles, and reference counting frees
+deques, closure cells, frames and the locals they cached, slots, exceptions'
+links), which breaks the cycles, and reference counting frees
 the objects, so memory is not held longer than without the watcher and no
 extra collection runs. Collections that find no garbage cost two list-length
 reads.
 
 :func:`find` analyses a given set of objects on demand (tests, notebooks).
+
+Not seen at a collection, by how CPython collects: a loop through a
+suspended generator or coroutine (the collector closes it before anything
+reaches the garbage, and the loop dies by reference counting), and a hook on
+a tensor made by an operation that captures the tensor (PyTorch keeps it
+where the collector cannot follow: never garbage, never freed). ``find``
+names both on live objects; ``vramscope leaks`` sees both in a recording.
 """
 
 from __future__ import annotations
@@ -378,6 +386,7 @@ def _release(garbage: List[Any]) -> None:
     (the collector's ``tp_clear``), which breaks the cycles, then drop the
     list so that reference counting frees the objects. Nothing else refers to
     them: they were unreachable, and their finalizers have already run."""
+    slots: Dict[type, List[Any]] = {}  # per call: a lasting cache would keep classes alive
     for o in garbage:
         try:
             if isinstance(o, (dict, list, set, collections.deque)):
@@ -407,7 +416,11 @@ def _release(garbage: List[Any]) -> None:
                     d.clear()
                 # A loop through `__slots__` survived to the next collection,
                 # analysed (and counted) again there.
-                for slot in _python_slots(type(o)):
+                t = type(o)
+                got = slots.get(t)
+                if got is None:
+                    got = slots[t] = _python_slots(t)
+                for slot in got:
                     try:
                         slot.__delete__(o)
                     except Exception:  # noqa: BLE001 - an unset slot
@@ -419,10 +432,10 @@ def _release(garbage: List[Any]) -> None:
 
 def _python_slots(t: type) -> List[Any]:
     """The member descriptors of the ``__slots__`` a Python class (and its
-    bases) declares; C types' own fields are left to them. Not cached: a
-    descriptor refers to its class, which a cache would keep alive (classes
-    made in a function are garbage too)."""
+    bases) declares; C types' own fields are left to them."""
     got: List[Any] = []
+    if not hasattr(t, "__slots__"):  # most classes: one lookup
+        return got
     for cls in getattr(t, "__mro__", ()):
         d = cls.__dict__
         if "__slots__" in d:
