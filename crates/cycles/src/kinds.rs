@@ -37,9 +37,9 @@ pub(crate) fn autograd_ctx(cycle: &[Step]) -> Option<usize> {
 }
 
 /// A class on the loop by the references every class has to itself (a
-/// descriptor's `__objclass__`, its `__mro__`): its name, from its repr
-/// (`<class 'mod.f.<locals>.Registry'>`), and the class attributes that
-/// lead to the tensors (`` `Registry.table` ``).
+/// descriptor's `__objclass__`, its `__mro__`): its name (the graph names
+/// a class `class Registry`), and the class attributes that lead to the
+/// tensors (`` `Registry.table` ``).
 pub(crate) fn runtime_class(example: &Example) -> Option<(String, String)> {
     let cycle = &example.cycle;
     if !cycle
@@ -48,24 +48,14 @@ pub(crate) fn runtime_class(example: &Example) -> Option<(String, String)> {
     {
         return None;
     }
-    let class = cycle.iter().find(|st| {
-        example
-            .nodes
-            .get(st.node)
-            .is_some_and(|n| n.repr.starts_with("<class '"))
-    })?;
-    let repr = &example.nodes[class.node].repr;
-    let qualified = repr.trim_start_matches("<class '").trim_end_matches("'>");
-    let name = qualified
-        .rsplit('.')
-        .next()
-        .unwrap_or(qualified)
-        .to_string();
+    let (class, name) = cycle
+        .iter()
+        .find_map(|st| Some((st.node, st.type_name.strip_prefix("class ")?)))?;
     let mut attrs: Vec<String> = Vec::new();
-    for path in &example.paths {
-        if let Some(first) = path.first() {
+    for first in example.paths.iter().filter_map(|p| p.first()) {
+        if first.node == class && first.label.starts_with('.') {
             let a = format!("`{name}{}`", first.label);
-            if first.node == class.node && first.label.starts_with('.') && !attrs.contains(&a) {
+            if !attrs.contains(&a) {
                 attrs.push(a);
             }
         }
@@ -75,7 +65,7 @@ pub(crate) fn runtime_class(example: &Example) -> Option<(String, String)> {
     } else {
         attrs.join(", ")
     };
-    Some((name, attrs))
+    Some((name.to_string(), attrs))
 }
 
 /// The registration that fills a hook dict, by the dict's attribute: a

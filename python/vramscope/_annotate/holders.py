@@ -32,7 +32,7 @@ import warnings
 from collections import deque
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
-from vramscope._annotate.refnames import TypeInfo, is_tensor, named_refs
+from vramscope._annotate.refnames import TypeInfo, holds_memory, is_tensor, named_refs
 
 # Defaults of the pass (documented in docs/leaks-json.md).
 MAX_OBJECTS = 3_000_000
@@ -275,10 +275,10 @@ def _find(main_globals: Optional[Dict[str, Any]], max_objects: int, max_seconds:
     storages: Set[int] = set()
 
     def add(t: Any, parts: List[str], root: _Root) -> None:
+        if not holds_memory(t):  # a FakeTensor: reading its address warns, and it holds nothing
+            return
         try:
             st = t.untyped_storage()
-            if st.device.type == "meta":  # a FakeTensor: reading its address warns, and holds nothing
-                return
             addr, size = st.data_ptr(), st.nbytes()
         except Exception:  # noqa: BLE001 - a tensor without storage (meta, sparse, a wrapper)
             return

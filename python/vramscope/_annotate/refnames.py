@@ -45,6 +45,7 @@ namer appends it to ``fold`` and the graph drops it as a node.
 from __future__ import annotations
 
 import collections
+import contextlib
 import gc
 import sys
 import types
@@ -271,13 +272,10 @@ def _tensor(t: Any) -> Iterator[Tuple[str, Any]]:
     autograd node and hook dicts. Read with tensor subclasses' own
     ``__torch_function__`` off, which the attribute reads would call."""
     torch = sys.modules["torch"]
-    off = getattr(torch._C, "DisableTorchFunctionSubclass", None)
+    off = getattr(torch._C, "DisableTorchFunctionSubclass", contextlib.nullcontext)
     for name in _TENSOR_REFS:
         try:
-            if off is not None:
-                with off():
-                    v = getattr(t, name, None)
-            else:
+            with off():
                 v = getattr(t, name, None)
         except Exception:  # noqa: BLE001 - a subclass whose attribute raises
             continue

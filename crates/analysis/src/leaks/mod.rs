@@ -140,9 +140,9 @@ pub struct SiteEvidence {
     pub code: Option<String>,
     /// A later line that stores the tensor (`self.features.append(h)`).
     pub kept_by: Option<(u32, String)>,
-    /// Where `kept_by` is when it is not in the site's function: a caller
-    /// that registered a hook on the returned tensor (`train.py:40 in
-    /// step`, the caller's frame).
+    /// Where `kept_by` is when it is not in the site's function: the
+    /// caller's frame (`train.py:40 in step`) that assigned what the site's
+    /// function returned and keeps it.
     pub kept_in: Option<String>,
     /// What holds most of the site's tensors alive at the end, by name,
     /// when the recorder looked (vramscope's recorder does at the end).

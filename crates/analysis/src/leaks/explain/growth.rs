@@ -113,15 +113,7 @@ pub(in crate::leaks) fn growth_finding(
                 } else {
                     "stores it"
                 };
-                match first.kept_in.as_deref() {
-                    Some(caller) => {
-                        format!(" In its caller ({caller}), line {line} {verb}: `{code}`.")
-                    }
-                    None => format!(
-                        " Line {line} of {} {verb}: `{code}`.",
-                        short_file(&first.file)
-                    ),
-                }
+                format!(" {} {verb}: `{code}`.", kept_at(first, *line))
             })
             .unwrap_or_default();
         let code = first
@@ -154,11 +146,8 @@ pub(in crate::leaks) fn growth_finding(
                     first.site,
                     bytes(per as u64),
                     bytes(total),
-                    match first.kept_in.as_deref() {
-                        Some(caller) => format!("In its caller ({caller}), line {line}"),
-                        None => format!("Line {line} of {}", short_file(&first.file)),
-                    },
-                    hook.split(" #").next().unwrap_or(hook).trim(),
+                    kept_at(first, *line),
+                    without_comment(hook),
                 ),
                 fix: "Keep the handle the registration returns and remove the hook once it has run (`h = t.register_hook(...)`, then `h.remove()`), or let the hook capture what it needs computed beforehand (a number) instead of the tensor.".into(),
                 bytes_per_iteration: per,
@@ -240,7 +229,7 @@ pub(super) fn host_copy_on_the_cpu(
     let host = [".cpu()", ".to(\"cpu\")", ".to('cpu')", ".numpy()"];
     host.iter()
         .any(|m| code.contains(m))
-        .then(|| code.split(" #").next().unwrap_or(code).trim().to_owned())
+        .then(|| without_comment(code).to_owned())
 }
 
 /// The fix, worded for the holder the recorder found and the line that
@@ -290,10 +279,24 @@ fn held_fix(held: Option<&crate::leaks::holders::HeldBy>) -> Option<String> {
     })
 }
 
+/// Where the line `kept_by` names is: `Line 7 of train.py`, or in a
+/// caller (`kept_in`), `In its caller (train.py:40 in step), line 42`.
+fn kept_at(first: &SiteEvidence, line: u32) -> String {
+    match first.kept_in.as_deref() {
+        Some(caller) => format!("In its caller ({caller}), line {line}"),
+        None => format!("Line {line} of {}", short_file(&first.file)),
+    }
+}
+
+/// A line of code without its trailing comment.
+fn without_comment(code: &str) -> &str {
+    code.split(" #").next().unwrap_or(code).trim()
+}
+
 /// `total += loss` -> `total += loss.item()`; `t = t + f(x)` ->
 /// `t = t + (f(x)).item()`: the accumulation rewritten to keep a number.
 fn with_item(code: &str, name: &str) -> Option<String> {
-    let code = code.split(" #").next().unwrap_or(code).trim();
+    let code = without_comment(code);
     let (lhs, op, rhs) = if let Some((l, r)) = code.split_once("+=") {
         (l.trim(), "+=", r.trim())
     } else {

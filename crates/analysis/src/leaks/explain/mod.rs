@@ -151,15 +151,12 @@ fn keeper_in_callers(
         .iter()
         .skip_while(|&&f| f != site)
         .skip(1)
-        .filter(|&&f| {
-            let (file, _, name) = frame_location(snap, snap.frames.get(f));
-            !is_noise(&file, &name) && !is_native(&file, &name) && !is_library(&file)
+        .map(|&f| (f, frame_location(snap, snap.frames.get(f))))
+        .filter(|(_, (file, _, name))| {
+            !is_noise(file, name) && !is_native(file, name) && !is_library(file)
         })
         .take(4)
-        .find_map(|&f| {
-            let (file, line, _) = frame_location(snap, snap.frames.get(f));
-            src.keeper(&file, line).map(|k| (k, frame_label(snap, f)))
-        })
+        .find_map(|(f, (file, line, _))| src.keeper(&file, line).map(|k| (k, frame_label(snap, f))))
 }
 
 pub(super) fn evidence_list(
