@@ -99,48 +99,6 @@ pub(super) fn must_go_candidate(sim: &Simulation) -> Option<Candidate> {
     })
 }
 
-/// The blocks the batch makes: activations, autograd's detail and the
-/// temporaries of forward and backward (the optimizer step's follow the
-/// parameters). Half the batch halves them; mixed precision can at most.
-pub(super) fn batch_made(labelled: &Labelled) -> Vec<usize> {
-    let cats = &labelled.categories;
-    (0..labelled.lifetimes.len())
-        .filter(|&b| {
-            matches!(
-                cats.category.get(b),
-                Some(Category::Activation | Category::Temporary | Category::AutogradDetail)
-            ) && cats.rule.get(b) != Some(&Rule::OptimizerFreed)
-        })
-        .collect()
-}
-
-/// Of the blocks the batch makes, those known to follow it: every
-/// activation, and a backward's or an op's own block (autograd detail, a
-/// temporary) of the size of an activation or an input (a gradient of one,
-/// a softmax's, a matrix product's result). A block of no such size is a
-/// kernel's own scratch, which may not follow the batch (oneDNN's 15.3 MiB
-/// inside timm's ConvNeXt stem convolution's backward is the same at batch
-/// 8 and 4; halved, the row read 10% below the real run): it stays whole.
-fn scales_with_the_batch(labelled: &Labelled, made: &[usize]) -> Vec<usize> {
-    let cats = &labelled.categories;
-    let l = &labelled.lifetimes;
-    let sizes: vramscope_snapshot::hash::FxHashSet<u64> = (0..l.len())
-        .filter(|&b| {
-            matches!(
-                cats.category.get(b),
-                Some(Category::Activation | Category::Input)
-            )
-        })
-        .map(|b| l.size[b])
-        .collect();
-    made.iter()
-        .copied()
-        .filter(|&b| {
-            cats.category.get(b) == Some(&Category::Activation) || sizes.contains(&l.size[b])
-        })
-        .collect()
-}
-
 /// Changes to memory of a kind: the batch, the optimizer state.
 pub(super) fn category_candidates(
     snap: &Snapshot,
@@ -163,105 +121,14 @@ pub(super) fn category_candidates(
         for_blocks(snap, device, l, &v, label)
     };
 
-    // The inputs stay whole: the code splits the batch with `chunk`, whose
-    // pieces are views of it (measured on the CPU's CNN: halving them
-    // predicted 0.19 MiB under the real run).
-    let made = batch_made(labelled);
-    let made_bytes = bytes_of(&made);
-    let batch = scales_with_the_batch(labelled, &made);
-    let (whole, whole_bytes) = (made.len() - batch.len(), made_bytes - bytes_of(&batch));
-    let activations = batch
-        .iter()
-        .filter(|&&b| cats.category.get(b) == Some(&Category::Activation))
-        .count();
-    if activations == 0 {
-        not_offered.push(NotOffered {
-            change: "a smaller micro-batch".into(),
-            why: "no memory in this trace is labelled activations: nothing shows what grows with the batch".into(),
-        });
-    } else {
-        let mut edits = with(
-            &batch,
-            ChangeKind::Scale(0.5),
-            "activations, temporaries, autograd detail",
-        );
-        // With gradients accumulated, the second micro-batch runs with the
-        // first one's gradients alive: each iteration's gradients are made
-        // at its start rather than in its backward (measured on an H200:
-        // without this, half the batch came out 6% low on allocated).
-        let (mut early, mut early_bytes) = (0usize, 0u64);
-        for b in 0..l.len() {
-            if cats.category.get(b) != Some(&Category::Gradient) || l.birth[b] == BEFORE_WINDOW {
-                continue;
-            }
-            let birth = l.birth[b] as usize;
-            let k = its.of_event(birth) as usize;
-            if let Some(it) = k.checked_sub(1).and_then(|k| its.list.get(k)) {
-                if it.start < birth && birth < it.end {
-                    edits.born_after.entry(it.start).or_default().push(birth);
-                    early += 1;
-                    early_bytes += l.size[b];
-                }
-            }
-        }
-        // A trace without a gradient is of a forward only: an inference
-        // run (the real files of OPT under FlexGen, a Transformer's
-        // evaluation, a zeroth-order optimizer), or a training run cut
-        // before its first backward (the H200's GPT that ran out in its
-        // first forward): which one, the trace cannot tell.
-        let trained = cats.category.contains(&Category::Gradient);
-        let (change, code) = if trained {
-            (
-                "half the micro-batch, with gradient accumulation over 2 steps (the same effective batch)",
-                "for chunk in batch.chunk(2):\n    outputs = model(chunk)\n    loss = loss_fn(outputs) / 2\n    loss.backward()\n\
-                 optimizer.step()\noptimizer.zero_grad(set_to_none=True)",
-            )
-        } else {
-            (
-                "half the batch per forward call: the batch in two chunks, one after the other (no backward \
-                 recorded; in training, with the gradients of the two accumulated)",
-                "for chunk in batch.chunk(2):\n    outputs = model(chunk)\n    \
-                 ...  # use this chunk's outputs (or move them off the device) before the next\n\
-                 # in training (a recording that ended before the first backward), for each chunk:\n\
-                 # loss = loss_fn(outputs) / 2; loss.backward(); then optimizer.step() once",
-            )
-        };
-        out.push(Candidate {
-            class: ChangeClass::HalfBatch,
-            change: change.into(),
-            code: code.into(),
-            settings: recorded.clone(),
-            method: Method::Replayed,
-            edits: Some(edits),
-            how: format!(
-                "replayed with each of the {} activation, temporary and autograd-detail blocks ({}) at half its \
-                 size: the memory that grows with the batch{}; the inputs whole (the chunks are views of the batch), \
-                 parameters and optimizer state as recorded{}",
-                batch.len(),
-                vramscope_text::units::bytes(bytes_of(&batch)),
-                if whole == 0 {
-                    String::new()
-                } else {
-                    format!(
-                        " (the {whole} blocks of the size of no activation or input, {}, kept whole: a kernel's own \
-                         scratch, which may not follow the batch)",
-                        vramscope_text::units::bytes(whole_bytes)
-                    )
-                },
-                if early == 0 && !trained {
-                    String::new()
-                } else if early == 0 {
-                    ", gradients as recorded".to_owned()
-                } else {
-                    format!(
-                        "; the {early} gradient blocks ({}) made at the start of their iteration: the first \
-                         micro-batch's gradients, alive while the second runs",
-                        vramscope_text::units::bytes(early_bytes)
-                    )
-                }
-            ),
-        });
-    }
+    out.extend(super::batch::half_batch_candidates(
+        snap,
+        device,
+        labelled,
+        its,
+        recorded,
+        not_offered,
+    ));
 
     let state = blocks_of(&|b| cats.category.get(b) == Some(&Category::OptimizerState));
     if state.is_empty() {

@@ -15,9 +15,10 @@
 
 use std::collections::{HashMap, HashSet};
 
+use vramscope_analysis::categories::Category;
 use vramscope_analysis::categories::Labelled;
 use vramscope_analysis::iterations::Iterations;
-use vramscope_analysis::leaks::{find_leaks_with, LeakOptions, Severity};
+use vramscope_analysis::leaks::{find_leaks_with, Finding, FindingKind, LeakOptions, Severity};
 use vramscope_analysis::lifetimes::{BEFORE_WINDOW, STILL_ALIVE};
 use vramscope_analysis::sites::{frame_label, site_frame};
 use vramscope_simulate::edits::{for_blocks, ChangeKind, Edits};
@@ -81,6 +82,10 @@ pub(super) fn leak_candidates(
     let set_to_none = gradients.and_then(|g| g.replay.as_ref().ok());
     let mut covered = false;
     for f in &findings {
+        if f.kind == FindingKind::GradientsInEvaluation {
+            out.extend(free_before_evaluation(snap, device, labelled, f, recorded));
+            continue;
+        }
         // A site may name the callee its blocks came through
         // (`train.py:92 in main → module.py:1787 in _wrapped_call_impl`):
         // the blocks are the line's.
@@ -235,4 +240,53 @@ fn free_early(
 ) -> Edits {
     let v: Vec<(usize, ChangeKind)> = blocks.iter().map(|&b| (b, ChangeKind::FreeEarly)).collect();
     for_blocks(snap, device, &labelled.lifetimes, &v, label)
+}
+
+/// The fix of the last step's gradients held through an evaluation pass:
+/// each gradient alive when an evaluation pass begins freed as it begins
+/// (`zero_grad(set_to_none=True)` before the loop). Nothing else moves:
+/// the next step's `zero_grad` freed them in the recording, and its
+/// backward makes them again either way. Checked on pytorch/examples'
+/// MNIST (tests at batch 256 after each epoch): 107.65 MiB predicted,
+/// 107.65 MiB measured with the line added.
+fn free_before_evaluation(
+    snap: &Snapshot,
+    device: u32,
+    labelled: &Labelled,
+    f: &Finding,
+    recorded: &Settings,
+) -> Option<Candidate> {
+    let l = &labelled.lifetimes;
+    let cats = &labelled.categories;
+    let mut freed: HashSet<usize> = HashSet::new();
+    let mut v: Vec<(usize, ChangeKind)> = Vec::new();
+    for &(start, _) in &cats.evaluation.spans {
+        let start = start as usize;
+        for b in 0..l.len() {
+            let alive = l.birth[b] != BEFORE_WINDOW
+                && (l.birth[b] as usize) < start
+                && (l.death[b] == STILL_ALIVE || l.death[b] as usize > start);
+            if alive && cats.category.get(b) == Some(&Category::Gradient) && freed.insert(b) {
+                v.push((b, ChangeKind::FreeAfter(start - 1)));
+            }
+        }
+    }
+    if v.is_empty() {
+        return None;
+    }
+    let total: u64 = v.iter().map(|&(b, _)| l.size[b]).sum();
+    Some(Candidate {
+        class: ChangeClass::SetToNone,
+        change: f.title.clone(),
+        code: f.fix.clone(),
+        settings: recorded.clone(),
+        method: Method::Replayed,
+        edits: Some(for_blocks(snap, device, l, &v, "the gradients alive when an evaluation pass begins")),
+        how: format!(
+            "replayed with the {} gradient blocks ({}) alive when an evaluation pass begins freed as it begins; the \
+             next step's backward makes them again, as recorded",
+            v.len(),
+            bytes(total)
+        ),
+    })
 }

@@ -28,6 +28,7 @@
 //! assert!(best.peak_reserved < advising.baseline.peak_reserved);
 //! ```
 
+mod batch;
 mod block_calls;
 mod block_stacks;
 mod candidates;
@@ -123,6 +124,9 @@ pub enum ChangeClass {
     FixLeak,
     /// Half the micro-batch, with gradient accumulation.
     HalfBatch,
+    /// Half the batch of the evaluation passes (forwards no backward used)
+    /// of a recording that trains.
+    HalfEvalBatch,
     /// 8-bit optimizer state.
     OptimizerState8bit,
     /// 8-bit optimizer state in CUDA unified memory (paged).

@@ -263,7 +263,7 @@ fn mixed_precision(
 ) -> Option<Candidate> {
     let l = &labelled.lifetimes;
     let cats = &labelled.categories;
-    let shrink = super::candidates::batch_made(labelled);
+    let shrink = super::batch::batch_made(labelled);
     if !shrink
         .iter()
         .any(|&b| cats.category.get(b) == Some(&Category::Activation))

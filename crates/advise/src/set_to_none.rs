@@ -25,7 +25,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use vramscope_analysis::categories::{Category, Labelled};
+use vramscope_analysis::categories::{Category, Labelled, Phase};
 use vramscope_analysis::iterations::Iterations;
 use vramscope_analysis::lifetimes::{Lifetimes, BEFORE_WINDOW, STILL_ALIVE};
 use vramscope_simulate::edits::{for_blocks, ChangeKind, Edits};
@@ -63,10 +63,20 @@ pub(super) fn kept_gradients(
 ) -> Option<KeptGradients> {
     let l = &labelled.lifetimes;
     let t = snap.trace(device)?;
+    // The ends of training steps: an evaluation loop's iterations (a
+    // program with no optimizer counts its module calls) run with the last
+    // step's gradients alive, which zero_grad at the next step's top frees
+    // whatever set_to_none says.
+    let phase = &labelled.categories.phases.phase;
     let ends: Vec<usize> = its
         .list
         .iter()
         .filter(|it| it.complete)
+        .filter(|it| {
+            phase
+                .get(it.start..it.end)
+                .is_some_and(|p| p.contains(&Phase::Backward))
+        })
         .map(|it| it.end)
         .collect();
     if ends.len() < 2 {

@@ -118,6 +118,9 @@ fn device(o: &mut String, d: &DeviceSummary) {
         bytes(p.allocated_bytes),
         bytes(d.peak_reserved_bytes)
     );
+    if let Some(s) = p.evaluation_sentence() {
+        let _ = writeln!(o, "                  {s}");
+    }
     if p.before_window_bytes > 0 {
         let _ = writeln!(
             o,

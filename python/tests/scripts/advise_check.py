@@ -52,6 +52,14 @@ CHECKS: List[Tuple[str, str, str, str]] = [
     ("transformer", "checkpoint_reentrant", "fsdp", "checkpoint_reentrant_fsdp"),
     ("transformer", "leak", "fix_leak", "leak_fixed"),
     ("mlp", "baseline", "half_batch", "half_batch"),
+    # A training loop that evaluates: on batches four times its own (the
+    # peak is the evaluation's: a smaller micro-batch does not lower it,
+    # half the evaluation batch does), and on batches of its own size (the
+    # peak is the training step's).
+    ("cnn", "eval4x", "half_eval_batch", "eval4x_half_eval"),
+    ("cnn", "eval4x", "half_batch", "eval4x_half_batch"),
+    ("transformer", "eval1x", "half_batch", "eval1x_half_batch"),
+    ("transformer", "eval1x", "half_eval_batch", "eval1x_half_eval"),
     ("mlp", "baseline", "foreach_off", "foreach_off"),
     # model.to(torch.bfloat16): the recorder saw fp32 weights and no autocast.
     ("cnn", "baseline", "bf16_weights", "bf16"),

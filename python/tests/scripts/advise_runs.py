@@ -49,7 +49,14 @@ change made the way the advice's code says:
   weights), gradients set to None / kept;
 * ``leak`` / ``leak_fixed``: an evaluation pass every step that keeps its
   outputs with their graphs, and the same pass under ``torch.no_grad()``
-  keeping a number (``.item()``), as the leak's fix says.
+  keeping a number (``.item()``), as the leak's fix says;
+* ``eval4x`` / ``eval1x``: after the second and the last step, an
+  evaluation pass under ``torch.no_grad()`` over two batches four times
+  (once) the training batch, each output bound as a test loop binds it
+  (pytorch/examples' MNIST trains on 64 and tests on 1,000); with
+  ``_half_batch``: the training step in two chunks (``half_batch``), the
+  evaluation unchanged; with ``_half_eval``: the evaluation in four
+  batches of half the size, the training unchanged.
 
 ``advise_check.py`` records the baseline, asks the advice what each change
 would give, runs the variants and compares.
@@ -165,7 +172,8 @@ MODELS = {"cnn": (cnn, 32), "transformer": (transformer, 16), "mlp": (mlp, 8), "
 ZOO = ("llama", "gpt2", "bert", "vit", "mixtral", "swin", "convnext")
 MODELS.update({f"zoo_{a}": (_zoo(a), 0) for a in ZOO})
 VARIANTS = ("baseline", "half_batch", "foreach_off", "del_outputs", "checkpoint", "checkpoint_outer", "checkpoint_first", "bf16", "autocast", "keep_grads", "keep_grads_late", "varlen",
-            "keep_grads_varlen", "leak", "leak_fixed")
+            "keep_grads_varlen", "leak", "leak_fixed", "eval4x", "eval4x_half_batch", "eval4x_half_eval", "eval1x",
+            "eval1x_half_batch", "eval1x_half_eval")
 
 
 # The variants that run over gloo ranks.
@@ -289,12 +297,15 @@ def main(model_name: str, variant: str, out: str) -> None:
         opt.step()
         opt.zero_grad(set_to_none=False)
     x_all, y_all = x, y
+    # The evaluation set, made before the recording: its batches are views.
+    evaluation = 4 if variant.startswith("eval4x") else 1 if variant.startswith("eval1x") else 0
+    x_eval = torch.cat([x] * evaluation) if evaluation else None
     with vramscope.record(out, backend="allocator"):
         for step in range(STEPS):
             if len(lengths) > 1:  # a Transformer's tokens, cut to this step's length
                 n = lengths[step % len(lengths)]
                 x, y = x_all[:, :n], y_all[:, :n]
-            if variant.endswith("half_batch"):
+            if variant.endswith("half_batch"):  # checkpoint_..., eval..._half_batch too
                 for xc, yc in zip(x.chunk(2), y.chunk(2)):
                     out_ = model(xc)  # bound, as the unchanged loop binds its outputs
                     loss = loss_fn(out_, yc) / 2
@@ -317,6 +328,12 @@ def main(model_name: str, variant: str, out: str) -> None:
             elif variant == "leak_fixed":
                 with torch.no_grad():  # the fix: no graph, and a number kept, not the outputs
                     kept.append(_logits(model(x[:4])).float().mean().item())
+            if x_eval is not None and step in (1, STEPS - 1):
+                total = 0.0
+                with torch.no_grad():
+                    for xb in x_eval.chunk(4 if variant.endswith("half_eval") else 2):
+                        output = model(xb)  # bound, as a test loop binds it
+                        total += _logits(output).float().mean().item()
             vramscope.step()
 
 

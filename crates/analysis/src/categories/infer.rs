@@ -63,6 +63,7 @@ pub(super) fn infer(
     let next_other_site = next_other_site(t);
     let next_older_freed = next_older_freed(snap, t, l);
     let mut node_cache: HashMap<vramscope_snapshot::StackId, bool> = HashMap::default();
+    let mut data = super::stack_phase::DataStacks::default();
     for (b, &is_given) in given.iter().enumerate() {
         if is_given || l.birth[b] == BEFORE_WINDOW {
             continue;
@@ -94,6 +95,7 @@ pub(super) fn infer(
             Phase::ZeroGrad => continue,
             Phase::Setup if same_run => continue,
             Phase::Setup => (Category::Parameter, Rule::ModelSetup),
+            Phase::Other if data.of(snap, t.stack[i]) => (Category::Input, Rule::DataLoader),
             Phase::Other => {
                 // A batch lives through one forward (and its backward) and
                 // is freed when the next replaces it; state the program

@@ -28,6 +28,7 @@
 //! ```
 
 mod agreement;
+pub mod evaluation;
 mod given;
 mod infer;
 mod persistent;
@@ -156,6 +157,10 @@ pub enum Rule {
     /// Allocated outside forward, backward and the optimizer, and used by a
     /// later forward or backward (the batch moved to the device).
     BeforeForward,
+    /// Made by PyTorch's DataLoader (its stack passes through
+    /// `torch/utils/data/`): a batch, however long it lives (a loader that
+    /// fetches one ahead keeps two).
+    DataLoader,
     /// From before the trace, alive throughout, with the size of a gradient.
     MirrorsGradient,
     /// From before the trace, alive throughout, beyond the parameters of its
@@ -210,6 +215,7 @@ impl Rule {
             Rule::OptimizerKept => "allocated by the optimizer step, kept after it",
             Rule::OptimizerFreed => "allocated and freed inside one optimizer step",
             Rule::BeforeForward => "made before a forward that used it, freed after",
+            Rule::DataLoader => "made by PyTorch's DataLoader: a batch",
             Rule::MirrorsGradient => "from before the trace, the size of a gradient",
             Rule::MirrorsParameter => "from before the trace, beside parameters of its size",
             Rule::KeptWithoutBackward => {
@@ -255,6 +261,8 @@ pub struct Categories {
     pub rule: Vec<Rule>,
     /// Phases of the trace's events (empty without a trace).
     pub phases: Phases,
+    /// The evaluation passes of a recording that trains.
+    pub evaluation: evaluation::Evaluation,
     /// Blocks from before the trace window, by address.
     pre_window: HashMap<u64, u32>,
 }
@@ -322,6 +330,7 @@ pub fn categorize_phased(
         .filter(|&b| l.birth[b] == BEFORE_WINDOW)
         .map(|b| (l.addr[b], b as u32))
         .collect();
+    c.evaluation = evaluation::Evaluation::new(snap, t, &phases, l);
     c.phases = phases;
     c
 }

@@ -80,24 +80,7 @@ impl Phases {
     pub fn new(snap: &Snapshot, t: &DeviceTrace) -> Phases {
         let n = t.len();
         let mut marks: Vec<Option<Phase>> = vec![None; n];
-        // Backward runs on the autograd engine's threads; with Python-only
-        // stacks their allocations have no frames. A trace whose other
-        // allocations have stacks records backward that way (profiler-built
-        // traces run backward on the calling thread and do have frames).
-        // Not on the CPU: there the engine runs CPU work on the thread that
-        // called backward (with its Python frames), and an allocation
-        // without frames is no evidence of backward (`torch.get_rng_state()`'s
-        // 5,056-byte state, which a reentrant checkpoint saves as its
-        // block's forward starts, comes without frames; taken for backward,
-        // it ended the forward there).
-        let on_cpu = snap
-            .source
-            .recorder
-            .as_ref()
-            .is_some_and(|r| r.device_kind() == "cpu");
-        let stacked = t.category.is_none()
-            && !on_cpu
-            && (0..n).any(|i| t.action[i] == Action::Alloc && !is_empty(snap, t.stack[i]));
+        let stacked = stackless_is_backward(snap, t);
         let mut stacks = StackPhases::new(snap);
         // The phase each metadata string names, read once per string.
         let mut tag_of: vramscope_snapshot::hash::FxHashMap<
@@ -229,6 +212,30 @@ impl Phases {
             })
             .count()
     }
+}
+
+/// Whether an allocation without frames in `t` is backward's.
+///
+/// Backward runs on the autograd engine's threads; with Python-only stacks
+/// their allocations have no frames. A trace whose other allocations have
+/// stacks records backward that way (profiler-built traces, with
+/// categories, run backward on the calling thread and do have frames).
+/// Not on the CPU: there the engine runs CPU work on the thread that called
+/// backward (with its Python frames), and an allocation without frames is
+/// no evidence of backward: `torch.get_rng_state()`'s 5,056-byte state,
+/// which a reentrant checkpoint saves as its block's forward starts, and
+/// the storages `torch.load` unpickles (a model loaded after training)
+/// come without frames. Taken for backward, the first ended a forward
+/// there, the second made a loaded model's parameters "gradients".
+pub fn stackless_is_backward(snap: &Snapshot, t: &DeviceTrace) -> bool {
+    let on_cpu = snap
+        .source
+        .recorder
+        .as_ref()
+        .is_some_and(|r| r.device_kind() == "cpu");
+    t.category.is_none()
+        && !on_cpu
+        && (0..t.len()).any(|i| t.action[i] == Action::Alloc && !is_empty(snap, t.stack[i]))
 }
 
 fn is_empty(snap: &Snapshot, s: StackId) -> bool {

@@ -57,6 +57,16 @@ pub(super) fn frame_phase(file: &str, name: &str) -> Option<Phase> {
 
 const UNSEEN: u8 = u8::MAX;
 const NONE: u8 = u8::MAX - 1;
+/// A frame of PyTorch's data loading (see [`is_data_loading`]).
+const DATA: u8 = u8::MAX - 2;
+
+/// Whether a frame is PyTorch's data loading (`DataLoader.__next__`, its
+/// fetchers): what runs under it is the dataset's code, transforms
+/// included, which is not the model's forward even where a transform is a
+/// module (torchvision's `Normalize`, whose call would name forward).
+pub(super) fn is_data_loading(file: &str) -> bool {
+    file.replace('\\', "/").contains("torch/utils/data/")
+}
 
 fn decode(v: u8) -> Option<Phase> {
     match v {
@@ -67,6 +77,24 @@ fn decode(v: u8) -> Option<Phase> {
         4 => Some(Phase::Setup),
         5 => Some(Phase::Other),
         _ => None,
+    }
+}
+
+/// Which stacks pass through PyTorch's data loading, cached per stack.
+#[derive(Default)]
+pub(super) struct DataStacks(vramscope_snapshot::hash::FxHashMap<StackId, bool>);
+
+impl DataStacks {
+    pub(super) fn of(&mut self, snap: &Snapshot, s: StackId) -> bool {
+        if s.is_none() {
+            return false;
+        }
+        *self.0.entry(s).or_insert_with(|| {
+            snap.stacks.get(s).iter().any(|&f| {
+                let (file, _, _) = frame_location(snap, snap.frames.get(f));
+                is_data_loading(&file)
+            })
+        })
     }
 }
 
@@ -123,11 +151,20 @@ impl StackPhases {
             let slot = &mut self.frames[f.0 as usize];
             if *slot == UNSEEN {
                 let (file, _, name) = frame_location(snap, snap.frames.get(f));
-                *slot = frame_phase(&file, &name).map_or(NONE, |p| p as u8);
+                *slot = if is_data_loading(&file) {
+                    DATA
+                } else {
+                    frame_phase(&file, &name).map_or(NONE, |p| p as u8)
+                };
             }
-            if let Some(p) = decode(*slot) {
-                found = Some(p);
+            // Data loading, wherever it is on the stack, is no phase of
+            // the step: the innermost frame does not decide.
+            if *slot == DATA {
+                found = Some(Phase::Other);
                 break;
+            }
+            if found.is_none() {
+                found = decode(*slot);
             }
         }
         self.stacks[s.0 as usize] = found.map_or(NONE, |p| p as u8);

@@ -5,12 +5,13 @@ use vramscope_snapshot::hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use vramscope_snapshot::{Action, DeviceTrace, Snapshot, StackId};
 
 use super::explain::{
-    cycle_finding, growth_finding, held_finding, library_state, long_lived_finding,
-    one_time_finding, regrown_finding,
+    cycle_finding, evaluation_held_finding, growth_finding, held_finding, library_state,
+    long_lived_finding, one_time_finding, regrown_finding,
 };
 use super::series::{shape, site_series, BlockIterations, Shape, SiteTable};
 use super::source::Sources;
 use super::{Finding, IterationStats, LeakOptions, Severity};
+use crate::categories::evaluation::Evaluation;
 use crate::categories::{Phase, Phases};
 use crate::lifetimes::{Lifetimes, STILL_ALIVE};
 use crate::sites::{frame_location, is_library, is_native, is_third_party};
@@ -36,6 +37,8 @@ pub(super) struct Context<'a> {
     pub function_lines: bool,
     /// The phase of each event (forward, backward, `zero_grad`, ...).
     pub phases: &'a Phases,
+    /// The evaluation passes of a recording that trains.
+    pub evaluation: &'a Evaluation,
     /// The recorder's holders, by address.
     pub holders: &'a super::holders::HolderIndex<'a>,
     /// Which block's backward made what (the recorder's spans).
@@ -77,10 +80,8 @@ pub(super) enum Role {
     Other,
 }
 
-/// `stackless`: the role of an allocation without a stack. On CUDA with
-/// Python stacks, the autograd engine's device thread has no Python frames,
-/// so a trace whose other allocations have stacks records backward's
-/// allocations, gradients included, with none.
+/// `stackless`: the role of an allocation without a stack (see
+/// [`crate::categories::phases::stackless_is_backward`]).
 fn role_of_stack(snap: &Snapshot, stack: StackId, stackless: Role) -> Role {
     if stack.is_none() || snap.stacks.get(stack).is_empty() {
         return stackless;
@@ -118,15 +119,9 @@ struct Roles<'a> {
 
 impl<'a> Roles<'a> {
     fn new(snap: &'a Snapshot, t: &DeviceTrace) -> Roles<'a> {
-        // Profiler-built traces (categories) run backward on the calling
-        // thread and have stacks for it; elsewhere, stackless allocations
-        // beside stacked ones come from the autograd engine's thread.
-        let stacked = t.category.is_none()
-            && (0..t.len()).any(|i| {
-                t.action[i] == Action::Alloc
-                    && !t.stack[i].is_none()
-                    && !snap.stacks.get(t.stack[i]).is_empty()
-            });
+        // The rule the phases follow (CUDA's engine threads have no Python
+        // frames; the CPU's engine runs on the calling thread).
+        let stacked = crate::categories::phases::stackless_is_backward(snap, t);
         Roles {
             snap,
             cache: HashMap::default(),
@@ -197,7 +192,7 @@ impl HeldScan {
 }
 
 fn scan_held_gradients(ctx: &Context, roles: &mut Roles) -> Option<HeldScan> {
-    let its: Vec<(usize, &IterationStats)> = ctx
+    let mut its: Vec<(usize, &IterationStats)> = ctx
         .iterations
         .iter()
         .enumerate()
@@ -211,6 +206,7 @@ fn scan_held_gradients(ctx: &Context, roles: &mut Roles) -> Option<HeldScan> {
     // backward allocation. Gradients held into it are the problem; during
     // backward they are expected.
     let mut forward = vec![(0usize, 0u64, 0u64); ctx.iterations.len()];
+    let mut stepped: Vec<usize> = Vec::new();
     for &(k, it) in &its {
         let (start, end) = (it.range.start, it.range.end);
         let bwd = (start..end)
@@ -227,19 +223,34 @@ fn scan_held_gradients(ctx: &Context, roles: &mut Roles) -> Option<HeldScan> {
         // gradients are alive while the batch loads, and that is right.
         // Without phases (no stacks, no annotations) the whole stretch
         // before backward counts.
-        let fwd_begin = (start..bwd)
-            .find(|&i| {
-                ctx.trace.action[i] == Action::Alloc
-                    && ctx.phases.phase.get(i) == Some(&Phase::Forward)
-                    && ctx.phases.marked.get(i) == Some(&true)
-            })
-            .unwrap_or(start);
+        // An evaluation pass is not a step's forward: what it holds is
+        // the last step's gradients, said on their own
+        // ([`scan_gradients_in_evaluation`]), and an iteration that is all
+        // evaluation (a loop with no optimizer counts module calls) has no
+        // step's forward.
+        let step_forward = |i: usize| {
+            ctx.trace.action[i] == Action::Alloc
+                && ctx.phases.phase.get(i) == Some(&Phase::Forward)
+                && ctx.phases.marked.get(i) == Some(&true)
+                && !ctx.evaluation.contains(i)
+        };
+        let fwd_begin = match (start..bwd).find(|&i| step_forward(i)) {
+            Some(i) => i,
+            None if ctx.evaluation.spans_any(start, bwd) => continue,
+            None => start,
+        };
         let a = ctx.allocated;
         let fwd_peak = (fwd_begin..bwd)
+            .filter(|&i| !ctx.evaluation.contains(i))
             .max_by_key(|&i| (a[i], std::cmp::Reverse(i)))
             .unwrap_or(fwd_begin);
         let rest = (bwd..end).map(|i| a[i]).max().unwrap_or(0);
         forward[k] = (fwd_peak, a.get(fwd_peak).copied().unwrap_or(0), rest);
+        stepped.push(k);
+    }
+    its.retain(|(k, _)| stepped.contains(k));
+    if its.is_empty() {
+        return None;
     }
     let peaks: Vec<usize> = its.iter().map(|(k, _)| forward[*k].0).collect();
     let mut held = vec![0u64; ctx.iterations.len()];
@@ -300,10 +311,56 @@ fn scan_held_gradients(ctx: &Context, roles: &mut Roles) -> Option<HeldScan> {
     })
 }
 
+/// Gradients alive at the run's peak where it is in an evaluation pass.
+pub(super) struct EvaluationHeld {
+    /// The run's peak (an event in an evaluation pass).
+    pub peak: usize,
+    pub bytes: u64,
+    /// Site → (bytes, blocks).
+    pub by_site: HashMap<u32, (u64, u64)>,
+    /// The highest allocated outside the evaluation passes.
+    pub outside: u64,
+}
+
+/// Where the run peaks in an evaluation pass, the gradients alive there:
+/// the last training step's, which nothing frees before evaluating when
+/// `zero_grad` runs at the top of the next step (pytorch/examples' MNIST
+/// and word language model, most loops written the classic way).
+fn scan_gradients_in_evaluation(ctx: &Context, roles: &mut Roles) -> Option<EvaluationHeld> {
+    let a = ctx.allocated;
+    let peak = (0..a.len()).max_by_key(|&i| (a[i], std::cmp::Reverse(i)))?;
+    if !ctx.evaluation.contains(peak) {
+        return None;
+    }
+    let l = ctx.lifetimes;
+    let mut by_site: HashMap<u32, (u64, u64)> = HashMap::default();
+    let mut bytes = 0u64;
+    for b in 0..l.len() {
+        if l.alive_after(b, peak as u32) && roles.of_block(l, b) == Role::Gradient {
+            bytes += l.size[b];
+            let e = by_site.entry(ctx.sites.of_block[b]).or_default();
+            e.0 += l.size[b];
+            e.1 += 1;
+        }
+    }
+    let outside = (0..a.len())
+        .filter(|&i| !ctx.evaluation.contains(i))
+        .map(|i| a[i])
+        .max()
+        .unwrap_or(0);
+    ctx.significant(bytes).then_some(EvaluationHeld {
+        peak,
+        bytes,
+        by_site,
+        outside,
+    })
+}
+
 /// All findings of one device.
 pub(super) fn analyze(ctx: &Context, src: &mut Sources) -> Vec<Finding> {
     let mut roles = Roles::new(ctx.snap, ctx.trace);
     let held = scan_held_gradients(ctx, &mut roles);
+    let in_evaluation = scan_gradients_in_evaluation(ctx, &mut roles);
     // The role of a site: its first block's category, else its largest block's stack.
     let site_role = |roles: &mut Roles, site: u32| -> Role {
         let st = &ctx.sites.stats[site as usize];
@@ -314,9 +371,11 @@ pub(super) fn analyze(ctx: &Context, src: &mut Sources) -> Vec<Finding> {
         roles.of_stack(st.shown_stack())
     };
     let wanted: HashSet<u32> = held
-        .as_ref()
-        .map(|h| h.by_site.keys().copied().collect())
-        .unwrap_or_default();
+        .iter()
+        .flat_map(|h| h.by_site.keys())
+        .chain(in_evaluation.iter().flat_map(|e| e.by_site.keys()))
+        .copied()
+        .collect();
     let mut shaped: Vec<(u32, Shape, Vec<i64>)> = Vec::new();
     site_series(
         ctx.lifetimes,
@@ -448,6 +507,9 @@ pub(super) fn analyze(ctx: &Context, src: &mut Sources) -> Vec<Finding> {
             f.severity = Severity::Benign; // shown, not warned
         }
         out.push(f);
+    }
+    if let Some(e) = &in_evaluation {
+        out.push(evaluation_held_finding(ctx, e, series, src));
     }
 
     // One-time growth, by role; tensors that outlive their next iteration.

@@ -114,6 +114,9 @@ pub enum FindingKind {
     ReferenceCycle,
     /// Gradients alive during the next iteration's peak.
     HeldGradients,
+    /// The last training step's gradients alive at the run's peak, which is
+    /// in an evaluation pass (forwards no backward used).
+    GradientsInEvaluation,
     /// Tensors that outlive the iteration after theirs, without growth.
     LongLived,
     /// Growth in the first iteration(s), flat afterwards.
@@ -344,6 +347,7 @@ pub fn find_leaks_with(
             .count(),
         function_lines: t.category.is_some(),
         phases: &labelled.categories.phases,
+        evaluation: &labelled.categories.evaluation,
         holders: &holders::HolderIndex::new(snap, holder_iterations(t, &iterations)),
         has_gc_marks: snap
             .annotations

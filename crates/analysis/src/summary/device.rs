@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use vramscope_snapshot::{Action, BlockState, DeviceTrace, Snapshot, NO_TIME};
 
 use super::{
-    device_limits, device_name, CounterCheck, DeviceSummary, EventStats, Oom, Peak, SummaryOptions,
-    MAX_DETAILED_OOMS,
+    device_limits, device_name, CounterCheck, DeviceSummary, EventStats, Oom, OutsideEvaluation,
+    Peak, SummaryOptions, MAX_DETAILED_OOMS,
 };
 use crate::categories::phases::Phases;
 use crate::categories::Labelled;
@@ -182,6 +182,31 @@ impl Walked {
     }
 }
 
+/// `peak` with the evaluation pass it is in, if it is in one.
+fn with_evaluation(
+    mut peak: Peak,
+    labelled: Option<&Labelled>,
+    liveness: &Liveness,
+    t: &DeviceTrace,
+) -> Peak {
+    let Some(eval) = labelled.map(|l| &l.categories.evaluation) else {
+        return peak;
+    };
+    let Some(i) = liveness.peak_index.filter(|&i| eval.contains(i)) else {
+        return peak;
+    };
+    peak.in_evaluation = i < t.len();
+    let allocated = allocated_series(liveness, t);
+    peak.outside_evaluation = (0..allocated.len())
+        .filter(|&k| !eval.contains(k))
+        .max_by_key(|&k| (allocated[k], std::cmp::Reverse(k)))
+        .map(|k| OutsideEvaluation {
+            allocated_bytes: allocated[k],
+            event_index: k as u64,
+        });
+    peak
+}
+
 fn summarize_walked(
     snap: &Snapshot,
     device: u32,
@@ -209,7 +234,10 @@ fn summarize_walked(
         top_sites: group_by_site(snap, device, &peak_live, opts.top_sites),
         live_blocks: peak_live.len() as u64,
         by_category: by_category(&peak_live),
+        in_evaluation: false,
+        outside_evaluation: None,
     };
+    let peak = with_evaluation(peak, labelled, &liveness, t);
     let reserved = reserved_after(snap, device);
     let end_reserved: u64 = snap.segments_of(device).map(|s| s.total_size).sum();
     let peak_reserved_bytes = reserved

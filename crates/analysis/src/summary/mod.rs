@@ -162,6 +162,44 @@ pub struct Peak {
     /// optimizer_state, activation, input, temporary, autograd_detail,
     /// unknown), largest first, with where the labels came from.
     pub by_category: Vec<CategoryTotal>,
+    /// Whether the peak is in an evaluation pass of a recording that
+    /// trains: forwards that no backward used (`categories::evaluation`).
+    pub in_evaluation: bool,
+    /// Where the peak is in an evaluation pass: the highest allocated
+    /// outside the evaluation passes (the training steps and the rest).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outside_evaluation: Option<OutsideEvaluation>,
+}
+
+impl Peak {
+    /// Where the peak is in an evaluation pass, the sentence that says so
+    /// and what the rest of the run peaked at.
+    pub fn evaluation_sentence(&self) -> Option<String> {
+        if !self.in_evaluation {
+            return None;
+        }
+        let rest = self
+            .outside_evaluation
+            .as_ref()
+            .map_or_else(String::new, |o| {
+                format!(
+                    "; outside evaluation the peak is {} (event {})",
+                    vramscope_text::units::bytes(o.allocated_bytes),
+                    vramscope_text::units::count(o.event_index)
+                )
+            });
+        Some(format!(
+            "in an evaluation pass (forwards no backward used: a validation or test loop, its batch its own){rest}"
+        ))
+    }
+}
+
+/// The peak of a recording's events outside its evaluation passes.
+#[derive(Clone, Debug, Serialize)]
+pub struct OutsideEvaluation {
+    pub allocated_bytes: u64,
+    /// First event after which it holds.
+    pub event_index: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]

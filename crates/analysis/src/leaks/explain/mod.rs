@@ -3,7 +3,7 @@
 
 use vramscope_snapshot::{FrameId, Snapshot, StackId};
 
-use super::findings::{Context, HeldScan, Role, SiteSeries};
+use super::findings::{Context, EvaluationHeld, HeldScan, Role, SiteSeries};
 use super::series::Shape;
 use super::source::Sources;
 use super::{Finding, FindingKind, Severity, SiteEvidence};
@@ -324,6 +324,50 @@ pub(super) fn held_finding(
         bytes_per_iteration: 0.0,
         bytes: held,
         iterations: (worst.range.number, worst.range.number),
+        sites: ev,
+    }
+}
+
+pub(super) fn evaluation_held_finding(
+    ctx: &Context,
+    e: &EvaluationHeld,
+    series: &SiteSeries,
+    src: &mut Sources,
+) -> Finding {
+    let mut sites: Vec<(u32, f64)> = e
+        .by_site
+        .iter()
+        .map(|(&s, &(b, _))| (s, b as f64))
+        .collect();
+    sites.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    let ev = evidence_list(ctx, &sites, (false, false), series, src);
+    let count: u64 = e.by_site.values().map(|v| v.1).sum();
+    let peak = ctx.allocated.get(e.peak).copied().unwrap_or(0);
+    let number = ctx
+        .iterations
+        .iter()
+        .find(|i| i.range.start <= e.peak && e.peak < i.range.end)
+        .map_or(0, |i| i.range.number);
+    Finding {
+        kind: FindingKind::GradientsInEvaluation,
+        severity: Severity::Warning,
+        title: format!("gradients of the last training step held through evaluation: {}", bytes(e.bytes)),
+        explanation: format!(
+            "The run peaks ({}) in an evaluation pass (forwards no backward used) with {count} gradient tensors ({}) \
+             of the last training step still allocated: nothing frees them between that step and the evaluation \
+             (`zero_grad` runs at the top of the next step). Without them the evaluation peaks at {}; the rest of \
+             the run peaks at {}.",
+            bytes(peak),
+            bytes(e.bytes),
+            bytes(peak.saturating_sub(e.bytes)),
+            bytes(e.outside),
+        ),
+        fix: "Free them before evaluating: `optimizer.zero_grad(set_to_none=True)` (or `model.zero_grad(set_to_none=True)`) \
+             after the last step, before the evaluation loop; the next backward makes them again."
+            .into(),
+        bytes_per_iteration: 0.0,
+        bytes: e.bytes,
+        iterations: (number, number),
         sites: ev,
     }
 }

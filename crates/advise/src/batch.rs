@@ -1,0 +1,259 @@
+//! Half the batch: the memory that follows the batch, at half its size.
+//!
+//! In a recording that trains, the training step's batch and an evaluation
+//! pass's are two numbers in the program (pytorch/examples' MNIST trains
+//! on 64 and tests on 1,000): a smaller micro-batch with gradient
+//! accumulation changes the first only, and where the peak is in an
+//! evaluation pass it does not lower it at all. So the training row halves
+//! what the training steps make, and a row of its own halves what the
+//! evaluation passes make (`categories::evaluation`: forwards no backward
+//! used). Checked for real on the CPU (`advise_check.py`, the `eval_big`
+//! programs: a training loop that evaluates on batches four times its
+//! own).
+
+use vramscope_analysis::categories::{Category, Labelled, Rule};
+use vramscope_analysis::iterations::Iterations;
+use vramscope_analysis::lifetimes::BEFORE_WINDOW;
+use vramscope_simulate::edits::{for_blocks, ChangeKind};
+use vramscope_simulate::settings::Settings;
+use vramscope_snapshot::Snapshot;
+use vramscope_text::units::bytes;
+
+use super::{Candidate, ChangeClass, Method, NotOffered};
+
+/// The blocks the batch makes: activations, autograd's detail and the
+/// temporaries of forward and backward (the optimizer step's follow the
+/// parameters). Half the batch halves them; mixed precision can at most.
+pub(super) fn batch_made(labelled: &Labelled) -> Vec<usize> {
+    let cats = &labelled.categories;
+    (0..labelled.lifetimes.len())
+        .filter(|&b| {
+            matches!(
+                cats.category.get(b),
+                Some(Category::Activation | Category::Temporary | Category::AutogradDetail)
+            ) && cats.rule.get(b) != Some(&Rule::OptimizerFreed)
+        })
+        .collect()
+}
+
+/// Of the blocks the batch makes, those known to follow it: every
+/// activation, and a backward's or an op's own block (autograd detail, a
+/// temporary) of the size of an activation or an input (a gradient of one,
+/// a softmax's, a matrix product's result). A block of no such size is a
+/// kernel's own scratch, which may not follow the batch (oneDNN's 15.3 MiB
+/// inside timm's ConvNeXt stem convolution's backward is the same at batch
+/// 8 and 4; halved, the row read 10% below the real run): it stays whole.
+fn scales_with_the_batch(labelled: &Labelled, made: &[usize]) -> Vec<usize> {
+    let cats = &labelled.categories;
+    let l = &labelled.lifetimes;
+    let sizes: vramscope_snapshot::hash::FxHashSet<u64> = (0..l.len())
+        .filter(|&b| {
+            matches!(
+                cats.category.get(b),
+                Some(Category::Activation | Category::Input)
+            )
+        })
+        .map(|b| l.size[b])
+        .collect();
+    made.iter()
+        .copied()
+        .filter(|&b| {
+            cats.category.get(b) == Some(&Category::Activation) || sizes.contains(&l.size[b])
+        })
+        .collect()
+}
+
+/// One pass's share of the batch's blocks: those halved, and those of
+/// the size of no activation or input, kept whole.
+struct Share {
+    halved: Vec<usize>,
+    whole: usize,
+    whole_bytes: u64,
+}
+
+impl Share {
+    fn new(labelled: &Labelled, made: &[usize], keep: impl Fn(usize) -> bool) -> Share {
+        let l = &labelled.lifetimes;
+        let made: Vec<usize> = made.iter().copied().filter(|&b| keep(b)).collect();
+        let halved = scales_with_the_batch(labelled, &made);
+        let bytes_of = |v: &[usize]| -> u64 { v.iter().map(|&b| l.size[b]).sum() };
+        Share {
+            whole: made.len() - halved.len(),
+            whole_bytes: bytes_of(&made) - bytes_of(&halved),
+            halved,
+        }
+    }
+
+    fn activations(&self, labelled: &Labelled) -> usize {
+        let cats = &labelled.categories;
+        self.halved
+            .iter()
+            .filter(|&&b| cats.category.get(b) == Some(&Category::Activation))
+            .count()
+    }
+
+    /// "the K activation, temporary and autograd-detail blocks (X) at half
+    /// its size: ... (the W blocks ... kept whole ...)".
+    fn how(&self, labelled: &Labelled, whose: &str) -> String {
+        let l = &labelled.lifetimes;
+        format!(
+            "each of the {} activation, temporary and autograd-detail blocks{whose} ({}) at half its size: the memory \
+             that grows with the batch{}",
+            self.halved.len(),
+            bytes(self.halved.iter().map(|&b| l.size[b]).sum()),
+            if self.whole == 0 {
+                String::new()
+            } else {
+                format!(
+                    " (the {} blocks of the size of no activation or input, {}, kept whole: a kernel's own \
+                     scratch, which may not follow the batch)",
+                    self.whole,
+                    bytes(self.whole_bytes)
+                )
+            }
+        )
+    }
+}
+
+/// The half-batch rows: the training step's micro-batch (or, in a trace
+/// with no gradient, the batch of each forward call), and where the
+/// recording trains and evaluates, the evaluation passes' batch.
+pub(super) fn half_batch_candidates(
+    snap: &Snapshot,
+    device: u32,
+    labelled: &Labelled,
+    its: &Iterations,
+    recorded: &Settings,
+    not_offered: &mut Vec<NotOffered>,
+) -> Vec<Candidate> {
+    let l = &labelled.lifetimes;
+    let cats = &labelled.categories;
+    let eval = &cats.evaluation;
+    let in_eval = |b: usize| l.birth[b] != BEFORE_WINDOW && eval.contains(l.birth[b] as usize);
+    // The inputs stay whole: the code splits the batch with `chunk`, whose
+    // pieces are views of it (measured on the CPU's CNN: halving them
+    // predicted 0.19 MiB under the real run).
+    let made = batch_made(labelled);
+    let steps = Share::new(labelled, &made, |b| !in_eval(b));
+    let evaluation = Share::new(labelled, &made, in_eval);
+    let mut out = Vec::new();
+    if steps.activations(labelled) + evaluation.activations(labelled) == 0 {
+        not_offered.push(NotOffered {
+            change: "a smaller micro-batch".into(),
+            why: "no memory in this trace is labelled activations: nothing shows what grows with the batch".into(),
+        });
+        return out;
+    }
+    let halve = |blocks: &[usize], label: &str| {
+        let v: Vec<(usize, ChangeKind)> = blocks
+            .iter()
+            .map(|&b| (b, ChangeKind::Scale(0.5)))
+            .collect();
+        for_blocks(snap, device, l, &v, label)
+    };
+    // A trace without a gradient is of a forward only: an inference run
+    // (the real files of OPT under FlexGen, a Transformer's evaluation, a
+    // zeroth-order optimizer), or a training run cut before its first
+    // backward (the H200's GPT that ran out in its first forward): which
+    // one, the trace cannot tell.
+    let trained = cats.category.contains(&Category::Gradient);
+    let evaluated = !evaluation.halved.is_empty();
+    if steps.activations(labelled) > 0 {
+        let mut edits = halve(&steps.halved, "activations, temporaries, autograd detail");
+        // With gradients accumulated, the second micro-batch runs with the
+        // first one's gradients alive: each iteration's gradients are made
+        // at its start rather than in its backward (measured on an H200:
+        // without this, half the batch came out 6% low on allocated).
+        let (mut early, mut early_bytes) = (0usize, 0u64);
+        for b in 0..l.len() {
+            if cats.category.get(b) != Some(&Category::Gradient) || l.birth[b] == BEFORE_WINDOW {
+                continue;
+            }
+            let birth = l.birth[b] as usize;
+            let k = its.of_event(birth) as usize;
+            if let Some(it) = k.checked_sub(1).and_then(|k| its.list.get(k)) {
+                if it.start < birth && birth < it.end {
+                    // After any evaluation pass the iteration begins with:
+                    // the first micro-batch's backward comes after it.
+                    let start = eval.last_end_within(it.start, birth).unwrap_or(it.start);
+                    edits.born_after.entry(start).or_default().push(birth);
+                    early += 1;
+                    early_bytes += l.size[b];
+                }
+            }
+        }
+        let (change, code) = if trained {
+            (
+                "half the micro-batch, with gradient accumulation over 2 steps (the same effective batch)",
+                "for chunk in batch.chunk(2):\n    outputs = model(chunk)\n    loss = loss_fn(outputs) / 2\n    loss.backward()\n\
+                 optimizer.step()\noptimizer.zero_grad(set_to_none=True)",
+            )
+        } else {
+            (
+                "half the batch per forward call: the batch in two chunks, one after the other (no backward \
+                 recorded; in training, with the gradients of the two accumulated)",
+                "for chunk in batch.chunk(2):\n    outputs = model(chunk)\n    \
+                 ...  # use this chunk's outputs (or move them off the device) before the next\n\
+                 # in training (a recording that ended before the first backward), for each chunk:\n\
+                 # loss = loss_fn(outputs) / 2; loss.backward(); then optimizer.step() once",
+            )
+        };
+        let whose = if evaluated {
+            " of the training steps"
+        } else {
+            ""
+        };
+        out.push(Candidate {
+            class: ChangeClass::HalfBatch,
+            change: change.into(),
+            code: code.into(),
+            settings: recorded.clone(),
+            method: Method::Replayed,
+            edits: Some(edits),
+            how: format!(
+                "replayed with {}; the inputs whole (the chunks are views of the batch), parameters and optimizer \
+                 state as recorded{}{}",
+                steps.how(labelled, whose),
+                if early == 0 && !trained {
+                    String::new()
+                } else if early == 0 {
+                    ", gradients as recorded".to_owned()
+                } else {
+                    format!(
+                        "; the {early} gradient blocks ({}) made at the start of their iteration: the first \
+                         micro-batch's gradients, alive while the second runs",
+                        bytes(early_bytes)
+                    )
+                },
+                if evaluated {
+                    format!(
+                        "; the evaluation passes' {} blocks as recorded: their batch is the evaluation loop's, \
+                         which this code does not change",
+                        evaluation.halved.len()
+                    )
+                } else {
+                    String::new()
+                }
+            ),
+        });
+    }
+    if evaluated && evaluation.activations(labelled) > 0 {
+        out.push(Candidate {
+            class: ChangeClass::HalfEvalBatch,
+            change: "half the evaluation batch (the batch size of the validation or test loop: forwards no \
+                     backward used)"
+                .into(),
+            code: "eval_loader = DataLoader(eval_set, batch_size=eval_batch_size // 2)\n\
+                   # evaluation keeps no gradients: half the batch gives the same results, with no accumulation"
+                .into(),
+            settings: recorded.clone(),
+            method: Method::Replayed,
+            edits: Some(halve(&evaluation.halved, "the evaluation passes' activations")),
+            how: format!(
+                "replayed with {}; the training steps as recorded",
+                evaluation.how(labelled, " the evaluation passes made")
+            ),
+        });
+    }
+    out
+}
