@@ -30,6 +30,18 @@ fn stack(phase: &str) -> Value {
         ]),
         "zero_grad" => json!([frame("/env/torch/optim/optimizer.py", "zero_grad"), user]),
         "data" => json!([frame("/w/train.py", "load_batch"), user]),
+        // torchvision's Normalize, an nn.Module, called by the dataset's
+        // transforms inside the DataLoader.
+        "loader" => json!([
+            frame("/env/torchvision/transforms/functional.py", "normalize"),
+            frame("/env/torchvision/transforms/transforms.py", "forward"),
+            frame("/env/torch/nn/modules/module.py", "_call_impl"),
+            frame("/env/torchvision/transforms/transforms.py", "__call__"),
+            frame("/env/torchvision/datasets/mnist.py", "__getitem__"),
+            frame("/env/torch/utils/data/_utils/fetch.py", "fetch"),
+            frame("/env/torch/utils/data/dataloader.py", "__next__"),
+            user
+        ]),
         "setup" => json!([
             frame("/env/torch/nn/modules/module.py", "_apply"),
             frame("/env/torch/nn/modules/module.py", "to"),
@@ -127,6 +139,42 @@ fn each_phase_and_lifetime_gives_its_label() {
     }
     // The last batch is alive at the end: nothing says yet what it is.
     assert_eq!(label(&s, 0x900), (Category::Unknown, Rule::NoEvidence));
+}
+
+#[test]
+fn what_the_data_loader_makes_is_an_input_through_a_transform_module() {
+    // The transform's call (a module's) inside the DataLoader once read as
+    // a forward: the sample and the batch were activations, and the batch
+    // cut the step's forward in two.
+    let snap = snapshot(
+        &[
+            ("alloc", 0x100, 512, "loader"),  // a sample, normalized
+            ("alloc", 0x180, 2048, "loader"), // the batch, collated
+            ("free_completed", 0x100, 512, "loader"),
+            ("alloc", 0x200, 1024, "forward"),
+            ("alloc", 0x400, 512, "loss"),
+            ("alloc", 0x600, 4096, "backward"),
+            ("free_completed", 0x200, 1024, "backward"),
+            ("alloc", 0x700, 4096, "optimizer"),
+            // The next batch, fetched one ahead: it lives through two
+            // forwards, which the rule of a batch by its lifetime refuses.
+            ("alloc", 0x280, 2048, "loader"),
+            ("free_completed", 0x180, 2048, "data"),
+            ("alloc", 0x300, 1024, "forward"),
+            ("alloc", 0x500, 512, "loss"),
+            ("alloc", 0x380, 2048, "loader"),
+            ("free_completed", 0x280, 2048, "data"),
+            ("alloc", 0x800, 1024, "forward"),
+        ],
+        &[],
+    );
+    assert_eq!(label(&snap, 0x100), (Category::Input, Rule::DataLoader));
+    assert_eq!(label(&snap, 0x180), (Category::Input, Rule::DataLoader));
+    assert_eq!(label(&snap, 0x280), (Category::Input, Rule::DataLoader));
+    assert_eq!(
+        label(&snap, 0x200),
+        (Category::Activation, Rule::ForwardKept)
+    );
 }
 
 #[test]

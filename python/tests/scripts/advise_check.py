@@ -60,6 +60,10 @@ CHECKS: List[Tuple[str, str, str, str]] = [
     ("cnn", "eval4x", "half_batch", "eval4x_half_batch"),
     ("transformer", "eval1x", "half_batch", "eval1x_half_batch"),
     ("transformer", "eval1x", "half_eval_batch", "eval1x_half_eval"),
+    # zero_grad at the top of the step: the last step's gradients alive
+    # through the evaluation; the fix, zero_grad before evaluating, is
+    # eval4x itself.
+    ("cnn", "eval4x_zero_first", "set_to_none", "eval4x"),
     ("mlp", "baseline", "foreach_off", "foreach_off"),
     # model.to(torch.bfloat16): the recorder saw fp32 weights and no autocast.
     ("cnn", "baseline", "bf16_weights", "bf16"),

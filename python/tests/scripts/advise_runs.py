@@ -173,7 +173,7 @@ ZOO = ("llama", "gpt2", "bert", "vit", "mixtral", "swin", "convnext")
 MODELS.update({f"zoo_{a}": (_zoo(a), 0) for a in ZOO})
 VARIANTS = ("baseline", "half_batch", "foreach_off", "del_outputs", "checkpoint", "checkpoint_outer", "checkpoint_first", "bf16", "autocast", "keep_grads", "keep_grads_late", "varlen",
             "keep_grads_varlen", "leak", "leak_fixed", "eval4x", "eval4x_half_batch", "eval4x_half_eval", "eval1x",
-            "eval1x_half_batch", "eval1x_half_eval")
+            "eval1x_half_batch", "eval1x_half_eval", "eval4x_zero_first")
 
 
 # The variants that run over gloo ranks.
@@ -300,8 +300,11 @@ def main(model_name: str, variant: str, out: str) -> None:
     # The evaluation set, made before the recording: its batches are views.
     evaluation = 4 if variant.startswith("eval4x") else 1 if variant.startswith("eval1x") else 0
     x_eval = torch.cat([x] * evaluation) if evaluation else None
+    zero_first = variant.endswith("zero_first")
     with vramscope.record(out, backend="allocator"):
         for step in range(STEPS):
+            if zero_first:  # the classic loop: zero_grad at the top of the step
+                opt.zero_grad(set_to_none=True)
             if len(lengths) > 1:  # a Transformer's tokens, cut to this step's length
                 n = lengths[step % len(lengths)]
                 x, y = x_all[:, :n], y_all[:, :n]
@@ -320,7 +323,8 @@ def main(model_name: str, variant: str, out: str) -> None:
                 loss = loss_fn(out_, y)
                 loss.backward()
             opt.step()
-            opt.zero_grad(set_to_none=not keep_grads)
+            if not zero_first:
+                opt.zero_grad(set_to_none=not keep_grads)
             if variant == "del_outputs":
                 del out_, loss
             if variant == "leak":

@@ -131,7 +131,7 @@ impl Evaluation {
         }
         // Spans: each evaluation forward, joined with the next one when
         // nothing but other work (not a step's forward, backward or
-        // optimizer step) lies between them.
+        // optimizer step, nor a model loaded) lies between them.
         let mut spans: Vec<(u32, u32)> = Vec::new();
         let mut open: Option<(usize, usize)> = None;
         for (k, r) in runs.iter().enumerate() {
@@ -140,7 +140,9 @@ impl Evaluation {
                     Some((s, _)) => (s, r.end),
                     None => (r.start, r.end),
                 });
-            } else if forward(r) || matches!(r.phase, Phase::Backward | Phase::Optimizer) {
+            } else if forward(r)
+                || matches!(r.phase, Phase::Backward | Phase::Optimizer | Phase::Setup)
+            {
                 if let Some((s, e)) = open.take() {
                     spans.push((s as u32, e as u32));
                 }

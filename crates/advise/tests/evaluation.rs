@@ -1,0 +1,73 @@
+//! A training loop that evaluates, against runs made for real on the CPU
+//! (tests/fixtures/recorded, `advise_runs.py cnn eval4x…`): the CNN trains
+//! on batches of 32 and, after its second and last steps, evaluates under
+//! `torch.no_grad()` on two batches of 128, where it peaks.
+//!
+//! Before the evaluation passes were told apart, half the micro-batch
+//! halved the evaluation's blocks too and read 44.40 → 23.4 MiB, while the
+//! program changed as its code says (the training step in two chunks)
+//! peaked where it did: a false "lower" of 47%.
+
+use vramscope_advise::{advise, Advice, AdviseOptions, ChangeClass};
+use vramscope_snapshot::{load, Snapshot};
+
+fn recorded(name: &str) -> Snapshot {
+    load(&vramscope_testdata::recorded(name), &Default::default()).expect("reads")
+}
+
+fn row(snap: &Snapshot, class: ChangeClass) -> Advice {
+    let a = advise(snap, &AdviseOptions::default()).expect("advice");
+    a.advice
+        .iter()
+        .chain(&a.no_gain)
+        .find(|r| r.class == class)
+        .unwrap_or_else(|| panic!("a {class:?} row"))
+        .clone()
+}
+
+fn off(predicted: u64, real: u64) -> f64 {
+    predicted as f64 / real as f64 - 1.0
+}
+
+#[test]
+fn half_the_micro_batch_does_not_lower_a_peak_made_by_evaluation() {
+    let snap = recorded("cnn_eval4x.pickle.gz");
+    let half = row(&snap, ChangeClass::HalfBatch);
+    // `advise_runs.py cnn eval4x_half_batch`: 46,554,652 B.
+    assert!(
+        off(half.peak_allocated, 46_554_652).abs() < 0.001,
+        "{}",
+        half.peak_allocated
+    );
+    assert!(half.how.contains("the evaluation passes'"), "{}", half.how);
+}
+
+#[test]
+fn half_the_evaluation_batch_is_its_own_row_and_lowers_it() {
+    let snap = recorded("cnn_eval4x.pickle.gz");
+    let half = row(&snap, ChangeClass::HalfEvalBatch);
+    // `advise_runs.py cnn eval4x_half_eval`: 34,930,504 B.
+    let err = off(half.peak_allocated, 34_930_504);
+    assert!(err.abs() < 0.01, "{:+.2}% off the real run", 100.0 * err);
+    assert!(
+        half.code.contains("batch_size=eval_batch_size // 2"),
+        "{}",
+        half.code
+    );
+}
+
+#[test]
+fn the_last_steps_gradients_freed_before_evaluating_are_replayed() {
+    // zero_grad at the top of each step: the last step's gradients are
+    // alive through the evaluation, where the run peaks.
+    let snap = recorded("cnn_eval4x_zero_first.pickle.gz");
+    let fix = row(&snap, ChangeClass::SetToNone);
+    assert!(
+        fix.change.contains("held through evaluation"),
+        "{}",
+        fix.change
+    );
+    // The program with zero_grad after the step (`eval4x`): 46,555,292 B.
+    let err = off(fix.peak_allocated, 46_555_292);
+    assert!(err.abs() < 0.001, "{:+.3}% off the real run", 100.0 * err);
+}
