@@ -104,7 +104,7 @@ pub fn advise_text(a: &Advising, name: &str) -> String {
         }
     }
     if !a.no_gain.is_empty() {
-        let _ = writeln!(o, "\ntried, lowers no peak here:");
+        let _ = writeln!(o, "\ntried, lowers the peak by 0.1% or less here:");
         for x in &a.no_gain {
             let _ = writeln!(
                 o,

@@ -228,7 +228,7 @@
     });
     p.appendChild(list);
     if ((a.no_gain || []).length) {
-      p.appendChild(el('h4', null, 'Tried, lowers no peak here'));
+      p.appendChild(el('h4', null, 'Tried, lowers the peak by 0.1% or less here'));
       const ul = el('ul', 'muted'); ul.id = 'advise-no-gain';
       for (const x of a.no_gain) {
         ul.appendChild(el('li', null, x.change + ': ' + (a.caching_allocator === false ? 'peak allocated ' : 'peak reserved ') + fmtBytes(x.peak_reserved) +
