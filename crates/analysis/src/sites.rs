@@ -65,6 +65,18 @@ pub fn frame_location(snap: &Snapshot, f: Frame) -> (String, u32, String) {
 /// frames name a `.py` file or a pseudo-file such as `<frozen runpy>`,
 /// `<string>` or `<ipython-input-3>`; anything else (`??`, `.cpp`, `.so`,
 /// `thread48.o`) is native.
+/// The frames of `frames` that are Python's (the native ones left out).
+pub fn python_frames(snap: &Snapshot, frames: &[FrameId]) -> Vec<FrameId> {
+    frames
+        .iter()
+        .copied()
+        .filter(|&f| {
+            let (file, _, name) = frame_location(snap, snap.frames.get(f));
+            !is_native(&file, &name)
+        })
+        .collect()
+}
+
 pub fn is_native(file: &str, _name: &str) -> bool {
     !(file.ends_with(".py") || file.ends_with(".pyx") || file.starts_with('<'))
 }

@@ -27,8 +27,9 @@ use vramscope_snapshot::hash::FxHashMap as HashMap;
 use vramscope_snapshot::{Action, DeviceTrace, FrameId, Snapshot, StackId};
 
 use super::phases::{Phase, Phases};
+use super::stack_phase::is_module_call;
 use crate::lifetimes::{Lifetimes, BEFORE_WINDOW, NOT_REQUESTED, STILL_ALIVE};
-use crate::sites::{frame_location, is_native};
+use crate::sites::{frame_location, python_frames};
 
 /// The evaluation passes of one device's trace, as event spans.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -232,21 +233,10 @@ impl Callers {
         // Innermost first: the outermost module call is the last one.
         let outermost = frames.iter().rposition(|&f| {
             let (file, _, name) = frame_location(snap, snap.frames.get(f));
-            (file
-                .replace('\\', "/")
-                .ends_with("torch/nn/modules/module.py")
-                && (name == "_call_impl" || name == "_wrapped_call_impl"))
-                || name.starts_with("nn.Module: ")
+            is_module_call(&file, &name)
         });
         let key = outermost.map(|k| {
-            let above: Vec<FrameId> = frames[k + 1..]
-                .iter()
-                .copied()
-                .filter(|&f| {
-                    let (file, _, name) = frame_location(snap, snap.frames.get(f));
-                    !is_native(&file, &name)
-                })
-                .collect();
+            let above = python_frames(snap, &frames[k + 1..]);
             let fresh = self.ids.len() as u32;
             *self.ids.entry(above).or_insert(fresh)
         });

@@ -34,7 +34,6 @@ use vramscope_snapshot::{Action, DeviceTrace, FrameId, Snapshot, StackId};
 use super::phases::StackPhases;
 use super::{Categories, Category, Phase, Phases, Rule, Source};
 use crate::lifetimes::{Lifetimes, BEFORE_WINDOW, NO_BLOCK, STILL_ALIVE};
-use crate::sites::{frame_location, is_native};
 use vramscope_gpus::allocator::MIN_BLOCK;
 
 /// Sizes compared across allocations and blocks: the caching allocator
@@ -213,14 +212,7 @@ impl PythonSites {
             return id;
         }
         let frames = snap.stacks.get(s);
-        let mut python: Vec<FrameId> = frames
-            .iter()
-            .copied()
-            .filter(|&f| {
-                let (file, _, name) = frame_location(snap, snap.frames.get(f));
-                !is_native(&file, &name)
-            })
-            .collect();
+        let mut python = crate::sites::python_frames(snap, frames);
         if python.is_empty() {
             python = frames.to_vec();
         }

@@ -9,6 +9,16 @@ use vramscope_snapshot::{Snapshot, StackId, StrId};
 use super::Phase;
 use crate::sites::{frame_location, is_native};
 
+/// Whether a frame is a module's call: `nn.Module.__call__`'s
+/// implementation (Python stacks), or the profiler's `nn.Module: Name`.
+pub(crate) fn is_module_call(file: &str, name: &str) -> bool {
+    (file
+        .replace('\\', "/")
+        .ends_with("torch/nn/modules/module.py")
+        && (name == "_call_impl" || name == "_wrapped_call_impl"))
+        || name.starts_with("nn.Module: ")
+}
+
 /// What one frame says about the phase (`None`: nothing).
 pub(super) fn frame_phase(file: &str, name: &str) -> Option<Phase> {
     let f = file.replace('\\', "/");
@@ -34,9 +44,7 @@ pub(super) fn frame_phase(file: &str, name: &str) -> Option<Phase> {
     if backward {
         return Some(Phase::Backward);
     }
-    let forward = (f.ends_with("torch/nn/modules/module.py")
-        && (name == "_call_impl" || name == "_wrapped_call_impl"))
-        || name.starts_with("nn.Module: ")
+    let forward = is_module_call(&f, name)
         || (name == "forward" && !native)
         // torch.compile's compiled graph, as profiler traces name it.
         || (native && name == "CompiledFunction");

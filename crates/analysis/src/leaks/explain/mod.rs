@@ -251,6 +251,20 @@ pub(super) fn cycle_finding(
     }
 }
 
+/// The evidence of gradients held, by site (site → bytes, blocks), the
+/// largest first, and how many tensors they are.
+fn gradient_evidence(
+    ctx: &Context,
+    by_site: &vramscope_snapshot::hash::FxHashMap<u32, (u64, u64)>,
+    series: &SiteSeries,
+    src: &mut Sources,
+) -> (Vec<SiteEvidence>, u64) {
+    let mut sites: Vec<(u32, f64)> = by_site.iter().map(|(&s, &(b, _))| (s, b as f64)).collect();
+    sites.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    let ev = evidence_list(ctx, &sites, (false, false), series, src);
+    (ev, by_site.values().map(|v| v.1).sum())
+}
+
 pub(super) fn held_finding(
     ctx: &Context,
     h: &HeldScan,
@@ -260,14 +274,7 @@ pub(super) fn held_finding(
     let worst = &ctx.iterations[h.worst];
     let (_, fwd_peak, rest) = h.forward[h.worst];
     let held = h.held[h.worst];
-    let mut sites: Vec<(u32, f64)> = h
-        .by_site
-        .iter()
-        .map(|(&s, &(b, _))| (s, b as f64))
-        .collect();
-    sites.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    let ev = evidence_list(ctx, &sites, (false, false), series, src);
-    let count: u64 = h.by_site.values().map(|v| v.1).sum();
+    let (ev, count) = gradient_evidence(ctx, &h.by_site, series, src);
     // Without them the forward pass would have peaked `held` lower; the
     // iteration's peak drops by as much, down to the peak after the forward.
     let raise = if fwd_peak > rest {
@@ -334,14 +341,7 @@ pub(super) fn evaluation_held_finding(
     series: &SiteSeries,
     src: &mut Sources,
 ) -> Finding {
-    let mut sites: Vec<(u32, f64)> = e
-        .by_site
-        .iter()
-        .map(|(&s, &(b, _))| (s, b as f64))
-        .collect();
-    sites.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    let ev = evidence_list(ctx, &sites, (false, false), series, src);
-    let count: u64 = e.by_site.values().map(|v| v.1).sum();
+    let (ev, count) = gradient_evidence(ctx, &e.by_site, series, src);
     let peak = ctx.allocated.get(e.peak).copied().unwrap_or(0);
     let number = ctx
         .iterations
