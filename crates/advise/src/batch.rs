@@ -14,9 +14,14 @@
 use vramscope_analysis::categories::{Category, Labelled, Rule};
 use vramscope_analysis::iterations::Iterations;
 use vramscope_analysis::lifetimes::BEFORE_WINDOW;
+use vramscope_analysis::liveness::allocated_series;
+use vramscope_analysis::sites::{
+    frame_label, frame_location, is_launcher, is_noise, is_third_party,
+};
+use vramscope_analysis::Liveness;
 use vramscope_simulate::edits::{for_blocks, ChangeKind};
 use vramscope_simulate::settings::Settings;
-use vramscope_snapshot::Snapshot;
+use vramscope_snapshot::{FrameId, Snapshot};
 use vramscope_text::units::bytes;
 
 use super::{Candidate, ChangeClass, Method, NotOffered};
@@ -238,22 +243,92 @@ pub(super) fn half_batch_candidates(
         });
     }
     if evaluated && evaluation.activations(labelled) > 0 {
+        let passes = passes_by_caller(snap, device, labelled);
+        let highest = passes
+            .first()
+            .map(|(line, _)| {
+                format!("# the evaluation called from {line} peaks highest: its batch first\n")
+            })
+            .unwrap_or_default();
+        let listed: Vec<String> = passes
+            .iter()
+            .map(|(line, peak)| format!("{line} (peak {})", bytes(*peak)))
+            .collect();
         out.push(Candidate {
             class: ChangeClass::HalfEvalBatch,
             change: "half the evaluation batch (the batch size of the validation or test loop: forwards no \
                      backward used)"
                 .into(),
-            code: "eval_loader = DataLoader(eval_set, batch_size=eval_batch_size // 2)\n\
-                   # evaluation keeps no gradients: half the batch gives the same results, with no accumulation"
-                .into(),
+            code: format!(
+                "{highest}eval_loader = DataLoader(eval_set, batch_size=eval_batch_size // 2)\n\
+                 # evaluation keeps no gradients: half the batch gives the same results, with no accumulation"
+            ),
             settings: recorded.clone(),
             method: Method::Replayed,
             edits: Some(halve(&evaluation.halved, "the evaluation passes' activations")),
             how: format!(
-                "replayed with {}; the training steps as recorded",
-                evaluation.how(labelled, " the evaluation passes made")
+                "replayed with {}; the training steps as recorded{}",
+                evaluation.how(labelled, " the evaluation passes made"),
+                if listed.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "; every evaluation batch halved: the passes, by what calls the model, highest first: \
+                         {}",
+                        listed.join(", ")
+                    )
+                }
             ),
         });
     }
     out
+}
+
+/// The evaluation forwards grouped by what calls the model in them (the
+/// program's two innermost frames above the call: `main.py:46 in predict
+/// ← main.py:169 in <module>`), each with the highest allocated inside
+/// them, highest first: which evaluation's batch the peak is in
+/// (pytorch/examples' Forward-Forward MNIST peaks in its `predict` of the
+/// training batch, not of the test one).
+fn passes_by_caller(snap: &Snapshot, device: u32, labelled: &Labelled) -> Vec<(String, u64)> {
+    let eval = &labelled.categories.evaluation;
+    let Some(t) = snap.trace(device) else {
+        return Vec::new();
+    };
+    let allocated = allocated_series(&Liveness::new(snap, device), t);
+    let label = |chain: &[FrameId]| -> String {
+        let program: Vec<String> = chain
+            .iter()
+            .filter(|&&f| {
+                let (file, _, name) = frame_location(snap, snap.frames.get(f));
+                !is_third_party(&file) && !is_launcher(&file) && !is_noise(&file, &name)
+            })
+            .take(2)
+            .map(|&f| frame_label(snap, f))
+            .collect();
+        match program.is_empty() {
+            true => chain
+                .first()
+                .map(|&f| frame_label(snap, f))
+                .unwrap_or_default(),
+            false => program.join(" ← "),
+        }
+    };
+    let mut by_caller: Vec<(String, u64)> = Vec::new();
+    for &(s, e, chain) in &eval.forwards {
+        let Some(chain) = chain.and_then(|c| eval.chains.get(c as usize)) else {
+            continue;
+        };
+        let line = label(chain);
+        let peak = allocated
+            .get(s as usize..e as usize)
+            .and_then(|a| a.iter().max().copied())
+            .unwrap_or(0);
+        match by_caller.iter_mut().find(|(l, _)| *l == line) {
+            Some((_, p)) => *p = (*p).max(peak),
+            None => by_caller.push((line, peak)),
+        }
+    }
+    by_caller.sort_by_key(|p| std::cmp::Reverse(p.1));
+    by_caller
 }

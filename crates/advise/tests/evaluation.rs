@@ -54,6 +54,16 @@ fn half_the_evaluation_batch_is_its_own_row_and_lowers_it() {
         "{}",
         half.code
     );
+    // Which evaluation the peak is in, by what calls the model: the
+    // program's loop in `main` (`output = model(xb)`), peaking at 44.40 MiB.
+    assert!(
+        half.how
+            .contains("by what calls the model, highest first: ")
+            && half.how.contains("advise_runs.py:339 in main ← ")
+            && half.how.contains("(peak 44.40 MiB)"),
+        "{}",
+        half.how
+    );
 }
 
 #[test]

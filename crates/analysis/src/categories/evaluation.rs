@@ -36,6 +36,12 @@ use crate::sites::{frame_location, python_frames};
 pub struct Evaluation {
     /// `[start, end)` event indices, in order, disjoint.
     pub spans: Vec<(u32, u32)>,
+    /// Each evaluation forward: `[start, end)` and the index in `chains`
+    /// of what calls the model in it, where a stack names it.
+    pub forwards: Vec<(u32, u32, Option<u32>)>,
+    /// The Python frames that call the model's outermost module call,
+    /// innermost first (`main.py:46 in predict`, `main.py:169 in <module>`).
+    pub chains: Vec<Vec<FrameId>>,
 }
 
 /// One run of equal phases: `[start, end)` and its phase.
@@ -44,6 +50,8 @@ struct Run {
     end: usize,
     phase: Phase,
     recomputed: bool,
+    /// The first caller key of a forward run.
+    caller: Option<u32>,
 }
 
 impl Evaluation {
@@ -58,7 +66,7 @@ impl Evaluation {
         // call of the model changes: consecutive forwards from two places
         // (the test loop's `model(data)` right after the training step's,
         // which the phases join into one run) are two passes.
-        let mut callers = Callers::default();
+        let mut keys = Callers::default();
         let mut runs: Vec<Run> = Vec::new();
         let mut caller: Option<u32> = None;
         for i in 0..n {
@@ -66,7 +74,7 @@ impl Evaluation {
             let key =
                 if phases.phase[i] == Phase::Forward && !recomputed && t.action[i] == Action::Alloc
                 {
-                    callers.of(snap, t.stack[i])
+                    keys.of(snap, t.stack[i])
                 } else {
                     None
                 };
@@ -84,9 +92,11 @@ impl Evaluation {
                     end: i + 1,
                     phase: phases.phase[i],
                     recomputed,
+                    caller: key,
                 });
             } else if let Some(r) = runs.last_mut() {
                 r.end = i + 1;
+                r.caller = r.caller.or(key);
             }
         }
         let forward = |r: &Run| r.phase == Phase::Forward && !r.recomputed;
@@ -134,6 +144,7 @@ impl Evaluation {
         // nothing but other work (not a step's forward, backward or
         // optimizer step, nor a model loaded) lies between them.
         let mut spans: Vec<(u32, u32)> = Vec::new();
+        let mut forwards: Vec<(u32, u32, Option<u32>)> = Vec::new();
         let mut open: Option<(usize, usize)> = None;
         for (k, r) in runs.iter().enumerate() {
             if eval[k] {
@@ -141,6 +152,7 @@ impl Evaluation {
                     Some((s, _)) => (s, r.end),
                     None => (r.start, r.end),
                 });
+                forwards.push((r.start as u32, r.end as u32, r.caller));
             } else if forward(r)
                 || matches!(r.phase, Phase::Backward | Phase::Optimizer | Phase::Setup)
             {
@@ -152,7 +164,11 @@ impl Evaluation {
         if let Some((s, e)) = open {
             spans.push((s as u32, e as u32));
         }
-        Evaluation { spans }
+        Evaluation {
+            spans,
+            forwards,
+            chains: keys.chains,
+        }
     }
 
     /// Whether event `i` is in an evaluation pass.
@@ -218,6 +234,8 @@ fn lets_go(t: &DeviceTrace, l: &Lifetimes, r: &Run) -> bool {
 struct Callers {
     by_stack: HashMap<StackId, Option<u32>>,
     ids: HashMap<Vec<FrameId>, u32>,
+    /// Per key: its frames.
+    chains: Vec<Vec<FrameId>>,
 }
 
 impl Callers {
@@ -238,7 +256,11 @@ impl Callers {
         let key = outermost.map(|k| {
             let above = python_frames(snap, &frames[k + 1..]);
             let fresh = self.ids.len() as u32;
-            *self.ids.entry(above).or_insert(fresh)
+            let id = *self.ids.entry(above.clone()).or_insert(fresh);
+            if id == fresh {
+                self.chains.push(above);
+            }
+            id
         });
         self.by_stack.insert(s, key);
         key
