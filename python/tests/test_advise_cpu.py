@@ -184,7 +184,11 @@ def test_precision_advice_follows_the_dtypes_the_recorder_saw(tmp_path):
     # On a CPU recording bf16 weights are a bound too (oneDNN's 16-bit
     # kernels book scratch an fp32 trace cannot show): "cannot tell", never
     # "fits", and the row says why.
-    assert [x["class"] for x in roomy["advice"] if x["fits"] is None] == ["bf16_weights", "mixed_precision"]
+    assert [x["class"] for x in roomy["advice"] if x["fits"] is None] == ["bf16_weights"]
+    # The MLP peaks in its fp32 optimizer step, which autocast leaves as it
+    # is: the bound lowers it by nothing (120.50 MiB, as the run under
+    # autocast measured), so it is not advice, and not a fit either.
+    assert mixed in roomy["no_gain"] and mixed["saving"] <= mixed["peak_allocated"] // 1000
     (bf16,) = [x for x in roomy["advice"] if x["class"] == "bf16_weights"]
     assert bf16["method"] == "bound" and "This is a CPU recording" in bf16["how"], bf16["how"]
     # The forward under autocast: its activations are partly bf16 already,
