@@ -421,18 +421,22 @@ def test_vramscope_live_once_json_reads_the_running_recording(tmp_path: Path) ->
 
 _STRESS = textwrap.dedent(
     """
-    import json, sys, torch, vramscope
+    import json, sys, time, torch, vramscope
     import vramscope._recording.live
     vramscope._recording.live.MAX_PUBLISH_SHARE = 1.0  # no back-off: a state every 2 ms, as stressful as it gets
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64))
     opt = torch.optim.Adam(model.parameters())
     with vramscope.record(sys.argv[1], live="file:" + sys.argv[2], live_interval=0.002, dump_at=1):
-        for _ in range(400):
+        # 400 steps, and a second at least: the states published follow the
+        # loop's length (a loaded machine once counted 48 over 400 steps).
+        t0, steps = time.perf_counter(), 0
+        while steps < 400 or time.perf_counter() - t0 < 1.0:
             model(torch.randn(16, 64)).sum().backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
             vramscope.step()
+            steps += 1
     print(json.load(open(sys.argv[2]))["seq"])
     """
 )
