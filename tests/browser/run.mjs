@@ -359,6 +359,16 @@ async function testReport(browser, snap) {
       return notes.length ? `${notes.length} note(s): ${short(notes[0], 80)}` : 'none, hidden';
     });
 
+    // A peak in an evaluation pass says so in the facts strip, with the
+    // rest of the run's peak, exactly when the summary has it.
+    await check(T('facts: a peak in an evaluation pass says so, exactly when the summary does'), async () => {
+      const facts = await textOf(page, '#facts');
+      const p = (summary.devices[0] || {}).peak || {};
+      const says = facts.includes('in an evaluation pass') && facts.includes('outside evaluation');
+      assert(says === Boolean(p.in_evaluation), `in_evaluation ${p.in_evaluation}, #facts: "${short(facts, 300)}"`);
+      return p.in_evaluation ? 'in an evaluation pass' : 'not in one';
+    });
+
     // Peak button.
     let before = null;
     await check(T('first view frames the work: the peak, every OOM and iteration mark inside'), async () => {
