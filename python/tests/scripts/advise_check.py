@@ -239,8 +239,8 @@ def rows(out_dir: str, checks=None) -> List[Row]:
         # input when it is next scheduled: on a loaded machine, after the
         # next layer's backward has allocated, one unit's copy more at one
         # rank's peak (once in CI: wide_lm's FSDP at 54.71 MB where every
-        # other run peaks at 51.56; once wide_lm's four ranks at 40.53 MiB
-        # three runs of three, where the machine runs 36.39 alone, while
+        # other run peaks at 51.56; once wide_lm's four ranks at 40.53 MB
+        # in three runs of three, 38.16 predicted and measured before, while
         # the other test worker ran whole Hugging Face and Lightning
         # trainings). A sharded run off the prediction by more than 1% is
         # run again, four times at most; the lowest peak is the run where
