@@ -77,14 +77,24 @@ struct Share {
 }
 
 impl Share {
-    fn new(labelled: &Labelled, made: &[usize], keep: impl Fn(usize) -> bool) -> Share {
+    /// Of `made` and its part that follows the batch (`batch`), the
+    /// blocks `keep` takes.
+    fn new(
+        labelled: &Labelled,
+        made: &[usize],
+        batch: &[usize],
+        keep: impl Fn(usize) -> bool,
+    ) -> Share {
         let l = &labelled.lifetimes;
-        let made: Vec<usize> = made.iter().copied().filter(|&b| keep(b)).collect();
-        let halved = scales_with_the_batch(labelled, &made);
-        let bytes_of = |v: &[usize]| -> u64 { v.iter().map(|&b| l.size[b]).sum() };
+        let (mut whole, mut whole_bytes) = (0, 0);
+        for &b in made.iter().filter(|&&b| keep(b)) {
+            whole += 1;
+            whole_bytes += l.size[b];
+        }
+        let halved: Vec<usize> = batch.iter().copied().filter(|&b| keep(b)).collect();
         Share {
-            whole: made.len() - halved.len(),
-            whole_bytes: bytes_of(&made) - bytes_of(&halved),
+            whole: whole - halved.len(),
+            whole_bytes: whole_bytes - halved.iter().map(|&b| l.size[b]).sum::<u64>(),
             halved,
         }
     }
@@ -139,8 +149,9 @@ pub(super) fn half_batch_candidates(
     // pieces are views of it (measured on the CPU's CNN: halving them
     // predicted 0.19 MiB under the real run).
     let made = batch_made(labelled);
-    let steps = Share::new(labelled, &made, |b| !in_eval(b));
-    let evaluation = Share::new(labelled, &made, in_eval);
+    let batch = scales_with_the_batch(labelled, &made);
+    let steps = Share::new(labelled, &made, &batch, |b| !in_eval(b));
+    let evaluation = Share::new(labelled, &made, &batch, in_eval);
     let mut out = Vec::new();
     if steps.activations(labelled) + evaluation.activations(labelled) == 0 {
         not_offered.push(NotOffered {

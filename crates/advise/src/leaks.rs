@@ -258,19 +258,20 @@ fn free_before_evaluation(
 ) -> Option<Candidate> {
     let l = &labelled.lifetimes;
     let cats = &labelled.categories;
-    let mut freed: HashSet<usize> = HashSet::new();
-    let mut v: Vec<(usize, ChangeKind)> = Vec::new();
-    for &(start, _) in &cats.evaluation.spans {
-        let start = start as usize;
-        for b in 0..l.len() {
-            let alive = l.birth[b] != BEFORE_WINDOW
-                && (l.birth[b] as usize) < start
-                && (l.death[b] == STILL_ALIVE || l.death[b] as usize > start);
-            if alive && cats.category.get(b) == Some(&Category::Gradient) && freed.insert(b) {
-                v.push((b, ChangeKind::FreeAfter(start - 1)));
-            }
-        }
-    }
+    // Each gradient, freed as the first evaluation pass it is alive into
+    // begins.
+    let spans = &cats.evaluation.spans;
+    let v: Vec<(usize, ChangeKind)> = (0..l.len())
+        .filter(|&b| {
+            l.birth[b] != BEFORE_WINDOW && cats.category.get(b) == Some(&Category::Gradient)
+        })
+        .filter_map(|b| {
+            let k = spans.partition_point(|&(s, _)| s <= l.birth[b]);
+            let start = spans.get(k)?.0 as usize;
+            let alive = l.death[b] == STILL_ALIVE || l.death[b] as usize > start;
+            alive.then_some((b, ChangeKind::FreeAfter(start - 1)))
+        })
+        .collect();
     if v.is_empty() {
         return None;
     }

@@ -10,6 +10,7 @@ use super::{
     device_limits, device_name, CounterCheck, DeviceSummary, EventStats, Oom, OutsideEvaluation,
     Peak, SummaryOptions, MAX_DETAILED_OOMS,
 };
+use crate::categories::evaluation::Evaluation;
 use crate::categories::phases::Phases;
 use crate::categories::Labelled;
 use crate::lifetimes::Lifetimes;
@@ -182,21 +183,13 @@ impl Walked {
     }
 }
 
-/// `peak` with the evaluation pass it is in, if it is in one.
-fn with_evaluation(
-    mut peak: Peak,
-    labelled: Option<&Labelled>,
-    liveness: &Liveness,
-    t: &DeviceTrace,
-) -> Peak {
-    let Some(eval) = labelled.map(|l| &l.categories.evaluation) else {
+/// `peak` with the evaluation pass it is in (`eval`, where it is in one)
+/// and the rest of the run's peak, from the allocated series.
+fn with_evaluation(mut peak: Peak, eval: Option<&Evaluation>, allocated: &[u64]) -> Peak {
+    let Some(eval) = eval else {
         return peak;
     };
-    let Some(i) = liveness.peak_index.filter(|&i| eval.contains(i)) else {
-        return peak;
-    };
-    peak.in_evaluation = i < t.len();
-    let allocated = allocated_series(liveness, t);
+    peak.in_evaluation = true;
     peak.outside_evaluation = (0..allocated.len())
         .filter(|&k| !eval.contains(k))
         .max_by_key(|&k| (allocated[k], std::cmp::Reverse(k)))
@@ -237,7 +230,6 @@ fn summarize_walked(
         in_evaluation: false,
         outside_evaluation: None,
     };
-    let peak = with_evaluation(peak, labelled, &liveness, t);
     let reserved = reserved_after(snap, device);
     let end_reserved: u64 = snap.segments_of(device).map(|s| s.total_size).sum();
     let peak_reserved_bytes = reserved
@@ -246,11 +238,18 @@ fn summarize_walked(
         .max()
         .unwrap_or(0)
         .max(end_reserved);
-    let allocated = if oom_idx.is_empty() {
+    // The evaluation pass the peak is in, if any (`categories::evaluation`).
+    let peak_eval = labelled.map(|l| &l.categories.evaluation).filter(|e| {
+        liveness
+            .peak_index
+            .is_some_and(|i| i < t.len() && e.contains(i))
+    });
+    let allocated = if oom_idx.is_empty() && peak_eval.is_none() {
         Vec::new()
     } else {
         allocated_series(&liveness, t)
     };
+    let peak = with_evaluation(peak, peak_eval, &allocated);
     let end = memory_state(snap, device);
     let ledger = crate::ledger::ledger(snap, device);
     let ooms = oom_idx
