@@ -24,6 +24,7 @@ use vramscope_simulate::settings::Settings;
 use vramscope_snapshot::{FrameId, Snapshot};
 use vramscope_text::units::bytes;
 
+use super::no_grad::Graphs;
 use super::{Candidate, ChangeClass, Method, NotOffered};
 
 /// The blocks the batch makes: activations, autograd's detail and the
@@ -139,6 +140,7 @@ pub(super) fn half_batch_candidates(
     labelled: &Labelled,
     its: &Iterations,
     recorded: &Settings,
+    graphs: Option<&Graphs>,
     not_offered: &mut Vec<NotOffered>,
 ) -> Vec<Candidate> {
     let l = &labelled.lifetimes;
@@ -265,6 +267,21 @@ pub(super) fn half_batch_candidates(
             .iter()
             .map(|(line, peak)| format!("{line} (peak {})", bytes(*peak)))
             .collect();
+        // Passes run with autograd on: halving alone would keep their
+        // graphs, and "keeps no gradients" would be untrue; the row adds
+        // `torch.no_grad()` (the `no_grad_evaluation` row's replay too).
+        let mut edits = halve(&evaluation.halved, "the evaluation passes' activations");
+        let (no_grad_code, no_grad_how) = match graphs {
+            Some(g) => {
+                edits.merge(g.edits(snap, device, labelled));
+                (
+                    "# the passes ran with autograd on: under torch.no_grad() too (no_grad_evaluation)\n\
+                     with torch.no_grad():\n    evaluate(model, eval_loader)\n",
+                    format!("; with {}", g.how()),
+                )
+            }
+            None => ("", String::new()),
+        };
         out.push(Candidate {
             class: ChangeClass::HalfEvalBatch,
             change: "half the evaluation batch (the batch size of the validation or test loop: forwards no \
@@ -272,13 +289,14 @@ pub(super) fn half_batch_candidates(
                 .into(),
             code: format!(
                 "{highest}eval_loader = DataLoader(eval_set, batch_size=eval_batch_size // 2)\n\
-                 # evaluation keeps no gradients: half the batch gives the same results, with no accumulation"
+                 {no_grad_code}# evaluation keeps no gradients: half the batch gives the same results, with no \
+                 accumulation"
             ),
             settings: recorded.clone(),
             method: Method::Replayed,
-            edits: Some(halve(&evaluation.halved, "the evaluation passes' activations")),
+            edits: Some(edits),
             how: format!(
-                "replayed with {}; the training steps as recorded{}",
+                "replayed with {}{no_grad_how}; the training steps as recorded{}",
                 evaluation.how(labelled, " the evaluation passes made"),
                 if listed.is_empty() {
                     String::new()

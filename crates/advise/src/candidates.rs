@@ -107,6 +107,7 @@ pub(super) fn category_candidates(
     its: &Iterations,
     recorded: &Settings,
     ranks: u32,
+    graphs: Option<&super::no_grad::Graphs>,
     not_offered: &mut Vec<NotOffered>,
 ) -> Vec<Candidate> {
     let l = &labelled.lifetimes;
@@ -127,6 +128,7 @@ pub(super) fn category_candidates(
         labelled,
         its,
         recorded,
+        graphs,
         not_offered,
     ));
 

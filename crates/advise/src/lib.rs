@@ -37,6 +37,7 @@ mod counted;
 mod foreach;
 mod fsdp;
 mod leaks;
+mod no_grad;
 mod page;
 mod precision;
 mod set_to_none;
@@ -127,6 +128,9 @@ pub enum ChangeClass {
     /// Half the batch of the evaluation passes (forwards no backward used)
     /// of a recording that trains.
     HalfEvalBatch,
+    /// The evaluation passes under `torch.no_grad()`, where the recorder
+    /// saw them run with autograd on.
+    NoGradEvaluation,
     /// 8-bit optimizer state.
     OptimizerState8bit,
     /// 8-bit optimizer state in CUDA unified memory (paged).
@@ -269,6 +273,17 @@ fn program_candidates(
     let gradients = set_to_none::kept_gradients(snap, device, labelled, &its);
     let (mut out, covered) =
         leak_candidates(snap, device, labelled, &its, recorded, gradients.as_ref());
+    // What evaluation passes run with autograd on keep: their own row, and
+    // the half evaluation batch's (which then says to add `no_grad`).
+    // (First: of rows that give the same peak, the fix is listed first.)
+    let graphs = no_grad::Graphs::new(snap, device, labelled);
+    out.extend(no_grad::no_grad_candidate(
+        snap,
+        device,
+        labelled,
+        graphs.as_ref(),
+        recorded,
+    ));
     out.extend(category_candidates(
         snap,
         device,
@@ -276,6 +291,7 @@ fn program_candidates(
         &its,
         recorded,
         ranks,
+        graphs.as_ref(),
         not_offered,
     ));
     out.extend(foreach::foreach_candidate(

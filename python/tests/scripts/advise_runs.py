@@ -56,7 +56,13 @@ change made the way the advice's code says:
   (pytorch/examples' MNIST trains on 64 and tests on 1,000); with
   ``_half_batch``: the training step in two chunks (``half_batch``), the
   evaluation unchanged; with ``_half_eval``: the evaluation in four
-  batches of half the size, the training unchanged.
+  batches of half the size, the training unchanged;
+* ``evalgrad4x``: ``eval4x`` with the model in eval mode
+  (``model.eval()``, then ``model.train()``) and without
+  ``torch.no_grad()`` (the mistake: each output keeps its graph until the
+  next one is bound, the last one through the next steps);
+  ``evalgrad4x_fixed``: the same under ``torch.no_grad()``, as the advice
+  says.
 
 ``advise_check.py`` records the baseline, asks the advice what each change
 would give, runs the variants and compares.
@@ -64,6 +70,7 @@ would give, runs the variants and compares.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from typing import List
@@ -173,7 +180,7 @@ ZOO = ("llama", "gpt2", "bert", "vit", "mixtral", "swin", "convnext")
 MODELS.update({f"zoo_{a}": (_zoo(a), 0) for a in ZOO})
 VARIANTS = ("baseline", "half_batch", "foreach_off", "del_outputs", "checkpoint", "checkpoint_outer", "checkpoint_first", "bf16", "autocast", "keep_grads", "keep_grads_late", "varlen",
             "keep_grads_varlen", "leak", "leak_fixed", "eval4x", "eval4x_half_batch", "eval4x_half_eval", "eval1x",
-            "eval1x_half_batch", "eval1x_half_eval", "eval4x_zero_first")
+            "eval1x_half_batch", "eval1x_half_eval", "eval4x_zero_first", "evalgrad4x", "evalgrad4x_fixed")
 
 
 # The variants that run over gloo ranks.
@@ -298,7 +305,7 @@ def main(model_name: str, variant: str, out: str) -> None:
         opt.zero_grad(set_to_none=False)
     x_all, y_all = x, y
     # The evaluation set, made before the recording: its batches are views.
-    evaluation = 4 if variant.startswith("eval4x") else 1 if variant.startswith("eval1x") else 0
+    evaluation = 4 if variant.startswith(("eval4x", "evalgrad4x")) else 1 if variant.startswith("eval1x") else 0
     x_eval = torch.cat([x] * evaluation) if evaluation else None
     zero_first = variant.endswith("zero_first")
     with vramscope.record(out, backend="allocator"):
@@ -334,10 +341,14 @@ def main(model_name: str, variant: str, out: str) -> None:
                     kept.append(_logits(model(x[:4])).float().mean().item())
             if x_eval is not None and step in (1, STEPS - 1):
                 total = 0.0
-                with torch.no_grad():
+                if variant.startswith("evalgrad"):
+                    model.eval()
+                grad = variant == "evalgrad4x"  # (the mistake)
+                with torch.no_grad() if not grad else contextlib.nullcontext():
                     for xb in x_eval.chunk(4 if variant.endswith("half_eval") else 2):
                         output = model(xb)  # bound, as a test loop binds it
                         total += _logits(output).float().mean().item()
+                model.train()
             vramscope.step()
 
 

@@ -46,6 +46,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from vramscope._annotate import hooks as _hooks
 from vramscope._annotate.backward_spans import _PHASE, BackwardSpans, _now_us
+from vramscope._annotate.forward_spans import ForwardSpans
 from vramscope._annotate.modules import ModuleMap
 from vramscope._annotate.optimizers import describe
 
@@ -73,7 +74,7 @@ def _no_torch_function() -> Any:
     return guard() if guard is not None else contextlib.nullcontext()
 
 
-class Tagger(BackwardSpans):
+class Tagger(BackwardSpans, ForwardSpans):
     """Global hooks that name parameters, gradients and optimizer state (and,
     on CUDA, the forward and optimizer phases) while a recording runs."""
 
@@ -106,6 +107,7 @@ class Tagger(BackwardSpans):
         self.autocast: set = set()
         self.block_spans: "collections.deque[tuple]" = collections.deque(maxlen=200_000)
         BackwardSpans.__init__(self)
+        ForwardSpans.__init__(self)
         # Which code is which module (path, class, forward's lines) for
         # every outermost module called: what names the part of a model
         # that made memory its stack shows only as `forward`.
@@ -208,6 +210,8 @@ class Tagger(BackwardSpans):
                 if isinstance(a, self._tensor) and not a.requires_grad:
                     self.tag(a, "input")
             self._note_autocast()
+            if not _in_backward():  # (a checkpointed block recomputed is no forward of the program)
+                self._begin_forward()
             if self.generated is not None:
                 self.generated.refresh()
             self._enter_phase("forward")
@@ -300,6 +304,7 @@ class Tagger(BackwardSpans):
         local.depth = depth - 1
         if depth != 1:
             return
+        self._end_forward(module, output)
         if self.generated is not None:  # a first call compiles: wrap its code for backward
             self.generated.refresh()
         if self.bracket is not None:

@@ -34,6 +34,8 @@ GC_ANNOTATION = "gc.collect"
 BLOCK_ANNOTATION = "vramscope.block"
 # Each block's backward: `vramscope.backward#layers.3`.
 BACKWARD_ANNOTATION = "vramscope.backward"
+# Each outermost forward call, by its grad mode: `vramscope.forward#no_grad`.
+FORWARD_ANNOTATION = "vramscope.forward"
 GC_SPANS_KEPT = 10_000
 _GC_LABELS = ("gen0", "gen1", "gen2")
 # Events kept for the live state.
@@ -512,6 +514,12 @@ class Session:
         for start, end, label in spans:
             if end >= first:
                 name = f"{BACKWARD_ANNOTATION}#{label}"
+                ours.append({"name": name, "stage": "START", "device": device, "time_us": start})
+                ours.append({"name": name, "stage": "END", "device": device, "time_us": end})
+        # Each outermost forward's grad mode (`_forward_spans.ForwardSpans`).
+        for start, end, mode in self.tagger.forward_spans_now(now):
+            if end >= first:
+                name = f"{FORWARD_ANNOTATION}#{mode}"
                 ours.append({"name": name, "stage": "START", "device": device, "time_us": start})
                 ours.append({"name": name, "stage": "END", "device": device, "time_us": end})
         # A copy: a collection during this loop (it allocates) appends to gc_spans.

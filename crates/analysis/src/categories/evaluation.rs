@@ -16,7 +16,9 @@
 //! used it: an evaluation forward, under `torch.no_grad()` or not. The
 //! last forward of the trace, with nothing after it, is one only where it
 //! continues an evaluation pass (the forward before it was one, with no
-//! backward between), or where it let go of what it made (at the end it
+//! backward between), where what calls the model called only evaluation
+//! passes before (the next validation loop; with autograd on it holds its
+//! graphs as a training forward does), or where it let go of what it made (at the end it
 //! holds at most half of the most it held): a recording that ends in a
 //! training forward (an OOM there, a dump mid-step) has no backward after
 //! it either, but holds every activation saved for it. What runs
@@ -28,6 +30,7 @@ use vramscope_snapshot::{Action, DeviceTrace, FrameId, Snapshot, StackId};
 
 use super::phases::{Phase, Phases};
 use super::stack_phase::is_module_call;
+use crate::backward_blocks::marked_spans;
 use crate::lifetimes::{Lifetimes, BEFORE_WINDOW, NOT_REQUESTED, STILL_ALIVE};
 use crate::sites::{frame_location, python_frames};
 
@@ -42,7 +45,19 @@ pub struct Evaluation {
     /// The Python frames that call the model's outermost module call,
     /// innermost first (`main.py:46 in predict`, `main.py:169 in <module>`).
     pub chains: Vec<Vec<FrameId>>,
+    /// Per evaluation forward (as `forwards`): whether it ran with autograd
+    /// on, from the recorder's `vramscope.forward#MODE` spans; empty where
+    /// the recording has none (a snapshot PyTorch wrote: the grad mode is
+    /// not in it).
+    pub with_grad: Vec<bool>,
+    /// The outermost module calls inside the evaluation passes that ran
+    /// with autograd on, `[start, end)` event indices, in order.
+    pub grad_calls: Vec<(u32, u32)>,
 }
+
+/// Prefix of the recorder's spans of outermost forward calls, by grad mode
+/// (`vramscope.forward#grad`, `#no_grad`, `#inference`).
+pub const FORWARD_ANNOTATION: &str = "vramscope.forward#";
 
 /// One run of equal phases: `[start, end)` and its phase.
 struct Run {
@@ -120,9 +135,14 @@ impl Evaluation {
                 used[run_of[born] as usize] = true;
             }
         }
-        // Per run: evaluation or not, forward runs only.
+        // Per run: evaluation or not, forward runs only. What calls the
+        // model in each kind of forward so far: the trace's last forward,
+        // called from where only evaluation passes called it before (the
+        // next epoch's validation loop), is one, whatever it holds (with
+        // autograd on it keeps its graphs, as a training forward does).
         let mut eval = vec![false; runs.len()];
         let mut previous_eval = false;
+        let (mut eval_callers, mut step_callers) = (Vec::new(), Vec::new());
         for (k, r) in runs.iter().enumerate() {
             if !forward(r) {
                 if r.phase == Phase::Backward {
@@ -133,12 +153,22 @@ impl Evaluation {
             let next = runs[k + 1..]
                 .iter()
                 .find(|s| forward(s) || s.phase == Phase::Backward);
+            let called_for_evaluation = r
+                .caller
+                .is_some_and(|c| eval_callers.contains(&c) && !step_callers.contains(&c));
             eval[k] = !used[k]
                 && match next {
                     Some(s) => s.phase != Phase::Backward,
-                    None => previous_eval || lets_go(t, l, r),
+                    None => previous_eval || called_for_evaluation || lets_go(t, l, r),
                 };
             previous_eval = eval[k];
+            if let Some(c) = r.caller {
+                if eval[k] {
+                    eval_callers.push(c);
+                } else {
+                    step_callers.push(c);
+                }
+            }
         }
         // Spans: each evaluation forward, joined with the next one when
         // nothing but other work (not a step's forward, backward or
@@ -164,11 +194,38 @@ impl Evaluation {
         if let Some((s, e)) = open {
             spans.push((s as u32, e as u32));
         }
+        let (with_grad, grad_calls) = grad_modes(snap, t.device, &forwards);
         Evaluation {
             spans,
             forwards,
             chains: keys.chains,
+            with_grad,
+            grad_calls,
         }
+    }
+
+    /// The evaluation forwards that ran with autograd on, where the
+    /// recorder says: `[start, end)` each.
+    pub fn forwards_with_grad(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.forwards
+            .iter()
+            .zip(&self.with_grad)
+            .filter(|(_, &g)| g)
+            .map(|(&(s, e, _), _)| (s as usize, e as usize))
+    }
+
+    /// Whether the evaluation pass holding event `i` ran any forward with
+    /// autograd on; `None` where the recording does not say.
+    pub fn pass_with_grad(&self, i: usize) -> Option<bool> {
+        if self.with_grad.is_empty() {
+            return None;
+        }
+        let k = self.spans.partition_point(|&(s, _)| s as usize <= i);
+        let &(s, e) = self.spans.get(k.checked_sub(1)?)?;
+        if i >= e as usize {
+            return None;
+        }
+        Some(self.forwards_with_grad().any(|(a, b)| a < e as usize && s as usize <= b))
     }
 
     /// Whether event `i` is in an evaluation pass.
@@ -197,6 +254,41 @@ impl Evaluation {
     pub fn is_empty(&self) -> bool {
         self.spans.is_empty()
     }
+}
+
+/// Per evaluation forward: whether a `grad` span of the recorder overlaps
+/// it (a forward run can hold several calls: a model's and its
+/// criterion's), and those spans. Empty when the recording has none.
+fn grad_modes(
+    snap: &Snapshot,
+    device: u32,
+    forwards: &[(u32, u32, Option<u32>)],
+) -> (Vec<bool>, Vec<(u32, u32)>) {
+    let marked = marked_spans(snap, device, FORWARD_ANNOTATION, true);
+    if marked.is_empty() {
+        return (Vec::new(), Vec::new());
+    }
+    let grad: Vec<(usize, usize)> = marked
+        .iter()
+        .filter(|(mode, _, _)| *mode == "grad")
+        .map(|&(_, first, last)| (first, last + 1))
+        .collect();
+    let mut calls = Vec::new();
+    let with_grad = forwards
+        .iter()
+        .map(|&(s, e, _)| {
+            let k = grad.partition_point(|&(_, end)| end <= s as usize);
+            let over: Vec<_> = grad[k..]
+                .iter()
+                .take_while(|&&(first, _)| first < e as usize)
+                .map(|&(a, b)| (a as u32, b as u32))
+                .collect();
+            calls.extend(&over);
+            !over.is_empty()
+        })
+        .collect();
+    calls.dedup();
+    (with_grad, calls)
 }
 
 /// Whether the trace's last forward run, which nothing follows, let go of

@@ -29,6 +29,7 @@
 
 mod agreement;
 pub mod evaluation;
+pub mod evaluation_graphs;
 mod given;
 mod infer;
 mod persistent;

@@ -39,6 +39,8 @@ pub(super) struct Context<'a> {
     pub phases: &'a Phases,
     /// The evaluation passes of a recording that trains.
     pub evaluation: &'a Evaluation,
+    /// Each block's category.
+    pub categories: &'a [crate::categories::Category],
     /// The recorder's holders, by address.
     pub holders: &'a super::holders::HolderIndex<'a>,
     /// Which block's backward made what (the recorder's spans).
@@ -361,6 +363,7 @@ pub(super) fn analyze(ctx: &Context, src: &mut Sources) -> Vec<Finding> {
     let mut roles = Roles::new(ctx.snap, ctx.trace);
     let held = scan_held_gradients(ctx, &mut roles);
     let in_evaluation = scan_gradients_in_evaluation(ctx, &mut roles);
+    let graphs = super::graphs::scan(ctx);
     // The role of a site: its first block's category, else its largest block's stack.
     let site_role = |roles: &mut Roles, site: u32| -> Role {
         let st = &ctx.sites.stats[site as usize];
@@ -374,6 +377,7 @@ pub(super) fn analyze(ctx: &Context, src: &mut Sources) -> Vec<Finding> {
         .iter()
         .flat_map(|h| h.by_site.keys())
         .chain(in_evaluation.iter().flat_map(|e| e.by_site.keys()))
+        .chain(graphs.iter().flat_map(|g| g.by_site.keys()))
         .copied()
         .collect();
     let mut shaped: Vec<(u32, Shape, Vec<i64>)> = Vec::new();
@@ -510,6 +514,12 @@ pub(super) fn analyze(ctx: &Context, src: &mut Sources) -> Vec<Finding> {
     }
     if let Some(e) = &in_evaluation {
         out.push(evaluation_held_finding(ctx, e, series, src));
+    }
+    // What evaluation graphs keep is theirs, not a one-time allocation
+    // kept on purpose.
+    if let Some(g) = &graphs {
+        out.push(super::graphs::finding(ctx, g, series, src));
+        claimed.extend(g.by_site.keys());
     }
 
     // One-time growth, by role; tensors that outlive their next iteration.

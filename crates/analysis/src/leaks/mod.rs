@@ -28,6 +28,7 @@
 
 mod explain;
 mod findings;
+mod graphs;
 pub mod holders;
 pub mod series;
 pub mod source;
@@ -117,6 +118,9 @@ pub enum FindingKind {
     /// The last training step's gradients alive at the run's peak, which is
     /// in an evaluation pass (forwards no backward used).
     GradientsInEvaluation,
+    /// Evaluation forwards run with autograd on, whose graphs keep tensors
+    /// at the run's peak that `torch.no_grad()` would have freed.
+    EvaluationWithGrad,
     /// Tensors that outlive the iteration after theirs, without growth.
     LongLived,
     /// Growth in the first iteration(s), flat afterwards.
@@ -348,6 +352,7 @@ pub fn find_leaks_with(
         function_lines: t.category.is_some(),
         phases: &labelled.categories.phases,
         evaluation: &labelled.categories.evaluation,
+        categories: &labelled.categories.category,
         holders: &holders::HolderIndex::new(snap, holder_iterations(t, &iterations)),
         has_gc_marks: snap
             .annotations

@@ -190,6 +190,9 @@ fn with_evaluation(mut peak: Peak, eval: Option<&Evaluation>, allocated: &[u64])
         return peak;
     };
     peak.in_evaluation = true;
+    peak.evaluation_with_grad = peak
+        .event_index
+        .and_then(|i| eval.pass_with_grad(i as usize));
     peak.outside_evaluation = (0..allocated.len())
         .filter(|&k| !eval.contains(k))
         .max_by_key(|&k| (allocated[k], std::cmp::Reverse(k)))
@@ -228,6 +231,7 @@ fn summarize_walked(
         live_blocks: peak_live.len() as u64,
         by_category: by_category(&peak_live),
         in_evaluation: false,
+        evaluation_with_grad: None,
         outside_evaluation: None,
     };
     let reserved = reserved_after(snap, device);

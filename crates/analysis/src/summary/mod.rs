@@ -165,6 +165,11 @@ pub struct Peak {
     /// Whether the peak is in an evaluation pass of a recording that
     /// trains: forwards that no backward used (`categories::evaluation`).
     pub in_evaluation: bool,
+    /// Where the peak is in an evaluation pass: whether a forward of that
+    /// pass ran with autograd on (no `torch.no_grad()`), from vramscope's
+    /// recorder; absent where it did not say (PyTorch's own files).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evaluation_with_grad: Option<bool>,
     /// Where the peak is in an evaluation pass: the highest allocated
     /// outside the evaluation passes (the training steps and the rest).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -188,8 +193,13 @@ impl Peak {
                     vramscope_text::units::count(o.event_index)
                 )
             });
+        let grad = if self.evaluation_with_grad == Some(true) {
+            ", run with autograd on (no `torch.no_grad()`): each batch's graph is kept until its output is dropped"
+        } else {
+            ""
+        };
         Some(format!(
-            "in an evaluation pass (forwards no backward used: a validation or test loop, its batch its own){rest}"
+            "in an evaluation pass (forwards no backward used: a validation or test loop, its batch its own){grad}{rest}"
         ))
     }
 }

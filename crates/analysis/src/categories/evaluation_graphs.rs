@@ -1,0 +1,161 @@
+//! What an evaluation forward run with autograd on keeps for a backward
+//! that never comes.
+//!
+//! With autograd on, every tensor an operation saves for backward (a
+//! ReLU's output, a linear layer's input, a softmax's result) stays
+//! allocated until the output that holds the graph is dropped. A
+//! validation loop that binds its output (`output = model(data)`) drops it
+//! when the next batch's output is bound, after that batch's forward: two
+//! batches' graphs are alive at once, and the last batch's through
+//! whatever follows the pass (the next training steps). Under
+//! `torch.no_grad()` each of those tensors is freed as soon as the program
+//! lets go of it: the layer after the one that made it has made its own
+//! output.
+//!
+//! The recorder says which outermost module calls ran with autograd on
+//! (`Evaluation::grad_calls`). Inside an evaluation pass, each such call,
+//! and each stretch between two of them (the loss computed from the
+//! output, which saves its own tensors), is a segment. The blocks a
+//! segment makes that outlive it, other than inputs and the model's own
+//! (parameters, gradients, optimizer state), are what the graph keeps,
+//! all but the last one made, which is what the segment returns (the
+//! output, the loss) and is kept as the program keeps it, and but those
+//! the recorder saw the call return (a model in eval mode: its output's
+//! tensors, a key/value cache among them, named `output`). Without the
+//! graph, each would be freed once the next of them is made: the next
+//! layer's output computed, the program's variable rebound to it. Where a
+//! model in training mode returns more than its last tensor (a key/value
+//! cache), or keeps tensors of its own beyond the call, that frees them
+//! too early: the replay that uses this says so.
+
+use vramscope_snapshot::hash::FxHashMap as HashMap;
+use vramscope_snapshot::{Action, Snapshot};
+
+use super::evaluation::Evaluation;
+use super::Category;
+use crate::lifetimes::{Lifetimes, BEFORE_WINDOW, STILL_ALIVE};
+
+/// The blocks the graphs of evaluation forwards keep: each with the event
+/// after which it would be freed without autograd, in block order.
+pub fn kept_by_graphs(
+    snap: &Snapshot,
+    device: u32,
+    ev: &Evaluation,
+    l: &Lifetimes,
+    category: &[Category],
+) -> Vec<(usize, usize)> {
+    let segments = segments(ev);
+    if segments.is_empty() {
+        return Vec::new();
+    }
+    let returned = returned(snap, device, l);
+    // (segment, birth, block) of every block a segment keeps.
+    let mut kept: Vec<(usize, u32, usize)> = Vec::new();
+    for b in 0..l.len() {
+        let birth = l.birth[b];
+        if birth == BEFORE_WINDOW {
+            continue;
+        }
+        let k = segments.partition_point(|&(s, _)| s <= birth);
+        let Some(&(_, end)) = k.checked_sub(1).and_then(|k| segments.get(k)) else {
+            continue;
+        };
+        if birth >= end {
+            continue;
+        }
+        let own = matches!(
+            category.get(b),
+            Some(Category::Input | Category::Parameter | Category::Gradient | Category::OptimizerState)
+        );
+        if !own && (l.death[b] == STILL_ALIVE || l.death[b] >= end) {
+            kept.push((k - 1, birth, b));
+        }
+    }
+    kept.sort_unstable();
+    let mut out: Vec<(usize, usize)> = kept
+        .windows(2)
+        .filter(|w| w[0].0 == w[1].0 && !returned.contains(&w[0].2))
+        .map(|w| (w[0].2, w[1].1 as usize))
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+/// The blocks the recorder named as returned by a call of a model in eval
+/// mode with autograd on (`category=output`: the logits, a key/value
+/// cache), resolved to the block alive at the address then; sorted.
+fn returned(snap: &Snapshot, device: u32, l: &Lifetimes) -> Vec<usize> {
+    let Some(t) = snap.trace(device) else {
+        return Vec::new();
+    };
+    // (event the block must be alive at, address): vramscope_tags rows by
+    // their time, `annotate` entries (CUDA) by their place in the trace.
+    let mut named: Vec<(usize, u64)> = snap
+        .tags
+        .iter()
+        .filter(|g| g.device == device && snap.str(g.category) == OUTPUT)
+        .map(|g| (t.time_us.partition_point(|&x| x < g.time_us), g.addr))
+        .collect();
+    if let Some(meta) = &t.user_metadata {
+        for (i, &m) in meta.iter().enumerate() {
+            if t.action[i] == Action::Annotate && tagged_category_name(snap.str(m)) == Some(OUTPUT) {
+                named.push((i, t.addr[i]));
+            }
+        }
+    }
+    if named.is_empty() {
+        return Vec::new();
+    }
+    let mut by_addr: HashMap<u64, Vec<usize>> = HashMap::default();
+    for b in 0..l.len() {
+        by_addr.entry(l.addr[b]).or_default().push(b);
+    }
+    let mut out: Vec<usize> = named
+        .iter()
+        .filter_map(|&(i, addr)| {
+            by_addr.get(&addr)?.iter().copied().find(|&b| {
+                let (birth, death) = l.span(b);
+                (l.birth[b] == BEFORE_WINDOW || birth < i) && i <= death
+            })
+        })
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// The recorder's tag for what a call returned.
+const OUTPUT: &str = "output";
+
+/// The value of `category=` in an event's metadata.
+fn tagged_category_name(meta: &str) -> Option<&str> {
+    meta.split([';', ' ', ','])
+        .find_map(|kv| kv.strip_prefix("category="))
+}
+
+/// The segments of the evaluation passes with autograd on: each call with
+/// autograd on, each stretch from the end of one to the start of the next
+/// in the same pass, and from the last one's end to the pass's; `[start,
+/// end)`, in order.
+fn segments(ev: &Evaluation) -> Vec<(u32, u32)> {
+    let mut out: Vec<(u32, u32)> = Vec::new();
+    for &(s, e) in &ev.spans {
+        let k = ev.grad_calls.partition_point(|&(_, end)| end <= s);
+        let calls: Vec<(u32, u32)> = ev.grad_calls[k..]
+            .iter()
+            .take_while(|&&(start, _)| start < e)
+            .map(|&(a, b)| (a.max(s), b.min(e)))
+            .collect();
+        for (j, &(a, b)) in calls.iter().enumerate() {
+            if out.last().is_some_and(|&(_, end)| a < end) {
+                continue;
+            }
+            out.push((a, b));
+            let next = calls.get(j + 1).map_or(e, |&(n, _)| n);
+            if b < next {
+                out.push((b, next));
+            }
+        }
+    }
+    out
+}
