@@ -64,6 +64,14 @@ CHECKS: List[Tuple[str, str, str, str]] = [
     # through the evaluation; the fix, zero_grad before evaluating, is
     # eval4x itself.
     ("cnn", "eval4x_zero_first", "set_to_none", "eval4x"),
+    # The evaluation without torch.no_grad() (the model in eval mode): each
+    # batch's graph kept until the next output is bound, the last one's
+    # through the next steps. The fix made; half the evaluation batch, which
+    # adds it; a Hugging Face GPT-2, which returns its key/value cache.
+    ("cnn", "evalgrad4x", "no_grad_evaluation", "evalgrad4x_fixed"),
+    ("cnn", "evalgrad4x", "half_eval_batch", "evalgrad4x_half_eval"),
+    ("transformer", "evalgrad4x", "no_grad_evaluation", "evalgrad4x_fixed"),
+    ("zoo_gpt2", "evalgrad4x", "no_grad_evaluation", "evalgrad4x_fixed"),
     ("mlp", "baseline", "foreach_off", "foreach_off"),
     # model.to(torch.bfloat16): the recorder saw fp32 weights and no autocast.
     ("cnn", "baseline", "bf16_weights", "bf16"),

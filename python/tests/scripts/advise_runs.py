@@ -62,7 +62,8 @@ change made the way the advice's code says:
   ``torch.no_grad()`` (the mistake: each output keeps its graph until the
   next one is bound, the last one through the next steps);
   ``evalgrad4x_fixed``: the same under ``torch.no_grad()``, as the advice
-  says.
+  says; ``evalgrad4x_half_eval``: fixed, and in four batches of half the
+  size.
 
 ``advise_check.py`` records the baseline, asks the advice what each change
 would give, runs the variants and compares.
@@ -180,7 +181,7 @@ ZOO = ("llama", "gpt2", "bert", "vit", "mixtral", "swin", "convnext")
 MODELS.update({f"zoo_{a}": (_zoo(a), 0) for a in ZOO})
 VARIANTS = ("baseline", "half_batch", "foreach_off", "del_outputs", "checkpoint", "checkpoint_outer", "checkpoint_first", "bf16", "autocast", "keep_grads", "keep_grads_late", "varlen",
             "keep_grads_varlen", "leak", "leak_fixed", "eval4x", "eval4x_half_batch", "eval4x_half_eval", "eval1x",
-            "eval1x_half_batch", "eval1x_half_eval", "eval4x_zero_first", "evalgrad4x", "evalgrad4x_fixed")
+            "eval1x_half_batch", "eval1x_half_eval", "eval4x_zero_first", "evalgrad4x", "evalgrad4x_fixed", "evalgrad4x_half_eval")
 
 
 # The variants that run over gloo ranks.

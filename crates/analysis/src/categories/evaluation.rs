@@ -256,9 +256,9 @@ impl Evaluation {
     }
 }
 
-/// Per evaluation forward: whether a `grad` span of the recorder overlaps
-/// it (a forward run can hold several calls: a model's and its
-/// criterion's), and those spans. Empty when the recording has none.
+/// Per evaluation forward: whether a `grad` span of the recorder is in it
+/// (a forward run can hold several calls: a model's and its criterion's),
+/// and those spans. Empty when the recording has none.
 fn grad_modes(
     snap: &Snapshot,
     device: u32,
@@ -278,9 +278,14 @@ fn grad_modes(
         .iter()
         .map(|&(s, e, _)| {
             let k = grad.partition_point(|&(_, end)| end <= s as usize);
+            // A call counts where most of its events are in the run: the
+            // run's bounds are where the caller's stacks change, which
+            // can leave the next call's first event (a free) in it.
+            let (s, e) = (s as usize, e as usize);
             let over: Vec<_> = grad[k..]
                 .iter()
-                .take_while(|&&(first, _)| first < e as usize)
+                .take_while(|&&(first, _)| first < e)
+                .filter(|&&(a, b)| 2 * (e.min(b) - s.max(a)) > b - a)
                 .map(|&(a, b)| (a as u32, b as u32))
                 .collect();
             calls.extend(&over);

@@ -3,7 +3,7 @@
     const f = $('facts'); f.textContent = '';
     const s = model.summary, add = (k, v, cls) => { const sp = el('span'); sp.appendChild(el('span', 'k', k)); sp.appendChild(el('span', 'v' + (cls ? ' ' + cls : ''), v)); f.appendChild(sp); };
     if (s.name && !/^device /.test(s.name)) add('device', s.name);
-    add('peak allocated', fmtBytes(s.peak.allocated_bytes) + (s.peak.in_evaluation ? ' in an evaluation pass' : ''));
+    add('peak allocated', fmtBytes(s.peak.allocated_bytes) + (s.peak.in_evaluation ? ' in an evaluation pass' + (s.peak.evaluation_with_grad ? ' run with autograd on' : '') : ''));
     // A peak in a validation or test loop: the training steps' own peak
     // beside it (a smaller micro-batch does not lower the first).
     if (s.peak.outside_evaluation) add('outside evaluation', fmtBytes(s.peak.outside_evaluation.allocated_bytes));
