@@ -47,6 +47,9 @@ def test_the_peak_in_a_frameworks_evaluation_is_found_and_halved(tmp_path, which
     snap = record(which, eval_batch, tmp_path)
     peak = snap.summary()["devices"][0]["peak"]
     assert peak["in_evaluation"], peak
+    # The frameworks evaluate under torch.no_grad() (the Trainer) or
+    # torch.inference_mode() (Lightning): the recorder saw it.
+    assert peak["evaluation_with_grad"] is False, peak
     assert peak["outside_evaluation"]["allocated_bytes"] < peak["allocated_bytes"]
     advice = snap.advise()
     half_eval = row(advice, "half_eval_batch")

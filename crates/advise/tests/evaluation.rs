@@ -81,3 +81,39 @@ fn the_last_steps_gradients_freed_before_evaluating_are_replayed() {
     let err = off(fix.peak_allocated, 46_555_292);
     assert!(err.abs() < 0.001, "{:+.3}% off the real run", 100.0 * err);
 }
+
+/// `advise_runs.py cnn evalgrad4x`: the passes with the model in eval mode
+/// and without `torch.no_grad()`. Made with it (`evalgrad4x_fixed`) the
+/// program peaked at 46,555,292 B (92,840,092 as recorded); in four
+/// batches of half the size as well (`evalgrad4x_half_eval`), 34,930,504.
+#[test]
+fn the_evaluation_under_no_grad_is_replayed_as_the_program_made_so_ran() {
+    let snap = recorded("cnn_evalgrad4x.pickle.gz");
+    let fix = row(&snap, ChangeClass::NoGradEvaluation);
+    assert_eq!(fix.peak_allocated, 46_555_292, "{}", fix.how);
+    assert!(fix.code.contains("torch.no_grad()"), "{}", fix.code);
+    // Half the evaluation batch alone would keep the graphs: the row adds
+    // `no_grad`, and says so.
+    let half = row(&snap, ChangeClass::HalfEvalBatch);
+    assert!(off(half.peak_allocated, 34_930_504).abs() < 0.001, "{}", half.peak_allocated);
+    assert!(half.code.contains("with torch.no_grad()"), "{}", half.code);
+    // A recording under no_grad has no such row.
+    let a = advise(&recorded("cnn_eval4x.pickle.gz"), &AdviseOptions::default()).expect("advice");
+    assert!(a
+        .advice
+        .iter()
+        .chain(&a.no_gain)
+        .all(|r| r.class != ChangeClass::NoGradEvaluation));
+}
+
+/// The zoo's GPT-2 (`advise_runs.py zoo_gpt2 evalgrad4x`) returns its
+/// key/value cache with the logits; bound to `output`, it stays until the
+/// next batch's is, with `no_grad` too. The recorder tagged it `output`,
+/// so the replay keeps it: 189,234,488 B predicted and measured
+/// (`evalgrad4x_fixed`), where freeing it read 8 MiB under.
+#[test]
+fn what_a_model_in_eval_mode_returns_is_kept_by_the_replay() {
+    let snap = recorded("zoo_gpt2_evalgrad4x.pickle.gz");
+    let fix = row(&snap, ChangeClass::NoGradEvaluation);
+    assert_eq!(fix.peak_allocated, 189_234_488, "{}", fix.how);
+}
