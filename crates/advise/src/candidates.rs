@@ -99,15 +99,14 @@ pub(super) fn must_go_candidate(sim: &Simulation) -> Option<Candidate> {
     })
 }
 
-/// Changes to memory of a kind: the batch, the optimizer state.
+/// Changes to memory of a kind: the optimizer state (the batch's are
+/// `batch::half_batch_candidates`).
 pub(super) fn category_candidates(
     snap: &Snapshot,
     device: u32,
     labelled: &Labelled,
-    its: &Iterations,
     recorded: &Settings,
     ranks: u32,
-    graphs: Option<&super::no_grad::Graphs>,
     not_offered: &mut Vec<NotOffered>,
 ) -> Vec<Candidate> {
     let l = &labelled.lifetimes;
@@ -121,16 +120,6 @@ pub(super) fn category_candidates(
         let v: Vec<(usize, ChangeKind)> = blocks.iter().map(|&b| (b, kind.clone())).collect();
         for_blocks(snap, device, l, &v, label)
     };
-
-    out.extend(super::batch::half_batch_candidates(
-        snap,
-        device,
-        labelled,
-        its,
-        recorded,
-        graphs,
-        not_offered,
-    ));
 
     let state = blocks_of(&|b| cats.category.get(b) == Some(&Category::OptimizerState));
     if state.is_empty() {

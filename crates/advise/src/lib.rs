@@ -284,14 +284,21 @@ fn program_candidates(
         graphs.as_ref(),
         recorded,
     ));
-    out.extend(category_candidates(
+    out.extend(batch::half_batch_candidates(
         snap,
         device,
         labelled,
         &its,
         recorded,
-        ranks,
         graphs.as_ref(),
+        not_offered,
+    ));
+    out.extend(category_candidates(
+        snap,
+        device,
+        labelled,
+        recorded,
+        ranks,
         not_offered,
     ));
     out.extend(foreach::foreach_candidate(

@@ -60,13 +60,7 @@ impl Graphs {
             .iter()
             .map(|&(b, after)| (b, ChangeKind::FreeAfter(after)))
             .collect();
-        for_blocks(
-            snap,
-            device,
-            &labelled.lifetimes,
-            &edits,
-            GRAPHS,
-        )
+        for_blocks(snap, device, &labelled.lifetimes, &edits, GRAPHS)
     }
 
     /// How the replay frees them, in a sentence.

@@ -18,9 +18,11 @@ impl Candidate {
     /// Whether its replay frees what the graphs of evaluation passes keep
     /// (`no_grad::Graphs`).
     fn frees_graphs(&self) -> bool {
-        self.edits
-            .as_ref()
-            .is_some_and(|e| e.matched.iter().any(|m| m.change.site == super::no_grad::GRAPHS))
+        self.edits.as_ref().is_some_and(|e| {
+            e.matched
+                .iter()
+                .any(|m| m.change.site == super::no_grad::GRAPHS)
+        })
     }
 
     /// Its answer with the figures its evaluation found (saving: 0 until
@@ -64,7 +66,8 @@ impl Candidate {
             // not told.
             (_, Some(true))
                 if self.frees_graphs()
-                    && capacity.is_some_and(|c| (peaks.0 as f64) > c as f64 * (1.0 - BOUND_MARGIN)) =>
+                    && capacity
+                        .is_some_and(|c| (peaks.0 as f64) > c as f64 * (1.0 - BOUND_MARGIN)) =>
             {
                 how.push_str(
                     "; it fits by less than 5%, and where the peak is in an evaluation pass the tensors a forward \

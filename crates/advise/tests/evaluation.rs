@@ -95,7 +95,11 @@ fn the_evaluation_under_no_grad_is_replayed_as_the_program_made_so_ran() {
     // Half the evaluation batch alone would keep the graphs: the row adds
     // `no_grad`, and says so.
     let half = row(&snap, ChangeClass::HalfEvalBatch);
-    assert!(off(half.peak_allocated, 34_930_504).abs() < 0.001, "{}", half.peak_allocated);
+    assert!(
+        off(half.peak_allocated, 34_930_504).abs() < 0.001,
+        "{}",
+        half.peak_allocated
+    );
     assert!(half.code.contains("with torch.no_grad()"), "{}", half.code);
     // A recording under no_grad has no such row.
     let a = advise(&recorded("cnn_eval4x.pickle.gz"), &AdviseOptions::default()).expect("advice");

@@ -188,7 +188,10 @@ fn an_evaluation_run_with_autograd_on_is_told_by_the_recorder() {
     assert!(sentence.contains("run with autograd on"), "{sentence}");
     // The same program under no_grad: its recording (older) has no spans,
     // so the grad mode is not claimed either way.
-    let old = summarize(&recorded("cnn_eval4x.pickle.gz"), &SummaryOptions::default());
+    let old = summarize(
+        &recorded("cnn_eval4x.pickle.gz"),
+        &SummaryOptions::default(),
+    );
     assert_eq!(old.devices[0].peak.evaluation_with_grad, None);
     let l = Labelled::new(&recorded("cnn_eval4x.pickle.gz"), 0);
     assert!(l.categories.evaluation.with_grad.is_empty());

@@ -18,12 +18,16 @@
 //! continues an evaluation pass (the forward before it was one, with no
 //! backward between), where what calls the model called only evaluation
 //! passes before (the next validation loop; with autograd on it holds its
-//! graphs as a training forward does), or where it let go of what it made (at the end it
-//! holds at most half of the most it held): a recording that ends in a
-//! training forward (an OOM there, a dump mid-step) has no backward after
-//! it either, but holds every activation saved for it. What runs
-//! between two evaluation forwards (their batches loading, metrics) is the
-//! pass's too.
+//! graphs as a training forward does), or where it let go of what it made
+//! (at the end it holds at most half of the most it held): a recording
+//! that ends in a training forward (an OOM there, a dump mid-step) has no
+//! backward after it either, but holds every activation saved for it.
+//! What runs between two evaluation forwards (their batches loading,
+//! metrics) is the pass's too.
+//!
+//! Whether a pass ran with autograd on is the recorder's to say (its
+//! `vramscope.forward#MODE` spans of each outermost call): what the graphs
+//! of such a pass keep is `evaluation_graphs`'.
 
 use vramscope_snapshot::hash::FxHashMap as HashMap;
 use vramscope_snapshot::{Action, DeviceTrace, FrameId, Snapshot, StackId};
@@ -225,7 +229,10 @@ impl Evaluation {
         if i >= e as usize {
             return None;
         }
-        Some(self.forwards_with_grad().any(|(a, b)| a < e as usize && s as usize <= b))
+        Some(
+            self.forwards_with_grad()
+                .any(|(a, b)| a < e as usize && s as usize <= b),
+        )
     }
 
     /// Whether event `i` is in an evaluation pass.

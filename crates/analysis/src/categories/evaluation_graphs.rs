@@ -65,7 +65,12 @@ pub fn kept_by_graphs(
         }
         let own = matches!(
             category.get(b),
-            Some(Category::Input | Category::Parameter | Category::Gradient | Category::OptimizerState)
+            Some(
+                Category::Input
+                    | Category::Parameter
+                    | Category::Gradient
+                    | Category::OptimizerState
+            )
         );
         if !own && (l.death[b] == STILL_ALIVE || l.death[b] >= end) {
             kept.push((k - 1, birth, b));
@@ -98,7 +103,8 @@ fn returned(snap: &Snapshot, device: u32, l: &Lifetimes) -> Vec<usize> {
         .collect();
     if let Some(meta) = &t.user_metadata {
         for (i, &m) in meta.iter().enumerate() {
-            if t.action[i] == Action::Annotate && tagged_category_name(snap.str(m)) == Some(OUTPUT) {
+            if t.action[i] == Action::Annotate && tagged_category_name(snap.str(m)) == Some(OUTPUT)
+            {
                 named.push((i, t.addr[i]));
             }
         }

@@ -82,7 +82,11 @@ pub(super) fn finding(
     series: &SiteSeries,
     src: &mut Sources,
 ) -> Finding {
-    let mut sites: Vec<(u32, f64)> = g.by_site.iter().map(|(&s, &(b, _))| (s, b as f64)).collect();
+    let mut sites: Vec<(u32, f64)> = g
+        .by_site
+        .iter()
+        .map(|(&s, &(b, _))| (s, b as f64))
+        .collect();
     sites.sort_by(|x, y| y.1.total_cmp(&x.1).then(x.0.cmp(&y.0)));
     let count: u64 = g.by_site.values().map(|v| v.1).sum();
     let peak = ctx.allocated.get(g.peak).copied().unwrap_or(0);
