@@ -70,7 +70,9 @@ impl Graphs {
              each freed once the next of them is made, as without autograd; each call's output and each loss as \
              recorded, with what a model in eval mode returned (a key/value cache). A model in training mode that \
              returns more than its last tensor, or keeps tensors of its own beyond the call, keeps them under \
-             `torch.no_grad()` too, which this replay frees",
+             `torch.no_grad()` too, which this replay frees; a kernel that saves a buffer for backward (an \
+             LSTM's workspace, pooling's indices) may not make it at all without autograd, which this replay \
+             keeps: the real peak can be lower",
             self.kept.len(),
             bytes(self.bytes),
             self.passes,

@@ -33,7 +33,7 @@ use vramscope_snapshot::hash::FxHashMap as HashMap;
 use vramscope_snapshot::{Action, DeviceTrace, FrameId, Snapshot, StackId};
 
 use super::phases::{Phase, Phases};
-use super::stack_phase::is_module_call;
+use super::stack_phase::{is_module_call, DataStacks};
 use crate::backward_blocks::marked_spans;
 use crate::lifetimes::{Lifetimes, BEFORE_WINDOW, NOT_REQUESTED, STILL_ALIVE};
 use crate::sites::{frame_location, python_frames};
@@ -176,7 +176,17 @@ impl Evaluation {
         }
         // Spans: each evaluation forward, joined with the next one when
         // nothing but other work (not a step's forward, backward or
-        // optimizer step, nor a model loaded) lies between them.
+        // optimizer step, nor a model loaded) lies between them. A pass
+        // ends where that work does, or where data loading begins after
+        // its last forward before a training step (that step's batches):
+        // the last batch's loss and metrics are the pass's, computed with
+        // its output (and, with autograd on, its graph) alive.
+        let mut data = DataStacks::default();
+        let mut tail_end = |from: usize, to: usize| -> usize {
+            (from..to)
+                .find(|&i| t.action[i] == Action::Alloc && data.of(snap, t.stack[i]))
+                .unwrap_or(to)
+        };
         let mut spans: Vec<(u32, u32)> = Vec::new();
         let mut forwards: Vec<(u32, u32, Option<u32>)> = Vec::new();
         let mut open: Option<(usize, usize)> = None;
@@ -191,12 +201,14 @@ impl Evaluation {
                 || matches!(r.phase, Phase::Backward | Phase::Optimizer | Phase::Setup)
             {
                 if let Some((s, e)) = open.take() {
-                    spans.push((s as u32, e as u32));
+                    spans.push((s as u32, tail_end(e, r.start) as u32));
                 }
             }
         }
-        if let Some((s, e)) = open {
-            spans.push((s as u32, e as u32));
+        // The last pass, with nothing trained after it, to the end (what a
+        // loader does as its loop ends is not another batch's).
+        if let Some((s, _)) = open {
+            spans.push((s as u32, n as u32));
         }
         let (with_grad, grad_calls) = grad_modes(snap, t.device, &forwards);
         Evaluation {
