@@ -148,8 +148,12 @@ def test_native_reader_agrees(trained: SimpleNamespace, capfd: pytest.CaptureFix
     assert dev["peak"]["allocated_bytes"] == peak
     assert dev["peak"]["before_window_bytes"] == before
     assert dev["peak_reserved_bytes"] == peak  # CPU: every allocation is its own segment
-    steps = {k: v for k, v in summary["annotations"].items() if not k.startswith(("gc.collect#", "vramscope.block#", "vramscope.backward#"))}
+    steps = {k: v for k, v in summary["annotations"].items() if not k.startswith(("gc.collect#", "vramscope."))}
     assert steps == {"ProfilerStep#1": 1, "ProfilerStep#2": 1, "ProfilerStep#3": 1}
+    # Each step's forward, with its grad mode (what tells an evaluation
+    # run with autograd on).
+    forwards = {k: v for k, v in summary["annotations"].items() if k.startswith("vramscope.forward#")}
+    assert forwards == {"vramscope.forward#grad": 3}
     # Each call of a repeated layer is marked (what checkpointing advice
     # needs), and each layer's backward (what names backward's memory).
     blocks = {k: v for k, v in summary["annotations"].items() if k.startswith("vramscope.block#")}

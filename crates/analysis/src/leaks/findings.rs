@@ -516,9 +516,10 @@ pub(super) fn analyze(ctx: &Context, src: &mut Sources) -> Vec<Finding> {
         out.push(evaluation_held_finding(ctx, e, series, src));
     }
     // What evaluation graphs keep is theirs, not a one-time allocation
-    // kept on purpose.
-    if let Some(g) = &graphs {
-        out.push(super::graphs::finding(ctx, g, series, src));
+    // kept on purpose; where a leak already names the sites (a loss summed
+    // with its graph, `running = running + val`), the leak is the finding.
+    if let Some(g) = graphs.and_then(|g| g.without(ctx, &claimed)) {
+        out.push(super::graphs::finding(ctx, &g, series, src));
         claimed.extend(g.by_site.keys());
     }
 

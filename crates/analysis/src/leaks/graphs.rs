@@ -14,7 +14,7 @@
 //! `no_grad`: 329 MiB of its 717 MiB peak; `advise_check.py`'s
 //! `evalgrad4x` rows).
 
-use vramscope_snapshot::hash::FxHashMap as HashMap;
+use vramscope_snapshot::hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use super::explain::evidence_list;
 use super::findings::{Context, SiteSeries};
@@ -74,6 +74,16 @@ pub(super) fn scan(ctx: &Context) -> Option<GraphsHeld> {
         by_site,
         passes,
     })
+}
+
+impl GraphsHeld {
+    /// Without the sites another finding claimed, if what is left still
+    /// counts.
+    pub(super) fn without(mut self, ctx: &Context, claimed: &HashSet<u32>) -> Option<GraphsHeld> {
+        self.by_site.retain(|site, _| !claimed.contains(site));
+        self.bytes = self.by_site.values().map(|v| v.0).sum();
+        ctx.significant(self.bytes).then_some(self)
+    }
 }
 
 pub(super) fn finding(
