@@ -41,11 +41,7 @@ impl Graphs {
         if kept.is_empty() {
             return None;
         }
-        let passes = ev
-            .spans
-            .iter()
-            .filter(|&&(s, e)| ev.grad_calls.iter().any(|&(a, b)| a < e && s < b))
-            .count();
+        let passes = ev.passes_with_grad();
         Some(Graphs {
             bytes: kept.iter().map(|&(b, _)| l.size[b]).sum(),
             kept,

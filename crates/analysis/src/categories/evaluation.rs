@@ -230,6 +230,14 @@ impl Evaluation {
             .map(|(&(s, e, _), _)| (s as usize, e as usize))
     }
 
+    /// How many evaluation passes ran a call with autograd on.
+    pub fn passes_with_grad(&self) -> usize {
+        self.spans
+            .iter()
+            .filter(|&&(s, e)| self.grad_calls.iter().any(|&(a, b)| a < e && s < b))
+            .count()
+    }
+
     /// Whether the evaluation pass holding event `i` ran any forward with
     /// autograd on; `None` where the recording does not say.
     pub fn pass_with_grad(&self, i: usize) -> Option<bool> {

@@ -62,12 +62,7 @@ pub(super) fn scan(ctx: &Context) -> Option<GraphsHeld> {
             e.1 += 1;
         }
     }
-    let ev = ctx.evaluation;
-    let passes = ev
-        .spans
-        .iter()
-        .filter(|&&(s, e)| ev.grad_calls.iter().any(|&(a, b)| a < e && s < b))
-        .count();
+    let passes = ctx.evaluation.passes_with_grad();
     ctx.significant(held).then_some(GraphsHeld {
         peak,
         bytes: held,
