@@ -220,21 +220,11 @@ impl Evaluation {
         }
     }
 
-    /// The evaluation forwards that ran with autograd on, where the
-    /// recorder says: `[start, end)` each.
-    pub fn forwards_with_grad(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
-        self.forwards
-            .iter()
-            .zip(&self.with_grad)
-            .filter(|(_, &g)| g)
-            .map(|(&(s, e, _), _)| (s as usize, e as usize))
-    }
-
     /// How many evaluation passes ran a call with autograd on.
     pub fn passes_with_grad(&self) -> usize {
         self.spans
             .iter()
-            .filter(|&&(s, e)| self.grad_calls.iter().any(|&(a, b)| a < e && s < b))
+            .filter(|&&(s, e)| self.grad_call_in(s, e))
             .count()
     }
 
@@ -249,10 +239,12 @@ impl Evaluation {
         if i >= e as usize {
             return None;
         }
-        Some(
-            self.forwards_with_grad()
-                .any(|(a, b)| a < e as usize && s as usize <= b),
-        )
+        Some(self.grad_call_in(s, e))
+    }
+
+    /// Whether a call with autograd on overlaps events `[s, e)`.
+    fn grad_call_in(&self, s: u32, e: u32) -> bool {
+        self.grad_calls.iter().any(|&(a, b)| a < e && s < b)
     }
 
     /// Whether event `i` is in an evaluation pass.

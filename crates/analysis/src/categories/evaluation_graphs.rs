@@ -32,6 +32,7 @@ use vramscope_snapshot::hash::FxHashMap as HashMap;
 use vramscope_snapshot::{Action, Snapshot};
 
 use super::evaluation::Evaluation;
+use super::given::tagged_category_name;
 use super::Category;
 use crate::lifetimes::{Lifetimes, BEFORE_WINDOW, STILL_ALIVE};
 
@@ -79,7 +80,7 @@ pub fn kept_by_graphs(
     kept.sort_unstable();
     let mut out: Vec<(usize, usize)> = kept
         .windows(2)
-        .filter(|w| w[0].0 == w[1].0 && !returned.contains(&w[0].2))
+        .filter(|w| w[0].0 == w[1].0 && returned.binary_search(&w[0].2).is_err())
         .map(|w| (w[0].2, w[1].1 as usize))
         .collect();
     out.sort_unstable();
@@ -132,12 +133,6 @@ fn returned(snap: &Snapshot, device: u32, l: &Lifetimes) -> Vec<usize> {
 
 /// The recorder's tag for what a call returned.
 const OUTPUT: &str = "output";
-
-/// The value of `category=` in an event's metadata.
-fn tagged_category_name(meta: &str) -> Option<&str> {
-    meta.split([';', ' ', ','])
-        .find_map(|kv| kv.strip_prefix("category="))
-}
 
 /// The segments of the evaluation passes with autograd on: each call with
 /// autograd on, each stretch from the end of one to the start of the next

@@ -125,19 +125,20 @@ fn label(c: &mut Categories, given: &mut [bool], b: usize, cat: Category, src: S
 /// `category=gradient` in a recorder tag (`;`, `,` or space separated), or
 /// `"category":"gradient"` when the metadata was set as a dict.
 pub(super) fn tagged_category(meta: &str) -> Option<Category> {
+    tagged_category_name(meta).and_then(Category::parse)
+}
+
+/// The value of a recorder tag's category, named or not (`output`, which
+/// is no category, for what a call returned: `evaluation_graphs`).
+pub(super) fn tagged_category_name(meta: &str) -> Option<&str> {
     if let Some(v) = meta
         .split([';', ' ', ','])
         .find_map(|kv| kv.strip_prefix("category="))
     {
-        return Category::parse(v);
+        return Some(v);
     }
     let rest = meta.split("\"category\":").nth(1)?;
-    Category::parse(
-        rest.trim_start()
-            .trim_start_matches('"')
-            .split('"')
-            .next()?,
-    )
+    rest.trim_start().trim_start_matches('"').split('"').next()
 }
 
 #[cfg(test)]

@@ -22,6 +22,9 @@ pub(super) struct Context<'a> {
     pub trace: &'a DeviceTrace,
     /// Allocated bytes after each event.
     pub allocated: &'a [u64],
+    /// The run's highest allocated: its first event (the evaluation
+    /// findings ask where it is).
+    pub run_peak: Option<usize>,
     pub opts: &'a LeakOptions,
     pub iterations: &'a [IterationStats],
     pub complete: u32,
@@ -330,7 +333,7 @@ pub(super) struct EvaluationHeld {
 /// and word language model, most loops written the classic way).
 fn scan_gradients_in_evaluation(ctx: &Context, roles: &mut Roles) -> Option<EvaluationHeld> {
     let a = ctx.allocated;
-    let peak = (0..a.len()).max_by_key(|&i| (a[i], std::cmp::Reverse(i)))?;
+    let peak = ctx.run_peak?;
     if !ctx.evaluation.contains(peak) {
         return None;
     }

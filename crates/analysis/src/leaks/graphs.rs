@@ -50,8 +50,7 @@ pub(super) fn scan(ctx: &Context) -> Option<GraphsHeld> {
     if kept.is_empty() {
         return None;
     }
-    let a = ctx.allocated;
-    let peak = (0..a.len()).max_by_key(|&i| (a[i], std::cmp::Reverse(i)))?;
+    let peak = ctx.run_peak?;
     let mut by_site: HashMap<u32, (u64, u64)> = HashMap::default();
     let mut held = 0u64;
     for &(b, freed_after) in &kept {

@@ -335,6 +335,7 @@ pub fn find_leaks_with(
         trace: t,
         backward: &backward,
         allocated: &series,
+        run_peak: (0..series.len()).max_by_key(|&i| (series[i], std::cmp::Reverse(i))),
         opts,
         iterations: &iterations,
         complete,
