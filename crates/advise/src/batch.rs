@@ -200,7 +200,19 @@ pub(super) fn half_batch_candidates(
                 }
             }
         }
-        let (change, code) = if trained {
+        let lbfgs = vramscope_analysis::optimizers::alternatives::Stepped::of(snap)
+            .is_some_and(|s| s.is_lbfgs());
+        let (change, code) = if trained && lbfgs {
+            // L-BFGS evaluates a closure several times per step: the
+            // halves are accumulated inside it, and it returns the whole
+            // loss, which the line search compares.
+            (
+                "half the micro-batch, with gradient accumulation over 2 steps (the same effective batch)",
+                "def closure():\n    optimizer.zero_grad()\n    total = 0.0\n    for x, y in zip(inputs.chunk(2), \
+                 targets.chunk(2)):\n        loss = loss_fn(model(x), y) / 2\n        loss.backward()\n        \
+                 total += loss.item()\n    return total\noptimizer.step(closure)",
+            )
+        } else if trained {
             (
                 "half the micro-batch, with gradient accumulation over 2 steps (the same effective batch)",
                 "for chunk in batch.chunk(2):\n    outputs = model(chunk)\n    loss = loss_fn(outputs) / 2\n    loss.backward()\n\

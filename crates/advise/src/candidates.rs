@@ -5,6 +5,9 @@
 //! built; the kinds that are never built here say why in `not_offered`.
 
 use vramscope_analysis::categories::{Category, Labelled, Rule};
+use vramscope_analysis::optimizers::alternatives::{
+    eight_bit, eight_bit_bytes, per_parameter, Stepped, BLOCK_ELEMENTS, MIN_8BIT_ELEMENTS,
+};
 use vramscope_simulate::edits::{for_blocks, Change, ChangeKind, Edits};
 use vramscope_snapshot::Snapshot;
 
@@ -127,66 +130,188 @@ pub(super) fn category_candidates(
             change: "8-bit or sharded optimizer state".into(),
             why: "no memory in this trace is labelled optimizer state".into(),
         });
-    } else {
-        let total = vramscope_text::units::bytes(bytes_of(&state));
-        out.push(Candidate {
-            class: ChangeClass::OptimizerState8bit,
-            change: "8-bit optimizer state (bitsandbytes or torchao)".into(),
-            code: "import bitsandbytes as bnb\noptimizer = bnb.optim.AdamW8bit(model.parameters(), lr=lr)\n\
-                   # or, on any device: from torchao.optim import AdamW8bit"
-                .into(),
-            settings: recorded.clone(),
-            method: Method::Replayed,
-            edits: Some(with(&state, ChangeKind::Scale(0.25), "optimizer state")),
-            how: format!(
-                "replayed with the optimizer state ({total}) at a quarter of its size: 8-bit moments instead of \
-                 32-bit ones"
-            ),
-        });
-        // Measured on an H200 (tests/fixtures/gpu/advise_run.json): the
-        // GPT's reserved peak 3,634 MiB, 3,512 with AdamW8bit, 3,450 with
-        // PagedAdamW8bit, whose state the caching allocator never sees.
-        out.push(Candidate {
-            class: ChangeClass::PagedOptimizerState8bit,
-            change: "paged 8-bit optimizer state (bitsandbytes' PagedAdamW8bit: in CUDA unified memory, moved to \
-                     the CPU when the GPU runs short)"
-                .into(),
-            code: "import bitsandbytes as bnb\noptimizer = bnb.optim.PagedAdamW8bit(model.parameters(), lr=lr)".into(),
-            settings: recorded.clone(),
-            method: Method::Replayed,
-            edits: Some(with(&state, ChangeKind::Drop, "optimizer state")),
-            how: format!(
-                "replayed without the optimizer state ({total}): its 8-bit copy lives in unified memory, outside \
-                 PyTorch's cache, on the GPU while it fits (a quarter of the state beside the peak shown) and paged \
-                 out to the CPU's memory when the GPU runs short, at the cost of slower steps"
-            ),
-        });
-        out.push(cpu_offload(labelled, &state, recorded, snap, device));
-        let params: Vec<u64> = blocks_of(&|b| cats.category.get(b) == Some(&Category::Parameter))
-            .iter()
-            .map(|&b| l.size[b])
-            .collect();
-        let share = zero_share(&params, ranks);
-        out.push(Candidate {
-            class: ChangeClass::ShardOptimizerState,
-            change: format!("the optimizer state sharded over {ranks} ranks (ZeRO-1)"),
-            code: "from torch.distributed.optim import ZeroRedundancyOptimizer\n\
-                   optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, lr=lr)"
-                .into(),
-            settings: recorded.clone(),
-            method: Method::Replayed,
-            edits: Some(with(&state, ChangeKind::Scale(share), "optimizer state")),
-            how: format!(
-                "replayed with the optimizer state ({total}) at {:.1}% of its size: the share of the rank that \
-                 holds most, ZeroRedundancyOptimizer placing whole parameters, largest first, each on the rank \
-                 with the fewest so far ({} parameters over {ranks} ranks)",
-                100.0 * share,
-                params.len()
-            ),
-        });
+        return out;
     }
+    let total = vramscope_text::units::bytes(bytes_of(&state));
+    let stepped = Stepped::of(snap).filter(|s| !s.class.is_empty());
+    match stepped.as_ref().map(eight_bit) {
+        Some(Err(why)) => not_offered.push(NotOffered {
+            change: "8-bit optimizer state (bitsandbytes, torchao)".into(),
+            why,
+        }),
+        found => {
+            let e = found.and_then(Result::ok);
+            let element = super::precision::parameter_bytes_per_element(snap).unwrap_or(4);
+            let (edits, small) = eight_bit_edits(snap, device, labelled, &state, element);
+            let (class, code) = match &e {
+                Some(e) => (
+                    format!("bitsandbytes' {}", e.bitsandbytes),
+                    format!(
+                        "import bitsandbytes as bnb\noptimizer = bnb.optim.{}(model.parameters(), lr=lr)  # the \
+                         same settings as now{}",
+                        e.bitsandbytes,
+                        e.torchao.map_or(String::new(), |t| format!(
+                            "\n# or, on any device: from torchao.optim import {t}"
+                        ))
+                    ),
+                ),
+                None => (
+                    "the 8-bit version of the optimizer".into(),
+                    "import bitsandbytes as bnb\n# the file does not name the optimizer: its 8-bit version, if \
+                     bitsandbytes has one (Adam8bit, AdamW8bit, SGD8bit, RMSprop8bit, Adagrad8bit, Lion8bit)\n\
+                     optimizer = bnb.optim.AdamW8bit(model.parameters(), lr=lr)"
+                        .into(),
+                ),
+            };
+            out.push(Candidate {
+                class: ChangeClass::OptimizerState8bit,
+                change: format!("8-bit optimizer state ({class})"),
+                code,
+                settings: recorded.clone(),
+                method: Method::Replayed,
+                edits: Some(edits),
+                how: format!(
+                    "replayed with the optimizer state ({total}) in 8 bits: a byte per element and an fp32 scale per \
+                     {BLOCK_ELEMENTS} elements for each state tensor of {MIN_8BIT_ELEMENTS} elements or more, \
+                     {}-byte elements now; the {small} smaller ones as recorded, as bitsandbytes and torchao keep \
+                     them",
+                    element
+                ),
+            });
+            // Measured on an H200 (tests/fixtures/gpu/advise_run.json): the
+            // GPT's reserved peak 3,634 MiB, 3,512 with AdamW8bit, 3,450 with
+            // PagedAdamW8bit, whose state the caching allocator never sees.
+            if let Some(paged) = e.as_ref().and_then(|e| e.paged) {
+                out.push(Candidate {
+                    class: ChangeClass::PagedOptimizerState8bit,
+                    change: format!(
+                        "paged 8-bit optimizer state (bitsandbytes' {paged}: in CUDA unified memory, moved to the \
+                         CPU when the GPU runs short)"
+                    ),
+                    code: format!("import bitsandbytes as bnb\noptimizer = bnb.optim.{paged}(model.parameters(), lr=lr)"),
+                    settings: recorded.clone(),
+                    method: Method::Replayed,
+                    edits: Some(with(&state, ChangeKind::Drop, "optimizer state")),
+                    how: format!(
+                        "replayed without the optimizer state ({total}): its 8-bit copy lives in unified memory, \
+                         outside PyTorch's cache, on the GPU while it fits (a quarter of the state beside the peak \
+                         shown) and paged out to the CPU's memory when the GPU runs short, at the cost of slower \
+                         steps"
+                    ),
+                });
+            }
+        }
+    }
+    let per_param = stepped.as_ref().map_or(Ok(()), per_parameter);
+    if let Err(why) = per_param {
+        for change in [
+            "the optimizer state and step offloaded to the CPU",
+            "the optimizer state sharded (ZeRO-1)",
+        ] {
+            not_offered.push(NotOffered {
+                change: change.into(),
+                why: why.clone(),
+            });
+        }
+        return out;
+    }
+    let class = optimizer_class_code(stepped.as_ref());
+    out.push(cpu_offload(
+        labelled, &state, recorded, snap, device, &class,
+    ));
+    let params: Vec<u64> = blocks_of(&|b| cats.category.get(b) == Some(&Category::Parameter))
+        .iter()
+        .map(|&b| l.size[b])
+        .collect();
+    let share = zero_share(&params, ranks);
+    out.push(Candidate {
+        class: ChangeClass::ShardOptimizerState,
+        change: format!("the optimizer state sharded over {ranks} ranks (ZeRO-1)"),
+        code: format!(
+            "from torch.distributed.optim import ZeroRedundancyOptimizer\n{}optimizer = \
+             ZeroRedundancyOptimizer(model.parameters(), optimizer_class={}, lr=lr){}",
+            class.import, class.name, class.comment
+        ),
+        settings: recorded.clone(),
+        method: Method::Replayed,
+        edits: Some(with(&state, ChangeKind::Scale(share), "optimizer state")),
+        how: format!(
+            "replayed with the optimizer state ({total}) at {:.1}% of its size: the share of the rank that \
+             holds most, ZeroRedundancyOptimizer placing whole parameters, largest first, each on the rank \
+             with the fewest so far ({} parameters over {ranks} ranks)",
+            100.0 * share,
+            params.len()
+        ),
+    });
 
     out
+}
+
+/// How code names the program's optimizer class: `torch.optim.SGD`, or a
+/// class of another library with its import line; `torch.optim.AdamW`
+/// with a comment where the file names none.
+pub(super) struct OptimizerCode {
+    pub(super) name: String,
+    /// `from ... import ...\n`, or empty.
+    pub(super) import: String,
+    /// `  # ...` after the line, or empty.
+    pub(super) comment: String,
+}
+
+pub(super) fn optimizer_class_code(stepped: Option<&Stepped>) -> OptimizerCode {
+    match stepped {
+        Some(s) => OptimizerCode {
+            name: s.code_name(),
+            import: s.import().map_or(String::new(), |i| format!("{i}\n")),
+            comment: String::new(),
+        },
+        None => OptimizerCode {
+            name: "torch.optim.AdamW".into(),
+            import: String::new(),
+            comment: "  # the file does not name the optimizer: the program's class".into(),
+        },
+    }
+}
+
+/// `optimizer = <the program's class>(<args>)<comment>`, with its import.
+pub(super) fn optimizer_line(snap: &Snapshot, args: &str, comment: &str) -> String {
+    let stepped = Stepped::of(snap).filter(|s| !s.class.is_empty());
+    let c = optimizer_class_code(stepped.as_ref());
+    let comment = match (comment.is_empty(), c.comment.is_empty()) {
+        (_, true) => comment.to_owned(),
+        (true, false) => c.comment.clone(),
+        (false, false) => format!("{comment};{}", c.comment.trim_start_matches("  #")),
+    };
+    format!("{}optimizer = {}({args}){comment}", c.import, c.name)
+}
+
+/// Each optimizer-state block in 8 bits (`alternatives::eight_bit_bytes`),
+/// with the count of those kept as they are (under 4,096 elements).
+fn eight_bit_edits(
+    snap: &Snapshot,
+    device: u32,
+    labelled: &Labelled,
+    state: &[usize],
+    element: u64,
+) -> (Edits, usize) {
+    let l = &labelled.lifetimes;
+    let mut small = 0;
+    let changes: Vec<(usize, ChangeKind)> = state
+        .iter()
+        .filter_map(|&b| {
+            let size = l.size[b];
+            let to = eight_bit_bytes(size, element);
+            if to == size {
+                small += 1;
+                return None;
+            }
+            Some((b, ChangeKind::Scale(to as f64 / size.max(1) as f64)))
+        })
+        .collect();
+    (
+        for_blocks(snap, device, l, &changes, "optimizer state"),
+        small,
+    )
 }
 
 /// The optimizer state and step offloaded to the CPU (torchao's
@@ -205,6 +330,7 @@ fn cpu_offload(
     recorded: &Settings,
     snap: &Snapshot,
     device: u32,
+    class: &OptimizerCode,
 ) -> Candidate {
     let l = &labelled.lifetimes;
     let cats = &labelled.categories;
@@ -234,9 +360,11 @@ fn cpu_offload(
         change: "the optimizer state and step offloaded to the CPU (torchao's CPUOffloadOptimizer; DeepSpeed's \
                  ZeRO-Offload does the same)"
             .into(),
-        code: "from torchao.optim import CPUOffloadOptimizer\noptimizer = CPUOffloadOptimizer(model.parameters(), \
-               torch.optim.AdamW, lr=lr)  # the step runs on the CPU: slower steps"
-            .into(),
+        code: format!(
+            "from torchao.optim import CPUOffloadOptimizer\n{}optimizer = CPUOffloadOptimizer(model.parameters(), \
+             {}, lr=lr)  # the step runs on the CPU: slower steps{}",
+            class.import, class.name, class.comment
+        ),
         settings: recorded.clone(),
         method: Method::Replayed,
         edits: Some(for_blocks(snap, device, l, &gone, "optimizer state and step")),

@@ -437,6 +437,11 @@ pub(super) fn fsdp_candidate(
     not_offered: &mut Vec<NotOffered>,
 ) -> Option<Candidate> {
     const CHANGE: &str = "parameters, gradients and optimizer state sharded (FSDP, ZeRO-3)";
+    if let Some(Err(why)) = vramscope_analysis::optimizers::alternatives::Stepped::of(snap)
+        .map(|s| vramscope_analysis::optimizers::alternatives::sharded_parameters(&s))
+    {
+        return refuse(not_offered, CHANGE, why);
+    }
     let l = &labelled.lifetimes;
     let cats = &labelled.categories;
     let phases = &cats.phases;
@@ -579,7 +584,10 @@ pub(super) fn fsdp_candidate(
     Some(Candidate {
         class: ChangeClass::Fsdp,
         change,
-        code: code(names.first().filter(|_| units > 0).map(String::as_str)),
+        code: code(
+            names.first().filter(|_| units > 0).map(String::as_str),
+            &super::candidates::optimizer_line(snap, "model.parameters(), lr=lr", "  # after fully_shard"),
+        ),
         settings: recorded.clone(),
         edits: Some(edits),
         method: Method::Rule,
@@ -601,9 +609,9 @@ pub(super) fn fsdp_candidate(
 
 /// The code: each block wrapped (where there are blocks), then the root,
 /// before the optimizer is made (it must see the sharded parameters).
-fn code(first_unit: Option<&str>) -> String {
+fn code(first_unit: Option<&str>, optimizer: &str) -> String {
     let head = "from torch.distributed.fsdp import fully_shard\n";
-    let tail = "fully_shard(model)\noptimizer = torch.optim.AdamW(model.parameters(), lr=lr)  # after fully_shard";
+    let tail = format!("fully_shard(model)\n{optimizer}");
     let Some(first) = first_unit else {
         return format!(
             "{head}# wrapping large submodules first (fully_shard(layer) for each) gathers less at once\n{tail}"

@@ -36,6 +36,7 @@ mod checkpoint;
 mod counted;
 mod foreach;
 mod fsdp;
+mod lbfgs;
 mod leaks;
 mod no_grad;
 mod page;
@@ -162,6 +163,8 @@ pub enum ChangeClass {
     /// `zero_grad(set_to_none=True)` where the gradients were kept from one
     /// step to the next.
     SetToNone,
+    /// `torch.optim.LBFGS(history_size=10)`: fewer pairs of vectors kept.
+    ShorterHistory,
 }
 
 /// One ranked answer.
@@ -299,6 +302,13 @@ fn program_candidates(
         labelled,
         recorded,
         ranks,
+        not_offered,
+    ));
+    out.extend(lbfgs::shorter_history_candidate(
+        snap,
+        device,
+        labelled,
+        recorded,
         not_offered,
     ));
     out.extend(foreach::foreach_candidate(

@@ -119,6 +119,9 @@ pub struct Edits {
     /// After entry `k`, free the blocks of these `alloc` entries (their
     /// recorded free is then ignored).
     pub free_after: BTreeMap<usize, Vec<usize>>,
+    /// After entry `k`, free these blocks from before the window (by
+    /// address; their recorded free then frees nothing).
+    pub free_seed_after: BTreeMap<usize, Vec<u64>>,
     /// After entry `k`, run these steps in order: what a checkpointed
     /// layer's recomputation does when backward reaches it, its saved
     /// activations (freed early by `free_after`) made again (`Make`, freed
@@ -154,6 +157,7 @@ impl Edits {
             && self.scale_alloc.is_empty()
             && self.scale_seed.is_empty()
             && self.free_after.is_empty()
+            && self.free_seed_after.is_empty()
             && self.rerun_after.is_empty()
             && self.born_after.is_empty()
             && self.free_late.is_empty()
@@ -302,8 +306,8 @@ pub fn resolve(snap: &Snapshot, device: u32, changes: &[Change]) -> Result<Edits
 }
 
 /// Apply `kind` to block `b` of `l`; whether it changed anything (a block
-/// from before the window cannot be freed earlier, nor one that dies
-/// within its phase).
+/// from before the window cannot be freed at the end of its phase, which
+/// the trace does not show, nor one that dies within its phase).
 fn apply(edits: &mut Edits, ends: &PhaseEnds, l: &Lifetimes, b: usize, kind: &ChangeKind) -> bool {
     let (birth, death) = (l.birth[b], l.death[b]);
     let before = birth == BEFORE_WINDOW;
@@ -312,7 +316,14 @@ fn apply(edits: &mut Edits, ends: &PhaseEnds, l: &Lifetimes, b: usize, kind: &Ch
         ChangeKind::Drop => edits.drop_alloc.insert(birth as usize),
         ChangeKind::Scale(f) if before => edits.scale_seed.insert(l.addr[b], f).is_none(),
         ChangeKind::Scale(f) => edits.scale_alloc.insert(birth as usize, f).is_none(),
-        ChangeKind::FreeAfter(_) | ChangeKind::FreeEarly if before => false,
+        ChangeKind::FreeAfter(e) if before => {
+            let lives_past = death == STILL_ALIVE || (death as usize) > e;
+            if lives_past {
+                edits.free_seed_after.entry(e).or_default().push(l.addr[b]);
+            }
+            lives_past
+        }
+        ChangeKind::FreeEarly if before => false,
         ChangeKind::FreeAfter(e) => {
             let lives_past = death == STILL_ALIVE || (death as usize) > e;
             if (birth as usize) <= e && lives_past {
@@ -414,6 +425,11 @@ pub fn peak_allocated(l: &Lifetimes, entries: usize, edits: &Edits) -> u64 {
     }
     let born_early = edits.born_early();
     let late = edits.freed_late();
+    let seed_early: HashMap<u64, usize> = edits
+        .free_seed_after
+        .iter()
+        .flat_map(|(&at, addrs)| addrs.iter().map(move |&a| (a, at)))
+        .collect();
     // delta[i]: the change of allocated bytes at event i.
     let mut delta = vec![0i64; entries + 1];
     let mut at_start: i64 = 0;
@@ -448,7 +464,8 @@ pub fn peak_allocated(l: &Lifetimes, entries: usize, edits: &Edits) -> u64 {
                 }
                 Some(e)
             }
-            None => late.get(&birth).filter(|_| !before).copied().or(death),
+            None if before => seed_early.get(&l.addr[b]).copied().or(death),
+            None => late.get(&birth).copied().or(death),
         };
         // Made ahead of its recorded alloc: counted from the entry it is
         // made after (as the replay makes it, once that entry is done).

@@ -228,6 +228,13 @@ pub fn replay(snap: &Snapshot, device: u32, settings: Settings, setup: &ReplaySe
         for &k in edits.free_after.get(&i).map_or(&[][..], |v| v.as_slice()) {
             requested -= free_key(&mut a, &mut addr_of, t.addr[k]);
         }
+        for &addr in edits
+            .free_seed_after
+            .get(&i)
+            .map_or(&[][..], |v| v.as_slice())
+        {
+            requested -= free_key(&mut a, &mut addr_of, addr);
+        }
         for &k in edits.free_late.get(&i).map_or(&[][..], |v| v.as_slice()) {
             if k < i {
                 requested -= free_key(&mut a, &mut addr_of, LATE | k as u64);

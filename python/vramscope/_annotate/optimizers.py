@@ -13,7 +13,7 @@ from typing import Any, Dict
 
 # Settings worth naming: those that change what the state holds.
 _SETTINGS = ("momentum", "nesterov", "dampening", "amsgrad", "centered", "betas", "weight_decay",
-             "foreach", "fused", "capturable", "maximize", "lr")
+             "foreach", "fused", "capturable", "maximize", "lr", "history_size")
 
 
 def _plain(v: Any) -> Any:
@@ -43,10 +43,14 @@ def describe(opt: Any) -> Dict[str, Any]:
         if not isinstance(per_param, dict):
             continue
         for key, v in per_param.items():
-            if isinstance(v, tensor):
-                row = state.setdefault(str(key), [0, 0])
-                row[0] += 1
-                row[1] += v.numel() * v.element_size()
+            # L-BFGS keeps its history as lists of tensors (``old_dirs``,
+            # ``old_stps``, ``ro``): counted as the tensors in them.
+            items = v if isinstance(v, (list, tuple)) else (v,)
+            for t in items:
+                if isinstance(t, tensor):
+                    row = state.setdefault(str(key), [0, 0])
+                    row[0] += 1
+                    row[1] += t.numel() * t.element_size()
     # Bytes by dtype: whether the weights are already 16-bit.
     dtypes: Dict[str, int] = {}
     for p in params:

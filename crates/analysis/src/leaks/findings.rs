@@ -404,6 +404,12 @@ pub(super) fn analyze(ctx: &Context, src: &mut Sources) -> Vec<Finding> {
     let n = ctx.complete;
     let mut out = Vec::new();
     let mut claimed: HashSet<u32> = HashSet::default();
+    // L-BFGS's history grows for its first `history_size` evaluations:
+    // the sites it explains are its finding's, not a leak's.
+    let history = super::optimizer_history::scan(ctx, series);
+    if let Some(h) = &history {
+        claimed.extend(h.sites());
+    }
 
     // What the recorder found holding each site's tensors, by name.
     let holder_of = ctx
@@ -433,7 +439,7 @@ pub(super) fn analyze(ctx: &Context, src: &mut Sources) -> Vec<Finding> {
         let saw = matches!(sh, Shape::SawTooth { .. })
             && !ctx.has_gc_marks
             && ctx.snap.source.recorder.is_none();
-        if (by_gc || saw) && !named(*site) {
+        if (by_gc || saw) && !named(*site) && !claimed.contains(site) {
             cycles.push((*site, per));
             claimed.insert(*site);
             let _ = s;
@@ -524,6 +530,10 @@ pub(super) fn analyze(ctx: &Context, src: &mut Sources) -> Vec<Finding> {
     if let Some(g) = graphs.and_then(|g| g.without(ctx, &claimed)) {
         out.push(super::graphs::finding(ctx, &g, series, src));
         claimed.extend(g.by_site.keys());
+    }
+
+    if let Some(h) = &history {
+        out.push(super::optimizer_history::finding(ctx, h, series, src));
     }
 
     // One-time growth, by role; tensors that outlive their next iteration.

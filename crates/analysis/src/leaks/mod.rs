@@ -30,6 +30,7 @@ mod explain;
 mod findings;
 mod graphs;
 pub mod holders;
+mod optimizer_history;
 pub mod series;
 pub mod source;
 
@@ -134,6 +135,9 @@ pub enum FindingKind {
     /// A library's state made larger at each model call (a generation's
     /// cache of past keys and values; benign).
     GrowingCache,
+    /// An optimizer's bounded history (L-BFGS's `history_size` pairs of
+    /// vectors), growing until it is full (benign).
+    OptimizerHistory,
 }
 
 /// What one allocation site did.

@@ -14,6 +14,9 @@
 //! # Ok::<(), vramscope_snapshot::SnapshotError>(())
 //! ```
 
+pub mod alternatives;
+pub mod lbfgs;
+
 use vramscope_snapshot::{OptimizerInfo, Snapshot};
 
 use vramscope_text::units::bytes;
