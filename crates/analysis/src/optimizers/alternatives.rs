@@ -107,7 +107,7 @@ impl Stepped {
         self.setting(name).map(|v| match v {
             "true" | "True" => true,
             "false" | "False" | "null" | "None" => false,
-            v => v.parse::<f64>().is_ok_and(|x| x != 0.0) || v.parse::<f64>().is_err(),
+            v => !matches!(v.parse::<f64>(), Ok(x) if x == 0.0),
         })
     }
 
