@@ -6,7 +6,7 @@
 
 use vramscope_analysis::categories::{Category, Labelled, Rule};
 use vramscope_analysis::optimizers::alternatives::{
-    eight_bit, eight_bit_bytes, per_parameter, Stepped, BLOCK_ELEMENTS, MIN_8BIT_ELEMENTS,
+    eight_bit, eight_bit_bytes, per_parameter, Stepped, BLOCK_ELEMENTS,
 };
 use vramscope_simulate::edits::{for_blocks, Change, ChangeKind, Edits};
 use vramscope_snapshot::Snapshot;
@@ -172,7 +172,7 @@ pub(super) fn category_candidates(
                 edits: Some(edits),
                 how: format!(
                     "replayed with the optimizer state ({total}) in 8 bits: a byte per element and an fp32 scale per \
-                     {BLOCK_ELEMENTS} elements for each state tensor of {MIN_8BIT_ELEMENTS} elements or more, \
+                     {BLOCK_ELEMENTS} elements for each state tensor of 4,096 elements or more, \
                      {}-byte elements now; the {small} smaller ones as recorded, as bitsandbytes and torchao keep \
                      them",
                     element

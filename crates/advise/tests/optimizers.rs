@@ -121,5 +121,9 @@ fn adamw_keeps_its_8_bit_row_and_small_tensors_stay_32_bit() {
         "{}",
         eight.code
     );
-    assert!(eight.how.contains("4096 elements or more"), "{}", eight.how);
+    assert!(
+        eight.how.contains("4,096 elements or more"),
+        "{}",
+        eight.how
+    );
 }
