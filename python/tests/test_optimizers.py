@@ -63,6 +63,24 @@ def test_lbfgs_history_is_bounded_and_its_shorter_history_replayed(tmp_path):
     real = _record(tmp_path, "lbfgs", "6", "10", "4").summary()["devices"][0]["peak"]["allocated_bytes"]
     predicted = rows["shorter_history"]["peak_allocated"]
     assert 0 <= predicted - real < 0.0001 * real, (predicted, real)
+    # And before training: estimate() traces L-BFGS's step as its history
+    # full (it raised a TypeError: step() needs a closure).
+    import vramscope
+
+    sys.path.insert(0, str(SCRIPT.parent))
+    from optimizer_fit import model_and_data
+
+    model, x, y = model_and_data()
+    est = vramscope.estimate(
+        model,
+        (x,),
+        lambda p: torch.optim.LBFGS(p, lr=0.5, history_size=10, max_iter=4),
+        loss_fn=torch.nn.MSELoss(),
+        targets=(y,),
+        device="cpu",
+    )
+    assert abs(est.peak_bytes / real - 1) < 0.005, (est.peak_bytes, real)
+    assert any("L-BFGS" in n for n in est.notes), est.notes
 
 
 def test_the_recorder_counts_lbfgs_history_and_its_size(tmp_path):

@@ -39,13 +39,20 @@ def make_optimizer(name: str, params, history: int, max_iter: int):
     raise SystemExit(f"unknown optimizer {name!r}")
 
 
-def main(name: str, steps: int, history: int, max_iter: int) -> None:
+def model_and_data():
+    """The model, its inputs and targets (also what ``estimate`` is given
+    in the tests)."""
     torch.manual_seed(0)
     # 64 → 256 → 256 → 1, fp64 as the sine-wave example: 82,689 parameters
     # (661,512 bytes), so each L-BFGS pair is 1.26 MiB.
     model = nn.Sequential(nn.Linear(64, 256), nn.Tanh(), nn.Linear(256, 256), nn.Tanh(), nn.Linear(256, 1)).double()
     x = torch.randn(512, 64, dtype=torch.float64)
     y = torch.sin(x.sum(dim=1, keepdim=True))
+    return model, x, y
+
+
+def main(name: str, steps: int, history: int, max_iter: int) -> None:
+    model, x, y = model_and_data()
     loss_fn = nn.MSELoss()
     optimizer = make_optimizer(name, model.parameters(), history, max_iter)
     for _ in range(steps):

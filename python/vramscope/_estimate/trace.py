@@ -617,6 +617,10 @@ def _trace(
         else:
             snap["vramscope"]["estimate"] = {"device": "cpu", "threads": kernels.threads, "sdpa": dict(kernels.sdp), "onednn_lstm_calls": kernels.lstm_calls}
     notes.extend(kernels.unmodelled.values())
+    from vramscope._estimate.lbfgs import note as lbfgs_note, steps_with_closure
+
+    if opt is not None and not inference and steps_with_closure(opt):
+        notes.append(lbfgs_note(opt))
     if cuda is not None and any(isinstance(m, torch.nn.RNNBase) for m in _modules(model)):
         from vramscope._estimate.cuda import RNN_NOTE as CUDA_RNN
 
@@ -638,6 +642,11 @@ def _steps(
     """The traced iterations, on the model whose parameters are the meta ones."""
     import torch
 
+    from vramscope._estimate.lbfgs import LbfgsTrace, steps_with_closure
+
+    # L-BFGS steps with a closure and data-dependent decisions: traced as
+    # what its step allocates (lbfgs.py).
+    lbfgs = LbfgsTrace(opt) if opt is not None and steps_with_closure(opt) else None
     for step in range(max(1, int(steps))):
         annotations.append({"name": f"ProfilerStep#{step + 1}", "stage": "START", "device": 0, "time_us": rec._tick()})
         rec.phase = "forward"
@@ -666,7 +675,10 @@ def _steps(
         if replay is not None:
             replay.end_backward(params)
         rec.recategorize([p.grad for p in params.values()], "gradient")
-        if opt is not None:
+        if lbfgs is not None:
+            rec.phase = "optimizer"
+            rec.recategorize(lbfgs.step([p for p in params.values() if p.requires_grad]), "optimizer_state")
+        elif opt is not None:
             rec.phase = "optimizer"
             opt.step()
             states = [v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
