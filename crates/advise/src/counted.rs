@@ -62,7 +62,7 @@ pub fn advise_counted(
         ),
         (
             ChangeClass::PagedOptimizerState8bit,
-            "paged 8-bit optimizer state (bitsandbytes' PagedAdamW8bit)",
+            "paged 8-bit optimizer state (bitsandbytes' paged classes)",
             "paging moves a GPU's optimizer state to the CPU's memory when the GPU runs short: this recording is of \
              memory without a GPU; the 8-bit row is what a smaller state saves here",
         ),

@@ -86,6 +86,17 @@ pub(super) fn leak_candidates(
             out.extend(free_before_evaluation(snap, device, labelled, f, recorded));
             continue;
         }
+        if f.kind == FindingKind::HeldGradients && !report.zero_grad_first.is_empty() {
+            out.extend(zero_grad_first(
+                snap,
+                device,
+                labelled,
+                f,
+                &report.zero_grad_first,
+                recorded,
+            ));
+            continue;
+        }
         // A site may name the callee its blocks came through
         // (`train.py:92 in main → module.py:1787 in _wrapped_call_impl`):
         // the blocks are the line's.
@@ -286,6 +297,46 @@ fn free_before_evaluation(
         how: format!(
             "replayed with the {} gradient blocks ({}) alive when an evaluation pass begins freed as it begins; the \
              next step's backward makes them again, as recorded",
+            v.len(),
+            bytes(total)
+        ),
+    })
+}
+
+/// The fix of gradients held through the next forward (`zero_grad()`
+/// called between the forward and `backward()`, as pytorch/examples'
+/// ImageNet script does): each gradient the finding holds into a forward
+/// freed just before that forward's first allocation, as
+/// `optimizer.zero_grad(set_to_none=True)` at the top of the loop frees
+/// it. The next backward makes them again, as recorded.
+fn zero_grad_first(
+    snap: &Snapshot,
+    device: u32,
+    labelled: &Labelled,
+    f: &Finding,
+    moved: &[(usize, usize)],
+    recorded: &Settings,
+) -> Option<Candidate> {
+    let l = &labelled.lifetimes;
+    let v: Vec<(usize, ChangeKind)> = moved
+        .iter()
+        .map(|&(b, at)| (b, ChangeKind::FreeAfter(at)))
+        .collect();
+    let total: u64 = moved.iter().map(|&(b, _)| l.size[b]).sum();
+    Some(Candidate {
+        class: ChangeClass::ZeroGradFirst,
+        change: f.title.clone(),
+        code: "for data, target in loader:\n    optimizer.zero_grad(set_to_none=True)  # first: the last step's \
+               gradients go before the forward\n    loss = loss_fn(model(data), target)\n    loss.backward()\n    \
+               optimizer.step()"
+            .into(),
+        settings: recorded.clone(),
+        method: Method::Replayed,
+        edits: Some(for_blocks(snap, device, l, &v, "the gradients held into the next forward")),
+        how: format!(
+            "replayed with the {} gradient blocks ({} over the trace) each step's forward began with freed just \
+             before it, where `zero_grad()` at the top of the loop frees them; the next backward makes them \
+             again, as recorded",
             v.len(),
             bytes(total)
         ),

@@ -165,6 +165,9 @@ pub enum ChangeClass {
     SetToNone,
     /// `torch.optim.LBFGS(history_size=10)`: fewer pairs of vectors kept.
     ShorterHistory,
+    /// `zero_grad()` moved before the forward, where the gradients of the
+    /// last step were held through it (`leaks`' `held_gradients`).
+    ZeroGradFirst,
 }
 
 /// One ranked answer.

@@ -44,6 +44,10 @@ change made the way the advice's code says:
   allocated from one step to the next (zeroed in place);
 * ``keep_grads_late``: the same, recorded from the second step on (the
   gradients made before the recording starts);
+* ``zero_late``: ``zero_grad()`` between the forward and ``backward()``,
+  as pytorch/examples' ImageNet script calls it: the last step's gradients
+  held through the forward; ``zero_first``: ``zero_grad()`` at the top of
+  each step, as ``leaks`` says to fix it;
 * ``varlen`` / ``keep_grads_varlen``: the Transformer's sequence length
   cycling 64, 32, 48 tokens (activations of some steps the size of some
   weights), gradients set to None / kept;
@@ -181,7 +185,8 @@ ZOO = ("llama", "gpt2", "bert", "vit", "mixtral", "swin", "convnext")
 MODELS.update({f"zoo_{a}": (_zoo(a), 0) for a in ZOO})
 VARIANTS = ("baseline", "half_batch", "foreach_off", "del_outputs", "checkpoint", "checkpoint_outer", "checkpoint_first", "bf16", "autocast", "keep_grads", "keep_grads_late", "varlen",
             "keep_grads_varlen", "leak", "leak_fixed", "eval4x", "eval4x_half_batch", "eval4x_half_eval", "eval1x",
-            "eval1x_half_batch", "eval1x_half_eval", "eval4x_zero_first", "evalgrad4x", "evalgrad4x_fixed", "evalgrad4x_half_eval")
+            "eval1x_half_batch", "eval1x_half_eval", "eval4x_zero_first", "evalgrad4x", "evalgrad4x_fixed", "evalgrad4x_half_eval",
+            "zero_late", "zero_first")
 
 
 # The variants that run over gloo ranks.
@@ -329,9 +334,11 @@ def main(model_name: str, variant: str, out: str) -> None:
             else:
                 out_ = model(x)
                 loss = loss_fn(out_, y)
+                if variant == "zero_late":  # pytorch/examples' ImageNet loop: zero_grad between forward and backward
+                    opt.zero_grad(set_to_none=True)
                 loss.backward()
             opt.step()
-            if not zero_first:
+            if not zero_first and variant != "zero_late":
                 opt.zero_grad(set_to_none=not keep_grads)
             if variant == "del_outputs":
                 del out_, loss

@@ -184,6 +184,11 @@ pub(super) struct HeldScan {
     pub by_site: HashMap<u32, (u64, u64)>,
     /// Whether those gradients were never freed between iterations.
     pub never_freed: bool,
+    /// The fix replayed (`zero_grad` before the forward): each gradient
+    /// held into an iteration's forward and freed before its backward,
+    /// with the event before that forward's first allocation, where it is
+    /// freed instead.
+    pub moved: Vec<(usize, usize)>,
 }
 
 impl HeldScan {
@@ -211,6 +216,9 @@ fn scan_held_gradients(ctx: &Context, roles: &mut Roles) -> Option<HeldScan> {
     // backward allocation. Gradients held into it are the problem; during
     // backward they are expected.
     let mut forward = vec![(0usize, 0u64, 0u64); ctx.iterations.len()];
+    // Per iteration: where its forward begins and its backward's first
+    // allocation.
+    let mut bounds = vec![(0usize, 0usize); ctx.iterations.len()];
     let mut stepped: Vec<usize> = Vec::new();
     for &(k, it) in &its {
         let (start, end) = (it.range.start, it.range.end);
@@ -251,6 +259,7 @@ fn scan_held_gradients(ctx: &Context, roles: &mut Roles) -> Option<HeldScan> {
             .unwrap_or(fwd_begin);
         let rest = (bwd..end).map(|i| a[i]).max().unwrap_or(0);
         forward[k] = (fwd_peak, a.get(fwd_peak).copied().unwrap_or(0), rest);
+        bounds[k] = (fwd_begin, bwd);
         stepped.push(k);
     }
     its.retain(|(k, _)| stepped.contains(k));
@@ -306,6 +315,21 @@ fn scan_held_gradients(ctx: &Context, roles: &mut Roles) -> Option<HeldScan> {
             never_freed &= l.death[b] == STILL_ALIVE && bi.born[b] <= 1;
         }
     }
+    // Freed between the forward and the backward they were held into:
+    // `zero_grad()` there; at the top of the loop, they go before it.
+    let mut moved = Vec::new();
+    for &b in &grads {
+        let (birth, death) = l.span(b);
+        let next = its
+            .iter()
+            .map(|&(k, _)| bounds[k])
+            .find(|&(begin, _)| begin > birth);
+        if let Some((begin, bwd)) = next {
+            if begin > 0 && death > begin && death < bwd {
+                moved.push((b, begin - 1));
+            }
+        }
+    }
     Some(HeldScan {
         worst,
         at_peak,
@@ -313,6 +337,7 @@ fn scan_held_gradients(ctx: &Context, roles: &mut Roles) -> Option<HeldScan> {
         held,
         by_site,
         never_freed,
+        moved,
     })
 }
 
@@ -362,7 +387,7 @@ fn scan_gradients_in_evaluation(ctx: &Context, roles: &mut Roles) -> Option<Eval
 }
 
 /// All findings of one device.
-pub(super) fn analyze(ctx: &Context, src: &mut Sources) -> Vec<Finding> {
+pub(super) fn analyze(ctx: &Context, src: &mut Sources) -> (Vec<Finding>, Vec<(usize, usize)>) {
     let mut roles = Roles::new(ctx.snap, ctx.trace);
     let held = scan_held_gradients(ctx, &mut roles);
     let in_evaluation = scan_gradients_in_evaluation(ctx, &mut roles);
@@ -593,7 +618,11 @@ pub(super) fn analyze(ctx: &Context, src: &mut Sources) -> Vec<Finding> {
         let role = [Role::Gradient, Role::Optimizer, Role::Other][role as usize];
         out.push(one_time_finding(ctx, role, &sites, series, src));
     }
-    out
+    let moved = held
+        .filter(|h| h.costs_at_peak())
+        .map(|h| h.moved)
+        .unwrap_or_default();
+    (out, moved)
 }
 
 /// Larger at the end of every iteration than at the end of the one before,

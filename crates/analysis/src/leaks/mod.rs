@@ -225,6 +225,12 @@ pub struct LeakReport {
     /// The one-line answer: how many leaks, or why none could be judged
     /// ("no iterations found: ...", "the file is cut short: ...").
     pub verdict: String,
+    /// The `held_gradients` warning's fix, for `advise`'s replay:
+    /// `zero_grad()` before the forward, each gradient block held into a
+    /// forward freed right after the event given (just before that
+    /// forward's first allocation) instead of where the program freed it.
+    #[serde(skip)]
+    pub zero_grad_first: Vec<(usize, usize)>,
 }
 
 /// Allocated bytes at iteration ends, per iteration: the least-squares
@@ -364,7 +370,7 @@ pub fn find_leaks_with(
             .iter()
             .any(|a| snap.str(a.name).starts_with("gc.collect")),
     };
-    let mut found = findings::analyze(&ctx, &mut sources);
+    let (mut found, zero_grad_first) = findings::analyze(&ctx, &mut sources);
     found.sort_by(|a, b| {
         a.severity
             .cmp(&b.severity)
@@ -402,6 +408,7 @@ pub fn find_leaks_with(
         leaks_found: found.iter().any(|f| f.severity == Severity::Leak),
         findings: found,
         notes,
+        zero_grad_first,
     }
 }
 
