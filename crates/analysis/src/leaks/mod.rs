@@ -29,6 +29,7 @@
 mod explain;
 mod findings;
 mod graphs;
+mod held;
 pub mod holders;
 mod optimizer_history;
 pub mod series;

@@ -1,0 +1,233 @@
+//! Gradients held where they cost memory: an earlier step's gradients
+//! alive through the next forward (`zero_grad()` after the forward, or
+//! with `set_to_none=False`), and the last step's alive through an
+//! evaluation pass where the run peaks. Each scan gives the finding's
+//! figures and, for the first, the blocks `zero_grad()` before the
+//! forward would free and where (`advise`'s `zero_grad_first`).
+
+use vramscope_snapshot::hash::FxHashMap as HashMap;
+use vramscope_snapshot::Action;
+
+use super::findings::{Context, Role, Roles};
+use super::IterationStats;
+use crate::categories::Phase;
+use crate::lifetimes::STILL_ALIVE;
+
+/// Gradients of an earlier iteration alive at iteration k's peak.
+pub(super) struct HeldScan {
+    /// Index into `iterations` of the worst iteration.
+    pub worst: usize,
+    pub held: Vec<u64>,
+    /// Of those, bytes still allocated at the worst iteration's own peak.
+    pub at_peak: u64,
+    /// Per iteration: the forward pass's peak (event, bytes) and the peak
+    /// after it.
+    pub forward: Vec<(usize, u64, u64)>,
+    /// Site → (bytes, blocks) at the worst iteration's peak.
+    pub by_site: HashMap<u32, (u64, u64)>,
+    /// Whether those gradients were never freed between iterations.
+    pub never_freed: bool,
+    /// The fix replayed (`zero_grad` before the forward): each gradient
+    /// held into an iteration's forward and freed before its backward,
+    /// with the event before that forward's first allocation, where it is
+    /// freed instead.
+    pub moved: Vec<(usize, usize)>,
+}
+
+impl HeldScan {
+    /// Whether the held gradients raise the worst iteration's peak (they
+    /// are on top of the forward pass's peak, and it is the iteration's),
+    /// or are still allocated at that peak.
+    pub fn costs_at_peak(&self) -> bool {
+        let (_, fwd_peak, rest) = self.forward[self.worst];
+        self.at_peak > 0 || (fwd_peak > rest && self.held[self.worst] > 0)
+    }
+}
+
+pub(super) fn scan_held_gradients(ctx: &Context, roles: &mut Roles) -> Option<HeldScan> {
+    let mut its: Vec<(usize, &IterationStats)> = ctx
+        .iterations
+        .iter()
+        .enumerate()
+        .filter(|(_, i)| i.range.complete && i.range.number >= 2)
+        .collect();
+    if its.is_empty() {
+        return None;
+    }
+    let (l, bi) = (ctx.lifetimes, ctx.block_iterations);
+    // The forward pass of each iteration: from its start to its first
+    // backward allocation. Gradients held into it are the problem; during
+    // backward they are expected.
+    let mut forward = vec![(0usize, 0u64, 0u64); ctx.iterations.len()];
+    // Per iteration: where its forward begins and its backward's first
+    // allocation.
+    let mut bounds = vec![(0usize, 0usize); ctx.iterations.len()];
+    let mut stepped: Vec<usize> = Vec::new();
+    for &(k, it) in &its {
+        let (start, end) = (it.range.start, it.range.end);
+        let bwd = (start..end)
+            .find(|&i| {
+                ctx.trace.action[i] == Action::Alloc
+                    && roles.of_event(ctx.trace, i) == Role::Gradient
+            })
+            .unwrap_or(end);
+        // The forward pass begins with its first allocation in a module
+        // call (by its own stack or tag, not one its neighbours lent it).
+        // What comes before it (the batch from the DataLoader, a
+        // `zero_grad` that frees last iteration's gradients) is not the
+        // forward pass: with `zero_grad()` at the top of the loop the
+        // gradients are alive while the batch loads, and that is right.
+        // Without phases (no stacks, no annotations) the whole stretch
+        // before backward counts.
+        // An evaluation pass is not a step's forward: what it holds is
+        // the last step's gradients, said on their own
+        // ([`scan_gradients_in_evaluation`]), and an iteration that is all
+        // evaluation (a loop with no optimizer counts module calls) has no
+        // step's forward.
+        let step_forward = |i: usize| {
+            ctx.trace.action[i] == Action::Alloc
+                && ctx.phases.phase.get(i) == Some(&Phase::Forward)
+                && ctx.phases.marked.get(i) == Some(&true)
+                && !ctx.evaluation.contains(i)
+        };
+        let fwd_begin = match (start..bwd).find(|&i| step_forward(i)) {
+            Some(i) => i,
+            None if ctx.evaluation.spans_any(start, bwd) => continue,
+            None => start,
+        };
+        let a = ctx.allocated;
+        let fwd_peak = (fwd_begin..bwd)
+            .filter(|&i| !ctx.evaluation.contains(i))
+            .max_by_key(|&i| (a[i], std::cmp::Reverse(i)))
+            .unwrap_or(fwd_begin);
+        let rest = (bwd..end).map(|i| a[i]).max().unwrap_or(0);
+        forward[k] = (fwd_peak, a.get(fwd_peak).copied().unwrap_or(0), rest);
+        bounds[k] = (fwd_begin, bwd);
+        stepped.push(k);
+    }
+    its.retain(|(k, _)| stepped.contains(k));
+    if its.is_empty() {
+        return None;
+    }
+    let peaks: Vec<usize> = its.iter().map(|(k, _)| forward[*k].0).collect();
+    let mut held = vec![0u64; ctx.iterations.len()];
+    let mut diff = vec![0i64; its.len() + 1];
+    let mut grads = Vec::new();
+    for b in 0..l.len() {
+        // Blocks from before the window or from setup are not a previous
+        // iteration's gradients.
+        if bi.born[b] == 0 || roles.of_block(l, b) != Role::Gradient {
+            continue;
+        }
+        let (birth, death) = l.span(b);
+        // Iterations after the block's own whose peak falls in its lifetime.
+        let lo = its
+            .partition_point(|(_, i)| i.range.number <= bi.born[b])
+            .max(peaks.partition_point(|&p| p < birth));
+        let hi = peaks.partition_point(|&p| p < death);
+        if lo < hi {
+            diff[lo] += l.size[b] as i64;
+            diff[hi] -= l.size[b] as i64;
+            grads.push(b);
+        }
+    }
+    let mut acc = 0i64;
+    for (j, (k, _)) in its.iter().enumerate() {
+        acc += diff[j];
+        held[*k] = acc.max(0) as u64;
+    }
+    let with_held = its.iter().filter(|(k, _)| held[*k] > 0).count();
+    let &(worst, _) = its.iter().max_by_key(|(k, _)| held[*k])?;
+    if with_held * 2 < its.len() || !ctx.significant(held[worst]) {
+        return None;
+    }
+    let peak = forward[worst].0;
+    let number = ctx.iterations[worst].range.number;
+    let mut by_site: HashMap<u32, (u64, u64)> = HashMap::default();
+    let mut never_freed = true;
+    let mut at_peak = 0u64;
+    let iteration_peak = ctx.iterations[worst].peak_event as u32;
+    for &b in &grads {
+        if bi.born[b] < number && l.alive_after(b, iteration_peak) {
+            at_peak += l.size[b];
+        }
+        if bi.born[b] < number && l.alive_after(b, peak as u32) {
+            let e = by_site.entry(ctx.sites.of_block[b]).or_default();
+            e.0 += l.size[b];
+            e.1 += 1;
+            never_freed &= l.death[b] == STILL_ALIVE && bi.born[b] <= 1;
+        }
+    }
+    // Freed between the forward and the backward they were held into:
+    // `zero_grad()` there; at the top of the loop, they go before it.
+    let mut moved = Vec::new();
+    for &b in &grads {
+        let (birth, death) = l.span(b);
+        let next = its
+            .iter()
+            .map(|&(k, _)| bounds[k])
+            .find(|&(begin, _)| begin > birth);
+        if let Some((begin, bwd)) = next {
+            if begin > 0 && death > begin && death < bwd {
+                moved.push((b, begin - 1));
+            }
+        }
+    }
+    Some(HeldScan {
+        worst,
+        at_peak,
+        forward,
+        held,
+        by_site,
+        never_freed,
+        moved,
+    })
+}
+
+/// Gradients alive at the run's peak where it is in an evaluation pass.
+pub(super) struct EvaluationHeld {
+    /// The run's peak (an event in an evaluation pass).
+    pub peak: usize,
+    pub bytes: u64,
+    /// Site → (bytes, blocks).
+    pub by_site: HashMap<u32, (u64, u64)>,
+    /// The highest allocated outside the evaluation passes.
+    pub outside: u64,
+}
+
+/// Where the run peaks in an evaluation pass, the gradients alive there:
+/// the last training step's, which nothing frees before evaluating when
+/// `zero_grad` runs at the top of the next step (pytorch/examples' MNIST
+/// and word language model, most loops written the classic way).
+pub(super) fn scan_gradients_in_evaluation(
+    ctx: &Context,
+    roles: &mut Roles,
+) -> Option<EvaluationHeld> {
+    let a = ctx.allocated;
+    let peak = ctx.run_peak?;
+    if !ctx.evaluation.contains(peak) {
+        return None;
+    }
+    let l = ctx.lifetimes;
+    let mut by_site: HashMap<u32, (u64, u64)> = HashMap::default();
+    let mut bytes = 0u64;
+    for b in 0..l.len() {
+        if l.alive_after(b, peak as u32) && roles.of_block(l, b) == Role::Gradient {
+            bytes += l.size[b];
+            let e = by_site.entry(ctx.sites.of_block[b]).or_default();
+            e.0 += l.size[b];
+            e.1 += 1;
+        }
+    }
+    let outside = (0..a.len())
+        .filter(|&i| !ctx.evaluation.contains(i))
+        .map(|i| a[i])
+        .max()
+        .unwrap_or(0);
+    ctx.significant(bytes).then_some(EvaluationHeld {
+        peak,
+        bytes,
+        by_site,
+        outside,
+    })
+}
