@@ -323,13 +323,21 @@ fn zero_grad_first(
         .map(|&(b, at)| (b, ChangeKind::FreeAfter(at)))
         .collect();
     let total: u64 = moved.iter().map(|&(b, _)| l.size[b]).sum();
+    // Lightning zeroes inside its optimizer closure, after training_step:
+    // its hooks move it (the finding's fix says which).
+    let code = if f.fix.contains("optimizer_zero_grad") {
+        "class Model(L.LightningModule):\n    def optimizer_zero_grad(self, epoch, batch_idx, optimizer):\n        \
+         pass  # zeroed before training_step instead\n\n    def on_train_batch_start(self, batch, batch_idx):\n        \
+         self.optimizers().zero_grad(set_to_none=True)"
+    } else {
+        "for data, target in loader:\n    optimizer.zero_grad(set_to_none=True)  # first: the last step's \
+         gradients go before the forward\n    loss = loss_fn(model(data), target)\n    loss.backward()\n    \
+         optimizer.step()"
+    };
     Some(Candidate {
         class: ChangeClass::ZeroGradFirst,
         change: f.title.clone(),
-        code: "for data, target in loader:\n    optimizer.zero_grad(set_to_none=True)  # first: the last step's \
-               gradients go before the forward\n    loss = loss_fn(model(data), target)\n    loss.backward()\n    \
-               optimizer.step()"
-            .into(),
+        code: code.into(),
         settings: recorded.clone(),
         method: Method::Replayed,
         edits: Some(for_blocks(snap, device, l, &v, "the gradients held into the next forward")),
