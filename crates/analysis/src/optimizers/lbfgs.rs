@@ -20,7 +20,7 @@
 //! next evaluation makes its own, or when `step` returns).
 
 use vramscope_snapshot::hash::FxHashMap as HashMap;
-use vramscope_snapshot::Snapshot;
+use vramscope_snapshot::{Snapshot, StackId};
 
 use crate::lifetimes::{Lifetimes, BEFORE_WINDOW, STILL_ALIVE};
 use crate::sites::{frame_location, python_frames};
@@ -90,8 +90,13 @@ impl LbfgsHistory {
         // By line and size: a line makes its vector and, on some
         // versions, a 0-d tensor beside it.
         let mut by_line: HashMap<(u32, u64), Vec<usize>> = HashMap::default();
+        // Blocks share stacks: each stack read once.
+        let mut line_of: HashMap<StackId, Option<u32>> = HashMap::default();
         for b in 0..l.len() {
-            if let Some(line) = step_line(snap, l, b) {
+            let line = *line_of
+                .entry(l.stack[b])
+                .or_insert_with(|| step_line(snap, l, b));
+            if let Some(line) = line {
                 by_line.entry((line, l.size[b])).or_default().push(b);
             }
         }
