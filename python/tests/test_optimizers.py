@@ -121,3 +121,42 @@ def test_the_8_bit_row_names_the_same_optimizer(tmp_path, name, cls):
     if zero is not None:
         torch_cls = {"sgd": "SGD", "adam": "Adam"}[name]
         assert f"optimizer_class=torch.optim.{torch_cls}," in zero["code"], zero["code"]
+
+
+TWO = '''
+import sys, torch, torch.nn as nn
+import vramscope
+torch.manual_seed(0)
+a, b = nn.Linear(256, 1024), nn.Linear(1024, 10)
+oa = torch.optim.Adam(a.parameters(), lr=1e-3)
+ob = (torch.optim.Adadelta(b.parameters()) if sys.argv[1] == "adadelta"
+      else torch.optim.SGD(b.parameters(), lr=0.01, momentum=0.9))
+x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))
+for _ in range(4):
+    nn.functional.cross_entropy(b(torch.relu(a(x))), y).backward()
+    oa.step(); ob.step(); oa.zero_grad(); ob.zero_grad()
+    vramscope.step()
+'''
+
+
+@pytest.mark.parametrize("second", ["sgd", "adadelta"])
+def test_a_program_with_two_optimizers_gets_the_8_bit_class_of_each_or_none(tmp_path, second):
+    import vramscope
+
+    script = tmp_path / "two.py"
+    script.write_text(TWO)
+    out = tmp_path / f"two-{second}.pickle"
+    subprocess.run(
+        [sys.executable, "-m", "vramscope", "run", "-q", "--no-report", "-o", str(out), str(script), second],
+        check=True,
+        timeout=300,
+    )
+    advice = vramscope.load(str(out)).advise()
+    rows = _rows(advice)
+    if second == "sgd":
+        code = rows["optimizer_state8bit"]["code"]
+        assert "bnb.optim.Adam8bit(" in code and "bnb.optim.SGD8bit(" in code, code
+    else:
+        assert "optimizer_state8bit" not in rows
+        why = _why_not(advice, "8-bit")
+        assert "steps 2 optimizers (Adam, Adadelta)" in why and "no 8-bit Adadelta" in why, why

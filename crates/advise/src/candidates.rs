@@ -6,7 +6,7 @@
 
 use vramscope_analysis::categories::{Category, Labelled, Rule};
 use vramscope_analysis::optimizers::alternatives::{
-    eight_bit, eight_bit_bytes, per_parameter, Stepped, BLOCK_ELEMENTS,
+    eight_bit_all, eight_bit_bytes, per_parameter, Stepped, BLOCK_ELEMENTS,
 };
 use vramscope_simulate::edits::{for_blocks, Change, ChangeKind, Edits};
 use vramscope_snapshot::Snapshot;
@@ -133,17 +133,35 @@ pub(super) fn category_candidates(
         return out;
     }
     let total = vramscope_text::units::bytes(bytes_of(&state));
-    let stepped = Stepped::of(snap).filter(|s| !s.class.is_empty());
-    match stepped.as_ref().map(eight_bit) {
+    let all = Stepped::all(snap);
+    match (!all.is_empty()).then(|| eight_bit_all(&all)) {
         Some(Err(why)) => not_offered.push(NotOffered {
             change: "8-bit optimizer state (bitsandbytes, torchao)".into(),
             why,
         }),
         found => {
-            let e = found.and_then(Result::ok);
+            let classes = found.and_then(Result::ok).unwrap_or_default();
+            let e = classes.first().map(|c| c.1.clone());
             let element = super::precision::parameter_bytes_per_element(snap).unwrap_or(4);
             let (edits, small) = eight_bit_edits(snap, device, labelled, &state, element);
             let (class, code) = match &e {
+                Some(_) if classes.len() > 1 => (
+                    format!(
+                        "bitsandbytes' {}",
+                        classes.iter().map(|c| c.1.bitsandbytes).collect::<Vec<_>>().join(", ")
+                    ),
+                    format!(
+                        "import bitsandbytes as bnb\n{}",
+                        classes
+                            .iter()
+                            .map(|(was, e)| format!(
+                                "bnb.optim.{}(params, lr=lr)  # for the {was} optimizer, with its settings",
+                                e.bitsandbytes
+                            ))
+                            .collect::<Vec<_>>()
+                            .join("\n")
+                    ),
+                ),
                 Some(e) => (
                     format!("bitsandbytes' {}", e.bitsandbytes),
                     format!(
@@ -181,7 +199,11 @@ pub(super) fn category_candidates(
             // Measured on an H200 (tests/fixtures/gpu/advise_run.json): the
             // GPT's reserved peak 3,634 MiB, 3,512 with AdamW8bit, 3,450 with
             // PagedAdamW8bit, whose state the caching allocator never sees.
-            if let Some(paged) = e.as_ref().and_then(|e| e.paged) {
+            if let Some(paged) = e
+                .as_ref()
+                .and_then(|e| e.paged)
+                .filter(|_| classes.len() == 1)
+            {
                 out.push(Candidate {
                     class: ChangeClass::PagedOptimizerState8bit,
                     change: format!(
@@ -202,7 +224,7 @@ pub(super) fn category_candidates(
             }
         }
     }
-    let per_param = stepped.as_ref().map_or(Ok(()), per_parameter);
+    let per_param = all.iter().try_for_each(per_parameter);
     if let Err(why) = per_param {
         for change in [
             "the optimizer state and step offloaded to the CPU",
@@ -215,7 +237,7 @@ pub(super) fn category_candidates(
         }
         return out;
     }
-    let class = optimizer_class_code(stepped.as_ref());
+    let class = class_code_for_all(&all);
     out.push(cpu_offload(
         labelled, &state, recorded, snap, device, &class,
     ));
@@ -273,10 +295,23 @@ pub(super) fn optimizer_class_code(stepped: Option<&Stepped>) -> OptimizerCode {
     }
 }
 
+/// The first optimizer's class for the code, with a comment naming them
+/// all where the program steps several.
+fn class_code_for_all(all: &[Stepped]) -> OptimizerCode {
+    let mut c = optimizer_class_code(all.first());
+    if all.len() > 1 {
+        let names: Vec<&str> = all.iter().map(|s| s.class.as_str()).collect();
+        c.comment = format!(
+            "  # one for each optimizer of the program: {}",
+            names.join(", ")
+        );
+    }
+    c
+}
+
 /// `optimizer = <the program's class>(<args>)<comment>`, with its import.
 pub(super) fn optimizer_line(snap: &Snapshot, args: &str, comment: &str) -> String {
-    let stepped = Stepped::of(snap).filter(|s| !s.class.is_empty());
-    let c = optimizer_class_code(stepped.as_ref());
+    let c = class_code_for_all(&Stepped::all(snap));
     let comment = match (comment.is_empty(), c.comment.is_empty()) {
         (_, true) => comment.to_owned(),
         (true, false) => c.comment.clone(),

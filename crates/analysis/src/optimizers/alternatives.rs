@@ -74,6 +74,36 @@ impl Stepped {
             })
     }
 
+    /// Every optimizer class that stepped, once each, in the order the
+    /// recorder read them (or the step annotations name them): a GAN's
+    /// two, a model's dense and sparse parts.
+    pub fn all(snap: &Snapshot) -> Vec<Stepped> {
+        let mut out: Vec<Stepped> = Vec::new();
+        let recorded = snap
+            .source
+            .recorder
+            .as_ref()
+            .map(|r| r.optimizers.as_slice())
+            .unwrap_or_default();
+        let found: Vec<Stepped> = if recorded.is_empty() {
+            super::annotated_classes(snap)
+                .into_iter()
+                .map(|class| Stepped {
+                    class,
+                    ..Stepped::default()
+                })
+                .collect()
+        } else {
+            recorded.iter().map(Stepped::from_info).collect()
+        };
+        for s in found {
+            if !s.class.is_empty() && !out.iter().any(|o| o.class == s.class) {
+                out.push(s);
+            }
+        }
+        out
+    }
+
     pub fn from_info(o: &OptimizerInfo) -> Stepped {
         Stepped {
             class: o.type_name.clone(),
@@ -230,6 +260,24 @@ pub fn eight_bit(o: &Stepped) -> Result<EightBit, String> {
     }
 }
 
+/// The 8-bit classes for every optimizer class that stepped, in order,
+/// or why not where one has none (its class named).
+pub fn eight_bit_all(all: &[Stepped]) -> Result<Vec<(String, EightBit)>, String> {
+    let names: Vec<&str> = all.iter().map(|s| s.class.as_str()).collect();
+    all.iter()
+        .map(|s| match eight_bit(s) {
+            Ok(e) => Ok((s.class.clone(), e)),
+            Err(why) if all.len() > 1 => Err(format!(
+                "the program steps {} optimizers ({}); for its {}: {why}",
+                all.len(),
+                names.join(", "),
+                s.class
+            )),
+            Err(why) => Err(why),
+        })
+        .collect()
+}
+
 /// What one state tensor of `size` bytes takes in 8 bits, its parameters
 /// `element_bytes` wide: one byte per element and an fp32 scale per 256
 /// (`BLOCK_ELEMENTS`); tensors under 4,096 elements as they are.
@@ -291,6 +339,26 @@ mod tests {
         assert!(eight_bit(&done).unwrap_err().contains("already"));
         let bnb32 = Stepped::named("AdamW32bit", "bitsandbytes.optim.adamw", &[]);
         assert_eq!(eight_bit(&bnb32).unwrap().bitsandbytes, "AdamW8bit");
+    }
+
+    #[test]
+    fn every_optimizer_of_a_program_needs_its_own_8_bit_class() {
+        let gan = [
+            Stepped::named("Adam", "torch.optim.adam", &[]),
+            Stepped::named("SGD", "torch.optim.sgd", &[("momentum", "0.9")]),
+        ];
+        let classes = eight_bit_all(&gan).unwrap();
+        assert_eq!(classes[0].1.bitsandbytes, "Adam8bit");
+        assert_eq!(classes[1].1.bitsandbytes, "SGD8bit");
+        let mixed = [
+            Stepped::named("AdamW", "torch.optim.adamw", &[]),
+            Stepped::named("Adadelta", "torch.optim.adadelta", &[]),
+        ];
+        let why = eight_bit_all(&mixed).unwrap_err();
+        assert!(
+            why.starts_with("the program steps 2 optimizers (AdamW, Adadelta); for its Adadelta:"),
+            "{why}"
+        );
     }
 
     #[test]
