@@ -15,6 +15,7 @@ use vramscope_analysis::categories::{Category, Labelled, Rule};
 use vramscope_analysis::iterations::Iterations;
 use vramscope_analysis::lifetimes::BEFORE_WINDOW;
 use vramscope_analysis::liveness::allocated_series;
+use vramscope_analysis::optimizers::alternatives::Stepped;
 use vramscope_analysis::sites::{
     frame_label, frame_location, is_launcher, is_noise, is_third_party,
 };
@@ -200,8 +201,7 @@ pub(super) fn half_batch_candidates(
                 }
             }
         }
-        let lbfgs = vramscope_analysis::optimizers::alternatives::Stepped::of(snap)
-            .is_some_and(|s| s.is_lbfgs());
+        let lbfgs = Stepped::of(snap).is_some_and(|s| s.is_lbfgs());
         let (change, code) = if trained && lbfgs {
             // L-BFGS evaluates a closure several times per step: the
             // halves are accumulated inside it, and it returns the whole

@@ -25,6 +25,7 @@ use std::collections::BTreeMap;
 
 use vramscope_analysis::categories::{Labelled, Rule};
 use vramscope_analysis::iterations::Iterations;
+use vramscope_analysis::optimizers::alternatives::Stepped;
 use vramscope_analysis::sites::frame_location;
 use vramscope_simulate::edits::{for_blocks, ChangeKind};
 use vramscope_snapshot::Snapshot;
@@ -72,20 +73,6 @@ fn step_kind(
     kind
 }
 
-/// The optimizer class that stepped, if one did and the file says which.
-fn optimizer_class(snap: &Snapshot) -> Option<String> {
-    let from_recorder = snap
-        .source
-        .recorder
-        .as_ref()
-        .and_then(|r| r.optimizers.first().map(|o| o.type_name.clone()));
-    from_recorder.or_else(|| {
-        vramscope_analysis::optimizers::annotated_classes(snap)
-            .into_iter()
-            .next()
-    })
-}
-
 /// `foreach=False`, where the recorded step is a foreach Adam or AdamW step.
 pub(super) fn foreach_candidate(
     snap: &Snapshot,
@@ -121,7 +108,7 @@ pub(super) fn foreach_candidate(
             )
         }
     }
-    let class = optimizer_class(snap).unwrap_or_default();
+    let class = Stepped::of(snap).map(|s| s.class).unwrap_or_default();
     if class != "Adam" && class != "AdamW" {
         return refuse(format!(
             "what the one-at-a-time step of {} allocates is not written down here (Adam and AdamW are)",

@@ -53,6 +53,7 @@ use std::collections::BTreeMap;
 
 use vramscope_analysis::categories::{Category, Labelled, Phase, Phases, Rule};
 use vramscope_analysis::lifetimes::BEFORE_WINDOW;
+use vramscope_analysis::optimizers::alternatives::{sharded_parameters, Stepped};
 use vramscope_simulate::edits::{for_blocks, ChangeKind, Extra};
 use vramscope_snapshot::Snapshot;
 use vramscope_text::units::bytes;
@@ -437,9 +438,7 @@ pub(super) fn fsdp_candidate(
     not_offered: &mut Vec<NotOffered>,
 ) -> Option<Candidate> {
     const CHANGE: &str = "parameters, gradients and optimizer state sharded (FSDP, ZeRO-3)";
-    if let Some(Err(why)) = vramscope_analysis::optimizers::alternatives::Stepped::of(snap)
-        .map(|s| vramscope_analysis::optimizers::alternatives::sharded_parameters(&s))
-    {
+    if let Some(Err(why)) = Stepped::of(snap).map(|s| sharded_parameters(&s)) {
         return refuse(not_offered, CHANGE, why);
     }
     let l = &labelled.lifetimes;

@@ -54,37 +54,17 @@ pub struct EightBit {
 }
 
 impl Stepped {
-    /// The first optimizer the recorder read, else the first class a step
-    /// annotation names; `None` when the file names neither.
+    /// The first optimizer that stepped ([`Stepped::all`]'s first);
+    /// `None` when the file names none.
     pub fn of(snap: &Snapshot) -> Option<Stepped> {
-        let recorded = snap
-            .source
-            .recorder
-            .as_ref()
-            .and_then(|r| r.optimizers.first());
-        if let Some(o) = recorded {
-            return Some(Stepped::from_info(o));
-        }
-        super::annotated_classes(snap)
-            .into_iter()
-            .next()
-            .map(|class| Stepped {
-                class,
-                ..Stepped::default()
-            })
+        Stepped::all(snap).into_iter().next()
     }
 
     /// Every optimizer class that stepped, once each, in the order the
     /// recorder read them (or the step annotations name them): a GAN's
     /// two, a model's dense and sparse parts.
     pub fn all(snap: &Snapshot) -> Vec<Stepped> {
-        let mut out: Vec<Stepped> = Vec::new();
-        let recorded = snap
-            .source
-            .recorder
-            .as_ref()
-            .map(|r| r.optimizers.as_slice())
-            .unwrap_or_default();
+        let recorded = super::recorded(snap);
         let found: Vec<Stepped> = if recorded.is_empty() {
             super::annotated_classes(snap)
                 .into_iter()
@@ -96,6 +76,7 @@ impl Stepped {
         } else {
             recorded.iter().map(Stepped::from_info).collect()
         };
+        let mut out: Vec<Stepped> = Vec::new();
         for s in found {
             if !s.class.is_empty() && !out.iter().any(|o| o.class == s.class) {
                 out.push(s);

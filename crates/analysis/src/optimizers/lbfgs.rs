@@ -74,11 +74,9 @@ impl LbfgsHistory {
     /// stepped, the stacks do not show `lbfgs.py`, or fewer than four
     /// pairs were stored (then the history is not told from `d`).
     pub fn find(snap: &Snapshot, l: &Lifetimes) -> Option<LbfgsHistory> {
-        let recorded = snap
-            .source
-            .recorder
-            .as_ref()
-            .and_then(|r| r.optimizers.iter().find(|o| o.type_name == "LBFGS"));
+        let recorded = super::recorded(snap)
+            .iter()
+            .find(|o| o.type_name == "LBFGS");
         let annotated = super::annotated_classes(snap).iter().any(|c| c == "LBFGS");
         if recorded.is_none() && !annotated {
             return None;

@@ -40,6 +40,15 @@ fn class_rule(class: &str) -> Option<&'static str> {
     })
 }
 
+/// The optimizers vramscope's recorder read (empty in other files).
+pub fn recorded(snap: &Snapshot) -> &[OptimizerInfo] {
+    snap.source
+        .recorder
+        .as_ref()
+        .map(|r| r.optimizers.as_slice())
+        .unwrap_or_default()
+}
+
 /// Optimizer classes named by step annotations (`Optimizer.step#SGD.step`),
 /// in first-seen order.
 pub fn annotated_classes(snap: &Snapshot) -> Vec<String> {
@@ -126,12 +135,7 @@ pub fn describe(o: &OptimizerInfo) -> String {
 /// recorder's reading when the file has one, else from the classes the
 /// step annotations name; `None` when neither is in the file.
 pub fn state_rule(snap: &Snapshot) -> Option<String> {
-    let recorded = snap
-        .source
-        .recorder
-        .as_ref()
-        .map(|r| r.optimizers.as_slice())
-        .unwrap_or_default();
+    let recorded = recorded(snap);
     if !recorded.is_empty() {
         let all: Vec<String> = recorded.iter().map(describe).collect();
         return Some(format!("{}.", all.join("; ")));
