@@ -280,7 +280,7 @@ pub(super) struct OptimizerCode {
     pub(super) comment: String,
 }
 
-pub(super) fn optimizer_class_code(stepped: Option<&Stepped>) -> OptimizerCode {
+fn optimizer_class_code(stepped: Option<&Stepped>) -> OptimizerCode {
     match stepped {
         Some(s) => OptimizerCode {
             name: s.code_name(),
