@@ -64,8 +64,33 @@ pub(super) fn shown(container: &str) -> String {
     } else if is_site(container) {
         container.to_owned()
     } else {
-        format!("model.{container}")
+        python_path(container)
     }
+}
+
+/// A module's name as the Python that reaches it: `resnet.4` is
+/// `model.resnet[4]` (a `Sequential`'s or `ModuleList`'s index is not an
+/// attribute: `model.resnet.4` is a syntax error), a `ModuleDict`'s key
+/// that is no identifier `model.heads["a-b"]`.
+fn python_path(name: &str) -> String {
+    let mut out = String::from("model");
+    for part in name.split('.') {
+        if !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()) {
+            out.push_str(&format!("[{part}]"));
+        } else if is_identifier(part) {
+            out.push('.');
+            out.push_str(part);
+        } else {
+            out.push_str(&format!("[{part:?}]"));
+        }
+    }
+    out
+}
+
+fn is_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars.next().is_some_and(|c| c == '_' || c.is_alphabetic())
+        && chars.all(|c| c == '_' || c.is_alphanumeric())
 }
 
 /// "every block of model.blocks", or "every block called at
@@ -356,4 +381,22 @@ pub(super) fn fewest_that_fit(
         }
     }
     best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_module_name_is_written_as_the_python_that_reaches_it() {
+        assert_eq!(shown("resnet.4"), "model.resnet[4]");
+        assert_eq!(shown("transformer.h"), "model.transformer.h");
+        assert_eq!(
+            shown("encoder.layers.0.blocks"),
+            "model.encoder.layers[0].blocks"
+        );
+        assert_eq!(shown("heads.a-b"), "model.heads[\"a-b\"]");
+        assert_eq!(shown(""), "the model");
+        assert_eq!(shown("common.py:40 in forward"), "common.py:40 in forward");
+    }
 }

@@ -37,7 +37,9 @@ pub struct Reach {
     pub projected_from: Option<u32>,
     /// The first and the last complete iteration's peak allocated bytes,
     /// where the last is more than 5% above the first: (iteration, peak)
-    /// each.
+    /// each. With three complete iterations or more, the first is the
+    /// second (the first is a warm-up: the optimizer's state made by its
+    /// step).
     pub grew: Option<((u32, u64), (u32, u64))>,
     /// Where the iterations did not grow but differ (a sequence length that
     /// cycles): the smallest and the largest complete iteration's peak,
@@ -106,6 +108,16 @@ pub fn reach(
         .complete()
         .filter_map(|it| peak(it.start, it.end).map(|p| (it.number, p)))
         .collect();
+    // The first iteration is a warm-up where later ones follow it: the
+    // optimizer's state made by its step, caches filled once. Its lower
+    // peak is no trend (a ResNet's first step under Adadelta read "grew
+    // ×1.12" beside 61 iterations of one peak): with three complete
+    // iterations or more, the trend is read from the second on.
+    let complete = if complete.len() >= 3 {
+        &complete[1..]
+    } else {
+        &complete[..]
+    };
     let apart = |a: (u32, u64), b: (u32, u64)| b.1 as f64 > a.1 as f64 * (1.0 + GROWTH);
     let grew = match (complete.first(), complete.last()) {
         (Some(&a), Some(&b)) if b.0 > a.0 && apart(a, b) => Some((a, b)),

@@ -21,6 +21,8 @@ use super::findings::{Context, SiteSeries};
 use super::source::Sources;
 use super::{Finding, FindingKind, Severity};
 use crate::categories::evaluation_graphs::kept_by_graphs;
+use crate::sites::stack_lines;
+use vramscope_snapshot::StackId;
 use vramscope_text::units::bytes;
 
 /// What the graphs of evaluation forwards keep at the run's peak.
@@ -31,6 +33,10 @@ pub(super) struct GraphsHeld {
     bytes: u64,
     /// Site → (bytes, blocks), of those.
     pub by_site: HashMap<u32, (u64, u64)>,
+    /// Site → the stack of its largest block counted, the one shown: a
+    /// site's own example can be a block of a training step at the same
+    /// line (a layer's forward called by both), not of the evaluation.
+    stacks: HashMap<u32, (u64, StackId)>,
     /// Evaluation passes with a call run with autograd on.
     passes: usize,
 }
@@ -52,13 +58,19 @@ pub(super) fn scan(ctx: &Context) -> Option<GraphsHeld> {
     }
     let peak = ctx.run_peak?;
     let mut by_site: HashMap<u32, (u64, u64)> = HashMap::default();
+    let mut stacks: HashMap<u32, (u64, StackId)> = HashMap::default();
     let mut held = 0u64;
     for &(b, freed_after) in &kept {
         if freed_after < peak && l.alive_after(b, peak as u32) {
             held += l.size[b];
-            let e = by_site.entry(ctx.sites.of_block[b]).or_default();
+            let site = ctx.sites.of_block[b];
+            let e = by_site.entry(site).or_default();
             e.0 += l.size[b];
             e.1 += 1;
+            let shown = stacks.entry(site).or_insert((l.size[b], l.stack[b]));
+            if l.size[b] > shown.0 {
+                *shown = (l.size[b], l.stack[b]);
+            }
         }
     }
     let passes = ctx.evaluation.passes_with_grad();
@@ -66,6 +78,7 @@ pub(super) fn scan(ctx: &Context) -> Option<GraphsHeld> {
         peak,
         bytes: held,
         by_site,
+        stacks,
         passes,
     })
 }
@@ -129,6 +142,15 @@ pub(super) fn finding(
         bytes_per_iteration: 0.0,
         bytes: g.bytes,
         iterations: (number, number),
-        sites: evidence_list(ctx, &sites, (false, false), series, src),
+        sites: evidence_list(ctx, &sites, (false, false), series, src)
+            .into_iter()
+            .zip(&sites)
+            .map(|(mut e, (site, _))| {
+                if let Some(&(_, stack)) = g.stacks.get(site) {
+                    e.stack = stack_lines(ctx.snap, stack);
+                }
+                e
+            })
+            .collect(),
     }
 }
