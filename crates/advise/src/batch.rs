@@ -70,6 +70,54 @@ fn scales_with_the_batch(labelled: &Labelled, made: &[usize]) -> Vec<usize> {
         .collect()
 }
 
+/// The inputs every training step is given, where it is given the same
+/// ones: those alive from before the second iteration to the end of the
+/// last (blocks, bytes), where what each iteration makes of its own inputs
+/// (a loss's labels indexed by a mask) is under a sixteenth of them. A
+/// program that trains on its whole dataset at once (a graph network
+/// on its one graph, L-BFGS on a fixed set, a benchmark's one batch):
+/// halving "the batch" splits the dataset, which only holds where its
+/// rows are independent samples. `None` where a step makes its inputs (a
+/// data loader's batch), or fewer than two training iterations were
+/// recorded (the second on are read).
+pub(super) fn fixed_inputs(labelled: &Labelled, its: &Iterations) -> Option<(usize, u64)> {
+    let cats = &labelled.categories;
+    let l = &labelled.lifetimes;
+    let eval = &cats.evaluation;
+    // From the second iteration: the first can hold the setup that made
+    // the data (the recorder's first iteration starts with the trace).
+    let complete: Vec<_> = its.complete().skip(1).collect();
+    let (first, last) = (complete.first()?, complete.last()?);
+    let (mut n, mut fixed) = (0usize, 0u64);
+    // Inputs made inside each training iteration (the labels a loss is
+    // given, indexed by a mask, are inputs of the loss module's call).
+    let mut made = vec![0u64; complete.len()];
+    for b in 0..l.len() {
+        if cats.category.get(b) != Some(&Category::Input) {
+            continue;
+        }
+        let birth = l.birth[b];
+        if birth != BEFORE_WINDOW {
+            let at = birth as usize;
+            if first.start <= at && at < last.end && !eval.contains(at) {
+                let k = complete.partition_point(|it| it.end <= at);
+                if let Some(m) = made.get_mut(k) {
+                    *m += l.size[b];
+                }
+                continue;
+            }
+        }
+        if (birth == BEFORE_WINDOW || (birth as usize) < first.start)
+            && l.alive_after(b, last.end as u32 - 1)
+        {
+            n += 1;
+            fixed += l.size[b];
+        }
+    }
+    let most_made = made.iter().copied().max().unwrap_or(0);
+    (n > 0 && most_made.saturating_mul(16) <= fixed).then_some((n, fixed))
+}
+
 /// One pass's share of the batch's blocks: those halved, and those of
 /// the size of no activation or input, kept whole.
 struct Share {
@@ -202,6 +250,11 @@ pub(super) fn half_batch_candidates(
             }
         }
         let lbfgs = Stepped::of(snap).is_some_and(|s| s.is_lbfgs());
+        let fixed = if trained {
+            fixed_inputs(labelled, its)
+        } else {
+            None
+        };
         let (change, code) = if trained && lbfgs {
             // L-BFGS evaluates a closure several times per step: the
             // halves are accumulated inside it, and it returns the whole
@@ -211,6 +264,15 @@ pub(super) fn half_batch_candidates(
                 "def closure():\n    optimizer.zero_grad()\n    total = 0.0\n    for x, y in zip(inputs.chunk(2), \
                  targets.chunk(2)):\n        loss = loss_fn(model(x), y) / 2\n        loss.backward()\n        \
                  total += loss.item()\n    return total\noptimizer.step(closure)",
+            )
+        } else if trained && fixed.is_some() {
+            (
+                "half the inputs per backward, with gradient accumulation over 2 steps: every step is given the \
+                 same inputs (a whole dataset at once, or one batch used again), so this splits them, which holds \
+                 only where their rows are independent samples",
+                "# every step is given the same inputs: split them (rows must be independent samples; a graph's \
+                 nodes are not)\nfor x, y in zip(inputs.chunk(2), targets.chunk(2)):\n    loss = loss_fn(model(x), y) / \
+                 2\n    loss.backward()\noptimizer.step()\noptimizer.zero_grad(set_to_none=True)",
             )
         } else if trained {
             (
@@ -242,7 +304,7 @@ pub(super) fn half_batch_candidates(
             edits: Some(edits),
             how: format!(
                 "replayed with {}; the inputs whole (the chunks are views of the batch), parameters and optimizer \
-                 state as recorded{}{}",
+                 state as recorded{}{}{}",
                 steps.how(labelled, whose),
                 if early == 0 && !trained {
                     String::new()
@@ -263,7 +325,15 @@ pub(super) fn half_batch_candidates(
                     )
                 } else {
                     String::new()
-                }
+                },
+                fixed.map_or(String::new(), |(n, b)| format!(
+                    ". Every training step was given the same {n} input tensor{} ({}, made once): \
+                     halving them holds only where their rows are independent samples; where they are coupled (a graph's nodes, whose message passing or \
+                     attention spans the whole graph: an N x N attention matrix shrinks to a quarter, not a half) \
+                     this row does not apply, and sampling subgraphs or fewer nodes changes what is trained",
+                    if n == 1 { "" } else { "s" },
+                    bytes(b)
+                ))
             ),
         });
     }
