@@ -121,3 +121,37 @@ fn what_a_model_in_eval_mode_returns_is_kept_by_the_replay() {
     let fix = row(&snap, ChangeClass::NoGradEvaluation);
     assert_eq!(fix.peak_allocated, 189_234_488, "{}", fix.how);
 }
+
+/// The figure of "would be X MiB rather than Y MiB" in a row's `how`.
+fn between(how: &str) -> Option<(f64, f64)> {
+    let rest = how.split("the peak allocated would be ").nth(1)?;
+    let mib = |s: &str| s.split(" MiB").next()?.trim().parse::<f64>().ok();
+    let (low, high) = rest.split_once(" rather than ")?;
+    Some((mib(low)?, mib(high)?))
+}
+
+#[test]
+fn a_function_that_runs_the_layers_itself_is_told_where_the_real_peak_lies() {
+    // pytorch/examples' Forward-Forward MNIST (`forward_forward_predict`):
+    // its `predict` runs each layer itself (`h = layer(h)`) for ten labels,
+    // with autograd on; the graph keeps every layer's output to the end.
+    // The replay keeps each call's output as recorded, so it predicts
+    // 63.00 MiB; the same script with `@torch.no_grad()` on `predict`
+    // peaks at 38,763,624 B (its training step's peak).
+    let snap = recorded("forward_forward_predict.pickle.gz");
+    let no_grad = row(&snap, ChangeClass::NoGradEvaluation);
+    let (low, high) = between(&no_grad.how).unwrap_or_else(|| panic!("{}", no_grad.how));
+    let measured = 38_763_624.0 / (1u64 << 20) as f64;
+    assert!(
+        (low / measured - 1.0).abs() < 0.005,
+        "{low} MiB, measured {measured}"
+    );
+    assert!((high - no_grad.peak_allocated as f64 / (1u64 << 20) as f64).abs() < 0.01);
+    // A loop that binds one output per batch gets no such sentence: there
+    // the outputs are the program's until the next batch's.
+    let classic = row(
+        &recorded("cnn_evalgrad4x.pickle.gz"),
+        ChangeClass::NoGradEvaluation,
+    );
+    assert!(between(&classic.how).is_none(), "{}", classic.how);
+}

@@ -45,9 +45,75 @@ pub fn kept_by_graphs(
     l: &Lifetimes,
     category: &[Category],
 ) -> Vec<(usize, usize)> {
+    let Some((kept, returned)) = kept_by_segment(snap, device, ev, l, category) else {
+        return Vec::new();
+    };
+    let mut out: Vec<(usize, usize)> = kept
+        .windows(2)
+        .filter(|w| w[0].0 == w[1].0 && returned.binary_search(&w[0].2).is_err())
+        .map(|w| (w[0].2, w[1].1 as usize))
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+/// What `kept_by_graphs` keeps as recorded, the output of each segment (a
+/// call's result, a loss) that outlives the next segment's: the event
+/// after which it would be freed were it dropped once that next output is
+/// made, in block order. That is what `torch.no_grad()` does where each
+/// call's output is the next call's input and the variable is rebound
+/// (`h = layer(h)` over the layers, a `predict` that runs them itself:
+/// pytorch/examples' Forward-Forward MNIST, where the graph, not the
+/// program, kept each layer's output to the end of the pass); where the
+/// program keeps an output itself (an encoder's output for every decoder
+/// call, a list of predictions) it is freed too early. So it bounds the
+/// change from below: the real peak lies between this and keeping them.
+pub fn outputs_chained(
+    snap: &Snapshot,
+    device: u32,
+    ev: &Evaluation,
+    l: &Lifetimes,
+    category: &[Category],
+) -> Vec<(usize, usize)> {
+    let Some((kept, returned)) = kept_by_segment(snap, device, ev, l, category) else {
+        return Vec::new();
+    };
+    // Each segment's last kept block: its output.
+    let outputs: Vec<(usize, u32, usize)> = kept
+        .iter()
+        .enumerate()
+        .filter(|&(i, k)| kept.get(i + 1).is_none_or(|n| n.0 != k.0))
+        .map(|(_, &k)| k)
+        .collect();
+    let pass_of = |birth: u32| ev.spans.partition_point(|&(_, e)| e <= birth);
+    let mut out: Vec<(usize, usize)> = outputs
+        .windows(2)
+        .filter(|w| {
+            let (a, b) = (w[0], w[1]);
+            returned.binary_search(&a.2).is_err()
+                && pass_of(a.1) == pass_of(b.1)
+                && l.alive_after(a.2, b.1)
+        })
+        .map(|w| (w[0].2, w[1].1 as usize))
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+/// (segment, birth, block) of every block a segment keeps, in order, and
+/// the blocks the recorder named returned (sorted); `None` where no
+/// evaluation pass ran a call with autograd on.
+#[allow(clippy::type_complexity)]
+fn kept_by_segment(
+    snap: &Snapshot,
+    device: u32,
+    ev: &Evaluation,
+    l: &Lifetimes,
+    category: &[Category],
+) -> Option<(Vec<(usize, u32, usize)>, Vec<usize>)> {
     let segments = segments(ev);
     if segments.is_empty() {
-        return Vec::new();
+        return None;
     }
     let returned = returned(snap, device, l);
     // (segment, birth, block) of every block a segment keeps.
@@ -78,13 +144,7 @@ pub fn kept_by_graphs(
         }
     }
     kept.sort_unstable();
-    let mut out: Vec<(usize, usize)> = kept
-        .windows(2)
-        .filter(|w| w[0].0 == w[1].0 && returned.binary_search(&w[0].2).is_err())
-        .map(|w| (w[0].2, w[1].1 as usize))
-        .collect();
-    out.sort_unstable();
-    out
+    Some((kept, returned))
 }
 
 /// The blocks the recorder named as returned by a call of a model in eval
