@@ -112,11 +112,23 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # until the snapshot is written: its end is what the program left, and
     # the holders are named after its globals.
     _holders.main_globals = program.globals
+    # Its children (mp.spawn's ranks, Hogwild's workers) are not recorded:
+    # named as the owner, each leaves a note if it trained or used a GPU,
+    # which the snapshot carries (vramscope._recording.children).
+    from vramscope._recording.children import clear
+    from vramscope._recording.env import OWNER_VAR
+
+    owned = OWNER_VAR not in os.environ
+    if owned:
+        os.environ[OWNER_VAR] = str(os.getpid())
     try:
         with recorder:
             code, failure = program.run(program_args)
     finally:
         _holders.main_globals = None
+        if owned:
+            os.environ.pop(OWNER_VAR, None)
+            clear(str(os.getpid()))
     del failure
     program.release()
     _flush()

@@ -58,6 +58,9 @@ pub(crate) fn load(file: &Path, quiet: bool) -> Result<Arc<Snapshot>, CliError> 
         if let Some(note) = vramscope_analysis::summary::history(&snap) {
             say(&format!("vramscope: note: {}: {note}", file.display()));
         }
+        if let Some(note) = vramscope_analysis::summary::unrecorded_children(&snap) {
+            say(&format!("vramscope: note: {}: {note}", file.display()));
+        }
     }
     Ok(snap)
 }

@@ -19,6 +19,7 @@
 //! # Ok::<(), vramscope_snapshot::SnapshotError>(())
 //! ```
 
+mod children;
 mod consistency;
 mod decode;
 mod error;
@@ -36,6 +37,7 @@ mod repair;
 mod uncached;
 mod zip;
 
+pub use children::ChildProcess;
 pub use error::SnapshotError;
 pub use input::{decode_bytes, load};
 pub use intern::{Frame, FrameId, FrameTable, StackId, StackTable, StrId, StringTable};

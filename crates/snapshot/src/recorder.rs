@@ -60,6 +60,9 @@ pub struct RecorderInfo {
     /// (`segment_alloc`; `free_requested`, `segment_free`). `None`: the
     /// trace is as PyTorch writes it.
     pub trace_form: Option<String>,
+    /// The recording process's children that trained or used a GPU and
+    /// were not recorded (the `children` key; empty where none did).
+    pub children: Vec<crate::children::ChildProcess>,
 }
 
 /// Where a program asked for fp32 of a tensor that already was fp32, how
@@ -439,6 +442,7 @@ impl RecorderInfo {
                 .map(|rows| rows.iter().filter_map(optimizer).collect())
                 .unwrap_or_default(),
             device: v.get("device").and_then(device_facts),
+            children: crate::children::children(v.get("children")),
             history: v.get("history").and_then(|h| {
                 Some(History {
                     unit: h.get("unit")?.as_str()?.to_owned(),

@@ -119,15 +119,23 @@ def activate_from_env(environ: Optional[Mapping[str, str]] = None) -> Optional[A
     global _activated
     env = os.environ if environ is None else environ
     raw_path = env.get(PATH_VAR, "").strip()
+    owner = env.get(OWNER_VAR)
+    if not raw_path and owner and owner != str(os.getpid()):
+        # A child of `vramscope run` (which records in-process and sets
+        # only the owner): a note at exit if it trained or used a GPU.
+        _watch(owner)
+        return None
     if not raw_path or _activated is not None:
         return None
     from vramscope._recording.rank import is_launcher
 
     if is_launcher():
         return None  # torchrun: its workers record, each its own rank
-    owner = env.get(OWNER_VAR)
     distributed = bool(env.get("RANK", "").strip())
     if owner and owner != str(os.getpid()) and "{pid}" not in raw_path and not distributed:
+        # Not recorded: a note at exit if it trained or used a GPU, for the
+        # recording process to say so (vramscope._recording.children).
+        _watch(owner)
         return None
     try:
         _record = _recorder()
@@ -142,6 +150,15 @@ def activate_from_env(environ: Optional[Mapping[str, str]] = None) -> Optional[A
     _activated = rec
     atexit.register(_dump_at_exit, rec)
     return rec
+
+
+def _watch(owner: str) -> None:
+    try:
+        from vramscope._recording.children import watch
+
+        watch(owner)
+    except Exception:  # noqa: BLE001 - must never break interpreter start
+        pass
 
 
 def _recorder() -> Any:
@@ -163,5 +180,11 @@ def _dump_at_exit(rec: Any) -> None:
     except Exception as exc:  # noqa: BLE001 - exit handlers cannot report otherwise
         print(f"vramscope: could not write the snapshot: {exc}", file=sys.stderr)
         return
+    try:
+        from vramscope._recording.children import clear
+
+        clear(str(os.getpid()))
+    except Exception:  # noqa: BLE001 - exit handlers cannot report otherwise
+        pass
     if path:
         print(f"vramscope: snapshot written to {path}", file=sys.stderr)

@@ -446,6 +446,11 @@ class Session:
                 snap["vramscope"]["history"] = history
             if self.ooms:
                 snap["vramscope"]["ooms"] = list(self.ooms)
+            children = _children_noted()
+            if children:
+                # Children that trained or used a GPU unrecorded (mp.spawn's
+                # ranks): this file is not the whole program, every command says.
+                snap["vramscope"]["children"] = children
             if final:
                 # What holds each tensor alive at the end, by name (leaks
                 # are fixed where they are kept, not where allocated), and
@@ -606,3 +611,15 @@ def _torch_version() -> str:
     import torch
 
     return str(torch.__version__)
+
+
+def _children_noted() -> List[Dict[str, Any]]:
+    """The notes this process's unrecorded children left (none where it is
+    not the process recording from the environment)."""
+    from vramscope._recording.env import OWNER_VAR
+
+    if os.environ.get(OWNER_VAR) != str(os.getpid()):
+        return []
+    from vramscope._recording.children import collect
+
+    return collect(str(os.getpid()))

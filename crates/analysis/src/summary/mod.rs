@@ -11,8 +11,10 @@ use crate::categories::CategoryTotal;
 use crate::segments::MemoryState;
 use crate::sites::Site;
 
+mod children;
 mod device;
 
+pub use children::unrecorded_children;
 use device::event_stats;
 pub use device::{summarize_device, summarize_device_with};
 
@@ -84,6 +86,10 @@ pub struct SourceSummary {
     /// the file) and how to keep more; `None` when it holds the whole run
     /// or the file does not say.
     pub history: Option<String>,
+    /// The recorded process's children that trained or used a GPU without
+    /// being recorded (`mp.spawn`'s ranks), and how to record them; `None`
+    /// where the recorder noted none.
+    pub children: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -326,6 +332,7 @@ pub fn summary_of(snap: &Snapshot, devices: Vec<DeviceSummary>) -> Summary {
             skipped: src.skipped.clone(),
             damage: damage(snap),
             history: history(snap),
+            children: unrecorded_children(snap),
         },
         devices,
         allocator_settings: snap.allocator_settings.clone(),
