@@ -42,6 +42,7 @@ mod no_grad;
 mod page;
 mod precision;
 mod set_to_none;
+mod setup;
 mod verdict;
 
 pub use counted::{advise_counted, counted_applies};
@@ -168,6 +169,10 @@ pub enum ChangeClass {
     /// `zero_grad()` moved before the forward, where the gradients of the
     /// last step were held through it (`leaks`' `held_gradients`).
     ZeroGradFirst,
+    /// Where the run peaks while it sets up: only what the program keeps
+    /// made (a part of a model built whole, a checkpoint loaded to the
+    /// CPU), `analysis::setup`.
+    SetupTransients,
 }
 
 /// One ranked answer.
@@ -279,6 +284,8 @@ fn program_candidates(
     let gradients = set_to_none::kept_gradients(snap, device, labelled, &its);
     let (mut out, covered) =
         leak_candidates(snap, device, labelled, &its, recorded, gradients.as_ref());
+    // A peak while the program sets up: no change to the training reaches it.
+    out.extend(setup::setup_candidate(snap, device, labelled, recorded));
     // What evaluation passes run with autograd on keep: their own row, and
     // the half evaluation batch's (which then says to add `no_grad`).
     // (First: of rows that give the same peak, the fix is listed first.)

@@ -40,6 +40,7 @@ pub mod optimizers;
 pub mod reach;
 pub mod segments;
 pub mod segments_map;
+pub mod setup;
 pub mod sites;
 pub mod summary;
 pub mod within;

@@ -121,6 +121,9 @@ fn device(o: &mut String, d: &DeviceSummary) {
     if let Some(s) = p.evaluation_sentence() {
         let _ = writeln!(o, "                  {s}");
     }
+    if let Some(s) = &p.setup {
+        let _ = writeln!(o, "                  {}", s.sentence());
+    }
     if p.before_window_bytes > 0 {
         let _ = writeln!(
             o,

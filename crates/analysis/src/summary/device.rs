@@ -233,6 +233,7 @@ fn summarize_walked(
         in_evaluation: false,
         evaluation_with_grad: None,
         outside_evaluation: None,
+        setup: None,
     };
     let reserved = reserved_after(snap, device);
     let end_reserved: u64 = snap.segments_of(device).map(|s| s.total_size).sum();
@@ -248,12 +249,25 @@ fn summarize_walked(
             .peak_index
             .is_some_and(|i| i < t.len() && e.contains(i))
     });
-    let allocated = if oom_idx.is_empty() && peak_eval.is_none() {
+    // Whether the peak is before the first forward (the setup's).
+    let before_forward = labelled.zip(liveness.peak_index).is_some_and(|(l, i)| {
+        let phases = &l.categories.phases.phase;
+        phases
+            .iter()
+            .position(|&p| p == crate::categories::phases::Phase::Forward)
+            .is_some_and(|first| i < first)
+    });
+    let allocated = if oom_idx.is_empty() && peak_eval.is_none() && !before_forward {
         Vec::new()
     } else {
         allocated_series(&liveness, t)
     };
-    let peak = with_evaluation(peak, peak_eval, &allocated);
+    let mut peak = with_evaluation(peak, peak_eval, &allocated);
+    if before_forward {
+        peak.setup = labelled
+            .zip(liveness.peak_index)
+            .and_then(|(l, i)| crate::setup::setup_peak(snap, l, i, &allocated));
+    }
     let end = memory_state(snap, device);
     let ledger = crate::ledger::ledger(snap, device);
     let ooms = oom_idx

@@ -180,6 +180,10 @@ pub struct Peak {
     /// outside the evaluation passes (the training steps and the rest).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub outside_evaluation: Option<OutsideEvaluation>,
+    /// Where the peak is before the first forward, above everything after
+    /// it: what the setup made and dropped (`setup::setup_peak`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub setup: Option<crate::setup::SetupPeak>,
 }
 
 impl Peak {

@@ -1,0 +1,95 @@
+//! Where the run peaks while it sets up: the row that makes only what it
+//! keeps (`analysis::setup`).
+//!
+//! A model built whole of which a part is kept (pytorch/examples' fast
+//! neural style keeps VGG-16's `.features` and drops its 471.67 MiB
+//! classifier), or a checkpoint loaded onto the device beside the model
+//! (`torch.load(path, map_location="cuda")`), peaks before the first
+//! forward, where no change to the training reaches. The replay drops
+//! every block the setup made and freed before that forward: what the
+//! program makes when it builds only the part it keeps, or builds it on the
+//! CPU and moves that part, or loads the checkpoint to the CPU.
+
+use vramscope_analysis::categories::Labelled;
+use vramscope_analysis::liveness::{allocated_series, Liveness};
+use vramscope_analysis::setup::{setup_peak, SetupKind};
+use vramscope_simulate::edits::{for_blocks, ChangeKind};
+use vramscope_simulate::settings::Settings;
+use vramscope_snapshot::Snapshot;
+use vramscope_text::units::bytes;
+
+use super::{Candidate, ChangeClass, Method};
+
+/// The row, where the run peaks before its first forward with blocks the
+/// setup made and dropped alive there.
+pub(super) fn setup_candidate(
+    snap: &Snapshot,
+    device: u32,
+    labelled: &Labelled,
+    recorded: &Settings,
+) -> Option<Candidate> {
+    let t = snap.trace(device)?;
+    let liveness = Liveness::new(snap, device);
+    let peak = liveness.peak_index?;
+    let allocated = allocated_series(&liveness, t);
+    let s = setup_peak(snap, labelled, peak, &allocated)?;
+    let l = &labelled.lifetimes;
+    let first = s.first_forward as usize;
+    let dropped: Vec<(usize, ChangeKind)> = (0..l.len())
+        .filter(|&b| {
+            l.birth[b] != vramscope_analysis::lifetimes::BEFORE_WINDOW
+                && (l.death[b] as usize) < first
+        })
+        .map(|b| (b, ChangeKind::Drop))
+        .collect();
+    let made: u64 = dropped.iter().map(|&(b, _)| l.size[b]).sum();
+    let site = s.sites.first().map_or("", |(site, _)| site.as_str());
+    let (change, code) = match s.made_by {
+        SetupKind::Checkpoint => (
+            "load the checkpoint to the CPU: its copy of each weight is not made on the device beside the model's"
+                .to_owned(),
+            format!(
+                "# {site} loads onto the device what load_state_dict copies into the model\n\
+                 state = torch.load(path, map_location=\"cpu\", mmap=True)\n\
+                 model.load_state_dict(state)\n\
+                 del state"
+            ),
+        ),
+        SetupKind::Build => (
+            "make only what the program keeps while it sets up: build the part of the model it uses, or build the \
+             whole on the CPU and move only that part"
+                .to_owned(),
+            format!(
+                "# {site} builds {} that is dropped before training: build only the part kept,\n\
+                 # or build the whole on the CPU and move that part (on a GPU nothing else reaches it):\n\
+                 part = build_model().features  # on the CPU: the rest is dropped there\n\
+                 part = part.to(device)",
+                bytes(s.transient_bytes)
+            ),
+        ),
+    };
+    Some(Candidate {
+        class: ChangeClass::SetupTransients,
+        change,
+        code,
+        settings: recorded.clone(),
+        method: Method::Replayed,
+        edits: Some(for_blocks(snap, device, l, &dropped, "what the setup made and dropped")),
+        how: format!(
+            "replayed without the {} blocks ({}) the setup made and freed before the first forward (event {}), {} \
+             of them alive at the run's peak: {}; everything from the first forward on as recorded (it peaked at \
+             {})",
+            dropped.len(),
+            bytes(made),
+            vramscope_text::units::count(s.first_forward),
+            bytes(s.transient_bytes),
+            s.sites
+                .iter()
+                .take(3)
+                .map(|(site, b)| format!("{site} {}", bytes(*b)))
+                .collect::<Vec<_>>()
+                .join(", "),
+            bytes(s.after_bytes),
+        ),
+    })
+}

@@ -1,0 +1,151 @@
+//! A peak before the first forward: memory the program made while it set
+//! up (built the model, loaded a checkpoint) and dropped before training.
+//!
+//! pytorch/examples' fast neural style builds torchvision's whole VGG-16
+//! and keeps its `.features`: the 471.67 MiB of its classifier are made
+//! and dropped before the first forward, and the run peaked there (534.20
+//! MiB, its training steps 160.59 MiB). The summary said only where, and
+//! `advise` ranked FSDP first for "17.77 MiB less": no change to the
+//! training reaches that peak. On a GPU the same comes of a model built on
+//! the device (`with torch.device("cuda")`, `set_default_device`) and of
+//! `torch.load(path, map_location="cuda")`, whose copy of every weight is
+//! alive beside the model's until `load_state_dict` returns.
+//!
+//! The setup is every event before the first one in a forward (the
+//! categories' phases); its transients are the blocks made there and freed
+//! before that forward.
+
+use serde::Serialize;
+use vramscope_snapshot::Snapshot;
+
+use crate::categories::phases::Phase;
+use crate::categories::Labelled;
+use crate::lifetimes::BEFORE_WINDOW;
+use crate::sites::{frame_label, frame_location, site_frame};
+use vramscope_text::units::bytes;
+
+/// What set up the program when the run peaked before its first forward.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SetupPeak {
+    /// The first event in a forward: where the setup ends.
+    pub first_forward: u64,
+    /// Bytes alive at the peak that were made in the setup and freed
+    /// before the first forward, and how many blocks.
+    pub transient_bytes: u64,
+    pub transient_blocks: u64,
+    /// What made them: `checkpoint` where most of those bytes were made
+    /// inside `torch.load`, `build` otherwise (a model's constructor, its
+    /// initialisation).
+    pub made_by: SetupKind,
+    /// The program's lines that made them (the innermost frame outside
+    /// libraries), with their bytes alive at the peak, largest first.
+    pub sites: Vec<(String, u64)>,
+    /// The highest allocated from the first forward on, and its event.
+    pub after_bytes: u64,
+    pub after_event: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SetupKind {
+    Checkpoint,
+    Build,
+}
+
+impl SetupPeak {
+    /// The summary's sentence beside the peak.
+    pub fn sentence(&self) -> String {
+        let sites: Vec<String> = self
+            .sites
+            .iter()
+            .take(2)
+            .map(|(s, b)| format!("{s} {}", bytes(*b)))
+            .collect();
+        format!(
+            "while the program sets up, before its first forward (event {}): {} of it ({} block{}) was made there and \
+             freed before training ({}{}); from the first forward on the peak is {} (event {})",
+            vramscope_text::units::count(self.first_forward),
+            bytes(self.transient_bytes),
+            self.transient_blocks,
+            if self.transient_blocks == 1 { "" } else { "s" },
+            match self.made_by {
+                SetupKind::Checkpoint => "a checkpoint loaded beside the model: ",
+                SetupKind::Build => "built and dropped: ",
+            },
+            sites.join(", "),
+            bytes(self.after_bytes),
+            vramscope_text::units::count(self.after_event),
+        )
+    }
+}
+
+/// `Some` where the run's peak (`peak`, the event after which it holds) is
+/// before its first forward and above everything from that forward on,
+/// and blocks made in the setup and freed before the forward are alive
+/// there; `allocated` is the allocated series.
+pub fn setup_peak(
+    snap: &Snapshot,
+    labelled: &Labelled,
+    peak: usize,
+    allocated: &[u64],
+) -> Option<SetupPeak> {
+    let phases = &labelled.categories.phases.phase;
+    let first = phases.iter().position(|&p| p == Phase::Forward)?;
+    if peak >= first {
+        return None;
+    }
+    let (after_event, after_bytes) = allocated
+        .iter()
+        .enumerate()
+        .skip(first)
+        .max_by_key(|&(k, &a)| (a, std::cmp::Reverse(k)))
+        .map(|(k, &a)| (k, a))?;
+    if after_bytes >= allocated.get(peak).copied().unwrap_or(0) {
+        return None;
+    }
+    let l = &labelled.lifetimes;
+    let (mut total, mut blocks, mut from_load) = (0u64, 0u64, 0u64);
+    let mut by_site: Vec<(String, u64)> = Vec::new();
+    for b in 0..l.len() {
+        let (birth, death) = (l.birth[b], l.death[b]);
+        if birth == BEFORE_WINDOW || (death as usize) >= first || !l.alive_after(b, peak as u32) {
+            continue;
+        }
+        total += l.size[b];
+        blocks += 1;
+        let frames = snap.stacks.get(l.stack[b]);
+        let loads = frames.iter().any(|&f| {
+            let (file, _, name) = frame_location(snap, snap.frames.get(f));
+            file.ends_with("torch/serialization.py") && name == "load"
+        });
+        if loads {
+            from_load += l.size[b];
+        }
+        // The program's own line, as the summary's sites name it.
+        let site = site_frame(snap, l.stack[b]).map_or_else(
+            || "<no stack recorded>".to_owned(),
+            |f| frame_label(snap, f),
+        );
+        match by_site.iter_mut().find(|(s, _)| *s == site) {
+            Some((_, n)) => *n += l.size[b],
+            None => by_site.push((site, l.size[b])),
+        }
+    }
+    if total == 0 {
+        return None;
+    }
+    by_site.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    Some(SetupPeak {
+        first_forward: first as u64,
+        transient_bytes: total,
+        transient_blocks: blocks,
+        made_by: if from_load * 2 > total {
+            SetupKind::Checkpoint
+        } else {
+            SetupKind::Build
+        },
+        sites: by_site,
+        after_bytes,
+        after_event: after_event as u64,
+    })
+}
