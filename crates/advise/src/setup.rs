@@ -32,7 +32,7 @@ pub(super) fn setup_candidate(
     let liveness = Liveness::new(snap, device);
     let peak = liveness.peak_index?;
     let allocated = allocated_series(&liveness, t);
-    let s = setup_peak(snap, labelled, peak, &allocated)?;
+    let s = setup_peak(snap, device, labelled, peak, &allocated)?;
     let l = &labelled.lifetimes;
     let first = s.first_forward as usize;
     let dropped: Vec<(usize, ChangeKind)> = (0..l.len())
@@ -44,15 +44,28 @@ pub(super) fn setup_candidate(
         .collect();
     let made: u64 = dropped.iter().map(|&(b, _)| l.size[b]).sum();
     let site = s.sites.first().map_or("", |(site, _)| site.as_str());
+    let device_memory = vramscope_analysis::summary::caching_allocator(snap, device);
     let (change, code) = match s.made_by {
-        SetupKind::Checkpoint => (
+        // On a GPU the copy goes to the CPU; on the CPU (no second
+        // device), the file is mapped and the model takes its tensors.
+        SetupKind::Checkpoint if device_memory => (
             "load the checkpoint to the CPU: its copy of each weight is not made on the device beside the model's"
                 .to_owned(),
             format!(
-                "# {site} loads onto the device what load_state_dict copies into the model\n\
+                "# {site}: torch.load makes a copy of every weight on the device beside the model's\n\
                  state = torch.load(path, map_location=\"cpu\", mmap=True)\n\
-                 model.load_state_dict(state)\n\
+                 model.load_state_dict(state)  # copied into the model's weights on the device\n\
                  del state"
+            ),
+        ),
+        SetupKind::Checkpoint => (
+            "load the checkpoint memory-mapped and let the model take its tensors: no second copy of each weight"
+                .to_owned(),
+            format!(
+                "# {site}: torch.load makes a copy of every weight beside the model's\n\
+                 state = torch.load(path, mmap=True)  # read from the file as needed\n\
+                 model.load_state_dict(state, assign=True)  # the model takes them: no copy\n\
+                 # (build the model under torch.device(\"meta\") and its own weights are never made either)"
             ),
         ),
         SetupKind::Build => (

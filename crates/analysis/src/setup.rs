@@ -16,10 +16,11 @@
 //! before that forward.
 
 use serde::Serialize;
-use vramscope_snapshot::Snapshot;
+use vramscope_snapshot::{AnnotationStage, Snapshot};
 
 use crate::categories::phases::Phase;
 use crate::categories::Labelled;
+use crate::iterations::event_at;
 use crate::lifetimes::BEFORE_WINDOW;
 use crate::sites::{frame_label, frame_location, site_frame};
 use vramscope_text::units::bytes;
@@ -82,9 +83,10 @@ impl SetupPeak {
 /// `Some` where the run's peak (`peak`, the event after which it holds) is
 /// before its first forward and above everything from that forward on,
 /// and blocks made in the setup and freed before the forward are alive
-/// there; `allocated` is the allocated series.
+/// there; `allocated` is `device`'s allocated series.
 pub fn setup_peak(
     snap: &Snapshot,
+    device: u32,
     labelled: &Labelled,
     peak: usize,
     allocated: &[u64],
@@ -104,6 +106,7 @@ pub fn setup_peak(
         return None;
     }
     let l = &labelled.lifetimes;
+    let loads = load_spans(snap, device);
     let (mut total, mut blocks, mut from_load) = (0u64, 0u64, 0u64);
     let mut by_site: Vec<(String, u64)> = Vec::new();
     for b in 0..l.len() {
@@ -113,19 +116,27 @@ pub fn setup_peak(
         }
         total += l.size[b];
         blocks += 1;
+        // Made inside `torch.load`: by its stack, or (the CPU recorders
+        // give its storages none) inside a load the recorder noted.
         let frames = snap.stacks.get(l.stack[b]);
-        let loads = frames.iter().any(|&f| {
-            let (file, _, name) = frame_location(snap, snap.frames.get(f));
-            file.ends_with("torch/serialization.py") && name == "load"
-        });
-        if loads {
+        let load = loads
+            .iter()
+            .find(|(s, e, _)| *s <= birth as usize && (birth as usize) < *e);
+        let in_load = load.is_some()
+            || frames.iter().any(|&f| {
+                let (file, _, name) = frame_location(snap, snap.frames.get(f));
+                file.ends_with("torch/serialization.py") && name == "load"
+            });
+        if in_load {
             from_load += l.size[b];
         }
-        // The program's own line, as the summary's sites name it.
-        let site = site_frame(snap, l.stack[b]).map_or_else(
-            || "<no stack recorded>".to_owned(),
-            |f| frame_label(snap, f),
-        );
+        // The program's own line, as the summary's sites name it; a
+        // stackless storage of a load, the line that called `torch.load`.
+        let site = match (site_frame(snap, l.stack[b]), load) {
+            (Some(f), _) => frame_label(snap, f),
+            (None, Some((_, _, caller))) if !caller.is_empty() => format!("{caller} (torch.load)"),
+            _ => "<no stack recorded>".to_owned(),
+        };
         match by_site.iter_mut().find(|(s, _)| *s == site) {
             Some((_, n)) => *n += l.size[b],
             None => by_site.push((site, l.size[b])),
@@ -149,3 +160,40 @@ pub fn setup_peak(
         after_event: after_event as u64,
     })
 }
+
+/// Event ranges `[start, end)` of each `torch.load` the recorder noted,
+/// with the line that called it (its `vramscope.load#LINE` annotations).
+fn load_spans(snap: &Snapshot, device: u32) -> Vec<(usize, usize, String)> {
+    let Some(t) = snap.trace(device).filter(|t| t.has_time()) else {
+        return Vec::new();
+    };
+    let mut starts: Vec<(i64, &str)> = Vec::new();
+    let mut ends: Vec<i64> = Vec::new();
+    for a in &snap.annotations {
+        let Some(rest) = snap.str(a.name).strip_prefix(LOAD_ANNOTATION) else {
+            continue;
+        };
+        if a.device >= 0 && a.device != device as i64 {
+            continue;
+        }
+        match a.stage {
+            AnnotationStage::Start => {
+                starts.push((a.time_us, rest.strip_prefix('#').unwrap_or("")))
+            }
+            AnnotationStage::End => ends.push(a.time_us),
+            AnnotationStage::Other => {}
+        }
+    }
+    starts.sort_unstable();
+    ends.sort_unstable();
+    starts
+        .iter()
+        .filter_map(|&(s, caller)| {
+            let e = *ends.get(ends.partition_point(|&e| e < s))?;
+            Some((event_at(t, s), event_at(t, e), caller.to_owned()))
+        })
+        .collect()
+}
+
+/// The recorder's annotation around each `torch.load`.
+pub const LOAD_ANNOTATION: &str = "vramscope.load";

@@ -30,6 +30,8 @@ from vramscope._recording.warn_place import program_location
 
 # Name of the annotation around a cycle collection in which the trace has events.
 GC_ANNOTATION = "gc.collect"
+# Each `torch.load` while recording (`_patch_load`).
+LOAD_ANNOTATION = "vramscope.load"
 # Each call of one of the model's repeated blocks: `vramscope.block#layers.3`.
 BLOCK_ANNOTATION = "vramscope.block"
 # Each block's backward: `vramscope.backward#layers.3`.
@@ -117,6 +119,12 @@ class Session:
         # the trace has an event inside.
         self.gc_spans: Deque[tuple] = collections.deque(maxlen=GC_SPANS_KEPT)
         self._gc_start = 0
+        # Each checkpoint load (`torch.load`): (start µs, end µs, the line
+        # that called it: `train.py:40 in main`); what the
+        # analysis tells a checkpoint's copy from a model's own weights by
+        # (the storages torch.load makes carry no Python stack on the CPU).
+        self.load_spans: Deque[tuple] = collections.deque(maxlen=GC_SPANS_KEPT)
+        self._unpatch_load: Optional[Callable[[], None]] = None
         self._probing = False
         self.unfinished: Optional[str] = None
         from vramscope._annotate.tags import Tagger
@@ -271,6 +279,7 @@ class Session:
             # stacks: its buffers get the generated line's stack.
             self.tagger.generated = GeneratedStacks(*bracket)
         self.tagger.install()
+        self._unpatch_load = _patch_load(self.load_spans)
         self.compiles_at_start = compiles()
         gc.callbacks.append(self._on_gc)
         if self.cuda and self.settings.on_oom:
@@ -527,6 +536,11 @@ class Session:
                 name = f"{FORWARD_ANNOTATION}#{mode}"
                 ours.append({"name": name, "stage": "START", "device": device, "time_us": start})
                 ours.append({"name": name, "stage": "END", "device": device, "time_us": end})
+        for start, end, site in list(self.load_spans):
+            if end >= first:
+                name = f"{LOAD_ANNOTATION}#{site}"
+                ours.append({"name": name, "stage": "START", "device": device, "time_us": start})
+                ours.append({"name": name, "stage": "END", "device": device, "time_us": end})
         # A copy: a collection during this loop (it allocates) appends to gc_spans.
         for start, end, label in list(self.gc_spans):
             if end >= first and in_trace(start, end):
@@ -585,6 +599,9 @@ class Session:
                 self.backend.stop()
                 self.warnings.__exit__(None, None, None)
                 self.tagger.uninstall()
+                if self._unpatch_load is not None:
+                    self._unpatch_load()
+                    self._unpatch_load = None
                 if self.tagger.generated is not None:
                     self.tagger.generated.restore()
                 try:
@@ -623,3 +640,35 @@ def _children_noted() -> List[Dict[str, Any]]:
     from vramscope._recording.children import collect
 
     return collect(str(os.getpid()))
+
+
+def _patch_load(spans: "Deque[tuple]") -> Optional[Callable[[], None]]:
+    """Note each ``torch.load`` as a (start µs, end µs, caller) span while the
+    recording runs; returns what puts the original back (``None`` where
+    torch is not imported yet or has no ``load``)."""
+    torch = sys.modules.get("torch")
+    original = getattr(torch, "load", None) if torch is not None else None
+    if original is None or getattr(original, "_vramscope_load", False):
+        return None
+
+    import functools
+
+    @functools.wraps(original)
+    def load(*args: Any, **kwargs: Any) -> Any:
+        start = _now_us()
+        # The line that loads: the CPU recorders give the storages no stack.
+        caller = sys._getframe(1)
+        site = f"{caller.f_code.co_filename}:{caller.f_lineno} in {caller.f_code.co_name}"
+        try:
+            return original(*args, **kwargs)
+        finally:
+            spans.append((start, _now_us(), site))
+
+    load._vramscope_load = True  # type: ignore[attr-defined]
+    torch.load = load
+
+    def restore() -> None:
+        if torch.load is load:
+            torch.load = original
+
+    return restore

@@ -266,7 +266,7 @@ fn summarize_walked(
     if before_forward {
         peak.setup = labelled
             .zip(liveness.peak_index)
-            .and_then(|(l, i)| crate::setup::setup_peak(snap, l, i, &allocated));
+            .and_then(|(l, i)| crate::setup::setup_peak(snap, device, l, i, &allocated));
     }
     let end = memory_state(snap, device);
     let ledger = crate::ledger::ledger(snap, device);
