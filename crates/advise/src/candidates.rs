@@ -237,6 +237,42 @@ pub(super) fn category_candidates(
         }
         return out;
     }
+    // A program that shards already (FSDP's shards are what its optimizer
+    // steps; ZeroRedundancyOptimizer, DeepSpeed's ZeRO): neither row.
+    if let Some(sharded) = vramscope_analysis::sharded::already_sharded(snap) {
+        let (offload, zero) = if sharded.parameters {
+            (
+                format!(
+                    "the program shards its parameters already ({}): its optimizer keeps the state of its shards; \
+                     FSDP2 offloads them and the step with fully_shard(..., offload_policy=CPUOffloadPolicy())",
+                    sharded.by
+                ),
+                format!(
+                    "the program shards its parameters already ({}), and with them the optimizer state: more ranks \
+                     shard it further",
+                    sharded.by
+                ),
+            )
+        } else {
+            (
+                format!(
+                    "the program shards its optimizer state already ({}): its offload is that library's",
+                    sharded.by
+                ),
+                format!("the program shards its optimizer state already ({})", sharded.by),
+            )
+        };
+        for (change, why) in [
+            ("the optimizer state and step offloaded to the CPU", offload),
+            ("the optimizer state sharded (ZeRO-1)", zero),
+        ] {
+            not_offered.push(NotOffered {
+                change: change.into(),
+                why,
+            });
+        }
+        return out;
+    }
     let class = class_code_for_all(&all);
     out.push(cpu_offload(
         labelled, &state, recorded, snap, device, &class,

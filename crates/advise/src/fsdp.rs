@@ -441,6 +441,17 @@ pub(super) fn fsdp_candidate(
     if let Some(Err(why)) = Stepped::of(snap).map(|s| sharded_parameters(&s)) {
         return refuse(not_offered, CHANGE, why);
     }
+    if let Some(s) = vramscope_analysis::sharded::already_sharded(snap).filter(|s| s.parameters) {
+        return refuse(
+            not_offered,
+            CHANGE,
+            format!(
+                "the program shards its parameters already ({}): more ranks shard them further, and smaller units \
+                 (fully_shard on each block) gather less at once",
+                s.by
+            ),
+        );
+    }
     let l = &labelled.lifetimes;
     let cats = &labelled.categories;
     let phases = &cats.phases;

@@ -41,6 +41,7 @@ pub mod reach;
 pub mod segments;
 pub mod segments_map;
 pub mod setup;
+pub mod sharded;
 pub mod sites;
 pub mod summary;
 pub mod within;
