@@ -347,7 +347,8 @@ async function testReport(browser, snap) {
         return { hidden: e.hidden, text: e.textContent, facts: document.getElementById('facts').textContent };
       });
       const d0 = summary.devices[0] || { inconsistencies: [] };
-      const notes = (summary.source.damage ? [summary.source.damage] : []).concat(d0.inconsistencies || []);
+      const notes = (summary.source.damage ? [summary.source.damage] : []).concat(d0.inconsistencies || [])
+        .concat(summary.source.children ? [summary.source.children] : []);
       if (snap.expectCut) assert(summary.source.damage && summary.source.damage.includes('cut short'), `no damage in the summary: ${summary.source.damage}`);
       if (!notes.length) {
         assert(b.hidden, `banner shown for a whole file: ${short(b.text, 200)}`);

@@ -36,7 +36,9 @@
     const b = $('banner'); b.textContent = '';
     const notes = (H.source.damage ? [H.source.damage] : []).concat(s.inconsistencies || []);
     for (const n of notes) b.appendChild(el('p', null, 'warning: ' + n));
-    b.hidden = !notes.length;
+    // Children that trained unrecorded: this page is not the whole program.
+    if (H.source.children) b.appendChild(el('p', null, 'note: ' + H.source.children));
+    b.hidden = !notes.length && !H.source.children;
   }
   function showAbout() {
     const p = $('panel-about'); p.textContent = '';
