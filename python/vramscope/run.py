@@ -121,6 +121,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     owned = OWNER_VAR not in os.environ
     if owned:
         os.environ[OWNER_VAR] = str(os.getpid())
+        clear(str(os.getpid()))  # notes of an earlier process of this pid
     try:
         with recorder:
             code, failure = program.run(program_args)

@@ -116,7 +116,10 @@ def _what_it_did() -> "Dict[str, Any] | None":
                     devices.append({"device": f"cuda:{i}", "peak_allocated": int(cuda.max_memory_allocated(i)), "peak_reserved": reserved})
     except Exception:  # noqa: BLE001 - a broken CUDA state says nothing
         devices = []
-    optimizers = _stepped_optimizers(torch)
+    # The steps are counted once torch.optim loads; the optimizers alive
+    # are looked for (a walk of every object) only where they could not be.
+    counted = _hooked[0] or "torch.optim" not in sys.modules
+    optimizers = 0 if counted else _stepped_optimizers(torch)
     steps = _steps[0]
     if not devices and optimizers == 0 and steps == 0:
         return None

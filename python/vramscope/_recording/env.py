@@ -147,6 +147,12 @@ def activate_from_env(environ: Optional[Mapping[str, str]] = None) -> Optional[A
     rec._session.from_env = True
     if "{pid}" not in raw_path and not distributed:
         os.environ[OWNER_VAR] = str(os.getpid())
+        try:  # notes of an earlier process of this pid
+            from vramscope._recording.children import clear
+
+            clear(str(os.getpid()))
+        except Exception:  # noqa: BLE001 - must never break interpreter start
+            pass
     _activated = rec
     atexit.register(_dump_at_exit, rec)
     return rec
