@@ -68,6 +68,16 @@ pub(super) fn setup_candidate(
                  # (build the model under torch.device(\"meta\") and its own weights are never made either)"
             ),
         ),
+        SetupKind::Data => (
+            "make less while the program sets up: what it makes and drops before training, outside building \
+             the model (data prepared whole, a matrix built dense), is above its training's peak"
+                .to_owned(),
+            format!(
+                "# {site} makes {} that is dropped before training: make it in its final form (a sparse matrix \
+                 built sparse),\n# in pieces, or where memory is plentiful (the CPU) and move only what is kept",
+                bytes(s.transient_bytes)
+            ),
+        ),
         SetupKind::Build => (
             "make only what the program keeps while it sets up: build the part of the model it uses, or build the \
              whole on the CPU and move only that part"

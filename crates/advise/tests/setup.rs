@@ -71,3 +71,31 @@ fn a_run_that_peaks_in_training_has_no_setup_row() {
         .chain(&a.no_gain)
         .all(|r| r.class != ChangeClass::SetupTransients));
 }
+
+#[test]
+fn data_made_whole_while_setting_up_is_told_from_a_model() {
+    // pytorch/examples' GCN (`gcn_dense_setup`, on the made-up graph of
+    // Cora's size): `load_cora` builds its diagonal and adjacency matrices
+    // dense (2,708² each) before making them sparse; the run peaks there.
+    let snap = recorded("gcn_dense_setup.pickle.gz");
+    let s = summarize(&snap, &SummaryOptions::default());
+    let setup = s.devices[0].peak.setup.as_ref().expect("the setup's peak");
+    assert_eq!(setup.made_by, SetupKind::Data);
+    assert!(
+        setup.sites[0].0.ends_with("main.py:164 in load_cora"),
+        "{:?}",
+        setup.sites
+    );
+    assert!(setup.sentence().contains("(made and dropped: "));
+    let a = advise(&snap, &AdviseOptions::default()).expect("advice");
+    let first = &a.advice[0];
+    assert_eq!(first.class, ChangeClass::SetupTransients);
+    assert!(
+        first
+            .change
+            .starts_with("make less while the program sets up"),
+        "{}",
+        first.change
+    );
+    assert_eq!(first.peak_allocated, setup.after_bytes);
+}

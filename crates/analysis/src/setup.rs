@@ -35,8 +35,11 @@ pub struct SetupPeak {
     pub transient_bytes: u64,
     pub transient_blocks: u64,
     /// What made them: `checkpoint` where most of those bytes were made
-    /// inside `torch.load`, `build` otherwise (a model's constructor, its
-    /// initialisation).
+    /// inside `torch.load`; `build` where most were made building modules
+    /// (a stack through `torch/nn/modules/` or `torch/nn/init.py`: a
+    /// model's constructor, its initialisation); `data` otherwise (inputs
+    /// prepared whole and dropped: pytorch/examples' GCN builds its
+    /// adjacency dense, 2,708², before making it sparse).
     pub made_by: SetupKind,
     /// The program's lines that made them (the innermost frame outside
     /// libraries), with their bytes alive at the peak, largest first.
@@ -51,6 +54,7 @@ pub struct SetupPeak {
 pub enum SetupKind {
     Checkpoint,
     Build,
+    Data,
 }
 
 impl SetupPeak {
@@ -71,7 +75,8 @@ impl SetupPeak {
             if self.transient_blocks == 1 { "" } else { "s" },
             match self.made_by {
                 SetupKind::Checkpoint => "a checkpoint loaded beside the model: ",
-                SetupKind::Build => "built and dropped: ",
+                SetupKind::Build => "modules built and dropped: ",
+                SetupKind::Data => "made and dropped: ",
             },
             sites.join(", "),
             bytes(self.after_bytes),
@@ -107,7 +112,7 @@ pub fn setup_peak(
     }
     let l = &labelled.lifetimes;
     let loads = load_spans(snap, device);
-    let (mut total, mut blocks, mut from_load) = (0u64, 0u64, 0u64);
+    let (mut total, mut blocks, mut from_load, mut from_modules) = (0u64, 0u64, 0u64, 0u64);
     let mut by_site: Vec<(String, u64)> = Vec::new();
     for b in 0..l.len() {
         let (birth, death) = (l.birth[b], l.death[b]);
@@ -129,6 +134,12 @@ pub fn setup_peak(
             });
         if in_load {
             from_load += l.size[b];
+        } else if frames.iter().any(|&f| {
+            let (file, _, _) = frame_location(snap, snap.frames.get(f));
+            let file = file.replace('\\', "/");
+            file.contains("torch/nn/modules/") || file.ends_with("torch/nn/init.py")
+        }) {
+            from_modules += l.size[b];
         }
         // The program's own line, as the summary's sites name it; a
         // stackless storage of a load, the line that called `torch.load`.
@@ -152,8 +163,10 @@ pub fn setup_peak(
         transient_blocks: blocks,
         made_by: if from_load * 2 > total {
             SetupKind::Checkpoint
-        } else {
+        } else if from_modules * 2 > total {
             SetupKind::Build
+        } else {
+            SetupKind::Data
         },
         sites: by_site,
         after_bytes,
