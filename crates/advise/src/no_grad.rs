@@ -9,7 +9,7 @@
 //! `torch.no_grad()` would (`categories::evaluation_graphs`: each saved
 //! tensor once the next is made), the outputs and losses as recorded.
 
-use vramscope_analysis::categories::evaluation_graphs::{kept_by_graphs, outputs_chained};
+use vramscope_analysis::categories::evaluation_graphs::graph_frees;
 use vramscope_analysis::categories::Labelled;
 use vramscope_simulate::edits::{for_blocks, peak_allocated, ChangeKind, Edits};
 use vramscope_simulate::settings::Settings;
@@ -31,7 +31,7 @@ pub(super) struct Graphs {
     passes: usize,
     /// Peak allocated with what the graphs keep freed, and with each
     /// call's output dropped once the next is made too
-    /// (`evaluation_graphs::outputs_chained`), where that is lower by more
+    /// (`evaluation_graphs::GraphFrees::outputs`), where that is lower by more
     /// than 1%: the real peak lies between.
     chained: Option<(u64, u64)>,
 }
@@ -42,7 +42,8 @@ impl Graphs {
     pub(super) fn new(snap: &Snapshot, device: u32, labelled: &Labelled) -> Option<Graphs> {
         let l = &labelled.lifetimes;
         let ev = &labelled.categories.evaluation;
-        let kept = kept_by_graphs(snap, device, ev, l, &labelled.categories.category);
+        let graphs = graph_frees(snap, device, ev, l, &labelled.categories.category);
+        let (kept, outputs) = (graphs.kept, graphs.outputs);
         if kept.is_empty() {
             return None;
         }
@@ -53,7 +54,6 @@ impl Graphs {
             passes,
             chained: None,
         };
-        let outputs = outputs_chained(snap, device, ev, l, &labelled.categories.category);
         if !outputs.is_empty() {
             let entries = snap.trace(device).map_or(0, |t| t.len());
             let kept = g.edits(snap, device, labelled);

@@ -12,7 +12,7 @@
 
 use vramscope_analysis::categories::Labelled;
 use vramscope_analysis::liveness::{allocated_series, Liveness};
-use vramscope_analysis::setup::{setup_peak, SetupKind};
+use vramscope_analysis::setup::{first_forward, setup_peak, SetupKind};
 use vramscope_simulate::edits::{for_blocks, ChangeKind};
 use vramscope_simulate::settings::Settings;
 use vramscope_snapshot::Snapshot;
@@ -29,12 +29,13 @@ pub(super) fn setup_candidate(
     recorded: &Settings,
 ) -> Option<Candidate> {
     let t = snap.trace(device)?;
+    let first = first_forward(labelled)?;
     let liveness = Liveness::new(snap, device);
-    let peak = liveness.peak_index?;
+    // The allocated series only where the peak is before the first forward.
+    let peak = liveness.peak_index.filter(|&i| i < first)?;
     let allocated = allocated_series(&liveness, t);
     let s = setup_peak(snap, device, labelled, peak, &allocated)?;
     let l = &labelled.lifetimes;
-    let first = s.first_forward as usize;
     let dropped: Vec<(usize, ChangeKind)> = (0..l.len())
         .filter(|&b| {
             l.birth[b] != vramscope_analysis::lifetimes::BEFORE_WINDOW

@@ -16,11 +16,11 @@
 //! before that forward.
 
 use serde::Serialize;
-use vramscope_snapshot::{AnnotationStage, Snapshot};
+use vramscope_snapshot::Snapshot;
 
+use crate::backward_blocks::marked_spans;
 use crate::categories::phases::Phase;
 use crate::categories::Labelled;
-use crate::iterations::event_at;
 use crate::lifetimes::BEFORE_WINDOW;
 use crate::sites::{frame_label, frame_location, site_frame};
 use vramscope_text::units::bytes;
@@ -96,11 +96,7 @@ pub fn setup_peak(
     peak: usize,
     allocated: &[u64],
 ) -> Option<SetupPeak> {
-    let phases = &labelled.categories.phases.phase;
-    let first = phases.iter().position(|&p| p == Phase::Forward)?;
-    if peak >= first {
-        return None;
-    }
+    let first = first_forward(labelled).filter(|&first| peak < first)?;
     let (after_event, after_bytes) = allocated
         .iter()
         .enumerate()
@@ -126,7 +122,7 @@ pub fn setup_peak(
         let frames = snap.stacks.get(l.stack[b]);
         let load = loads
             .iter()
-            .find(|(s, e, _)| *s <= birth as usize && (birth as usize) < *e);
+            .find(|(_, s, e)| *s <= birth as usize && birth as usize <= *e);
         let in_load = load.is_some()
             || frames.iter().any(|&f| {
                 let (file, _, name) = frame_location(snap, snap.frames.get(f));
@@ -145,7 +141,7 @@ pub fn setup_peak(
         // stackless storage of a load, the line that called `torch.load`.
         let site = match (site_frame(snap, l.stack[b]), load) {
             (Some(f), _) => frame_label(snap, f),
-            (None, Some((_, _, caller))) if !caller.is_empty() => format!("{caller} (torch.load)"),
+            (None, Some((caller, _, _))) if !caller.is_empty() => format!("{caller} (torch.load)"),
             _ => "<no stack recorded>".to_owned(),
         };
         match by_site.iter_mut().find(|(s, _)| *s == site) {
@@ -174,37 +170,23 @@ pub fn setup_peak(
     })
 }
 
-/// Event ranges `[start, end)` of each `torch.load` the recorder noted,
-/// with the line that called it (its `vramscope.load#LINE` annotations).
-fn load_spans(snap: &Snapshot, device: u32) -> Vec<(usize, usize, String)> {
-    let Some(t) = snap.trace(device).filter(|t| t.has_time()) else {
-        return Vec::new();
-    };
-    let mut starts: Vec<(i64, &str)> = Vec::new();
-    let mut ends: Vec<i64> = Vec::new();
-    for a in &snap.annotations {
-        let Some(rest) = snap.str(a.name).strip_prefix(LOAD_ANNOTATION) else {
-            continue;
-        };
-        if a.device >= 0 && a.device != device as i64 {
-            continue;
-        }
-        match a.stage {
-            AnnotationStage::Start => {
-                starts.push((a.time_us, rest.strip_prefix('#').unwrap_or("")))
-            }
-            AnnotationStage::End => ends.push(a.time_us),
-            AnnotationStage::Other => {}
-        }
-    }
-    starts.sort_unstable();
-    ends.sort_unstable();
-    starts
+/// The first event in a forward (where the setup ends), by the
+/// categories' phases; `None` in a trace without one.
+pub fn first_forward(labelled: &Labelled) -> Option<usize> {
+    labelled
+        .categories
+        .phases
+        .phase
         .iter()
-        .filter_map(|&(s, caller)| {
-            let e = *ends.get(ends.partition_point(|&e| e < s))?;
-            Some((event_at(t, s), event_at(t, e), caller.to_owned()))
-        })
+        .position(|&p| p == Phase::Forward)
+}
+
+/// Each `torch.load` the recorder noted (its `vramscope.load#LINE`
+/// annotations): the line that called it, its first and last event.
+fn load_spans(snap: &Snapshot, device: u32) -> Vec<(&str, usize, usize)> {
+    marked_spans(snap, device, LOAD_ANNOTATION, true)
+        .into_iter()
+        .map(|(rest, first, last)| (rest.strip_prefix('#').unwrap_or(""), first, last))
         .collect()
 }
 

@@ -45,39 +45,43 @@ pub fn kept_by_graphs(
     l: &Lifetimes,
     category: &[Category],
 ) -> Vec<(usize, usize)> {
-    let Some((kept, returned)) = kept_by_segment(snap, device, ev, l, category) else {
-        return Vec::new();
-    };
-    let mut out: Vec<(usize, usize)> = kept
-        .windows(2)
-        .filter(|w| w[0].0 == w[1].0 && returned.binary_search(&w[0].2).is_err())
-        .map(|w| (w[0].2, w[1].1 as usize))
-        .collect();
-    out.sort_unstable();
-    out
+    graph_frees(snap, device, ev, l, category).kept
 }
 
-/// What `kept_by_graphs` keeps as recorded, the output of each segment (a
-/// call's result, a loss) that outlives the next segment's: the event
-/// after which it would be freed were it dropped once that next output is
-/// made, in block order. That is what `torch.no_grad()` does where each
-/// call's output is the next call's input and the variable is rebound
-/// (`h = layer(h)` over the layers, a `predict` that runs them itself:
-/// pytorch/examples' Forward-Forward MNIST, where the graph, not the
-/// program, kept each layer's output to the end of the pass); where the
-/// program keeps an output itself (an encoder's output for every decoder
-/// call, a list of predictions) it is freed too early. So it bounds the
-/// change from below: the real peak lies between this and keeping them.
-pub fn outputs_chained(
+/// What the graphs of evaluation forwards keep, from one reading of the
+/// passes: each (block, the event after which it would be freed).
+#[derive(Debug, Default)]
+pub struct GraphFrees {
+    /// What the graphs keep beyond the call or loss that made it, freed
+    /// once the next of them is made, as without autograd; in block order.
+    pub kept: Vec<(usize, usize)>,
+    /// What `kept` keeps as recorded, the output of each segment (a call's
+    /// result, a loss) that outlives the next segment's, freed once that
+    /// next output is made, in block order. That is what `torch.no_grad()`
+    /// does where each call's output is the next call's input and the
+    /// variable is rebound (`h = layer(h)` over the layers, a `predict`
+    /// that runs them itself: pytorch/examples' Forward-Forward MNIST,
+    /// where the graph, not the program, kept each layer's output to the
+    /// end of the pass); where the program keeps an output itself (an
+    /// encoder's output for every decoder call, a list of predictions) it
+    /// is freed too early. So it bounds the change from below: the real
+    /// peak lies between this and keeping them.
+    pub outputs: Vec<(usize, usize)>,
+}
+
+/// [`GraphFrees`] of `device`'s evaluation passes (empty where none ran
+/// a call with autograd on).
+pub fn graph_frees(
     snap: &Snapshot,
     device: u32,
     ev: &Evaluation,
     l: &Lifetimes,
     category: &[Category],
-) -> Vec<(usize, usize)> {
+) -> GraphFrees {
     let Some((kept, returned)) = kept_by_segment(snap, device, ev, l, category) else {
-        return Vec::new();
+        return GraphFrees::default();
     };
+    let not_returned = |b: usize| returned.binary_search(&b).is_err();
     // Each segment's last kept block: its output.
     let outputs: Vec<(usize, u32, usize)> = kept
         .iter()
@@ -86,14 +90,23 @@ pub fn outputs_chained(
         .map(|(_, &k)| k)
         .collect();
     let pass_of = |birth: u32| ev.spans.partition_point(|&(_, e)| e <= birth);
-    let mut out: Vec<(usize, usize)> = outputs
+    GraphFrees {
+        kept: freed_at_next(&kept, |a, b| a.0 == b.0 && not_returned(a.2)),
+        outputs: freed_at_next(&outputs, |a, b| {
+            not_returned(a.2) && pass_of(a.1) == pass_of(b.1) && l.alive_after(a.2, b.1)
+        }),
+    }
+}
+
+/// Of (segment, birth, block) in order, each block `keep` pairs with the
+/// one after it, freed once that one is made: (block, its birth), sorted.
+fn freed_at_next(
+    items: &[(usize, u32, usize)],
+    keep: impl Fn(&(usize, u32, usize), &(usize, u32, usize)) -> bool,
+) -> Vec<(usize, usize)> {
+    let mut out: Vec<(usize, usize)> = items
         .windows(2)
-        .filter(|w| {
-            let (a, b) = (w[0], w[1]);
-            returned.binary_search(&a.2).is_err()
-                && pass_of(a.1) == pass_of(b.1)
-                && l.alive_after(a.2, b.1)
-        })
+        .filter(|w| keep(&w[0], &w[1]))
         .map(|w| (w[0].2, w[1].1 as usize))
         .collect();
     out.sort_unstable();

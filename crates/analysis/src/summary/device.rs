@@ -250,13 +250,9 @@ fn summarize_walked(
             .is_some_and(|i| i < t.len() && e.contains(i))
     });
     // Whether the peak is before the first forward (the setup's).
-    let before_forward = labelled.zip(liveness.peak_index).is_some_and(|(l, i)| {
-        let phases = &l.categories.phases.phase;
-        phases
-            .iter()
-            .position(|&p| p == crate::categories::phases::Phase::Forward)
-            .is_some_and(|first| i < first)
-    });
+    let before_forward = labelled
+        .zip(liveness.peak_index)
+        .is_some_and(|(l, i)| crate::setup::first_forward(l).is_some_and(|first| i < first));
     let allocated = if oom_idx.is_empty() && peak_eval.is_none() && !before_forward {
         Vec::new()
     } else {
