@@ -40,6 +40,9 @@ import os
 import sys
 from typing import Any, Dict, Mapping, Optional
 
+# (standard library only: imported at every interpreter start it acts in)
+from vramscope._recording import children
+
 PATH_VAR = "VRAMSCOPE_RECORD"
 # Set by the recording process so that its children know they are children.
 OWNER_VAR = "VRAMSCOPE_RECORD_OWNER"
@@ -123,7 +126,7 @@ def activate_from_env(environ: Optional[Mapping[str, str]] = None) -> Optional[A
     if not raw_path and owner and owner != str(os.getpid()):
         # A child of `vramscope run` (which records in-process and sets
         # only the owner): a note at exit if it trained or used a GPU.
-        _watch(owner)
+        children.watch(owner)
         return None
     if not raw_path or _activated is not None:
         return None
@@ -135,7 +138,7 @@ def activate_from_env(environ: Optional[Mapping[str, str]] = None) -> Optional[A
     if owner and owner != str(os.getpid()) and "{pid}" not in raw_path and not distributed:
         # Not recorded: a note at exit if it trained or used a GPU, for the
         # recording process to say so (vramscope._recording.children).
-        _watch(owner)
+        children.watch(owner)
         return None
     try:
         _record = _recorder()
@@ -147,24 +150,10 @@ def activate_from_env(environ: Optional[Mapping[str, str]] = None) -> Optional[A
     rec._session.from_env = True
     if "{pid}" not in raw_path and not distributed:
         os.environ[OWNER_VAR] = str(os.getpid())
-        try:  # notes of an earlier process of this pid
-            from vramscope._recording.children import clear
-
-            clear(str(os.getpid()))
-        except Exception:  # noqa: BLE001 - must never break interpreter start
-            pass
+        children.clear(str(os.getpid()))  # notes of an earlier process of this pid
     _activated = rec
     atexit.register(_dump_at_exit, rec)
     return rec
-
-
-def _watch(owner: str) -> None:
-    try:
-        from vramscope._recording.children import watch
-
-        watch(owner)
-    except Exception:  # noqa: BLE001 - must never break interpreter start
-        pass
 
 
 def _recorder() -> Any:
@@ -186,11 +175,6 @@ def _dump_at_exit(rec: Any) -> None:
     except Exception as exc:  # noqa: BLE001 - exit handlers cannot report otherwise
         print(f"vramscope: could not write the snapshot: {exc}", file=sys.stderr)
         return
-    try:
-        from vramscope._recording.children import clear
-
-        clear(str(os.getpid()))
-    except Exception:  # noqa: BLE001 - exit handlers cannot report otherwise
-        pass
+    children.clear(str(os.getpid()))
     if path:
         print(f"vramscope: snapshot written to {path}", file=sys.stderr)
