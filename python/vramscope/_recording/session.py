@@ -518,8 +518,7 @@ class Session:
         for start, end, label in list(self.tagger.block_spans):
             if end >= first:
                 name = f"{BLOCK_ANNOTATION}#{label}"
-                ours.append({"name": name, "stage": "START", "device": device, "time_us": start})
-                ours.append({"name": name, "stage": "END", "device": device, "time_us": end})
+                ours.extend(_pair(name, device, start, end))
         # Each block's backward (`_tags.Tagger.backward_spans`), the one
         # still running (an OOM in backward) up to now.
         spans = list(self.tagger.backward_spans)
@@ -528,25 +527,21 @@ class Session:
         for start, end, label in spans:
             if end >= first:
                 name = f"{BACKWARD_ANNOTATION}#{label}"
-                ours.append({"name": name, "stage": "START", "device": device, "time_us": start})
-                ours.append({"name": name, "stage": "END", "device": device, "time_us": end})
+                ours.extend(_pair(name, device, start, end))
         # Each outermost forward's grad mode (`_forward_spans.ForwardSpans`).
         for start, end, mode in self.tagger.forward_spans_now(now):
             if end >= first:
                 name = f"{FORWARD_ANNOTATION}#{mode}"
-                ours.append({"name": name, "stage": "START", "device": device, "time_us": start})
-                ours.append({"name": name, "stage": "END", "device": device, "time_us": end})
+                ours.extend(_pair(name, device, start, end))
         for start, end, site in list(self.load_spans):
             if end >= first:
                 name = f"{LOAD_ANNOTATION}#{site}"
-                ours.append({"name": name, "stage": "START", "device": device, "time_us": start})
-                ours.append({"name": name, "stage": "END", "device": device, "time_us": end})
+                ours.extend(_pair(name, device, start, end))
         # A copy: a collection during this loop (it allocates) appends to gc_spans.
         for start, end, label in list(self.gc_spans):
             if end >= first and in_trace(start, end):
                 name = f"{GC_ANNOTATION}#{label}"
-                ours.append({"name": name, "stage": "START", "device": device, "time_us": start})
-                ours.append({"name": name, "stage": "END", "device": device, "time_us": end})
+                ours.extend(_pair(name, device, start, end))
         return sorted(native + ours, key=lambda a: a.get("time_us", 0))
 
     def dump(self, path: str, collect: bool = False, reason: str = "manual", tag: bool = True) -> str:
@@ -672,3 +667,11 @@ def _patch_load(spans: "Deque[tuple]") -> Optional[Callable[[], None]]:
             torch.load = original
 
     return restore
+
+
+def _pair(name: str, device: int, start: int, end: int) -> List[Dict[str, Any]]:
+    """A range as PyTorch's annotations write it: its START and END."""
+    return [
+        {"name": name, "stage": "START", "device": device, "time_us": start},
+        {"name": name, "stage": "END", "device": device, "time_us": end},
+    ]
