@@ -117,12 +117,17 @@ def test_the_predictions_point_the_way_the_runs_went(rows):
             assert r.predicted < r.baseline and r.measured < r.baseline
     # bf16 weights halve every floating tensor of an fp32 step; the inputs
     # stay as recorded. The CNN's bf16 backward holds more than half of
-    # what its fp32 one did at the same point, so the prediction is a little
-    # low there.
+    # what its fp32 one did at the same point, so the prediction is low
+    # there: a little where the CPU computes in bf16 (AVX-512 BF16, AMX),
+    # far where oneDNN converts each convolution to fp32 (AVX2 only: 27.87
+    # MiB measured against the 16.05 bound, as recorded 31.73). A bound
+    # either way: the real peak is never below it.
     for model in ("cnn", "transformer", "mlp"):
         r = by[(model, "bf16_weights")]
-        assert r.listed == "advice" and r.predicted < 0.56 * r.baseline and r.measured < 0.56 * r.baseline
+        assert r.listed == "advice" and r.predicted < 0.56 * r.baseline and r.measured < r.baseline
         assert r.predicted <= r.measured * 1.001
+        if model != "cnn":
+            assert r.measured < 0.56 * r.baseline
     # FSDP over two ranks, each layer a unit: the Transformer's peak (the
     # loss, with activations) barely moves; the wide model's, made of
     # parameters, gradients and optimizer state, falls by two fifths and

@@ -236,13 +236,16 @@ fn upcasts(snap: &Snapshot) -> Option<String> {
 /// of which an fp32 recording shows. Made for real, the bf16 step peaked
 /// at most 0.1% below the halved trace and up to 7% above on the project's
 /// small models, 18% above on Swin and 38% on timm's ConvNeXt
-/// (docs/advise.md).
+/// (docs/advise.md); on an AVX2-only CPU (no AVX-512 BF16 or AMX), whose
+/// bf16 convolutions oneDNN runs through fp32, 74% above on a small CNN.
 fn on_the_cpu(snap: &Snapshot) -> Option<String> {
     let r = snap.source.recorder.as_ref()?;
     (r.device_kind() == "cpu").then(|| {
         ". This is a CPU recording: the CPU's 16-bit matrix products and convolutions (oneDNN's) book scratch \
          their fp32 kernels do not and keep parts in fp32, which the recording cannot show: the real peak is \
-         higher by those (measured: within 0.1% below to 7% above on small models, 18% above on a Swin, 38% on a ConvNeXt)"
+         higher by those (measured: within 0.1% below to 7% above on small models, 18% above on a Swin, 38% on a ConvNeXt; \
+         on a CPU without bf16 instructions, AVX2 only, where each convolution is converted to fp32, 74% above on a \
+         small CNN)"
             .to_owned()
     })
 }

@@ -45,6 +45,6 @@ pub use model::*;
 pub use options::{LoadOptions, LoadProgress};
 pub use recorder::{
     DeviceCounter, DeviceFacts, GeneratedCode, Holder, HolderScan, HostPinned, ModuleCode,
-    NvmlUsage, OomSeen, OptimizerInfo, RecorderInfo, RecorderKind, Upcast,
+    NvmlUsage, OomSeen, OptimizerInfo, ParameterGroup, RecorderInfo, RecorderKind, Upcast,
 };
 pub use repair::Repair;

@@ -51,6 +51,11 @@ pub struct RecorderInfo {
     /// in PyTorch's own files and older recorders'): what names the part
     /// of a model whose frames a stack shows only as `forward`.
     pub modules: Vec<ModuleCode>,
+    /// The model's parameters by the module that owns them (the
+    /// `parameters` key; empty in PyTorch's own files and older
+    /// recorders'): what sharding advice gathers by block where some
+    /// parameters are frozen and the gradients cannot tell.
+    pub parameters: Vec<ParameterGroup>,
     /// The source lines `torch.compile`'s generated modules compute (the
     /// `generated` key); the reader has put them into the stacks.
     pub generated: Vec<GeneratedCode>,
@@ -100,6 +105,20 @@ pub struct ModuleCode {
     pub file: String,
     pub first_line: u32,
     pub last_line: u32,
+}
+
+/// The parameters one module owns (its own, not its children's), summed
+/// over a repeated block's copies: `path` grouped as [`ModuleCode`]'s
+/// (`model.layers[*].mlp`), `copies` of it, and of their `bytes` those
+/// that train (`requires_grad`). A parameter two modules share (a tied
+/// embedding and output layer) is counted once, for the first.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ParameterGroup {
+    pub path: String,
+    pub copies: u32,
+    pub tensors: u32,
+    pub bytes: u64,
+    pub trainable_bytes: u64,
 }
 
 /// The recording's history: its limit, and how many of the recording's
@@ -487,6 +506,11 @@ impl RecorderInfo {
                 .and_then(|m| m.as_array())
                 .map(|rows| rows.iter().filter_map(module_code).collect())
                 .unwrap_or_default(),
+            parameters: v
+                .get("parameters")
+                .and_then(|m| m.as_array())
+                .map(|rows| rows.iter().filter_map(parameter_group).collect())
+                .unwrap_or_default(),
             ooms: v
                 .get("ooms")
                 .and_then(|o| o.as_array())
@@ -546,6 +570,20 @@ fn generated_code(r: &serde_json::Value) -> Option<GeneratedCode> {
             frames,
         },
     )
+}
+
+fn parameter_group(r: &serde_json::Value) -> Option<ParameterGroup> {
+    let num = |k: &str| r.get(k).and_then(|n| n.as_u64());
+    let count = |k: &str| num(k).and_then(|n| u32::try_from(n).ok());
+    let bytes = num("bytes")?;
+    Some(ParameterGroup {
+        path: r.get("path")?.as_str()?.to_owned(),
+        copies: count("copies").unwrap_or(1).max(1),
+        tensors: count("tensors").unwrap_or(0),
+        bytes,
+        // More than the whole is a damaged row: at most the whole.
+        trainable_bytes: num("trainable_bytes").unwrap_or(bytes).min(bytes),
+    })
 }
 
 fn module_code(r: &serde_json::Value) -> Option<ModuleCode> {

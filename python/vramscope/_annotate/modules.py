@@ -64,9 +64,22 @@ class ModuleMap:
 
     def __init__(self) -> None:
         self._rows: Dict[Tuple[str, str, int], Dict[str, Any]] = {}
+        # The outermost modules, weakly: their parameters are read at each
+        # dump (what trains may change after the first call: a layer frozen).
+        self._roots: List[Any] = []
+        # The last table read (for a dump off the program's thread, which
+        # reads no tensor).
+        self.last_parameters: List[Dict[str, Any]] = []
 
     def add(self, root: Any) -> None:
+        import weakref
+
         import torch.nn as nn
+
+        try:
+            self._roots.append(weakref.ref(root))
+        except TypeError:
+            pass
 
         containers = (nn.ModuleList, nn.ModuleDict)
         try:
@@ -102,6 +115,51 @@ class ModuleMap:
 
     def rows(self) -> List[Dict[str, Any]]:
         return list(self._rows.values())
+
+    def parameters(self) -> List[Dict[str, Any]]:
+        """The parameters of every outermost module alive, by the module
+        that owns them (grouped as the map's paths): how many tensors, their
+        bytes and the bytes of those that train (``requires_grad``), summed
+        over a repeated block's copies, with the number of copies. A
+        parameter shared by two modules (a tied embedding and output layer)
+        is counted once, for the first. What sharding advice gathers by
+        block, which the gradients alone cannot tell where some parameters
+        are frozen (LoRA's base model): ``vramscope.parameters`` in the
+        snapshot (docs/recorder-format.md)."""
+        from vramscope._annotate.tags import _local
+
+        seen: set = set()
+        by: Dict[str, Dict[str, Any]] = {}
+        copies: Dict[str, set] = {}
+        for ref in self._roots:
+            root = ref()
+            if root is None:
+                continue
+            try:
+                named = list(root.named_parameters())
+            except Exception:  # noqa: BLE001 - a model whose walk fails is left out
+                continue
+            for name, p in named:
+                if id(p) in seen:
+                    continue
+                seen.add(id(p))
+                owner = name.rpartition(".")[0]
+                g = grouped(owner)
+                try:
+                    t = _local(p)
+                    nbytes = int(t.numel()) * int(t.element_size())
+                except Exception:  # noqa: BLE001 - a parameter we cannot size is left out
+                    continue
+                row = by.setdefault(g, {"path": g, "copies": 0, "tensors": 0, "bytes": 0, "trainable_bytes": 0})
+                row["tensors"] += 1
+                row["bytes"] += nbytes
+                if p.requires_grad:
+                    row["trainable_bytes"] += nbytes
+                copies.setdefault(g, set()).add(owner)
+        for g, row in by.items():
+            row["copies"] = len(copies[g])
+        self.last_parameters = sorted(by.values(), key=lambda r: r["path"])
+        return self.last_parameters
 
 
 def _caller(path: str, containers: Dict[str, bool]) -> str:

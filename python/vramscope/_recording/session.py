@@ -443,6 +443,12 @@ class Session:
                 # Which module's code each frame of a stack is: the part of
                 # the model that made memory its stack shows as `forward`.
                 snap["vramscope"]["modules"] = modules
+            mm = self.tagger.module_map
+            params = mm.parameters() if tag else mm.last_parameters
+            if params:
+                # Each module's parameters, and those that train: what a
+                # sharding rule gathers by block where some are frozen.
+                snap["vramscope"]["parameters"] = params
             if self.tagger.autocast:
                 # Which dtype the forward computed in: what tells advice that
                 # halves activations (bf16 weights) from advice that would
