@@ -78,15 +78,22 @@ pub(super) struct Blocks {
     /// order, those that keep nothing too: a checkpointed block's forward,
     /// and its recomputation in backward.
     pub(super) all: Vec<(String, usize, usize)>,
+    /// The library that defines the blocks, where it has its own
+    /// checkpointing switch (a Hugging Face model's layers).
+    pub(super) library: Option<super::checkpoint_switch::Library>,
 }
 
 impl Blocks {
     pub(super) fn new(snap: &Snapshot, device: u32, labelled: &Labelled) -> Blocks {
         let all = block_calls(snap, device);
+        let library = all
+            .first()
+            .and_then(|(name, _, _)| super::checkpoint_switch::library_of(snap, name));
         Blocks {
             found: !all.is_empty(),
             calls: saved_calls(snap, device, labelled, all.clone()),
             all,
+            library,
         }
     }
 }

@@ -24,6 +24,7 @@ use vramscope_simulate::edits::{Change, ChangeKind, ChangeMatch, Edits};
 use vramscope_text::units::bytes;
 
 pub(super) use super::block_calls::{Blocks, SavedCall};
+use super::checkpoint_switch::{switch_code, Library};
 use super::{refuse, Advice, Candidate, ChangeClass, Method, NotOffered};
 use vramscope_analysis::categories::Labelled;
 use vramscope_simulate::settings::Settings;
@@ -106,8 +107,12 @@ fn every_block(shown: &[String]) -> String {
     }
 }
 
-/// The loop to write: every block wrapped, or the first `k`.
-fn loop_code(first: &str, k: Option<usize>) -> String {
+/// The loop to write: every block wrapped, or the first `k`; for a
+/// library's blocks, its own switch where it has one.
+fn loop_code(first: &str, k: Option<usize>, library: Option<Library>) -> String {
+    if let Some(code) = library.and_then(|lib| switch_code(lib, first, k)) {
+        return code;
+    }
     let head = "from torch.utils.checkpoint import checkpoint\n";
     match (is_site(first), k) {
         (true, None) => format!("{head}# at {first}, where the forward calls each block:\nh = checkpoint(block, h, use_reentrant=False)"),
@@ -291,7 +296,7 @@ pub(super) fn checkpoint_candidate(
             "activation checkpointing of {} (torch.utils.checkpoint)",
             every_block(shown)
         ),
-        code: loop_code(&first, None),
+        code: loop_code(&first, None, found.library),
         settings: recorded.clone(),
         edits: Some(w.edits.clone()),
         method: Method::Replayed,
@@ -351,7 +356,7 @@ pub(super) fn fewest_that_fit(
             change: format!(
                 "activation checkpointing of the first {k} of the {n} blocks ({names}): the fewest that fit"
             ),
-            code: loop_code(&first, Some(k)),
+            code: loop_code(&first, Some(k), found.library),
             settings: recorded.clone(),
             edits: Some(w.edits.clone()),
             method: Method::Replayed,

@@ -33,6 +33,7 @@ mod block_calls;
 mod block_stacks;
 mod candidates;
 mod checkpoint;
+mod checkpoint_switch;
 mod counted;
 mod foreach;
 mod fsdp;

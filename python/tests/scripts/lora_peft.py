@@ -6,8 +6,11 @@ the attention's ``c_attn``, AdamW over what trains, 6 steps of 8×128 tokens.
 ``tests/fixtures/recorded/lora_peft_gpt2.pickle.gz``).
 ``torchrun --nproc-per-node=2 lora_peft.py --fsdp``: the same under FSDP2
 over two gloo ranks, each layer and the root ``fully_shard``-ed after the
-model is built, what ``vramscope advise`` predicts for it. Needs ``peft``
-and ``transformers``."""
+model is built, what ``vramscope advise`` predicts for it.
+``python lora_peft.py --checkpoint``: every layer checkpointed by
+transformers' own switch, as the advice's code writes it; ``--half``:
+each batch in two halves, gradients accumulated (the micro-batch row).
+Needs ``peft`` and ``transformers``."""
 
 import sys
 
@@ -16,6 +19,8 @@ from peft import LoraConfig, get_peft_model
 from transformers import GPT2Config, GPT2LMHeadModel
 
 fsdp = "--fsdp" in sys.argv
+checkpointed = "--checkpoint" in sys.argv
+half = "--half" in sys.argv
 if fsdp:
     import torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
@@ -27,6 +32,8 @@ config = GPT2Config(n_layer=4, n_embd=256, n_head=4, n_positions=256)
 model = GPT2LMHeadModel(config)
 lora = LoraConfig(r=8, lora_alpha=16, target_modules=["c_attn"], lora_dropout=0.05, task_type="CAUSAL_LM")
 model = get_peft_model(model, lora)
+if checkpointed:
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 if fsdp:
     for block in model.base_model.model.transformer.h:
         fully_shard(block)
@@ -35,8 +42,9 @@ opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1
 model.train()
 for step in range(6):
     ids = torch.randint(0, config.vocab_size, (8, 128))
-    out = model(input_ids=ids, labels=ids)
-    out.loss.backward()
+    for chunk in ids.chunk(2) if half else (ids,):
+        out = model(input_ids=chunk, labels=chunk)
+        (out.loss / (2 if half else 1)).backward()
     opt.step()
     opt.zero_grad(set_to_none=True)
     print(step, out.loss.item())

@@ -1,3 +1,6 @@
+//! The advice on LoRA fine-tuning, each row against the program changed as
+//! it says and run for real (`python/tests/scripts/lora_peft.py`).
+//!
 //! Sharding a model most of whose parameters are frozen: LoRA fine-tuning
 //! (tests/fixtures/recorded, `lora_peft_gpt2`: GPT-2 of 4 layers of 256
 //! through peft, adapters on the attention, 61.38 MiB frozen and 128 KiB
@@ -6,14 +9,14 @@
 //! gradients, gathered 32 KiB a layer and nothing for the root, and
 //! offered FSDP for "30.88 MiB less". The program run so over two gloo
 //! ranks (`python/tests/scripts/lora_peft.py --fsdp`, `fully_shard` on
-//! each layer and the root) peaked at 1,044,083,936 B, 22.54 MiB above
+//! each layer and the root) peaked at 1,044,083,940 B, 22.54 MiB above
 //! the program as recorded.
 
 use vramscope_advise::{advise, Advice, AdviseOptions, ChangeClass};
 use vramscope_snapshot::{load, Snapshot};
 
 /// Rank 0's peak allocated under FSDP2 over two gloo ranks.
-const MEASURED: u64 = 1_044_083_936;
+const MEASURED: u64 = 1_044_083_940;
 
 fn recorded(name: &str) -> Snapshot {
     load(&vramscope_testdata::recorded(name), &Default::default()).expect("reads")
@@ -81,5 +84,77 @@ fn without_the_table_the_frozen_parameters_are_put_in_the_root() {
             .contains("that make none (frozen, or unused in the pass) counted in the root"),
         "{}",
         row.how
+    );
+}
+
+/// The script's peak with every layer checkpointed by transformers' own
+/// switch (`--checkpoint`), with the first two only (each layer's flag),
+/// and with each batch in two halves (`--half`).
+const CHECKPOINTED: u64 = 895_545_272;
+const FIRST_TWO: u64 = 958_548_028;
+const HALVES: u64 = 543_284_412;
+
+fn within(predicted: u64, measured: u64, tolerance: f64) -> bool {
+    (predicted as f64 / measured as f64 - 1.0).abs() < tolerance
+}
+
+#[test]
+fn a_hugging_face_models_layers_are_checkpointed_by_its_own_switch() {
+    // The loop over GPT-2's layers is in transformers' code: the row's code
+    // was a `checkpoint(block, h)` loop to write there. It is now the
+    // library's switch, and for the fewest that fit each layer's flag.
+    let snap = recorded("lora_peft_gpt2.pickle.gz");
+    let a = advise(
+        &snap,
+        &AdviseOptions {
+            capacity: Some(930 << 20),
+            ..Default::default()
+        },
+    )
+    .expect("advice");
+    let rows: Vec<&Advice> = a
+        .advice
+        .iter()
+        .filter(|r| r.class == ChangeClass::Checkpoint)
+        .collect();
+    let (every, fewest) = (rows[0], rows[1]);
+    assert!(
+        every
+            .code
+            .contains("model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={\"use_reentrant\": False})"),
+        "{}",
+        every.code
+    );
+    assert!(
+        !every.code.contains("checkpoint(block, h"),
+        "{}",
+        every.code
+    );
+    assert!(
+        within(every.peak_allocated, CHECKPOINTED, 0.01),
+        "{}",
+        every.peak_allocated
+    );
+    assert!(
+        fewest.code.contains(
+            "for i, block in enumerate(model.base_model.model.transformer.h):\n    block.gradient_checkpointing = i < 2"
+        ),
+        "{}",
+        fewest.code
+    );
+    assert!(
+        within(fewest.peak_allocated, FIRST_TWO, 0.01),
+        "{}",
+        fewest.peak_allocated
+    );
+    let half = a
+        .advice
+        .iter()
+        .find(|r| r.class == ChangeClass::HalfBatch)
+        .expect("half the batch");
+    assert!(
+        within(half.peak_allocated, HALVES, 0.001),
+        "{}",
+        half.peak_allocated
     );
 }
