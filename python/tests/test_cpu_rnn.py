@@ -34,7 +34,8 @@ from vramscope._estimate.cpu_rnn import OneDnnLstm, good_ld, regions  # noqa: E4
 
 BIG = 4096
 
-AVX512 = str(torch.backends.cpu.get_cpu_capability()).startswith("AVX512")
+CAPABILITY = str(torch.backends.cpu.get_cpu_capability())
+AVX512 = CAPABILITY.startswith("AVX512")
 BF16 = bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 # (steps, batch, inputs, hidden, layers, bidirectional, batch_first)
@@ -101,8 +102,8 @@ CASES = [(s, d, t) for s in SHAPES for d in ("float32", "bfloat16") for t in (Tr
 def test_the_lstm_step_is_the_real_one(shape: Tuple[int, ...], dtype: str, training: bool, tmp_path: Any) -> None:
     if dtype == "bfloat16" and not (BF16 and AVX512):
         pytest.skip("oneDNN's bfloat16 LSTM needs AVX-512 with bf16 (checked there)")
-    if not training and not AVX512:
-        pytest.skip("float32 inference's brgemm kernels are AVX-512's")
+    if not training and not (AVX512 or CAPABILITY == "AVX2"):
+        pytest.skip("float32 inference's brgemm kernels are checked on AVX-512 and AVX2")
     model, x = _case(shape, getattr(torch, dtype))
     peak, sizes = _real(model, x, training, tmp_path)
     est_peak, est_sizes, est = _estimated(model, x, training, tmp_path)
@@ -125,6 +126,27 @@ def test_the_lstm_step_is_the_real_one(shape: Tuple[int, ...], dtype: str, train
     # byte but for that slack.
     assert abs(est_peak - peak) <= slack, (peak, est_peak)
     assert not est.notes, est.notes
+
+
+def test_an_lstm_under_the_cpus_autocast_raises_where_onednn_has_no_bf16_and_the_estimate_says_so() -> None:
+    # The CPU autocast's LSTM goes to oneDNN whatever the CPU: without its
+    # bfloat16 kernels (AVX2) the real call raises, and the estimate says
+    # so; with them (AVX-512) it runs, and the estimate says nothing.
+    model = Lstm(64, 64, 1, False, False)
+    x = torch.randn(9, 4, 64)
+    raised = None
+    try:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            _loss(model(x)).backward()
+    except RuntimeError as e:
+        raised = str(e)
+    model.zero_grad(set_to_none=True)
+    est = vramscope.estimate(model, (x,), None, loss_fn=_loss, steps=1, device="cpu", autocast=torch.bfloat16)
+    says = [n for n in est.notes if "raises on this CPU" in n]
+    assert bool(says) == (raised is not None) == (not BF16), (raised, est.notes)
+    if raised is not None:
+        assert "could not create a primitive descriptor" in raised and "could not create a primitive descriptor" in says[0]
+        assert len(est.notes) == 1, est.notes  # not also "may differ"
 
 
 def test_the_layouts_follow_onednns_leading_dimensions() -> None:

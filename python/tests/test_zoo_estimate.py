@@ -43,7 +43,16 @@ CELLS = [(a, s) for a in zoo.ARCHS for s in EAGER]
 
 @pytest.mark.parametrize("arch,style", CELLS, ids=[f"{a}-{s}" for a, s in CELLS])
 def test_the_estimate_is_the_real_peak(arch: str, style: str) -> None:
-    real = zoo.real_peak(arch, style)
+    try:
+        real = zoo.real_peak(arch, style)
+    except RuntimeError as e:
+        # An LSTM under the CPU's autocast where oneDNN has no bfloat16
+        # (AVX2): the real step raises, and the estimate says it will.
+        if "could not create a primitive descriptor" not in str(e):
+            raise
+        est = zoo.estimated(arch, style)
+        assert arch == "lstm" and any("raises on this CPU" in n for n in est.notes), (arch, style, est.notes)
+        return
     est = zoo.estimated(arch, style)
     err = est.peak_bytes / real - 1
     print(f"{arch} {style}: real {real:,}, estimate {est.peak_bytes:,} ({err:+.2%})")

@@ -144,6 +144,7 @@ class Cpu(Kernels):
         self.capability = str(torch.backends.cpu.get_cpu_capability())
         self.avx512 = self.capability.startswith("AVX512")
         self.lstm_calls = 0  # nn.LSTM calls that took oneDNN's path (cpu_rnn.rnns_as_on_cpu)
+        self.lstm_raises = False  # one of them raises on this CPU (cpu_rnn.RAISES says so)
         self.conv_modelled = 0  # convolutions whose oneDNN reorders were traced
 
     def before(self, func: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], rec: Any) -> Optional[Any]:
@@ -394,10 +395,13 @@ class Cpu(Kernels):
         return tuple(out)
 
     def _lstm_unchecked(self, layer: Any) -> None:
-        """Say where oneDNN's choices on this CPU were not checked."""
-        if layer.size != 4 and not self.avx512:
+        """Say where oneDNN's choices on this CPU were not checked: its
+        16-bit kernels but on AVX-512 (where they run elsewhere, the
+        program raises and the note says that instead); float32
+        inference's packed weights but on AVX-512 and AVX2."""
+        if layer.size != 4 and not self.avx512 and not self.lstm_raises:
             self.note("lstm", RNN_UNCHECKED.format(capability=self.capability, what="its 16-bit kernels' blocked weights and scratchpad"))
-        elif layer.size == 4 and not layer.training and not self.avx512:
+        elif layer.size == 4 and not layer.training and not (self.avx512 or self.capability == "AVX2"):
             self.note("lstm", RNN_UNCHECKED.format(capability=self.capability, what="inference's packed weights"))
 
     def after(self, func: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], rec: Any) -> None:

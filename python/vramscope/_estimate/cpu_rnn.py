@@ -21,8 +21,9 @@ from oneDNN 3's rules (src/cpu/rnn/rnn_utils.cpp and .hpp):
   256 elements);
 * the **weights** reordered into the layout the kernel asks for, on every
   call: ``ldigo`` with good strides for float32 training (the gemm kernels);
-  gates blocked by 32 outputs (``ldgOi32o``, ``ldgOI32o2i`` for 16-bit) for
-  the brgemm kernels (16-bit types, float32 inference on AVX-512); in
+  gates blocked by 32 outputs on AVX-512, 16 on AVX2 (``ldgOi32o``,
+  ``ldgOI32o2i`` for 16-bit) for the brgemm kernels (16-bit types, float32
+  inference); in
   backward also ``ldgoi`` (``ldgIO32i2o``) and the weights' gradients in
   ``ldigo`` with good strides;
 * the **scratchpad**: the gates of one step (of every step where the gemm
@@ -36,7 +37,11 @@ from oneDNN 3's rules (src/cpu/rnn/rnn_utils.cpp and .hpp):
 Checked allocation by allocation against oneDNN 3.13 in PyTorch 2.15 on
 x86 with AVX-512 (``python/tests/test_cpu_rnn.py``: sequence lengths,
 batches, input and hidden sizes that are and are not multiples of 16 and
-256, float32 and bfloat16, training and inference). The one figure that is
+256, float32 and bfloat16, training and inference) and, float32, on AVX2.
+Where oneDNN has no 16-bit LSTM (AVX2 without AVX-512's bf16), PyTorch
+runs a 16-bit LSTM's own cells, but one cast by the CPU's autocast still
+goes to oneDNN and raises ("could not create a primitive descriptor"):
+the estimate says so (:data:`RAISES`). The one figure that is
 a fit and not oneDNN's rule: the 16-bit backward's scratchpad (brgemm's own
 buffers), within 15% of the measured (25 KiB at a batch of 130).
 """
@@ -54,6 +59,12 @@ LSTM_MODE = 2
 # regions are aligned to, and its pointer tables (measured per kernel kind).
 REGISTRY = {"gemm": PAGE + 568, "brgemm": PAGE + 1016}
 BRGEMM_BACKWARD = 17_848
+RAISES = (
+    "nn.LSTM under the CPU's autocast ({dtype}) raises on this CPU ({capability}): oneDNN has no {dtype} LSTM "
+    "kernel here (RuntimeError: could not create a primitive descriptor for the LSTM forward propagation "
+    "primitive); the figure is what it takes on a CPU that has one (AVX-512 with bf16). On this CPU keep the "
+    "LSTM in float32: call it inside torch.autocast('cpu', enabled=False) with its input made float32"
+)
 
 
 def _up(x: int, m: int) -> int:
@@ -93,10 +104,17 @@ class OneDnnLstm:
 
     @property
     def kernel(self) -> str:
-        """``brgemm`` or ``gemm``: which oneDNN RNN implementation runs."""
+        """``brgemm`` or ``gemm``: which oneDNN RNN implementation runs
+        (float32 inference takes brgemm on AVX2 as on AVX-512)."""
         if self.size != 4:
             return "brgemm"
-        return "brgemm" if (self.avx512 and not self.training) else "gemm"
+        return "gemm" if self.training else "brgemm"
+
+    @property
+    def block(self) -> int:
+        """The brgemm kernels' block of gate outputs: a vector register's
+        floats times two (32 on AVX-512, 16 on AVX2)."""
+        return 32 if self.avx512 else 16
 
     def _states(self) -> List[int]:
         """The workspace's regions (training), in ``set_offsets``' order."""
@@ -141,7 +159,7 @@ class OneDnnLstm:
             ld = good_ld(4 * h, 4)
             return [i * ld * 4, h * ld * 4]
         pad = 2 if f == 2 else 1
-        gates = 4 * _up(h, 32)
+        gates = 4 * _up(h, self.block)
         return [_up(i, pad) * gates * f, _up(h, pad) * gates * f]
 
     def backward_weights(self) -> List[int]:
@@ -168,11 +186,21 @@ def applies(x: Any, hx: Sequence[Any], params: Sequence[Any]) -> bool:
         return False  # projections run PyTorch's own cells
     if x.dtype == torch.float32:
         return True
-    if x.dtype == torch.bfloat16:
+    if x.dtype == torch.float16 and torch.is_grad_enabled():
+        return False
+    return onednn_16bit(x.dtype)
+
+
+def onednn_16bit(dtype: Any) -> bool:
+    """Whether oneDNN has this 16-bit type's kernels on this CPU
+    (``mkldnn_bf16_device_check``, ``mkldnn_fp16_device_check``)."""
+    import torch
+
+    if dtype == torch.bfloat16:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    if x.dtype == torch.float16:
-        return not torch.is_grad_enabled() and bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
-    return False
+    if dtype == torch.float16:
+        return bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
+    return dtype == torch.float32
 
 
 def _mkldnn_rnn(x: Any, hx: Sequence[Any], params: Sequence[Any], has_biases: bool, num_layers: int, dropout: float, train: bool, bidirectional: bool, batch_first: bool) -> Tuple[Any, Any, Any]:
@@ -248,6 +276,13 @@ def rnns_as_on_cpu(cpu: Any) -> Iterator[None]:
                 x = ac.cast_one(x, low)
                 hx = [ac.cast_one(t, low) for t in hx]
                 params = [ac.cast_one(t, low) for t in params]
+                if not onednn_16bit(x.dtype):
+                    # The CPU autocast's LSTM goes to oneDNN without
+                    # use_mkldnn's device check (measured on AVX2).
+                    cpu.note("lstm", RAISES.format(dtype=str(x.dtype).replace("torch.", ""), capability=cpu.capability))
+                    cpu.lstm_raises = True
+                    cpu.lstm_calls += 1
+                    return _mkldnn_rnn(x, hx, params, *rest)
             if applies(x, hx, params):
                 cpu.lstm_calls += 1
                 return _mkldnn_rnn(x, hx, params, *rest)
