@@ -142,9 +142,12 @@ def test_the_predictions_point_the_way_the_runs_went(rows):
     m = by[("mlp", "fsdp")]
     assert 0.7 * m.baseline < m.measured < 0.9 * m.baseline and abs(m.error) < 0.03
     # torchvision's ResNet-18, its stages' blocks of different sizes: the
-    # whole model one unit, as the real run wrapped it.
+    # whole model one unit, as the real run wrapped it. How far it falls
+    # depends on oneDNN's kernels: 13% on AVX-512 (214.06 to 185.99 MiB),
+    # 8% on AVX2, whose weight-gradient kernels keep a buffer per thread
+    # (254.95 to 233.62 MiB with two threads).
     r = by[("resnet", "fsdp")]
-    assert r.measured < 0.9 * r.baseline and abs(r.error) < 0.03
+    assert r.measured < 0.95 * r.baseline and r.predicted < 0.95 * r.baseline and abs(r.error) < 0.03
     # Over four ranks (advise(ranks=4), four gloo processes): lower again.
     (w4,) = [r for r in rows if r.ranks == 4 and r.change == "fsdp"]
     assert w4.predicted < w.predicted and w4.measured < w.measured and abs(w4.error) < 0.03

@@ -185,6 +185,16 @@ class Row:
 from advise_runs import SHARDED  # noqa: E402
 
 
+# The models whose every variant runs with torch's own thread count, as the
+# gloo ranks do. oneDNN's AVX2 kernels for a convolution's weight gradient
+# keep a reduction buffer per thread (AVX-512's do not): torchvision's
+# ResNet-18 peaks at 218.88 MiB with one thread and 254.95 with two, so a
+# baseline recorded with one thread predicted 197.55 MiB for ranks that ran
+# with two and peaked at 233.62 (with two, 233.62 predicted and measured;
+# ONEDNN_MAX_CPU_ISA=AVX2 on an AVX-512 machine reproduces both).
+OWN_THREADS = ("resnet",)
+
+
 def record(model: str, variant: str, out_dir: str, attempt: int = 0) -> str:
     """The recording of `variant` (for two ranks: a path naming ``{rank}``);
     `attempt` > 0: another run of it."""
@@ -193,7 +203,7 @@ def record(model: str, variant: str, out_dir: str, attempt: int = 0) -> str:
     path = os.path.join(out_dir, f"{model}-{variant}{again}" + (".r{rank}" if ranks else "") + ".pickle")
     if not os.path.exists(path.replace("{rank}", "0")):
         env = subprocess_env()
-        if ranks and "OMP_NUM_THREADS" not in os.environ:
+        if (ranks or model in OWN_THREADS) and "OMP_NUM_THREADS" not in os.environ:
             # torch's own thread count for the gloo ranks: with one
             # intra-op thread, gloo's worker thread freed its copy of a
             # reduce-scatter's input late in every run (wide_lm's FSDP rank
