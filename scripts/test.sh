@@ -35,7 +35,21 @@ set -euo pipefail
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo_root"
 
-say() { printf '\n==> %s\n' "$*" >&2; }
+# Each step's seconds go to $VRAMSCOPE_STEP_TIMES where it is set (.ci/run
+# prints them at the end of its log).
+step_label=""
+step_start=$SECONDS
+step_done() {
+    if [[ -n "${VRAMSCOPE_STEP_TIMES:-}" && -n "$step_label" ]]; then
+        printf '  %5d s  %s\n' $((SECONDS - step_start)) "$step_label" >>"$VRAMSCOPE_STEP_TIMES"
+    fi
+    step_label="$*"
+    step_start=$SECONDS
+}
+say() {
+    step_done "$*"
+    printf '\n==> %s\n' "$*" >&2
+}
 fail_step() { printf '\ntest.sh: FAILED step: %s\n' "$*" >&2; }
 
 logdir="$(mktemp -d "${TMPDIR:-/tmp}/vramscope-test.XXXXXX")"
@@ -221,6 +235,7 @@ else
     fi
 fi
 
+step_done
 echo
 if [[ ${#failed_steps[@]} -gt 0 ]]; then
     echo "test.sh: failed steps: ${failed_steps[*]}" >&2

@@ -229,3 +229,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
         return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
 
     items.sort(key=rank)  # stable: the order within a module is kept
+
+
+# Seconds per module (setup, call and teardown of its tests, as the workers
+# report them), written where VRAMSCOPE_TEST_TIMES names: `.ci/run` prints
+# them last, where a cut log still shows them, so that LONGEST_FIRST and the
+# suite's time can be checked against the CI machine's own figures.
+_module_seconds: Dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    module = report.nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+    _module_seconds[module] = _module_seconds.get(module, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    out = os.environ.get("VRAMSCOPE_TEST_TIMES")
+    if not out or hasattr(session.config, "workerinput"):  # the controller writes, not each worker
+        return
+    ranked = sorted(_module_seconds.items(), key=lambda kv: -kv[1])
+    with open(out, "w") as f:
+        f.write(f"pytest: {sum(_module_seconds.values()):.0f} s in tests over {len(ranked)} modules; the longest:\n")
+        for name, seconds in ranked[:15]:
+            f.write(f"  {seconds:7.0f} s  {name}\n")

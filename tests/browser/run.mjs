@@ -274,7 +274,7 @@ async function hoverAlloc(page, alloc) {
 }
 
 const CAT_LABELS = { parameter: 'parameters', gradient: 'gradients', optimizer_state: 'optimizer state', activation: 'activations',
-  input: 'inputs', temporary: 'temporaries', autograd_detail: 'autograd detail', workspace: 'workspaces', unknown: 'unknown' };
+  input: 'inputs', temporary: 'temporaries', autograd_detail: 'autograd detail', workspace: 'workspaces', ema: 'EMA weights', unknown: 'unknown' };
 
 // Categories with bytes at the peak or the end of device 0.
 function summaryCategories(summary) {

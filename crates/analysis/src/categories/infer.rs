@@ -115,6 +115,8 @@ pub(super) fn infer(
     pre_window(snap, l, ph, &given, &requested, &mut c);
     super::persistent::label(snap, t, l, ph, &given, &requested, &mut c);
     super::workspace::label(snap, t, l, ph, &given, &mut c);
+    // Last: the EMA's own code in a stack outweighs when it was made.
+    super::ema::label(snap, t, l, &given, &mut c);
     c
 }
 

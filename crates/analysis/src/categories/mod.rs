@@ -28,6 +28,7 @@
 //! ```
 
 mod agreement;
+mod ema;
 pub mod evaluation;
 pub mod evaluation_graphs;
 mod given;
@@ -65,6 +66,10 @@ pub enum Category {
     /// Library buffers that are not tensors: cuBLAS / cuBLASLt workspaces,
     /// made once per thread and stream and never freed.
     Workspace,
+    /// A copy of the weights kept by an exponential moving average
+    /// (diffusers' `EMAModel`, timm's `ModelEma`, `AveragedModel`), named
+    /// by the EMA class's code in its stack.
+    Ema,
     Unknown,
 }
 
@@ -72,7 +77,7 @@ pub enum Category {
 pub const CATEGORIES: usize = Category::ALL.len();
 
 impl Category {
-    pub const ALL: [Category; 9] = [
+    pub const ALL: [Category; 10] = [
         Category::Parameter,
         Category::Gradient,
         Category::OptimizerState,
@@ -81,6 +86,7 @@ impl Category {
         Category::Temporary,
         Category::AutogradDetail,
         Category::Workspace,
+        Category::Ema,
         Category::Unknown,
     ];
 
@@ -96,6 +102,7 @@ impl Category {
             Category::Temporary => "temporary",
             Category::AutogradDetail => "autograd_detail",
             Category::Workspace => "workspace",
+            Category::Ema => "ema",
             Category::Unknown => "unknown",
         }
     }
@@ -117,6 +124,7 @@ impl Category {
             Category::Temporary => "temporaries",
             Category::AutogradDetail => "autograd detail",
             Category::Workspace => "workspaces",
+            Category::Ema => "EMA weights",
             Category::Unknown => "unknown",
         }
     }
@@ -187,7 +195,8 @@ pub enum Rule {
     /// through later ones.
     WorkspaceSize,
     /// From before the trace, alive throughout a training trace, and no
-    /// rule says what it is (category `unknown`): frozen weights, buffers,
+    /// rule says what it is (category `unknown`): frozen weights, an EMA's
+    /// copy of the weights made before the recording (no stack), buffers,
     /// gradients kept across steps (`zero_grad(set_to_none=False)`, which
     /// allocates none in the trace; DDP's gradient buckets), state the
     /// program keeps.
@@ -198,6 +207,13 @@ pub enum Rule {
     /// parameter, its gradient kept across steps and the optimizer's state;
     /// which block of the size is which is not known.
     CountedPerParameter,
+    /// Made by an EMA class's code (its stack passes through diffusers'
+    /// `EMAModel`, timm's `ModelEma`, PyTorch's `AveragedModel`, torch_ema
+    /// or ema_pytorch making the copy): a moving average of the weights.
+    EmaFrames,
+    /// Made and freed by an EMA's update (`EMAModel.step`, timm's `update`,
+    /// `AveragedModel.update_parameters`): a temporary.
+    EmaUpdate,
     /// No rule applies.
     NoEvidence,
 }
@@ -231,11 +247,15 @@ impl Rule {
                 "never freed, the size of a cuBLAS workspace, made by the first matmul of its thread"
             }
             Rule::AliveThroughout => {
-                "from before the trace, alive throughout, nothing in it says what: frozen weights, buffers, gradients kept across steps (set_to_none=False, DDP's buckets), state the program keeps"
+                "from before the trace, alive throughout, nothing in it says what: frozen weights, an EMA of the weights made before the recording, buffers, gradients kept across steps (set_to_none=False, DDP's buckets), state the program keeps"
             }
             Rule::CountedPerParameter => {
                 "from before the trace, counted by size: a parameter, its gradient kept across steps, its optimizer state (which block is which, the trace cannot tell)"
             }
+            Rule::EmaFrames => {
+                "made by an EMA's code (diffusers' EMAModel, timm's ModelEma, AveragedModel, torch_ema, ema_pytorch): a moving average of the weights"
+            }
+            Rule::EmaUpdate => "made and freed by an EMA's update (EMAModel.step, update_parameters)",
             Rule::NoEvidence => "no rule applies",
         }
     }

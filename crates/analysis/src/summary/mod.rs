@@ -166,7 +166,7 @@ pub struct Peak {
     pub live_blocks: u64,
     /// Bytes alive at the peak per category (parameter, gradient,
     /// optimizer_state, activation, input, temporary, autograd_detail,
-    /// unknown), largest first, with where the labels came from.
+    /// workspace, ema, unknown), largest first, with where the labels came from.
     pub by_category: Vec<CategoryTotal>,
     /// Whether the peak is in an evaluation pass of a recording that
     /// trains: forwards that no backward used (`categories::evaluation`).

@@ -256,9 +256,9 @@
   }
   const CAT_COLORS = { parameter: hsl(210, 70, 55), optimizer_state: hsl(30, 85, 55), input: hsl(280, 45, 60),
     temporary: hsl(0, 0, 70), activation: hsl(140, 55, 48), gradient: hsl(350, 70, 58), autograd_detail: hsl(50, 80, 55),
-    workspace: hsl(180, 40, 45), unknown: hsl(220, 12, 66) };
+    workspace: hsl(180, 40, 45), ema: hsl(235, 55, 62), unknown: hsl(220, 12, 66) };
   const CAT_LABELS = { parameter: 'parameters', gradient: 'gradients', optimizer_state: 'optimizer state', activation: 'activations',
-    input: 'inputs', temporary: 'temporaries', autograd_detail: 'autograd detail', workspace: 'workspaces', unknown: 'unknown' };
+    input: 'inputs', temporary: 'temporaries', autograd_detail: 'autograd detail', workspace: 'workspaces', ema: 'EMA weights', unknown: 'unknown' };
   function catColor(k) { const name = model.info.categories[k]; return CAT_COLORS[name] || hashColor(k + 7); }
   const SMALL = hsl(220, 10, 80), GRAY = hsl(220, 12, 66), BG = (255 << 24) | 0xffffff;
   function rgba(c) { return 'rgb(' + (c & 255) + ',' + ((c >> 8) & 255) + ',' + ((c >> 16) & 255) + ')'; }

@@ -1,0 +1,95 @@
+"""An exponential moving average of the weights (diffusers' ``EMAModel``,
+timm's ``ModelEmaV3``, PyTorch's ``AveragedModel``) is its own category,
+``ema``, named by the EMA class's code in each block's stack: real
+trainings recorded on the CPU (``scripts/ema_runs.py``), each held to the
+bytes of the model's parameters."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import run_python
+
+pytest.importorskip("torch")
+try:
+    import vramscope
+    from vramscope import _native  # noqa: F401
+except ImportError:  # pragma: no cover - the extension is built by scripts/test.sh
+    pytest.skip("vramscope._native is not built", allow_module_level=True)
+
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+LIBRARIES = ("diffusers", "timm", "swa")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    pytest.importorskip("diffusers")
+    pytest.importorskip("timm")
+    out = tmp_path_factory.mktemp("ema")
+    proc = run_python([str(SCRIPTS / "ema_runs.py"), str(out)], cwd=out, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    param_bytes = int(proc.stdout.split()[-1])
+    return out, param_bytes
+
+
+def view(out: Path, kind: str):
+    (v,) = vramscope.load(out / f"{kind}.pickle").categories()
+    return v
+
+
+def bytes_of(rows, category: str) -> int:
+    return sum(r["bytes"] for r in rows if r["category"] == category)
+
+
+@pytest.mark.parametrize("kind", LIBRARIES)
+def test_an_emas_copy_is_named_and_the_models_parameters_are_not_doubled(runs, kind):
+    out, param_bytes = runs
+    v = view(out, kind)
+    # The whole copy, to the byte, at the end and at the peak, and the
+    # model's parameters once: timm's EMA model ran a forward at the end
+    # (the recorder tagged its weights as parameters); AveragedModel was
+    # built after the first optimizer step (kept past a step: taken for
+    # optimizer state without the rule).
+    # (AveragedModel's copy has one buffer more: its 8-byte count.)
+    for moment in ("at_end", "at_peak"):
+        assert 0 <= bytes_of(v[moment], "ema") - param_bytes <= 8, (kind, moment, v[moment])
+        assert bytes_of(v[moment], "parameter") == param_bytes, (kind, moment, v[moment])
+    # AdamW's two moments (and a 4-byte step count per parameter).
+    assert 0 <= bytes_of(v["at_end"], "optimizer_state") - 2 * param_bytes < 1024
+    assert bytes_of(v["at_end"], "unknown") < 1024
+    rule = {r["category"]: r for r in v["rules_at_peak"] if r["category"] == "ema"}["ema"]
+    assert rule["rule"] == "ema_frames" and rule["source"] == "inferred"
+
+
+def test_the_updates_working_memory_is_temporary_not_unknown(runs):
+    # diffusers' update with foreach=True holds a difference of every
+    # parameter at once, outside forward, backward and the optimizer step.
+    out, param_bytes = runs
+    v = view(out, "diffusers")
+    highest = {r["category"]: r["bytes"] for r in v["max"]}
+    assert highest.get("unknown", 0) < 1024, highest
+    assert highest["ema"] == param_bytes
+
+
+@pytest.mark.parametrize("kind", ("swa_before", "by_hand", "none"))
+def test_no_ema_is_claimed_without_the_libraries_code_in_a_stack(runs, kind):
+    # Built before the recording (the CPU recorder keeps no stack for it),
+    # or by hand with copy.deepcopy: the copy stays unknown, as the rule
+    # for memory from before the trace says; no EMA at all: nothing.
+    out, param_bytes = runs
+    v = view(out, kind)
+    assert bytes_of(v["at_end"], "ema") == 0
+    assert bytes_of(v["at_end"], "parameter") == param_bytes
+    copy = 0 if kind == "none" else param_bytes
+    assert copy <= bytes_of(v["at_end"], "unknown") < copy + 1024
+
+
+def test_the_summary_and_the_categories_name_the_emas_weights(runs):
+    out, param_bytes = runs
+    snap = vramscope.load(out / "timm.pickle")
+    assert "EMA weights" in snap.summary_text()
+    (dev,) = snap.summary()["devices"]
+    assert {c["category"]: c["bytes"] for c in dev["end_by_category"]}["ema"] == param_bytes
+    text = snap.categories_text()
+    assert "EMA weights" in text and "made by an EMA's code" in text
