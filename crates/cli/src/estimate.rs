@@ -53,6 +53,9 @@ pub struct Args {
     /// Inference with a key/value cache of --seq tokens (implies --inference; needs --config).
     #[arg(long)]
     pub kv_cache: bool,
+    /// An exponential moving average of the trained weights (diffusers' --use_ema, timm's ModelEma): one more copy
+    #[arg(long)]
+    pub ema: bool,
     /// GPU memory to check against (e.g. 24GiB, 80GB).
     #[arg(long, value_parser = parse_bytes)]
     pub gpu_memory: Option<u64>,
@@ -97,6 +100,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
         lora_rank: a.lora_rank,
         inference: a.inference,
         kv_cache: a.kv_cache,
+        ema: a.ema,
         gpu_memory: a.gpu_memory,
         find_max_batch: a.max_batch,
     };

@@ -11,6 +11,7 @@
 //! | optimizer state | states × `T·P` (in the parameter dtype) | states × `T·4` (fp32) |
 //! | optimizer intermediates | `T·P` (the update) | `T·4` |
 //! | activations | `A = P` bytes per value | `A = 2` |
+//! | EMA weights (`ema`) | `T·P` | `T·4` (of the fp32 master weights) |
 //!
 //! States per trained parameter: AdamW and Adam 2 (first and second
 //! moment), SGD 0 (and no intermediates: the update is in place), SGD with
@@ -24,7 +25,7 @@
 //! of full training (an upper bound: frozen layers still pass gradients
 //! through).
 //!
-//! Training total = parameters + optimizer state + max(gradients +
+//! Training total = parameters + EMA weights + optimizer state + max(gradients +
 //! optimizer intermediates, activations): activations are freed during
 //! backward while gradients appear, so the peak is either at the end of
 //! the forward / start of the backward (activations held) or in the
@@ -50,6 +51,7 @@ struct Plan<'a> {
     gradients: u64,
     optimizer_state: u64,
     optimizer_intermediates: u64,
+    ema: u64,
     act_bytes: u64,
 }
 
@@ -87,6 +89,7 @@ impl Plan<'_> {
             optimizer_intermediates: self.optimizer_intermediates,
             activations: structural.map_or(empirical, |s| s.total),
             kv_cache,
+            ema: self.ema,
         };
         let (total, phase) = if o.inference {
             (c.parameters + c.kv_cache + c.activations, Phase::Forward)
@@ -98,7 +101,7 @@ impl Plan<'_> {
                 Phase::OptimizerStep
             };
             (
-                c.parameters + c.optimizer_state + step.max(c.activations),
+                c.parameters + c.ema + c.optimizer_state + step.max(c.activations),
                 phase,
             )
         };
@@ -154,6 +157,9 @@ pub fn estimate(o: &EstimateOptions) -> Result<Estimate, EstimateError> {
     }
     if o.lora_rank.is_some() && o.inference {
         return Err(EstimateError::LoraInference);
+    }
+    if o.ema && o.inference {
+        return Err(EstimateError::EmaInference);
     }
     let breakdown = o.config.as_ref().map(params::count_params);
     let n = o
@@ -269,6 +275,22 @@ pub fn estimate(o: &EstimateOptions) -> Result<Estimate, EstimateError> {
         (values * s, inter)
     };
 
+    // The EMA averages what is trained, in the weights' dtype (of the
+    // fp32 master weights with mixed precision): diffusers' EMAModel clones
+    // each parameter, timm's ModelEma and AveragedModel deep-copy the model.
+    let ema = if o.ema { t * s } else { 0 };
+    if o.ema {
+        notes.push(format!(
+            "EMA: one more copy of the {} trained parameters in {}, on the device throughout",
+            group(t),
+            if o.mixed_precision {
+                "fp32"
+            } else {
+                o.dtype.name()
+            }
+        ));
+    }
+
     let plan = Plan {
         opts: &o,
         n,
@@ -276,6 +298,7 @@ pub fn estimate(o: &EstimateOptions) -> Result<Estimate, EstimateError> {
         gradients: t * g,
         optimizer_state: state_values,
         optimizer_intermediates: intermediates,
+        ema,
         act_bytes,
     };
     let (components, total, phase, structural, empirical) = plan.at(o.batch);
@@ -317,7 +340,7 @@ pub fn estimate(o: &EstimateOptions) -> Result<Estimate, EstimateError> {
     }
     if !o.inference {
         notes.push(
-            "total = parameters + optimizer state + max(gradients + optimizer intermediates, activations)".to_string(),
+            "total = parameters + EMA weights + optimizer state + max(gradients + optimizer intermediates, activations)".to_string(),
         );
     }
     notes.push(
@@ -348,6 +371,7 @@ pub fn estimate(o: &EstimateOptions) -> Result<Estimate, EstimateError> {
         lora_rank: o.lora_rank,
         inference: o.inference,
         kv_cache: o.kv_cache,
+        ema: o.ema,
         components,
         total,
         peak_phase: phase,

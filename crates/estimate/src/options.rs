@@ -90,7 +90,8 @@ impl std::str::FromStr for Optimizer {
 
 /// What to estimate. `Default` is: no model (give `params` or `config`),
 /// fp32, no mixed precision, AdamW, batch 1, sequence 1024, no
-/// checkpointing, standard (unfused) attention, no LoRA, training, no GPU size.
+/// checkpointing, standard (unfused) attention, no LoRA, training, no EMA,
+/// no GPU size.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EstimateOptions {
     /// Parameter count; overrides the config's count when both are given.
@@ -118,6 +119,10 @@ pub struct EstimateOptions {
     pub lora_rank: Option<u64>,
     /// Forward only: no gradients, no optimizer.
     pub inference: bool,
+    /// An exponential moving average of the trained weights (diffusers'
+    /// `--use_ema`, timm's `ModelEma`, `AveragedModel`): one more copy of
+    /// them, kept on the device for the whole run.
+    pub ema: bool,
     /// Inference with a key/value cache of `seq` tokens (implies `inference`).
     pub kv_cache: bool,
     /// GPU memory to check the total against.
@@ -140,6 +145,7 @@ impl Default for EstimateOptions {
             fused_attention: false,
             lora_rank: None,
             inference: false,
+            ema: false,
             kv_cache: false,
             gpu_memory: None,
             find_max_batch: false,
@@ -160,6 +166,8 @@ pub enum EstimateError {
     MixedInference,
     #[error("LoRA applies to training, not inference")]
     LoraInference,
+    #[error("an EMA of the weights applies to training, not inference")]
+    EmaInference,
     #[error("{0} needs a config (the model's shapes)")]
     NeedsConfig(&'static str),
 }

@@ -17,6 +17,8 @@ pub struct Components {
     pub optimizer_intermediates: u64,
     pub activations: u64,
     pub kv_cache: u64,
+    /// The EMA's copy of the trained weights (0 without `ema`).
+    pub ema: u64,
 }
 
 /// When the peak happens.
@@ -70,6 +72,7 @@ pub struct Estimate {
     pub lora_rank: Option<u64>,
     pub inference: bool,
     pub kv_cache: bool,
+    pub ema: bool,
     /// Bytes per component.
     pub components: Components,
     /// Estimated peak, bytes.

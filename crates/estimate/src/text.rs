@@ -86,6 +86,9 @@ pub fn render(e: &Estimate) -> String {
     if e.kv_cache {
         rows.push(("KV cache", c.kv_cache, true));
     }
+    if e.ema {
+        rows.push(("EMA weights", c.ema, true));
+    }
     let _ = writeln!(
         o,
         "  {:<26} {:>12} {:>19} {:>7}",

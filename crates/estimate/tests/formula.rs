@@ -337,3 +337,42 @@ fn invalid_options() {
     assert_eq!(json["optimizer"], "adamw");
     assert_eq!(json["peak_phase"], "forward_backward");
 }
+
+/// An EMA of the weights: one more copy of what is trained, in the weights'
+/// dtype (fp32 master weights with mixed precision), held through the peak
+/// wherever it is; none for inference.
+#[test]
+fn an_ema_is_one_more_copy_of_the_trained_weights() {
+    let base = EstimateOptions {
+        params: Some(1_000_000_000),
+        ..EstimateOptions::default()
+    };
+    let plain = estimate(&base).unwrap();
+    let e = estimate(&EstimateOptions {
+        ema: true,
+        ..base.clone()
+    })
+    .unwrap();
+    assert_eq!(e.components.ema, 4_000_000_000);
+    assert_eq!(e.total, plain.total + 4_000_000_000);
+    assert_eq!(plain.components.ema, 0);
+    let mixed = EstimateOptions {
+        dtype: Dtype::Bf16,
+        mixed_precision: true,
+        ema: true,
+        ..base.clone()
+    };
+    assert_eq!(estimate(&mixed).unwrap().components.ema, 4_000_000_000);
+    let bf16 = EstimateOptions {
+        dtype: Dtype::Bf16,
+        ema: true,
+        ..base.clone()
+    };
+    assert_eq!(estimate(&bf16).unwrap().components.ema, 2_000_000_000);
+    assert!(estimate(&EstimateOptions {
+        inference: true,
+        ema: true,
+        ..base
+    })
+    .is_err());
+}
