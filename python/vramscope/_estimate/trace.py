@@ -337,6 +337,7 @@ def estimate(
     settings: Optional[str] = None,
     outside_bytes: Any = None,
     inference: bool = False,
+    ema: bool = False,
     autocast: Any = None,
     max_batch_for: Union[str, int, None] = None,
     batch_dim: int = 0,
@@ -390,6 +391,11 @@ def estimate(
             above what the project's H100 and H200 measured.
         inference: forward passes only, under ``torch.no_grad()`` (no
             loss, backward or optimizer).
+        ema: an exponential moving average of the trained weights kept on
+            the device, as timm's ``ModelEmaV3`` and ``AveragedModel`` with
+            ``get_ema_multi_avg_fn`` keep one: a copy of each trained
+            parameter made before training (category ``ema``), updated in
+            place after each optimizer step (``torch._foreach_lerp_``).
         autocast: ``torch.bfloat16`` or ``torch.float16`` (``True``:
             bfloat16): forward and loss run under
             ``torch.autocast(device_type=device, dtype=...)``, cast by that
@@ -418,12 +424,14 @@ def estimate(
     from vramscope._estimate.autocast import autocast_dtype
 
     cast = autocast_dtype(autocast)
+    if ema and inference:
+        raise ValueError("ema=True is for training: inference keeps no moving average")
     if device == "cpu" and (gpu is not None or max_batch_for is not None):
         raise ValueError("gpu= and max_batch_for= are for device='cuda': the CPU has no caching allocator to replay")
 
     def trace(inputs: Sequence[Any], labels: Sequence[Any], where: Optional[str | os.PathLike]) -> Estimate:
         notes: List[str] = []
-        out = _trace(model, inputs, optimizer, loss_fn, labels, steps, device, gpu, inference, cast, where, optimizer_options, notes)
+        out = _trace(model, inputs, optimizer, loss_fn, labels, steps, device, gpu, inference, cast, where, optimizer_options, notes, ema)
         if isinstance(out, bytes):
             return Estimate(None, loads(out), notes)
         return Estimate(out, load(out), notes)
@@ -502,6 +510,7 @@ def _trace(
     path: Optional[str | os.PathLike],
     optimizer_options: Dict[str, Any],
     notes: List[str],
+    ema: bool = False,
 ) -> Union[str, bytes]:
     """Trace ``steps`` iterations; the snapshot's path, or its pickle where
     no ``path`` was asked for."""
@@ -566,6 +575,14 @@ def _trace(
         inputs = tuple(on_meta(x, "input") for x in example_inputs)
         labels = tuple(on_meta(y, "input") for y in targets)
         opt = None if inference else traced_optimizer(optimizer, model, params, optimizer_options, cuda_path=cuda is not None)
+        # The EMA's copy, made before training as the libraries make it.
+        averaged = [on_meta(p, "ema") for p in params.values() if p.requires_grad] if ema else []
+        if ema:
+            notes.append(
+                "EMA: a copy of the trained weights on the device throughout, updated in place after each optimizer "
+                "step (timm's ModelEmaV3, AveragedModel with get_ema_multi_avg_fn); diffusers' EMAModel(foreach=True) "
+                "also holds a difference of every parameter while it updates"
+            )
         state = {**params, **buffers}
         swapped = _reparametrize_module(model, state, tie_weights=True, strict=False)
         swapped.__enter__()
@@ -573,7 +590,7 @@ def _trace(
             replay.install(model)
         try:
             _steps(
-                model, inputs, labels, loss_fn, steps, inference, opt, params, rec, annotations, region, replay,
+                model, inputs, labels, loss_fn, steps, inference, opt, params, rec, annotations, region, replay, averaged,
             )
         finally:
             swapped.__exit__(None, None, None)
@@ -638,8 +655,10 @@ def _steps(
     model: Any, inputs: Tuple[Any, ...], labels: Tuple[Any, ...], loss_fn: Optional[Callable[..., Any]], steps: int,
     inference: bool, opt: Any, params: Dict[str, Any], rec: _Recorder, annotations: List[Dict[str, Any]], region: Callable[[], Any],
     replay: Any = None,
+    averaged: Sequence[Any] = (),
 ) -> None:
-    """The traced iterations, on the model whose parameters are the meta ones."""
+    """The traced iterations, on the model whose parameters are the meta
+    ones; ``averaged``: an EMA's copies of the trained parameters."""
     import torch
 
     from vramscope._estimate.lbfgs import LbfgsTrace, steps_with_closure
@@ -683,5 +702,8 @@ def _steps(
             opt.step()
             states = [v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
             rec.recategorize(states, "optimizer_state")
+        if averaged:
+            with torch.no_grad():
+                torch._foreach_lerp_(list(averaged), [p for p in params.values() if p.requires_grad], 1e-3)
         annotations.append({"name": f"ProfilerStep#{step + 1}", "stage": "END", "device": 0, "time_us": rec._tick()})
         rec.phase = "setup"
