@@ -125,3 +125,12 @@ def test_the_estimate_with_an_ema_is_the_real_run(runs):
         assert abs(peak[kind] - with_ema.peak_bytes) <= 4096, (kind, peak[kind], with_ema.peak_bytes)
     with pytest.raises(ValueError, match="ema=True is for training"):
         estimated(ema=True, inference=True)
+
+
+def test_the_copy_is_not_offered_to_move_off_a_cpus_memory(runs):
+    # On the CPU there is no other memory to keep it in: said, not offered.
+    out, _ = runs
+    a = vramscope.load(out / "timm.pickle").advise()
+    assert not any(x["class"] == "ema_offload" for x in a["advice"] + a["no_gain"])
+    (why,) = [n["why"] for n in a["not_offered"] if n["change"] == "the EMA's copy of the weights kept on the CPU"]
+    assert "without a GPU" in why

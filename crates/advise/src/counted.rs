@@ -61,6 +61,11 @@ pub fn advise_counted(
             "offloading moves a GPU's optimizer state and step to the CPU: this recording is of memory without a GPU",
         ),
         (
+            ChangeClass::EmaOffload,
+            "the EMA's copy of the weights kept on the CPU",
+            "the EMA's copy would move from a GPU's memory to the CPU's: this recording is of memory without a GPU",
+        ),
+        (
             ChangeClass::PagedOptimizerState8bit,
             "paged 8-bit optimizer state (bitsandbytes' paged classes)",
             "paging moves a GPU's optimizer state to the CPU's memory when the GPU runs short: this recording is of \

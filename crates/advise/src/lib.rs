@@ -35,6 +35,7 @@ mod candidates;
 mod checkpoint;
 mod checkpoint_switch;
 mod counted;
+mod ema;
 mod foreach;
 mod fsdp;
 mod lbfgs;
@@ -170,6 +171,8 @@ pub enum ChangeClass {
     /// `zero_grad()` moved before the forward, where the gradients of the
     /// last step were held through it (`leaks`' `held_gradients`).
     ZeroGradFirst,
+    /// The EMA's copy of the weights kept (and updated) on the CPU.
+    EmaOffload,
     /// Where the run peaks while it sets up: only what the program keeps
     /// made (a part of a model built whole, a checkpoint loaded to the
     /// CPU), `analysis::setup`.
@@ -338,6 +341,7 @@ fn program_candidates(
         recorded,
         not_offered,
     ));
+    out.extend(ema::ema_offload_candidate(snap, device, labelled, recorded));
     if let Some(g) = &gradients {
         out.extend(set_to_none::set_to_none_candidate(
             g,

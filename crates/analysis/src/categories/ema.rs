@@ -35,6 +35,7 @@ use crate::lifetimes::{Lifetimes, BEFORE_WINDOW, STILL_ALIVE};
 /// One library's EMA code: its file (a path suffix), the functions in it
 /// that make the copy of the weights and those that update it.
 struct EmaCode {
+    library: &'static str,
     file: &'static str,
     copy: &'static [&'static str],
     update: &'static [&'static str],
@@ -42,11 +43,13 @@ struct EmaCode {
 
 const EMA_CODE: &[EmaCode] = &[
     EmaCode {
+        library: "diffusers",
         file: "diffusers/training_utils.py",
         copy: &["__init__", "to", "pin_memory", "load_state_dict"],
         update: &["step"],
     },
     EmaCode {
+        library: "timm",
         file: "timm/utils/model_ema.py",
         copy: &["__init__", "_load_checkpoint"],
         update: &[
@@ -60,21 +63,25 @@ const EMA_CODE: &[EmaCode] = &[
         ],
     },
     EmaCode {
+        library: "torch",
         file: "torch/optim/swa_utils.py",
         copy: &["__init__"],
         update: &["update_parameters", "ema_update", "swa_update"],
     },
     EmaCode {
+        library: "torch_ema",
         file: "torch_ema/ema.py",
         copy: &["__init__", "to", "load_state_dict"],
         update: &["update"],
     },
     EmaCode {
+        library: "ema_pytorch",
         file: "ema_pytorch/ema_pytorch.py",
         copy: &["__init__"],
         update: &["update", "update_moving_average"],
     },
     EmaCode {
+        library: "ema_pytorch",
         file: "ema_pytorch/post_hoc_ema.py",
         copy: &["__init__"],
         update: &["update"],
@@ -114,6 +121,20 @@ fn made_by(snap: &Snapshot, stack: StackId) -> Made {
         }
     }
     Made::Elsewhere
+}
+
+/// The library whose EMA class made a copy of the weights at `stack`
+/// (`diffusers`, `timm`, `torch` for `AveragedModel`, `torch_ema`,
+/// `ema_pytorch`): what its code to move the copy off the device is.
+pub fn ema_library(snap: &Snapshot, stack: StackId) -> Option<&'static str> {
+    snap.stacks.get(stack).iter().find_map(|&f| {
+        let frame = snap.frames.get(f);
+        let (file, name) = (snap.str(frame.filename), snap.str(frame.name));
+        EMA_CODE
+            .iter()
+            .find(|c| is_file(file, c.file) && c.copy.contains(&name))
+            .map(|c| c.library)
+    })
 }
 
 /// Label the EMA's weights, and its update's temporaries, among `l`'s

@@ -41,6 +41,7 @@ mod view;
 mod workspace;
 
 pub use agreement::{agreement, Agreement, ConfusionCell, Shares};
+pub use ema::ema_library;
 pub use view::{category_view, CategoryView, RuleBytes};
 
 use serde::Serialize;
