@@ -360,6 +360,19 @@ async function testReport(browser, snap) {
       return notes.length ? `${notes.length} note(s): ${short(notes[0], 80)}` : 'none, hidden';
     });
 
+    // The device selector: shown only with two devices or more, each
+    // named as PyTorch names it (a CPU recording's is not "cuda:0").
+    await check(T('device selector: shown for two devices or more, each by its name'), async () => {
+      const d = await page.evaluate(() => {
+        const c = document.getElementById('device-ctl');
+        return { shown: c.getBoundingClientRect().width > 0, names: [...document.querySelectorAll('#device option')].map((o) => o.textContent) };
+      });
+      const want = summary.devices.map((x) => x.name);
+      assert(d.shown === (want.length > 1), `selector ${d.shown ? 'shown' : 'hidden'} for ${want.length} device(s)`);
+      assert(JSON.stringify(d.names) === JSON.stringify(want), `options ${JSON.stringify(d.names)}, summary ${JSON.stringify(want)}`);
+      return `${want.join(', ')}: ${d.shown ? 'shown' : 'hidden'}`;
+    });
+
     // A peak in an evaluation pass says so in the facts strip, with the
     // rest of the run's peak, exactly when the summary has it.
     await check(T('facts: a peak in an evaluation pass says so, exactly when the summary does'), async () => {

@@ -107,7 +107,7 @@
     const p = $('panel-diff'); p.textContent = '';
     const D = model.info.diff; if (!D) return;
     const t = D.totals;
-    p.appendChild(el('h3', null, 'Against ' + D.a.file + ' (cuda:' + D.a.device + ')'));
+    p.appendChild(el('h3', null, 'Against ' + D.a.file + ' (device ' + D.a.device + ')'));
     p.appendChild(kvTable([
       ['at the end', fmtBytes(t.a_bytes) + ' → ' + fmtBytes(t.b_bytes) + ' (' + (t.delta > 0 ? '+' : '') + fmtBytes(t.delta) + ')'],
       ['matched', fmtBytes(t.matched_bytes) + ' in ' + fmtCount(t.matched_blocks) + ' blocks (same stack and size)'],

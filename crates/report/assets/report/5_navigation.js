@@ -304,7 +304,7 @@
       computeColors();
       $('title').textContent = H.title;
       const sel = $('device');
-      H.devices.forEach((d, i) => { const o = el('option', null, 'cuda:' + d.device); o.value = String(i); sel.appendChild(o); });
+      H.devices.forEach((d, i) => { const o = el('option', null, d.name || 'device ' + d.device); o.value = String(i); sel.appendChild(o); });
       $('device-ctl').hidden = H.devices.length < 2;
       bindUi(); resize();
       if (!H.devices.length) throw new Error('This snapshot has no device with segments or events.');

@@ -505,6 +505,8 @@ pub fn device(
         .collect();
     json!({
         "device": device,
+        // As PyTorch names it (`cpu`, `cuda:0`): the device selector's text.
+        "name": summary.name,
         "events": t.len(),
         "allocs": allocs.len(),
         "segments": segs.len(),
