@@ -415,14 +415,26 @@ class Tagger(BackwardSpans, ForwardSpans):
 
     @_reads_only
     def tag_all(self) -> None:
-        """Name everything known again (before a dump)."""
+        """Name everything known again (before a dump), and the copies of
+        the weights that EMAs keep (``_annotate/ema.py``), which a module's
+        forward named parameters if the EMA model ran one."""
+        from vramscope._annotate.ema import ema_tensors
+
+        try:
+            ema = ema_tensors()
+        except Exception:  # noqa: BLE001 - names are a help; the program goes on whatever happens here
+            ema = []
+        copies = {id(t) for t in ema}
         for opt in list(self._optimizers):
             self._tag_optimizer(opt)
         for m in list(self._modules):
             for p in m.parameters(recurse=False):
-                self.tag(p, "parameter")
+                if id(p) not in copies:
+                    self.tag(p, "parameter")
                 if p.grad is not None:
                     self.tag(p.grad, "gradient")
+        for t in ema:
+            self.tag(t, "ema")
 
     @_reads_only
     def current(self) -> Dict[tuple, str]:
