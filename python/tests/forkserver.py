@@ -37,6 +37,14 @@ from typing import Any, Dict, List, Optional, Tuple
 # of a server that started without it.
 _STARTUP_VRAMSCOPE = ("VRAMSCOPE_RECORD",)
 _LATE_PREFIX = "VRAMSCOPE_"
+# Set by pytest for each test (and read by nothing at start-up): in the key,
+# every test had a server of its own, kept to the end of the session: 47
+# servers of 430 MB on one worker, until the kernel killed a test worker
+# for memory. The child still gets the variable as asked.
+_LATE_NAMES = ("PYTEST_CURRENT_TEST",)
+# Servers kept at once per test worker; the least recently used one is
+# closed to make room (a few environments and preloads serve the suite).
+_MAX_SERVERS = 4
 
 
 def _startup_key(env: Dict[str, str]) -> Optional[Tuple[Tuple[str, str], ...]]:
@@ -44,7 +52,7 @@ def _startup_key(env: Dict[str, str]) -> Optional[Tuple[Tuple[str, str], ...]]:
     or None when ``env`` needs a fresh process."""
     if any(k.startswith(p) for k in env for p in _STARTUP_VRAMSCOPE):
         return None
-    return tuple(sorted((k, v) for k, v in env.items() if not k.startswith(_LATE_PREFIX)))
+    return tuple(sorted((k, v) for k, v in env.items() if not k.startswith(_LATE_PREFIX) and k not in _LATE_NAMES))
 
 
 def enabled() -> bool:
@@ -90,14 +98,19 @@ class _Server:
     def _ask(self, request: Dict[str, Any]) -> Dict[str, Any]:
         slot: Dict[str, Any] = {"event": threading.Event(), "started": threading.Event()}
         with self.lock:
-            if self.dead:
+            # (Closed by another thread to make room since it was handed
+            # out: the command runs as a fresh process.)
+            if self.dead or self.proc.stdin is None or self.proc.stdin.closed:
                 raise _NotStarted()
             self.next_id += 1
             request["id"] = slot["id"] = self.next_id
             self.pending[self.next_id] = slot
-            assert self.proc.stdin is not None
-            self.proc.stdin.write((json.dumps(request) + "\n").encode())
-            self.proc.stdin.flush()
+            try:
+                self.proc.stdin.write((json.dumps(request) + "\n").encode())
+                self.proc.stdin.flush()
+            except (OSError, ValueError):
+                self.pending.pop(self.next_id, None)
+                raise _NotStarted() from None
         return slot
 
     def run(self, args: List[str], env: Dict[str, str], cwd: str, timeout: Optional[float], out: str, err: str) -> int:
@@ -120,11 +133,12 @@ class _Server:
                 self.pending.pop(slot["id"], None)
 
     def close(self) -> None:
-        if self.proc.stdin is not None:
-            try:
-                self.proc.stdin.close()
-            except OSError:
-                pass
+        with self.lock:  # not while another thread writes a request
+            if self.proc.stdin is not None:
+                try:
+                    self.proc.stdin.close()
+                except OSError:
+                    pass
         try:
             self.proc.wait(60)
         except subprocess.TimeoutExpired:
@@ -141,9 +155,15 @@ def _server_for(env: Dict[str, str], preload: Tuple[str, ...]) -> Optional[_Serv
         return None
     key = (startup, tuple(sorted(preload)))
     with _servers_lock:
-        server = _servers.get(key)
+        server = _servers.pop(key, None)  # re-inserted last: most recently used
         if server is None or server.dead:
-            server = _servers[key] = _Server(dict(startup), key[1])
+            # The least recently used idle ones (one running a command, from
+            # another thread, is left alone).
+            idle = [k for k, v in _servers.items() if not v.pending]
+            while len(_servers) >= _MAX_SERVERS and idle:
+                _servers.pop(idle.pop(0)).close()
+            server = _Server(dict(startup), key[1])
+        _servers[key] = server
         return server
 
 

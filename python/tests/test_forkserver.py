@@ -85,3 +85,25 @@ def test_a_server_that_cannot_start_leaves_the_program_to_a_fresh_process(tmp_pa
     code = "import sys; print('ran', sys.argv[1:])"
     proc = forkserver.run(["-c", code, "x"], subprocess_env(), tmp_path, timeout=60, preload=("no_such_module_anywhere",))
     assert (proc.returncode, proc.stdout) == (0, "ran ['x']\n")
+
+
+def test_one_server_serves_every_test_and_only_a_few_are_kept(tmp_path: Path) -> None:
+    # pytest sets PYTEST_CURRENT_TEST for each test: were it part of the
+    # server's key, each test would start (and keep) a server of its own
+    # (47 of 430 MB on one worker, until a worker was killed for memory).
+    # The child still sees the value it was given.
+    script = tmp_path / "env.py"
+    script.write_text("import os; print(os.environ.get('PYTEST_CURRENT_TEST'), os.environ.get('VRAMSCOPE_TEST_VALUE'))")
+    before = len(forkserver._servers)
+    outs = []
+    for name in ("a.py::one", "b.py::two"):
+        env = subprocess_env(PYTEST_CURRENT_TEST=name)
+        outs.append(forkserver.run([str(script)], env, tmp_path, timeout=60).stdout.split()[0])
+    assert outs == ["a.py::one", "b.py::two"]
+    assert len(forkserver._servers) <= max(before + 1, forkserver._MAX_SERVERS)
+    # Environments that differ in what programs read at start-up get
+    # servers of their own, the least recently used closed beyond the cap.
+    for k in range(forkserver._MAX_SERVERS + 2):
+        p = forkserver.run([str(script)], subprocess_env(VRAMSCOPE_TEST_CAP=str(k), LC_FORK_TEST=str(k)), tmp_path, timeout=60)
+        assert p.returncode == 0, p.stderr
+    assert len(forkserver._servers) <= forkserver._MAX_SERVERS
