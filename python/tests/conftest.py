@@ -210,18 +210,17 @@ def pytest_configure(config: pytest.Config) -> None:
 # about twice as long as alone (the advice's real runs: 186 s alone, 481 s
 # beside the compatibility matrix).
 LONGEST_FIRST = (
-    "test_advise_cpu.py",  # 890
-    "test_zoo_estimate.py",  # 810 (its compiled cells: Inductor compiles each model twice)
-    "test_compat.py",  # 430
-    "test_advise_zoo.py",  # 340
-    "test_corpus.py",  # 280
-    "test_wheel.py",  # 170 (a manylinux wheel built unoptimised and linked with zig)
-    "test_record.py",  # 140
-    "test_estimate_outside.py",  # 90
-    "test_leaks.py",  # 90
-    "test_dispatch.py",  # 80
-    "test_run.py",  # 75
-    "test_optimizers.py",  # 75
+    "test_compat.py",  # 276
+    "test_advise_cpu.py",  # 254
+    "test_zoo_estimate.py",  # 186 (its compiled cells: Inductor compiles each model twice)
+    "test_advise_zoo.py",  # 156
+    "test_corpus.py",  # 114
+    "test_wheel.py",  # 40 to 170 (a manylinux wheel built unoptimised and linked with zig)
+    "test_record.py",  # 105
+    "test_rank_live.py",  # 65
+    "test_leaks.py",  # 60
+    "test_run.py",  # 45
+    "test_optimizers.py",  # 45
 )
 
 
