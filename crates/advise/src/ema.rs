@@ -18,7 +18,6 @@
 //! move it to (`counted.rs`).
 
 use vramscope_analysis::categories::{ema_library, Category, Labelled, Rule};
-use vramscope_analysis::lifetimes::BEFORE_WINDOW;
 use vramscope_simulate::edits::{for_blocks, ChangeKind};
 use vramscope_simulate::settings::Settings;
 use vramscope_snapshot::Snapshot;
@@ -33,7 +32,6 @@ pub(super) fn ema_offload_candidate(
     labelled: &Labelled,
     recorded: &Settings,
 ) -> Option<Candidate> {
-    let t = snap.trace(device)?;
     let (l, c) = (&labelled.lifetimes, &labelled.categories);
     let copy: Vec<usize> = (0..l.len())
         .filter(|&b| c.category[b] == Category::Ema)
@@ -47,57 +45,43 @@ pub(super) fn ema_offload_candidate(
     let copy_bytes: u64 = copy.iter().map(|&b| l.size[b]).sum();
     let update_bytes: u64 = update.iter().map(|&b| l.size[b]).sum();
     // The library whose class made the copy (the first block's that says).
-    let library = copy.iter().find_map(|&b| {
-        let stack = if l.birth[b] == BEFORE_WINDOW {
-            l.stack[b]
-        } else {
-            t.stack[l.birth[b] as usize]
-        };
-        ema_library(snap, stack)
-    });
+    let library = copy.iter().find_map(|&b| ema_library(snap, l.stack[b]));
     let gone: Vec<(usize, ChangeKind)> = copy
         .iter()
         .chain(&update)
         .map(|&b| (b, ChangeKind::Drop))
         .collect();
-    let (code, moved_back) = match library {
+    // Who keeps the copy, the code that keeps it on the CPU, and whether
+    // its update brings it back to the GPU.
+    const BACK_FOR_UPDATE: &str = "ema.to(\"cpu\")\nema.pin_memory()  # (diffusers' EMAModel) fast copies back and forth\n\
+         # each step, after optimizer.step():\n\
+         ema.to(\"cuda\", non_blocking=True)\nema.step(model.parameters())\nema.to(\"cpu\", non_blocking=True)";
+    let (who, code, moved_back) = match library {
         Some("timm") => (
+            "timm's ModelEmaV3",
             "from timm.utils import ModelEmaV3\n\
-             model_ema = ModelEmaV3(model, decay=decay, device=\"cpu\")  # the copy and its update on the CPU"
-                .to_owned(),
+             model_ema = ModelEmaV3(model, decay=decay, device=\"cpu\")  # the copy and its update on the CPU",
             false,
         ),
         Some("torch") => (
+            "AveragedModel",
             "from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn\n\
              ema_model = AveragedModel(model, device=\"cpu\", multi_avg_fn=get_ema_multi_avg_fn(decay))  \
-             # the copy and its update on the CPU"
-                .to_owned(),
+             # the copy and its update on the CPU",
             false,
         ),
         Some("ema_pytorch") => (
+            "ema_pytorch's EMA",
             "from ema_pytorch import EMA\n\
              ema = EMA(model, beta=decay, allow_different_devices=True)\n\
-             ema.to(\"cpu\")  # the copy on the CPU; each update copies the weights there"
-                .to_owned(),
+             ema.to(\"cpu\")  # the copy on the CPU; each update copies the weights there",
             false,
         ),
         // diffusers' EMAModel and torch_ema: the update needs the copy
         // beside the model's weights (diffusers' scripts' --offload_ema).
-        _ => (
-            "ema.to(\"cpu\")\nema.pin_memory()  # (diffusers' EMAModel) fast copies back and forth\n\
-             # each step, after optimizer.step():\n\
-             ema.to(\"cuda\", non_blocking=True)\nema.step(model.parameters())\nema.to(\"cpu\", non_blocking=True)"
-                .to_owned(),
-            true,
-        ),
-    };
-    let who = match library {
-        Some("timm") => "timm's ModelEmaV3",
-        Some("torch") => "AveragedModel",
-        Some("ema_pytorch") => "ema_pytorch's EMA",
-        Some("diffusers") => "diffusers' EMAModel",
-        Some("torch_ema") => "torch_ema's ExponentialMovingAverage",
-        _ => "the EMA",
+        Some("diffusers") => ("diffusers' EMAModel", BACK_FOR_UPDATE, true),
+        Some("torch_ema") => ("torch_ema's ExponentialMovingAverage", BACK_FOR_UPDATE, true),
+        _ => ("the EMA", BACK_FOR_UPDATE, true),
     };
     let how = if moved_back {
         format!(
@@ -123,7 +107,7 @@ pub(super) fn ema_offload_candidate(
             "the EMA's copy of the weights kept on the CPU ({who}, {})",
             bytes(copy_bytes)
         ),
-        code,
+        code: code.to_owned(),
         settings: recorded.clone(),
         method: if moved_back {
             Method::Bound

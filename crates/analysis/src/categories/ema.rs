@@ -27,10 +27,10 @@
 //! optimizer state is never overridden.
 
 use vramscope_snapshot::hash::FxHashMap as HashMap;
-use vramscope_snapshot::{DeviceTrace, Snapshot, StackId};
+use vramscope_snapshot::{Snapshot, StackId};
 
 use super::{Categories, Category, Rule, Source};
-use crate::lifetimes::{Lifetimes, BEFORE_WINDOW, STILL_ALIVE};
+use crate::lifetimes::{Lifetimes, STILL_ALIVE};
 
 /// One library's EMA code: its file (a path suffix), the functions in it
 /// that make the copy of the weights and those that update it.
@@ -93,7 +93,6 @@ const EMA_CODE: &[EmaCode] = &[
 enum Made {
     Copy,
     Update,
-    Elsewhere,
 }
 
 /// Whether `filename` is `suffix` or ends with `/suffix` (`\` on Windows).
@@ -106,68 +105,59 @@ fn is_file(filename: &str, suffix: &str) -> bool {
 }
 
 /// The innermost of `stack`'s frames that is an EMA's code making its
-/// copy or updating it.
-fn made_by(snap: &Snapshot, stack: StackId) -> Made {
-    for &f in snap.stacks.get(stack) {
+/// copy or updating it, with that code.
+fn made_by(snap: &Snapshot, stack: StackId) -> Option<(&'static EmaCode, Made)> {
+    snap.stacks.get(stack).iter().find_map(|&f| {
         let frame = snap.frames.get(f);
         let (file, name) = (snap.str(frame.filename), snap.str(frame.name));
-        for code in EMA_CODE.iter().filter(|c| is_file(file, c.file)) {
-            if code.copy.contains(&name) {
-                return Made::Copy;
-            }
-            if code.update.contains(&name) {
-                return Made::Update;
-            }
-        }
-    }
-    Made::Elsewhere
+        EMA_CODE
+            .iter()
+            .filter(|c| is_file(file, c.file))
+            .find_map(|c| {
+                if c.copy.contains(&name) {
+                    Some((c, Made::Copy))
+                } else {
+                    c.update.contains(&name).then_some((c, Made::Update))
+                }
+            })
+    })
 }
 
 /// The library whose EMA class made a copy of the weights at `stack`
 /// (`diffusers`, `timm`, `torch` for `AveragedModel`, `torch_ema`,
 /// `ema_pytorch`): what its code to move the copy off the device is.
 pub fn ema_library(snap: &Snapshot, stack: StackId) -> Option<&'static str> {
-    snap.stacks.get(stack).iter().find_map(|&f| {
-        let frame = snap.frames.get(f);
-        let (file, name) = (snap.str(frame.filename), snap.str(frame.name));
-        EMA_CODE
-            .iter()
-            .find(|c| is_file(file, c.file) && c.copy.contains(&name))
-            .map(|c| c.library)
-    })
+    match made_by(snap, stack)? {
+        (code, Made::Copy) => Some(code.library),
+        (_, Made::Update) => None,
+    }
 }
 
 /// Label the EMA's weights, and its update's temporaries, among `l`'s
 /// blocks: those the file gave no label, or gave `parameter` or `unknown`.
-pub(super) fn label(
-    snap: &Snapshot,
-    t: &DeviceTrace,
-    l: &Lifetimes,
-    given: &[bool],
-    c: &mut Categories,
-) {
-    let mut by_stack: HashMap<StackId, Made> = HashMap::default();
+pub(super) fn label(snap: &Snapshot, l: &Lifetimes, given: &[bool], c: &mut Categories) {
+    let mut by_stack: HashMap<StackId, Option<Made>> = HashMap::default();
     for (b, &is_given) in given.iter().enumerate() {
         if is_given && !matches!(c.category[b], Category::Parameter | Category::Unknown) {
             continue;
         }
-        let stack = if l.birth[b] == BEFORE_WINDOW {
-            l.stack[b]
-        } else {
-            t.stack[l.birth[b] as usize]
-        };
+        // (The allocation's stack; a block from before the window, the
+        // one the dump kept.)
+        let stack = l.stack[b];
         if stack.is_none() {
             continue;
         }
         let made = *by_stack
             .entry(stack)
-            .or_insert_with(|| made_by(snap, stack));
+            .or_insert_with(|| made_by(snap, stack).map(|(_, m)| m));
         let (category, rule) = match made {
-            Made::Copy => (Category::Ema, Rule::EmaFrames),
+            Some(Made::Copy) => (Category::Ema, Rule::EmaFrames),
             // Freed: the update's working memory. Kept: not known to be
             // one (the update keeps nothing it makes in the libraries here).
-            Made::Update if l.death[b] != STILL_ALIVE => (Category::Temporary, Rule::EmaUpdate),
-            Made::Update | Made::Elsewhere => continue,
+            Some(Made::Update) if l.death[b] != STILL_ALIVE => {
+                (Category::Temporary, Rule::EmaUpdate)
+            }
+            Some(Made::Update) | None => continue,
         };
         c.category[b] = category;
         c.source[b] = Some(Source::Inferred);

@@ -116,7 +116,7 @@ pub(super) fn infer(
     super::persistent::label(snap, t, l, ph, &given, &requested, &mut c);
     super::workspace::label(snap, t, l, ph, &given, &mut c);
     // Last: the EMA's own code in a stack outweighs when it was made.
-    super::ema::label(snap, t, l, &given, &mut c);
+    super::ema::label(snap, l, &given, &mut c);
     c
 }
 
