@@ -414,10 +414,18 @@ class Session:
         with self.lock:
             if collect:
                 self._collect_cycles()
-            if tag:  # (not from another thread: tensors are read only on the program's)
-                self.tagger.tag_all()
+            optimizers: List[Dict[str, Any]] = []
+
+            def unrecorded() -> None:
+                # (The tagger's walks allocate nothing; on the profiler's
+                # recorder they run between two windows, unseen by its
+                # Python tracer.)
+                if tag:  # (not from another thread: tensors are read only on the program's)
+                    self.tagger.tag_all()
+                optimizers.extend(self.tagger.optimizers(refresh=tag))
+
             open_spans = [s for s in (self.step_span, self.mark_span) if s is not None]
-            snap = self.backend.take_snapshot(self._marks, final, open_spans)
+            snap = self.backend.take_snapshot(self._marks, final, open_spans, unrecorded)
             snap["external_annotations"] = self._annotations(snap)
             tags = self.tagger.columns()
             if tags is not None:
@@ -431,7 +439,7 @@ class Session:
                 "compilations": compiles() - self.compiles_at_start,
                 # What each optimizer keeps (its class, settings and state):
                 # the analysis names the real rule from it.
-                "optimizers": self.tagger.optimizers(refresh=tag),
+                "optimizers": optimizers,
             }
             generated = source_map()
             if generated:

@@ -65,11 +65,15 @@ class Recorder:
         ranges labelled."""
         raise NotImplementedError
 
-    def take_snapshot(self, marks: Callable[[], Marks], final: bool, open_spans: Sequence[Any]) -> Dict[str, Any]:
+    def take_snapshot(self, marks: Callable[[], Marks], final: bool, open_spans: Sequence[Any], unrecorded: Callable[[], None]) -> Dict[str, Any]:
         """The session's snapshot: ``marks()`` gives the mark ranges (asked
         for when needed); ``open_spans`` are the ranges still open, for a
         recorder that must leave and re-enter them around a restart;
-        ``final``: the recording ends with it."""
+        ``final``: the recording ends with it; ``unrecorded()``: the
+        session's own reading of Python's objects (the tagger's walk, which
+        allocates nothing), run where the recording does not see it. Here
+        first: this recorder sees allocations only."""
+        unrecorded()
         return self.snapshot(marks())
 
     def meta(self) -> Dict[str, Any]:

@@ -46,7 +46,8 @@ class CudaRecorder(Recorder):
         return self._module().memory._snapshot()
 
 
-    def take_snapshot(self, marks: Callable[[], Marks], final: bool, open_spans: Sequence[Any]) -> Dict[str, Any]:
+    def take_snapshot(self, marks: Callable[[], Marks], final: bool, open_spans: Sequence[Any], unrecorded: Callable[[], None]) -> Dict[str, Any]:
+        unrecorded()
         return self.snapshot()  # the allocator's history has its own ranges
 
     def meta(self) -> Dict[str, Any]:
