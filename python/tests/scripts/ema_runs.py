@@ -9,9 +9,10 @@ evaluated at the end, as timm's train script does), ``swa``
 (``AveragedModel`` with ``get_ema_multi_avg_fn``, built inside the
 recording after the first step), ``swa_before`` (the same built before the
 recording starts), ``by_hand`` (``copy.deepcopy(model)`` updated with
-``torch._foreach_lerp_``: no library's code) or ``none``; all of them
-without a KIND. Writes ``OUT_DIR/KIND.pickle`` for each and prints the
-model's parameter bytes.
+``torch._foreach_lerp_``: no library's code), ``none``, or ``timm_bn``
+(``ModelEmaV3`` of the MLP with batch norm layers: buffers the EMA's deep
+copy holds too); all of them without a KIND. Writes ``OUT_DIR/KIND.pickle``
+for each and prints the MLP's parameter bytes (the last KIND's).
 """
 
 from __future__ import annotations
@@ -26,12 +27,20 @@ from torch import nn
 import vramscope
 
 
-KINDS = ("diffusers", "timm", "swa", "swa_before", "by_hand", "none")
+KINDS = ("diffusers", "timm", "swa", "swa_before", "by_hand", "timm_bn", "none")
+
+
+def build(kind: str) -> nn.Module:
+    if kind.endswith("_bn"):
+        return nn.Sequential(
+            nn.Linear(256, 1024), nn.BatchNorm1d(1024), nn.GELU(), nn.Linear(1024, 1024), nn.BatchNorm1d(1024), nn.GELU(), nn.Linear(1024, 10)
+        )
+    return nn.Sequential(nn.Linear(256, 1024), nn.GELU(), nn.Linear(1024, 1024), nn.GELU(), nn.Linear(1024, 10))
 
 
 def main(kind: str, out: str) -> int:
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(256, 1024), nn.GELU(), nn.Linear(1024, 1024), nn.GELU(), nn.Linear(1024, 10))
+    model = build(kind)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x, y = torch.randn(32, 256), torch.randint(0, 10, (32,))
 
@@ -40,7 +49,7 @@ def main(kind: str, out: str) -> int:
             from diffusers.training_utils import EMAModel
 
             return EMAModel(model.parameters(), foreach=True)
-        if kind == "timm":
+        if kind.startswith("timm"):
             from timm.utils import ModelEmaV3
 
             return ModelEmaV3(model, decay=0.999)
@@ -55,7 +64,7 @@ def main(kind: str, out: str) -> int:
     def update(ema, step: int) -> None:
         if kind == "diffusers":
             ema.step(model.parameters())
-        elif kind == "timm":
+        elif kind.startswith("timm"):
             ema.update(model, step=step)
         elif kind.startswith("swa"):
             ema.update_parameters(model)
@@ -76,7 +85,7 @@ def main(kind: str, out: str) -> int:
                 ema = make()
             update(ema, step)
             vramscope.step()
-        if kind == "timm":
+        if kind.startswith("timm"):
             with torch.no_grad():
                 ema.module(x)  # evaluated with the EMA's weights
     return sum(p.numel() * p.element_size() for p in model.parameters())

@@ -393,9 +393,11 @@ def estimate(
             loss, backward or optimizer).
         ema: an exponential moving average of the trained weights kept on
             the device, as timm's ``ModelEmaV3`` and ``AveragedModel`` with
-            ``get_ema_multi_avg_fn`` keep one: a copy of each trained
-            parameter made before training (category ``ema``), updated in
-            place after each optimizer step (``torch._foreach_lerp_``).
+            ``get_ema_multi_avg_fn`` keep one: a copy of the model (its
+            buffers and frozen parameters too, as their deep copy holds)
+            made before training (category ``ema``), its trained
+            parameters updated in place after each optimizer step
+            (``torch._foreach_lerp_``).
         autocast: ``torch.bfloat16`` or ``torch.float16`` (``True``:
             bfloat16): forward and loss run under
             ``torch.autocast(device_type=device, dtype=...)``, cast by that
@@ -575,13 +577,21 @@ def _trace(
         inputs = tuple(on_meta(x, "input") for x in example_inputs)
         labels = tuple(on_meta(y, "input") for y in targets)
         opt = None if inference else traced_optimizer(optimizer, model, params, optimizer_options, cuda_path=cuda is not None)
-        # The EMA's copy, made before training as the libraries make it.
+        # The EMA's copy, made before training as the libraries make it:
+        # timm's ModelEma* and AveragedModel deep-copy the model, its frozen
+        # parameters and buffers too (held, not averaged); diffusers'
+        # EMAModel copies the parameters it is given.
         averaged = [on_meta(p, "ema") for p in params.values() if p.requires_grad] if ema else []
+        # (Alive, as the copy is, to the end of the trace.)
+        held = [on_meta(t, "ema") for t in (*(p for p in params.values() if not p.requires_grad), *buffers.values())] if ema else []
         if ema:
+            rest = sum(t.numel() * t.element_size() for t in held)
             notes.append(
-                "EMA: a copy of the trained weights on the device throughout, updated in place after each optimizer "
-                "step (timm's ModelEmaV3, AveragedModel with get_ema_multi_avg_fn); diffusers' EMAModel(foreach=True) "
-                "also holds a difference of every parameter while it updates"
+                "EMA: a copy of the model on the device throughout, its trained weights updated in place after each "
+                "optimizer step (timm's ModelEmaV3, AveragedModel with get_ema_multi_avg_fn); "
+                + (f"{rest:,} B of it are the model's buffers and frozen parameters, which those deep copies hold and "
+                   "diffusers' EMAModel (given the trained parameters) does not; " if rest else "")
+                + "diffusers' EMAModel(foreach=True) also holds a difference of every parameter while it updates"
             )
         state = {**params, **buffers}
         swapped = _reparametrize_module(model, state, tie_weights=True, strict=False)
