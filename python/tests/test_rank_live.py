@@ -399,6 +399,31 @@ def test_live_categories_count_what_was_alive_before_the_recording(tmp_path: Pat
     assert Path(rec.written).exists()
 
 
+def test_live_categories_name_an_emas_copy(tmp_path: Path) -> None:
+    """An EMA's copy (AveragedModel, made before the recording, evaluated
+    with a forward: its weights seen as a module's) is ``ema`` in the live
+    state, as in the snapshot; the model's own weights stay parameters."""
+    from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(512, 512)
+    ema = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(0.999))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with vramscope.record(tmp_path / "e.pickle"):
+        for _ in range(2):
+            model(torch.randn(8, 512)).sum().backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            ema.update_parameters(model)
+            with torch.no_grad():
+                ema(torch.randn(8, 512))
+            vramscope.step()
+        state = vramscope.live_state()
+    weight = (512 * 512 + 512) * 4
+    assert state["categories"]["ema"] == weight + 8, state["categories"]  # and AveragedModel's count
+    assert state["categories"]["parameter"] == weight, state["categories"]
+
+
 def test_vramscope_live_once_json_reads_the_running_recording(tmp_path: Path) -> None:
     """`vramscope live PID --once --json` (the Rust viewer, found through the
     registry) gets the state the recorder has at that moment."""

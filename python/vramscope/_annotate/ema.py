@@ -12,12 +12,16 @@ the copy of an EMA model that ran a forward (and was tagged as parameters
 then) is named by what it is.
 
 Only classes whose module is imported are looked for, and Python's objects
-are walked once per dump (50 ms for half a million objects).
+are walked once per dump (50 ms for half a million objects). The live state,
+read every second or so, walks them at most every ``LIVE_RESCAN_S`` and
+reads the EMAs found last in between.
 """
 
 from __future__ import annotations
 
 import sys
+import time
+import weakref
 from typing import Any, Dict, List, Tuple
 
 # (module, class, where its copy is): an attribute holding a list of
@@ -54,16 +58,54 @@ def _copy_of(o: Any, where: str) -> List[Any]:
     return []
 
 
-def ema_tensors() -> List[Any]:
+# The live state's walk of Python's objects, at most this often (an EMA made
+# meanwhile is named from the next walk on).
+LIVE_RESCAN_S = 30.0
+
+# The EMAs the last walk found, (weak reference, where its copy is), and when.
+_found: List[Tuple[Any, str]] = []
+_walked_at = float("-inf")
+
+
+def ema_tensors(max_age_s: float = 0.0) -> List[Any]:
     """The tensors of every EMA's copy alive now (empty when no EMA class is
-    imported or none was made)."""
+    imported or none was made). ``max_age_s``: the EMAs found by a walk of
+    Python's objects at most that old serve (their copies read now)."""
+    global _found, _walked_at
+
+    now = time.monotonic()
+    if now - _walked_at > max_age_s:
+        _found = _walk()
+        _walked_at = now
+    out: List[Any] = []
+    for ref, where in _found:
+        o = ref()
+        if o is None:
+            continue
+        try:
+            out.extend(_copy_of(o, where))
+        except Exception:  # noqa: BLE001 - a name is a help; the program goes on
+            continue
+    return out
+
+
+def walk_again() -> None:
+    """The next ``ema_tensors`` walks Python's objects whatever its age
+    (a new recording)."""
+    global _walked_at
+
+    _walked_at = float("-inf")
+
+
+def _walk() -> List[Tuple[Any, str]]:
+    """A weak reference to each EMA instance alive, with where its copy is."""
     import gc
 
     classes = _classes()
     if not classes:
         return []
     kinds = tuple(classes)
-    out: List[Any] = []
+    out: List[Tuple[Any, str]] = []
     for o in gc.get_objects():
         # type(), not isinstance(): a dead weak proxy raises on __class__.
         t = type(o)
@@ -71,7 +113,7 @@ def ema_tensors() -> List[Any]:
             continue
         where = next(w for c, w in classes.items() if issubclass(t, c))
         try:
-            out.extend(_copy_of(o, where))
-        except Exception:  # noqa: BLE001 - a name is a help; the program goes on
+            out.append((weakref.ref(o), where))
+        except TypeError:  # (no class of _CLASSES has __slots__ today)
             continue
     return out

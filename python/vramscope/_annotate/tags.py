@@ -141,9 +141,12 @@ class Tagger(BackwardSpans, ForwardSpans):
     def install(self) -> None:
         import torch
 
+        from vramscope._annotate.ema import walk_again
+
         self._tensor = torch.Tensor
         _hooks.activate(self)
         self._compiles_at_install = self._compiles_scanned = _hooks.compiles()
+        walk_again()  # (a recording's live state never reads an earlier one's EMAs)
 
     def uninstall(self) -> None:
         _hooks.deactivate(self)
@@ -439,8 +442,8 @@ class Tagger(BackwardSpans, ForwardSpans):
     @_reads_only
     def current(self) -> Dict[tuple, str]:
         """``(device index, address) -> category`` of the tensors known now:
-        parameters, their gradients and optimizer state, read from the
-        modules and optimizers themselves (not from earlier names, whose
+        an EMA's copy, parameters, their gradients and optimizer state, read
+        from the EMAs, modules and optimizers themselves (not from earlier names, whose
         addresses the allocator may have given to other tensors since). For
         the live state; a few µs per parameter."""
         import torch
@@ -456,6 +459,15 @@ class Tagger(BackwardSpans, ForwardSpans):
             except (RuntimeError, AttributeError, NotImplementedError):
                 pass
 
+        # An EMA's copy first: its model, if it ran a forward, is among the
+        # modules (the first name of an address stays).
+        try:
+            from vramscope._annotate.ema import LIVE_RESCAN_S, ema_tensors
+
+            for t in ema_tensors(max_age_s=LIVE_RESCAN_S):
+                put(t, "ema")
+        except Exception:  # noqa: BLE001 - names are a help; the program goes on whatever happens here
+            pass
         for opt in list(self._optimizers):
             for group in list(opt.param_groups):
                 for p in list(group["params"]):
