@@ -296,6 +296,28 @@ def test_periodic_dumps_keep_the_last_files(tmp_path: Path, cpu_path: None) -> N
     assert vr.periodic_path("a/b.pickle", 123) == "a/b.step000123.pickle"
 
 
+def test_the_taggers_walk_is_not_in_a_profiler_window(tmp_path: Path, cpu_path: None) -> None:
+    """At each dump the tagger walks Python's objects for EMAs (torch.optim
+    imports AveragedModel: always looked for) and reads every parameter:
+    between two profiler windows, where the profiler's Python tracer does
+    not record each call (inside one it made a million events a dump, and a
+    dump of a tiny program took 8 s more)."""
+    import torch.optim.swa_utils  # noqa: F401 - an EMA class to look for
+
+    names: List[str] = []
+    _profiler.window_listeners.append(lambda prof: names.extend(e.name for e in prof.events()))
+    try:
+        with vr.record(tmp_path / "w.pickle", every=1):
+            for _ in range(2):
+                torch.ones(1000)
+                vr.step()
+    finally:
+        _profiler.window_listeners.clear()
+    assert any("vramscope/_recording/session.py" in n for n in names)  # the tracer ran
+    walked = [n for n in names if "_annotate/ema.py" in n and ("_walk" in n or "ema_tensors" in n) or "): tag_all" in n]
+    assert not walked, walked[:5]
+
+
 @pytest.mark.slow  # kills a recording program again and again (20 s): CI runs it, --quick does not
 def test_sigkill_during_periodic_dumps_never_leaves_a_corrupt_file(tmp_path: Path) -> None:
     """20 children recording with every=1, keep=3 are SIGKILLed, half of them

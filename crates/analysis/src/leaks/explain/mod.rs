@@ -277,16 +277,23 @@ pub(super) fn held_finding(
     let (ev, count) = gradient_evidence(ctx, &h.by_site, series, src);
     // Without them the forward pass would have peaked `held` lower; the
     // iteration's peak drops by as much, down to the peak after the forward.
-    let raise = if fwd_peak > rest {
-        held.min(fwd_peak - rest)
-    } else {
-        0
-    };
-    let effect = if h.at_peak > 0 {
+    let raise = h.lowers_by();
+    let effect = if h.at_peak > 0 && (h.never_freed || raise >= h.at_peak) {
         format!(
             " {} of them are still allocated at the iteration's peak ({}).",
             bytes(h.at_peak),
             bytes(worst.peak_bytes)
+        )
+    } else if h.at_peak > 0 {
+        // The backward pass peaks almost as high: the fix gains less than
+        // the gradients' size, and the finding says how much.
+        format!(
+            " {} of them are allocated at the iteration's peak ({}), in the forward pass, but the backward pass \
+             after it peaks at {}: without them the iteration's peak is {} lower.",
+            bytes(h.at_peak),
+            bytes(worst.peak_bytes),
+            bytes(rest),
+            bytes(raise)
         )
     } else if raise > 0 {
         format!(
