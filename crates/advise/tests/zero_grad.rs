@@ -6,33 +6,40 @@
 //! 8-bit optimizer state first; the fix is replayed now, against the same
 //! script with `optimizer.zero_grad()` moved to the top of the loop.
 
-use vramscope_advise::{advise, AdviseOptions, ChangeClass};
-use vramscope_analysis::leaks::{find_leaks, FindingKind, LeakOptions, Severity};
+use vramscope_advise::{advise, Advice, AdviseOptions, ChangeClass};
+use vramscope_analysis::leaks::{find_leaks, Finding, FindingKind, LeakOptions, Severity};
 use vramscope_snapshot::{load, Snapshot};
 
 fn recorded(name: &str) -> Snapshot {
     load(&vramscope_testdata::recorded(name), &Default::default()).expect("reads")
 }
 
-#[test]
-fn zero_grad_before_the_forward_gives_the_peak_of_the_script_changed_so() {
-    let snap = recorded("imagenet_zero_grad_late.pickle.gz");
+/// The fixture's `held_gradients` finding, its peak as recorded and the
+/// `zero_grad_first` row.
+fn held_and_fix(name: &str) -> (Finding, u64, Advice) {
+    let snap = recorded(name);
     let leaks = find_leaks(&snap, 0, &LeakOptions::default());
     let held = leaks
         .findings
-        .iter()
+        .into_iter()
         .find(|f| f.kind == FindingKind::HeldGradients)
         .expect("held gradients");
+    let a = advise(&snap, &AdviseOptions::default()).expect("advice");
+    let row = a
+        .advice
+        .into_iter()
+        .find(|r| r.class == ChangeClass::ZeroGradFirst)
+        .expect("a zero_grad_first row");
+    (held, a.baseline.peak_allocated, row)
+}
+
+#[test]
+fn zero_grad_before_the_forward_gives_the_peak_of_the_script_changed_so() {
+    let (held, baseline, row) = held_and_fix("imagenet_zero_grad_late.pickle.gz");
     assert_eq!(held.severity, Severity::Warning);
     // Every parameter's gradient: 46,758,048 B.
     assert_eq!(held.bytes, 46_758_048);
-    let a = advise(&snap, &AdviseOptions::default()).expect("advice");
-    assert_eq!(a.baseline.peak_allocated, 182_404_060);
-    let row = a
-        .advice
-        .iter()
-        .find(|r| r.class == ChangeClass::ZeroGradFirst)
-        .expect("a zero_grad_first row");
+    assert_eq!(baseline, 182_404_060);
     // main.py with `optimizer.zero_grad()` moved above `model(images)`:
     // 169,175,776 B.
     assert_eq!(row.peak_allocated, 169_175_776);
@@ -55,13 +62,7 @@ fn a_detector_whose_backward_peaks_as_high_gains_what_the_real_fix_gained() {
     // the forward: that much, not 72.36 MiB, comes off. The run peaks in
     // its last forward, after the last whole iteration: the replay moves
     // the gradients held there too (before, it kept them and gained 0 B).
-    let snap = recorded("detection_zero_grad_late.pickle.gz");
-    let leaks = find_leaks(&snap, 0, &LeakOptions::default());
-    let held = leaks
-        .findings
-        .iter()
-        .find(|f| f.kind == FindingKind::HeldGradients)
-        .expect("held gradients");
+    let (held, baseline, row) = held_and_fix("detection_zero_grad_late.pickle.gz");
     assert_eq!(held.bytes, 75_880_016);
     // 11.53 MiB of a 905 MiB peak: more than the 1% a warning needs.
     assert_eq!(held.severity, Severity::Warning);
@@ -72,13 +73,7 @@ fn a_detector_whose_backward_peaks_as_high_gains_what_the_real_fix_gained() {
         "{}",
         held.explanation
     );
-    let a = advise(&snap, &AdviseOptions::default()).expect("advice");
-    assert_eq!(a.baseline.peak_allocated, 949_095_102);
-    let row = a
-        .advice
-        .iter()
-        .find(|r| r.class == ChangeClass::ZeroGradFirst)
-        .expect("a zero_grad_first row");
+    assert_eq!(baseline, 949_095_102);
     // detection_zero_grad.py fixed (`zero_grad()` first), recorded the
     // same way: 937,002,956 B.
     assert_eq!(row.peak_allocated, 937_002_956);
