@@ -140,7 +140,11 @@ pub(super) fn scan_held_gradients(ctx: &Context, roles: &mut Roles) -> Option<He
     let mut moves_into: Vec<(usize, usize)> = its.iter().map(|&(k, _)| bounds[k]).collect();
     let tail = ctx.iterations.last().map_or(0, |i| i.range.end);
     if tail < ctx.trace.action.len() {
-        moves_into.extend(forward_of(tail, ctx.trace.action.len()));
+        // Only a forward found as one (what follows the last step without
+        // a module call, the program's end, is none).
+        moves_into.extend(
+            forward_of(tail, ctx.trace.action.len()).filter(|&(begin, _)| step_forward(begin)),
+        );
     }
     let peaks: Vec<usize> = its.iter().map(|(k, _)| forward[*k].0).collect();
     let mut held = vec![0u64; ctx.iterations.len()];
