@@ -3,7 +3,8 @@ CNN and Transformer (python/tests/scripts/models.py) without recording and
 recording with ``backend="allocator"`` (the CPU default on Linux),
 ``"dispatch"`` and ``"profiler"``, in alternating rounds so drift cancels;
 then the cost of a dump of a 100k-entry recording of each of the first two,
-which goes on recording.
+which goes on recording, and of a dump on the profiler's recorder (it ends
+a profiler window and starts the next).
 
     .venv/bin/python bench/bench_recorders.py [--steps 100] [--rounds 4] [--threads 1] [--batch 8]
 
@@ -80,6 +81,7 @@ def main() -> None:
 
     for backend in ("allocator", "dispatch"):
         dump_cost(tmp, backend)
+    profiler_dump_cost(tmp)
 
 
 def entries_of(rec) -> list:
@@ -117,6 +119,35 @@ def dump_cost(tmp: Path, backend_name: str) -> None:
     size = os.path.getsize(path)
     print(f"{backend_name:10s} dump of {entries:,} entries ({steps} steps): {dump_s:.3f} s, {size / 2**20:.1f} MiB; "
           f"the step after it recorded {after} allocations (still recording: {after > 0})")
+
+
+def profiler_dump_cost(tmp: Path, dumps: int = 3, steps: int = 10) -> None:
+    """A dump on the profiler's recorder ends a window and starts the next:
+    its cost grows with what the window's Python tracer saw (the tagger's
+    walk over Python's objects, run inside the window, once made every dump
+    of this program seconds longer). The median of ``dumps`` dumps, each
+    after ``steps`` steps, and the unrecorded steps' time for scale."""
+    import torch.optim.swa_utils  # noqa: F401 - torch.optim imports it; an EMA class is always looked for
+
+    model, opt, batch = build("transformer")
+    t = time.perf_counter()
+    for _ in range(steps):
+        train_step(model, opt, batch)
+    plain = time.perf_counter() - t
+    path = tmp / "dump-profiler.pickle"
+    rec = vr.start(path, backend="profiler")
+    times = []
+    try:
+        for _ in range(dumps):
+            for _ in range(steps):
+                train_step(model, opt, batch)
+                vr.step()
+            t = time.perf_counter()
+            vr.dump(path)
+            times.append(time.perf_counter() - t)
+    finally:
+        rec._end(pending=False, write=False)
+    print(f"profiler   dump after {steps} steps ({plain:.3f} s unrecorded): median {statistics.median(times):.3f} s of {dumps}")
 
 
 if __name__ == "__main__":
