@@ -69,13 +69,16 @@ _walked_at = float("-inf")
 
 def ema_tensors(max_age_s: float = 0.0) -> List[Any]:
     """The tensors of every EMA's copy alive now (empty when no EMA class is
-    imported or none was made). ``max_age_s``: the EMAs found by a walk of
+    imported or none was made; never raises). ``max_age_s``: the EMAs found by a walk of
     Python's objects at most that old serve (their copies read now)."""
     global _found, _walked_at
 
     now = time.monotonic()
     if now - _walked_at > max_age_s:
-        _found = _walk()
+        try:
+            _found = _walk()
+        except Exception:  # noqa: BLE001 - names are a help; the program goes on whatever happens here
+            _found = []
         _walked_at = now
     out: List[Any] = []
     for ref, where in _found:

@@ -423,10 +423,7 @@ class Tagger(BackwardSpans, ForwardSpans):
         forward named parameters if the EMA model ran one."""
         from vramscope._annotate.ema import ema_tensors
 
-        try:
-            ema = ema_tensors()
-        except Exception:  # noqa: BLE001 - names are a help; the program goes on whatever happens here
-            ema = []
+        ema = ema_tensors()
         copies = {id(t) for t in ema}
         for opt in list(self._optimizers):
             self._tag_optimizer(opt)
@@ -461,13 +458,10 @@ class Tagger(BackwardSpans, ForwardSpans):
 
         # An EMA's copy first: its model, if it ran a forward, is among the
         # modules (the first name of an address stays).
-        try:
-            from vramscope._annotate.ema import LIVE_RESCAN_S, ema_tensors
+        from vramscope._annotate.ema import LIVE_RESCAN_S, ema_tensors
 
-            for t in ema_tensors(max_age_s=LIVE_RESCAN_S):
-                put(t, "ema")
-        except Exception:  # noqa: BLE001 - names are a help; the program goes on whatever happens here
-            pass
+        for t in ema_tensors(max_age_s=LIVE_RESCAN_S):
+            put(t, "ema")
         for opt in list(self._optimizers):
             for group in list(opt.param_groups):
                 for p in list(group["params"]):
