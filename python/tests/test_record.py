@@ -676,6 +676,47 @@ def test_cuda_tags_name_parameters_gradients_state_and_phases(tmp_path: Path, mo
     assert "vramscope_tags" not in snap  # annotate entries carry them on CUDA
 
 
+def test_a_modules_output_given_to_the_next_model_is_no_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GAN's step (pytorch/examples' DCGAN): the generator's images go to
+    the discriminator as ``fake.detach()``, which needs no gradient, as a
+    batch does; they are the generator's activation, kept for its backward,
+    not the batch. The noise and the real images are the batch."""
+    FakeCuda(monkeypatch)
+    annotated: List[Tuple[int, str]] = []
+    m = torch.cuda.memory
+    monkeypatch.setattr(m, "_set_memory_metadata", lambda md: None, raising=False)
+    monkeypatch.setattr(m, "_get_memory_metadata", lambda: "", raising=False)
+    monkeypatch.setattr(m, "_annotate_tensor", lambda t, md: annotated.append((t.untyped_storage().data_ptr(), md)), raising=False)
+    monkeypatch.setattr(importlib.import_module("vramscope._annotate.tags").Tagger, "_wanted", lambda self, dev: True)
+    gen = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Tanh())
+    disc = torch.nn.Sequential(torch.nn.Linear(16, 1), torch.nn.Sigmoid())
+    # (SGD with momentum: Adam checks CUDA graph capture where CUDA looks
+    # available, as in _train_tiny.)
+    opt_d = torch.optim.SGD(disc.parameters(), lr=0.1, momentum=0.9)
+    opt_g = torch.optim.SGD(gen.parameters(), lr=0.1, momentum=0.9)
+    kept = []
+    with vr.record(tmp_path / "gan.pickle"):
+        for _ in range(2):
+            real, noise = torch.randn(8, 16), torch.randn(8, 4)
+            disc.zero_grad()
+            disc(real).mean().backward()
+            fake = gen(noise)
+            disc(fake.detach()).mean().backward()
+            opt_d.step()
+            gen.zero_grad()
+            (-disc(fake).mean()).backward()
+            opt_g.step()
+            kept.append((real, noise, fake))
+    cats: Dict[int, set] = {}
+    for ptr, md in annotated:
+        cats.setdefault(ptr, set()).add(md)
+    ptr = lambda t: t.untyped_storage().data_ptr()  # noqa: E731
+    for real, noise, fake in kept:
+        assert cats[ptr(real)] == {"category=input"}
+        assert cats[ptr(noise)] == {"category=input"}
+        assert "category=input" not in cats.get(ptr(fake), set()), cats.get(ptr(fake))
+
+
 def test_cuda_backward_thread_is_stamped_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """The pre-hook on the model output's grad_fn runs on autograd's device
     thread for CUDA tensors: it stamps phase=backward there, once, and never

@@ -102,6 +102,13 @@ class Tagger(BackwardSpans, ForwardSpans):
         # head, an embedding), by id: their backward spans, no forward's.
         self._parts: Dict[int, str] = {}
         self._open_blocks: List[tuple] = []
+        # The storages the last outermost calls returned, by (device,
+        # address) -> the storage's identity: a module's output given to
+        # the next outermost call (a GAN's generated images to its
+        # discriminator, `fake.detach()`; features to a probe) is that
+        # module's activation, not the batch. Bounded: only the latest few
+        # can be handed on.
+        self._outputs: "collections.OrderedDict[tuple, Any]" = collections.OrderedDict()
         # The autocast states the outermost forward calls ran under ("off",
         # "bfloat16", "float16").
         self.autocast: set = set()
@@ -208,9 +215,10 @@ class Tagger(BackwardSpans, ForwardSpans):
                 # backward's high water, which later forwards never reach.
                 self.sampler.maybe("backward" if _in_backward() else "call")
             # The outermost module call: the tensors it is given (that need
-            # no gradient) are the batch.
+            # no gradient) are the batch, unless an earlier outermost call
+            # made them.
             for a in args if isinstance(args, tuple) else (args,):
-                if isinstance(a, self._tensor) and not a.requires_grad:
+                if isinstance(a, self._tensor) and not a.requires_grad and not self._was_output(a):
                     self.tag(a, "input")
             self._note_autocast()
             if not _in_backward():  # (a checkpointed block recomputed is no forward of the program)
@@ -221,6 +229,40 @@ class Tagger(BackwardSpans, ForwardSpans):
             if self.bracket is not None:
                 local.since = self.bracket[0]()
         local.depth = depth + 1
+
+    def _storage_key(self, t: Any) -> Optional[tuple]:
+        try:
+            storage = t.untyped_storage()
+            return (t.device.index or 0, storage.data_ptr()), getattr(storage, "_cdata", None)
+        except (RuntimeError, AttributeError, NotImplementedError):
+            return None
+
+    def _remember_outputs(self, output: Any) -> None:
+        """The tensors an outermost call returned (one level into a tuple,
+        list or dict: a model's output object), the latest 64 kept."""
+        if isinstance(output, dict):
+            items = list(output.values())
+        elif isinstance(output, (tuple, list)):
+            items = list(output)
+        else:
+            items = [output]
+        for t in items:
+            if isinstance(t, self._tensor):
+                found = self._storage_key(t)
+                if found is not None:
+                    key, ident = found
+                    self._outputs.pop(key, None)
+                    self._outputs[key] = ident
+                    while len(self._outputs) > 64:
+                        self._outputs.popitem(last=False)
+
+    def _was_output(self, t: Any) -> bool:
+        """Whether ``t``'s storage is one an outermost call returned (the
+        same storage object, not only its address reused)."""
+        if not self._outputs:
+            return False
+        found = self._storage_key(t)
+        return found is not None and self._outputs.get(found[0], ()) == found[1]
 
     def _note_autocast(self) -> None:
         """Whether the outermost forward ran under ``torch.autocast`` of the
@@ -307,6 +349,7 @@ class Tagger(BackwardSpans, ForwardSpans):
         local.depth = depth - 1
         if depth != 1:
             return
+        self._remember_outputs(output)
         self._end_forward(module, output)
         if self.generated is not None:  # a first call compiles: wrap its code for backward
             self.generated.refresh()

@@ -261,7 +261,13 @@ fn gradient_evidence(
 ) -> (Vec<SiteEvidence>, u64) {
     let mut sites: Vec<(u32, f64)> = by_site.iter().map(|(&s, &(b, _))| (s, b as f64)).collect();
     sites.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    let ev = evidence_list(ctx, &sites, (false, false), series, src);
+    let mut ev = evidence_list(ctx, &sites, (false, false), series, src);
+    // The bytes shown are the site's gradients; the site's own label is
+    // what most of its bytes are, and a backward's line makes more
+    // autograd detail than gradients.
+    for e in &mut ev {
+        e.category = Some(crate::categories::Category::Gradient);
+    }
     (ev, by_site.values().map(|v| v.1).sum())
 }
 
@@ -312,14 +318,30 @@ pub(super) fn held_finding(
             f.contains("lightning/pytorch/loops/") || f.contains("pytorch_lightning/loops/")
         })
     });
+    // Several optimizers (a GAN's two): the recorder cuts iterations at the
+    // first one's steps, so "the previous iteration" and "before the
+    // forward" read wrongly; what is held is the gradients an optimizer
+    // has stepped on, kept through another model's forward until its own
+    // `zero_grad()` at the top of the next loop.
+    let optimizers = ctx
+        .snap
+        .source
+        .recorder
+        .as_ref()
+        .map_or(0, |r| r.optimizers.len());
+    let several = optimizers >= 2 && !lightning && !h.never_freed;
     let never = if h.never_freed {
         " They were allocated by the first backward pass and never freed: `zero_grad(set_to_none=False)` zeroes gradients in place and keeps their memory."
+    } else if several {
+        " The program steps several optimizers (iterations here are cut at the first one's steps): these are gradients an optimizer has already stepped on, kept through a later forward pass (a GAN's discriminator gradients through the generator's step) until that optimizer's `zero_grad()` runs."
     } else if lightning {
         " They were freed later in that iteration: Lightning's automatic optimization calls `zero_grad` inside the optimizer's closure, after `training_step` and before `backward`, so the previous gradients live through every forward pass."
     } else {
         " They were freed later in that iteration: `zero_grad()` runs after the forward pass instead of before it."
     };
-    let fix = if lightning && !h.never_freed {
+    let fix = if several {
+        "Free each optimizer's gradients right after its own step: `opt.zero_grad(set_to_none=True)` after each `opt.step()` (a GAN: `optimizerD.zero_grad(set_to_none=True)` after `optimizerD.step()`, and `netD.requires_grad_(False)` around the generator's step so its backward makes no discriminator gradients at all)."
+    } else if lightning && !h.never_freed {
         "In the LightningModule, override `optimizer_zero_grad(self, epoch, batch_idx, optimizer)` to do nothing and call `self.optimizers().zero_grad(set_to_none=True)` in `on_train_batch_start` (with `accumulate_grad_batches`, only on the batches that step), so gradients are freed before `training_step` allocates activations."
     } else {
         "Call `optimizer.zero_grad(set_to_none=True)` before the forward pass (at the top of the loop, or right after `optimizer.step()`), so gradients are freed before activations are allocated."
@@ -327,7 +349,11 @@ pub(super) fn held_finding(
     Finding {
         kind: FindingKind::HeldGradients,
         severity: Severity::Warning,
-        title: format!("gradients of the previous iteration held through the forward pass: {}", bytes(held)),
+        title: if several {
+            format!("gradients an optimizer has stepped on held through a later forward pass: {}", bytes(held))
+        } else {
+            format!("gradients of the previous iteration held through the forward pass: {}", bytes(held))
+        },
         explanation: format!(
             "When the forward pass of iteration {} peaked ({}), {count} gradient tensors ({}) from the previous backward pass were still allocated, on top of the activations.{never}{effect}",
             worst.range.number,
