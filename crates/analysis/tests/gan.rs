@@ -44,6 +44,13 @@ fn the_discriminators_gradients_are_named_as_stepped_on_not_as_the_last_iteratio
         "{}",
         f.explanation
     );
+    // What it cannot count, said (the generator's, below).
+    assert!(
+        f.explanation
+            .contains("The other optimizers' gradients may be kept past their steps"),
+        "{}",
+        f.explanation
+    );
     assert!(
         f.fix
             .contains("`optimizerD.zero_grad(set_to_none=True)` after `optimizerD.step()`"),
@@ -66,7 +73,7 @@ fn the_discriminators_gradients_are_named_as_stepped_on_not_as_the_last_iteratio
 }
 
 #[test]
-fn the_fix_it_names_leaves_nothing_held_and_the_peak_where_it_was() {
+fn the_fix_it_names_leaves_nothing_held_and_lowers_the_peak_by_the_generators_gradients() {
     let (before, after) = (
         recorded("gan_dcgan.pickle.gz"),
         recorded("gan_dcgan_fixed.pickle.gz"),
@@ -77,10 +84,16 @@ fn the_fix_it_names_leaves_nothing_held_and_the_peak_where_it_was() {
             .peak
             .allocated_bytes
     };
-    // The run peaks in the discriminator's backward, which the fix leaves
-    // alone: the same peak, as the finding said.
+    // The run peaks in the discriminator's backward, where the
+    // discriminator's own gradients are needed: freeing them after its step
+    // gains nothing there, as the finding says. The generator's, stepped on
+    // at the end of the last loop and freed by `netG.zero_grad()` only
+    // after the discriminator's step, are alive at that peak: the fix,
+    // made for both optimizers, peaks lower by all of them (370,624 fp32
+    // elements). The finding does not count those (what the discriminator's
+    // backward writes cannot be told from the trace): a known gap.
     assert_eq!(peak(&before), 17_808_632);
-    assert_eq!(peak(&after), peak(&before));
+    assert_eq!(peak(&before) - peak(&after), 1_482_496);
 }
 
 #[test]

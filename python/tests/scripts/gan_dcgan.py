@@ -5,8 +5,9 @@ generator's images as ``fake.detach()``), then the generator's.
 
     python -m vramscope run -o gan.pickle gan_dcgan.py [fixed]
 
-``fixed``: the discriminator's gradients freed right after its step
-(``optimizerD.zero_grad(set_to_none=True)``) and none made for it in the
+``fixed``: each optimizer's gradients freed right after its own step
+(``optimizerD.zero_grad(set_to_none=True)`` after ``optimizerD.step()``, the
+same for the generator) and none made for the discriminator in the
 generator's step (``netD.requires_grad_(False)`` around it), as `leaks`
 advises. The recordings are ``tests/fixtures/recorded/gan_dcgan.pickle.gz``
 and ``gan_dcgan_fixed.pickle.gz``.
@@ -82,6 +83,7 @@ for i in range(4):
     errG.backward()
     optimizerG.step()
     if FIXED:
+        optimizerG.zero_grad(set_to_none=True)
         netD.requires_grad_(True)
     G_losses.append(errG.item())
     D_losses.append(errD.item())

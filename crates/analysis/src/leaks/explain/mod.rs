@@ -333,7 +333,7 @@ pub(super) fn held_finding(
     let never = if h.never_freed {
         " They were allocated by the first backward pass and never freed: `zero_grad(set_to_none=False)` zeroes gradients in place and keeps their memory."
     } else if several {
-        " The program steps several optimizers (iterations here are cut at the first one's steps): these are gradients an optimizer has already stepped on, kept through a later forward pass (a GAN's discriminator gradients through the generator's step) until that optimizer's `zero_grad()` runs."
+        " The program steps several optimizers (iterations here are cut at the first one's steps): these are gradients an optimizer has already stepped on, kept through a later forward pass (a GAN's discriminator gradients through the generator's step) until that optimizer's `zero_grad()` runs. The other optimizers' gradients may be kept past their steps the same way, through the run's peak; those are not counted here (which gradients a backward pass writes into cannot be told from the recording), and the same fix frees them."
     } else if lightning {
         " They were freed later in that iteration: Lightning's automatic optimization calls `zero_grad` inside the optimizer's closure, after `training_step` and before `backward`, so the previous gradients live through every forward pass."
     } else {
