@@ -280,6 +280,49 @@ def test_marks_label_ranges_and_allocations(tmp_path: Path, cpu_path: None) -> N
     assert label[40000] == "forward" and label[80000] == "backward" and label[120000] is None
 
 
+@pytest.mark.parametrize(
+    "loop",
+    [
+        ("gan", ["d", "g"]),  # DCGAN: the discriminator's step, then the generator's
+        ("wgan", ["d", "d", "d", "g"]),  # WGAN: critic steps, then one generator step
+        ("warmup", ["m"]),  # a one-off optimizer stepped once before the loop
+    ],
+    ids=lambda v: v[0],
+)
+def test_iterations_end_with_the_optimizer_that_steps_last_in_the_loop(tmp_path: Path, loop: Tuple[str, List[str]]) -> None:
+    """A program that calls no ``step()``: its iterations end with the steps
+    of the optimizer that steps least often (the latest to start of those),
+    the loop's last: a GAN's or a WGAN's generator (the first optimizer's
+    steps cut a GAN's loop in two, and its generator's gradients, kept into
+    the next loop, were never another iteration's)."""
+    name, order = loop
+    nets = {k: torch.nn.Linear(8, 8) for k in "dgm"}
+    opts = {k: torch.optim.SGD(nets[k].parameters(), lr=0.1) for k in "dgm"}
+    x = torch.randn(4, 8)
+
+    def step(k: str) -> Tuple[int, int]:
+        nets[k](x).sum().backward()
+        t0 = time.time_ns() // 1000
+        opts[k].step()
+        t1 = time.time_ns() // 1000
+        opts[k].zero_grad()
+        return t0, t1
+
+    out = tmp_path / f"{name}.pickle"
+    within: List[Tuple[int, int]] = []
+    with vr.record(out, backend="allocator"):
+        if name == "warmup":
+            step("d")  # once, before the loop
+        for _ in range(3):
+            for k in order:
+                t = step(k)
+            within.append(t)  # the loop's last step
+    ends = [t for n, s, t in step_annotations(load_snapshot(out)) if s == "END"]
+    assert len(ends) == 3, ends
+    for (t0, t1), e in zip(within, ends):
+        assert t0 <= e <= t1, (name, within, ends)
+
+
 def test_periodic_dumps_keep_the_last_files(tmp_path: Path, cpu_path: None) -> None:
     out = tmp_path / "run.pickle"
     with vr.record(out, every=2, keep=2):

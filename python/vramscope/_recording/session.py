@@ -106,8 +106,11 @@ class Session:
         # lead module's calls, while the program calls no step() (see
         # _optimizer_stepped).
         self.auto_bounds: List[int] = []
+        # Each optimizer's step times (µs), in the order they first stepped
+        # (weak: the optimizer may be gone when the snapshot is written).
+        self.optimizer_steps: List[List[int]] = []
+        self.optimizer_index: "weakref.WeakKeyDictionary[Any, int]" = weakref.WeakKeyDictionary()
         self.start_us = _now_us()
-        self.lead_optimizer: Optional[Any] = None
         self.lead_module: Optional[Any] = None
         self.auto_source: Optional[str] = None
         self.spans: List[Span] = []
@@ -302,23 +305,37 @@ class Session:
 
     def _optimizer_stepped(self, opt: Any) -> None:
         """Iterations for a program that never calls ``vramscope.step()``:
-        one ends with each step of the first optimizer that stepped (a GAN's
-        two optimizers, or zero_grad and step annotations of several, would
-        otherwise cut one iteration in two). Only times are kept here; the
-        ranges are written with the snapshot, and only if the program never
-        called ``step()`` (its own iterations win)."""
+        one ends with each step of the optimizer that steps last in the
+        loop (every step of several would cut one iteration in two): the one
+        that steps least often, of those the one that first stepped last. A
+        GAN's loop (the discriminator's step, then the generator's) ends
+        with the generator's step, and its iterations are the loop's, as a
+        WGAN's with five critic steps to one; the first optimizer's steps
+        cut a GAN's loop in the middle, and the generator's gradients, kept
+        from one loop into the next until `netG.zero_grad()`, were never
+        another iteration's. Only times are kept here; the ranges are
+        written with the snapshot, and only if the program never called
+        ``step()`` (its own iterations win)."""
         if self.steps:
             return
         with self.lock:
             if self.auto_source == "module":
                 self.auto_bounds.clear()  # a training loop: its optimizer cuts it
             self.auto_source = "optimizer"
-            lead = self.lead_optimizer() if self.lead_optimizer is not None else None
-            if lead is None:
-                self.lead_optimizer = weakref.ref(opt)
-            elif lead is not opt:
+            try:
+                k = self.optimizer_index.get(opt)
+                if k is None:
+                    k = self.optimizer_index[opt] = len(self.optimizer_steps)
+                    self.optimizer_steps.append([])
+            except TypeError:  # an optimizer no weak reference can name
                 return
-            self.auto_bounds.append(_now_us())
+            self.optimizer_steps[k].append(_now_us())
+            # Fewest steps; of those, the latest to start. One that stepped
+            # once (a warm-up, a one-off fit) cuts nothing while others step.
+            counts = [len(t) for t in self.optimizer_steps]
+            cands = [i for i, n in enumerate(counts) if n >= 2] or list(range(len(counts)))
+            lead = min(cands, key=lambda i: (counts[i], -i))
+            self.auto_bounds = self.optimizer_steps[lead]
 
     def _module_called(self, module: Any) -> None:
         """Iterations of a loop with no optimizer (evaluation, generation, a

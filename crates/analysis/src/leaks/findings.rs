@@ -322,9 +322,10 @@ pub(super) fn analyze(ctx: &Context, src: &mut Sources) -> (Vec<Finding>, Vec<(u
     }
 
     // Held gradients are worth a warning when they cost memory at the
-    // iteration's peak: a GAN's generator keeps its gradients through its
-    // next forward (DCGAN zeroes them after the discriminator's step), but
-    // when that forward is not where the iteration peaks, nothing is lost.
+    // iteration's peak: a GAN's generator keeps its gradients through the
+    // discriminator's step of the next loop (DCGAN zeroes them after it),
+    // where the run peaks; where they are freed before the iteration peaks,
+    // nothing is lost.
     if let Some(h) = &held {
         let mut f = held_finding(ctx, h, series, src);
         if !h.costs_at_peak() {

@@ -36,22 +36,27 @@ pub(super) struct HeldScan {
     /// of the run's peak or more comes off it without them
     /// ([`HeldScan::lowers_by`]), or, never freed, they are allocated there.
     pub costly: bool,
+    /// What the worst iteration's peak loses without them
+    /// ([`HeldScan::lowers_by`]).
+    lowers: u64,
 }
 
 impl HeldScan {
-    /// What the worst iteration's peak loses without them: its forward
-    /// peaks that much lower, down to the peak after it (backward and the
-    /// step, which make the gradients again): torchvision's Faster R-CNN
+    /// What the worst iteration's peak loses without them: the iteration's
+    /// allocated with each held gradient gone from the iteration's start
+    /// until it was freed, at its highest. Freed before the backward (the
+    /// usual `zero_grad()` after the forward), that is the forward peaking
+    /// that much lower, down to the peak after it (backward and the step,
+    /// which make the gradients again): torchvision's Faster R-CNN
     /// (MobileNetV3) held 72.36 MiB of gradients at its forward's peak,
     /// 905.93 MiB, and its backward peaks at 894.40, which the run with
-    /// `zero_grad()` first peaked at: 11.53 MiB lower, not 72.36.
+    /// `zero_grad()` first peaked at: 11.53 MiB lower, not 72.36. Freed
+    /// later, they are gone from the backward's peak too: a GAN's
+    /// generator gradients, stepped on at the end of one loop and freed by
+    /// `netG.zero_grad()` after the discriminator's step in the next,
+    /// through the discriminator's backward, where the run peaks.
     pub fn lowers_by(&self) -> u64 {
-        let (_, fwd_peak, rest) = self.forward[self.worst];
-        if fwd_peak > rest {
-            self.held[self.worst].min(fwd_peak - rest)
-        } else {
-            0
-        }
+        self.lowers
     }
 
     /// Whether the held gradients cost memory at the worst iteration's
@@ -209,6 +214,34 @@ pub(super) fn scan_held_gradients(ctx: &Context, roles: &mut Roles) -> Option<He
             }
         }
     }
+    // The worst iteration without them: each held gradient (born before it,
+    // alive at its forward's peak) gone from the iteration's start until it
+    // was freed in it; one freed after it (or never: `set_to_none=False`)
+    // until the backward, which makes it again.
+    let range = &ctx.iterations[worst].range;
+    let (start, end) = (range.start, range.end.min(a.len()));
+    let backward = bounds[worst].1.clamp(start, end);
+    let mut gone = vec![0i64; end.saturating_sub(start) + 1];
+    for &b in &grads {
+        if bi.born[b] < number && l.alive_after(b, peak as u32) {
+            let freed = l.span(b).1;
+            let death = if freed < end {
+                freed.max(start)
+            } else {
+                backward
+            };
+            gone[0] += l.size[b] as i64;
+            gone[death - start] -= l.size[b] as i64;
+        }
+    }
+    let mut without = 0u64;
+    let mut minus = 0i64;
+    for i in start..end {
+        minus += gone[i - start];
+        without = without.max(a[i].saturating_sub(minus.max(0) as u64));
+    }
+    let iteration_peak = (start..end).map(|i| a[i]).max().unwrap_or(0);
+    let lowers = iteration_peak.saturating_sub(without).min(held[worst]);
     let mut scan = HeldScan {
         worst,
         at_peak,
@@ -218,6 +251,7 @@ pub(super) fn scan_held_gradients(ctx: &Context, roles: &mut Roles) -> Option<He
         never_freed,
         moved,
         costly: false,
+        lowers,
     };
     // Never freed (`set_to_none=False`), they are in backward too, where
     // `zero_grad(set_to_none=True)` first lets backward make them as it

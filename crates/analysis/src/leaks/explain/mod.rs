@@ -290,6 +290,15 @@ pub(super) fn held_finding(
             bytes(h.at_peak),
             bytes(worst.peak_bytes)
         )
+    } else if h.at_peak > 0 && rest >= worst.peak_bytes {
+        // Kept past the forward into the backward, where the iteration
+        // peaks: some of them are made again there before it.
+        format!(
+            " {} of them are allocated at the iteration's peak ({}), in the backward pass: without them the iteration's peak is {} lower.",
+            bytes(h.at_peak),
+            bytes(worst.peak_bytes),
+            bytes(raise)
+        )
     } else if h.at_peak > 0 {
         // The backward pass peaks almost as high: the fix gains less than
         // the gradients' size, and the finding says how much.
@@ -318,11 +327,10 @@ pub(super) fn held_finding(
             f.contains("lightning/pytorch/loops/") || f.contains("pytorch_lightning/loops/")
         })
     });
-    // Several optimizers (a GAN's two): the recorder cuts iterations at the
-    // first one's steps, so "the previous iteration" and "before the
-    // forward" read wrongly; what is held is the gradients an optimizer
-    // has stepped on, kept through another model's forward until its own
-    // `zero_grad()` at the top of the next loop.
+    // Several optimizers (a GAN's two): what is held is the gradients one
+    // optimizer has stepped on, kept through another model's forward (and
+    // backward) until its own `zero_grad()`; "before the forward" reads
+    // wrongly where the program zeroes each model before its own step.
     let optimizers = ctx
         .snap
         .source
@@ -333,14 +341,14 @@ pub(super) fn held_finding(
     let never = if h.never_freed {
         " They were allocated by the first backward pass and never freed: `zero_grad(set_to_none=False)` zeroes gradients in place and keeps their memory."
     } else if several {
-        " The program steps several optimizers (iterations here are cut at the first one's steps): these are gradients an optimizer has already stepped on, kept through a later forward pass (a GAN's discriminator gradients through the generator's step) until that optimizer's `zero_grad()` runs. The other optimizers' gradients may be kept past their steps the same way, through the run's peak; those are not counted here (which gradients a backward pass writes into cannot be told from the recording), and the same fix frees them."
+        " The program steps several optimizers: these are gradients an optimizer has already stepped on, kept through the next forward pass (a GAN's generator gradients through the discriminator's step) until that optimizer's `zero_grad()` runs. The other optimizers' gradients may be kept past their steps the same way; those are not counted here (which gradients a backward pass writes into cannot be told from the recording), and the same fix frees them."
     } else if lightning {
         " They were freed later in that iteration: Lightning's automatic optimization calls `zero_grad` inside the optimizer's closure, after `training_step` and before `backward`, so the previous gradients live through every forward pass."
     } else {
         " They were freed later in that iteration: `zero_grad()` runs after the forward pass instead of before it."
     };
     let fix = if several {
-        "Free each optimizer's gradients right after its own step: `opt.zero_grad(set_to_none=True)` after each `opt.step()` (a GAN: `optimizerD.zero_grad(set_to_none=True)` after `optimizerD.step()`, and `netD.requires_grad_(False)` around the generator's step so its backward makes no discriminator gradients at all)."
+        "Free each optimizer's gradients right after its own step: `opt.zero_grad(set_to_none=True)` after each `opt.step()` (a GAN: `optimizerG.zero_grad(set_to_none=True)` after `optimizerG.step()` and the same for the discriminator, and `netD.requires_grad_(False)` around the generator's step so its backward makes no discriminator gradients at all)."
     } else if lightning && !h.never_freed {
         "In the LightningModule, override `optimizer_zero_grad(self, epoch, batch_idx, optimizer)` to do nothing and call `self.optimizers().zero_grad(set_to_none=True)` in `on_train_batch_start` (with `accumulate_grad_batches`, only on the batches that step), so gradients are freed before `training_step` allocates activations."
     } else {
