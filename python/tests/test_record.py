@@ -678,30 +678,42 @@ def _train_tiny(steps: int = 2, adam: bool = True) -> Tuple[torch.nn.Module, tor
     return model, opt, x
 
 
+def _mocked_tags(monkeypatch: pytest.MonkeyPatch, set_meta: Any = lambda m: None, get_meta: Any = lambda: "") -> Dict[int, set]:
+    """The mocked CUDA path's annotations, as they come: storage address ->
+    the ``category=...`` metadata each was given (the dict fills while the
+    recording runs; every annotation also listed in its ``"all"`` entry)."""
+    cats: Dict[Any, Any] = {"all": []}
+
+    def annotate(t: torch.Tensor, md: str) -> None:
+        ptr = t.untyped_storage().data_ptr()
+        cats["all"].append((ptr, md))
+        cats.setdefault(ptr, set()).add(md)
+
+    m = torch.cuda.memory
+    monkeypatch.setattr(m, "_set_memory_metadata", set_meta, raising=False)
+    monkeypatch.setattr(m, "_get_memory_metadata", get_meta, raising=False)
+    monkeypatch.setattr(m, "_annotate_tensor", annotate, raising=False)
+    monkeypatch.setattr(importlib.import_module("vramscope._annotate.tags").Tagger, "_wanted", lambda self, dev: True)
+    return cats
+
+
 def test_cuda_tags_name_parameters_gradients_state_and_phases(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The recorder's global hooks, on the CUDA path (mocked: CPU tensors
     stand in for CUDA ones): phases in the allocation metadata, composed
     with the program's own and restored after; every parameter, gradient,
     optimizer state tensor and the batch annotated once per allocation."""
     cuda = FakeCuda(monkeypatch)
-    annotated: List[Tuple[int, str]] = []
     current = {"meta": ""}
 
     def set_meta(m: str) -> None:
         cuda.metadata.append(m)
         current["meta"] = m
 
-    m = torch.cuda.memory
-    monkeypatch.setattr(m, "_set_memory_metadata", set_meta, raising=False)
-    monkeypatch.setattr(m, "_get_memory_metadata", lambda: current["meta"], raising=False)
-    monkeypatch.setattr(m, "_annotate_tensor", lambda t, md: annotated.append((t.untyped_storage().data_ptr(), md)), raising=False)
-    monkeypatch.setattr(importlib.import_module("vramscope._annotate.tags").Tagger, "_wanted", lambda self, dev: True)
+    cats = _mocked_tags(monkeypatch, set_meta, lambda: current["meta"])
+    annotated = cats["all"]
     with vr.record(tmp_path / "tags.pickle"):
         set_meta("user-label")
         model, opt, x = _train_tiny(adam=False)
-    cats: Dict[int, set] = {}
-    for ptr, md in annotated:
-        cats.setdefault(ptr, set()).add(md)
     ptr = lambda t: t.untyped_storage().data_ptr()  # noqa: E731
     for p in model.parameters():
         assert "category=parameter" in cats[ptr(p)]
@@ -725,12 +737,7 @@ def test_a_modules_output_given_to_the_next_model_is_no_input(tmp_path: Path, mo
     batch does; they are the generator's activation, kept for its backward,
     not the batch. The noise and the real images are the batch."""
     FakeCuda(monkeypatch)
-    annotated: List[Tuple[int, str]] = []
-    m = torch.cuda.memory
-    monkeypatch.setattr(m, "_set_memory_metadata", lambda md: None, raising=False)
-    monkeypatch.setattr(m, "_get_memory_metadata", lambda: "", raising=False)
-    monkeypatch.setattr(m, "_annotate_tensor", lambda t, md: annotated.append((t.untyped_storage().data_ptr(), md)), raising=False)
-    monkeypatch.setattr(importlib.import_module("vramscope._annotate.tags").Tagger, "_wanted", lambda self, dev: True)
+    cats = _mocked_tags(monkeypatch)
     gen = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Tanh())
     disc = torch.nn.Sequential(torch.nn.Linear(16, 1), torch.nn.Sigmoid())
     # (SGD with momentum: Adam checks CUDA graph capture where CUDA looks
@@ -750,9 +757,6 @@ def test_a_modules_output_given_to_the_next_model_is_no_input(tmp_path: Path, mo
             (-disc(fake).mean()).backward()
             opt_g.step()
             kept.append((real, noise, fake))
-    cats: Dict[int, set] = {}
-    for ptr, md in annotated:
-        cats.setdefault(ptr, set()).add(md)
     ptr = lambda t: t.untyped_storage().data_ptr()  # noqa: E731
     for real, noise, fake in kept:
         assert cats[ptr(real)] == {"category=input"}

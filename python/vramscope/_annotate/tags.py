@@ -230,10 +230,16 @@ class Tagger(BackwardSpans, ForwardSpans):
                 local.since = self.bracket[0]()
         local.depth = depth + 1
 
-    def _storage_key(self, t: Any) -> Optional[tuple]:
+    @staticmethod
+    def _storage_of(t: Any) -> Optional[tuple]:
+        """``((device index, address), storage, device)`` of the memory
+        behind ``t`` (a tensor that holds it: see ``_local``), or None for a
+        tensor without storage (meta, sparse). The storage's ``_cdata``
+        tells a new allocation at a reused address from the old one."""
         try:
             storage = t.untyped_storage()
-            return (t.device.index or 0, storage.data_ptr()), getattr(storage, "_cdata", None)
+            dev = t.device
+            return (dev.index or 0, storage.data_ptr()), storage, dev
         except (RuntimeError, AttributeError, NotImplementedError):
             return None
 
@@ -248,11 +254,11 @@ class Tagger(BackwardSpans, ForwardSpans):
             items = [output]
         for t in items:
             if isinstance(t, self._tensor):
-                found = self._storage_key(t)
+                found = self._storage_of(_local(t))
                 if found is not None:
-                    key, ident = found
+                    key, storage, _ = found
                     self._outputs.pop(key, None)
-                    self._outputs[key] = ident
+                    self._outputs[key] = getattr(storage, "_cdata", None)
                     while len(self._outputs) > 64:
                         self._outputs.popitem(last=False)
 
@@ -261,8 +267,8 @@ class Tagger(BackwardSpans, ForwardSpans):
         same storage object, not only its address reused)."""
         if not self._outputs:
             return False
-        found = self._storage_key(t)
-        return found is not None and self._outputs.get(found[0], ()) == found[1]
+        found = self._storage_of(_local(t))
+        return found is not None and self._outputs.get(found[0], ()) == getattr(found[1], "_cdata", None)
 
     def _note_autocast(self) -> None:
         """Whether the outermost forward ran under ``torch.autocast`` of the
@@ -524,19 +530,20 @@ class Tagger(BackwardSpans, ForwardSpans):
     def tag(self, t: Any, category: str) -> None:
         """Name the allocation behind ``t``, once per address and category."""
         t = _local(t)
+        found = self._storage_of(t)
+        if found is None:
+            return  # meta, sparse or otherwise storage-less tensors
+        key, storage, dev = found
+        addr = key[1]
         try:
-            storage = t.untyped_storage()
-            addr = storage.data_ptr()
             if not addr or storage.nbytes() == 0:
                 return
-            dev = t.device
         except (RuntimeError, AttributeError, NotImplementedError):
-            return  # meta, sparse or otherwise storage-less tensors
+            return
         if not self._wanted(dev):
             return
         # An address is named again when a new allocation took it (a new
         # gradient each step with set_to_none): the storage tells them apart.
-        key = (dev.index or 0, addr)
         mark = (category, getattr(storage, "_cdata", None))
         if self._named.get(key) == mark:
             return

@@ -102,12 +102,14 @@ class Session:
         # below asks which backend it is.
         self.backend: Recorder = make_recorder(choose_backend(owner.backend, owner.device), owner)
         self.steps = 0
-        # Iteration boundaries (µs) at the lead optimizer's steps or the
-        # lead module's calls, while the program calls no step() (see
-        # _optimizer_stepped).
+        # Iteration boundaries (µs) at the lead module's calls, while the
+        # program calls no step() and no optimizer has stepped (see
+        # _module_called; an optimizer's steps: _optimizer_stepped).
         self.auto_bounds: List[int] = []
-        # Each optimizer's step times (µs), in the order they first stepped
-        # (weak: the optimizer may be gone when the snapshot is written).
+        # Each optimizer's step times (µs), in the order they first stepped,
+        # and its place there (weakly: the optimizer may be gone when the
+        # snapshot is written); the iterations are cut at one of them
+        # (_lead_steps).
         self.optimizer_steps: List[List[int]] = []
         self.optimizer_index: "weakref.WeakKeyDictionary[Any, int]" = weakref.WeakKeyDictionary()
         self.start_us = _now_us()
@@ -319,9 +321,7 @@ class Session:
         if self.steps:
             return
         with self.lock:
-            if self.auto_source == "module":
-                self.auto_bounds.clear()  # a training loop: its optimizer cuts it
-            self.auto_source = "optimizer"
+            self.auto_source = "optimizer"  # a training loop: its optimizer cuts it, not module calls
             try:
                 k = self.optimizer_index.get(opt)
                 if k is None:
@@ -330,12 +330,16 @@ class Session:
             except TypeError:  # an optimizer no weak reference can name
                 return
             self.optimizer_steps[k].append(_now_us())
-            # Fewest steps; of those, the latest to start. One that stepped
-            # once (a warm-up, a one-off fit) cuts nothing while others step.
-            counts = [len(t) for t in self.optimizer_steps]
-            cands = [i for i, n in enumerate(counts) if n >= 2] or list(range(len(counts)))
-            lead = min(cands, key=lambda i: (counts[i], -i))
-            self.auto_bounds = self.optimizer_steps[lead]
+
+    def _lead_steps(self) -> List[int]:
+        """The step times of the optimizer that cuts the iterations: the
+        fewest steps; of those, the latest to start. One that stepped once
+        (a warm-up, a one-off fit) cuts nothing while others step."""
+        counts = [len(t) for t in self.optimizer_steps]
+        if not counts:
+            return []
+        cands = [i for i, n in enumerate(counts) if n >= 2] or list(range(len(counts)))
+        return self.optimizer_steps[min(cands, key=lambda i: (counts[i], -i))]
 
     def _module_called(self, module: Any) -> None:
         """Iterations of a loop with no optimizer (evaluation, generation, a
@@ -359,7 +363,8 @@ class Session:
         """``ProfilerStep#N`` ranges between the automatic boundaries: the
         last one is left open (cut short), as the program's own last range."""
         device = self.backend.device()
-        bounds = list(self.auto_bounds)
+        with self.lock:
+            bounds = list(self._lead_steps() if self.auto_source == "optimizer" else self.auto_bounds)
         if self.auto_source == "module" and bounds:
             bounds = bounds[1:]  # iterations begin at the calls; before the first is setup
         out: List[Dict[str, Any]] = []
