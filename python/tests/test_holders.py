@@ -45,6 +45,31 @@ def test_names_globals_attributes_locals_and_graphs() -> None:
     del outputs, total
 
 
+def test_the_leaves_a_kept_graph_holds_are_named_through_it() -> None:
+    """A leaf made with ``requires_grad_()`` (a WGAN-GP's interpolated
+    images) is held by nothing but the ``AccumulateGrad`` node of a graph
+    that used it: kept with a cost in a list, it and the gradient a
+    backward gave it are named through the list's graph; the parameters
+    the graph reaches are not (the model names them)."""
+    model = torch.nn.Linear(8, 1)
+    costs = []
+    for _ in range(3):
+        x = torch.rand(16, 8).requires_grad_()
+        cost = model(x).pow(2).mean()
+        cost.backward()
+        costs.append(cost * 2)
+    del x, cost
+    r = find_holders()
+    by = {(h["kind"], h["name"], h["path"]): h for h in r["holders"]}
+    kept = by[("local", "costs", "costs[*] (autograd graph)")]
+    # Three inputs of 16 x 8 floats, and their three gradients.
+    assert (kept["tensors"], kept["bytes"]) == (6, 6 * 16 * 8 * 4), kept
+    assert kept["example"].startswith("costs[") and kept["example"].endswith("] (autograd graph)"), kept
+    assert not any(a in kept["addrs"] for a in (model.weight.data_ptr(), model.bias.data_ptr()))
+    assert by[("local", "model", "model.weight")]["tensors"] == 1
+    del costs
+
+
 def _work(refs: list) -> None:
     x = torch.ones(1024, 256)
     h = torch.nn.functional.linear(x, torch.ones(256, 256))

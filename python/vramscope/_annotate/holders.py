@@ -39,6 +39,9 @@ MAX_OBJECTS = 3_000_000
 MAX_SECONDS = 30.0
 # Autograd nodes walked, over all kept graphs.
 MAX_GRAPH_NODES = 200_000
+# The end of a path to the leaves a kept autograd graph holds (the analysis
+# reads it: `through_graph`, docs/leaks-json.md).
+GRAPH_SUFFIX = " (autograd graph)"
 
 _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the package
 # nn.Module keeps children, parameters and buffers in dicts; the program
@@ -306,20 +309,39 @@ def _find(main_globals: Optional[Dict[str, Any]], max_objects: int, max_seconds:
     # iteration's graph at a time). Only the nodes are walked: reading the
     # tensors a graph saved would run its unpack hooks (activation
     # checkpointing recomputes the forward, save_on_cpu copies back).
+    # The leaves a graph accumulates into are no saved tensors: each
+    # `AccumulateGrad` node holds its leaf (and so the leaf's `.grad`), which
+    # nothing else may hold. A WGAN-GP's `interpolates.requires_grad_()`,
+    # its gradient penalty's input, lives on with every `D_cost` kept in a
+    # list, with the gradient the penalty's backward gave it: named here as
+    # `disc_costs[*] (autograd graph)`, where no path of Python objects
+    # reaches them.
     budget = [MAX_GRAPH_NODES]
+    parameter_type = getattr(getattr(torch_mod, "nn", None), "Parameter", None) or ()
     for t, parts, root in named:
         if budget[0] <= 0:
             complete = False
             break
         fn = getattr(t, "grad_fn", None)
         if fn is not None:
-            nodes = _graph_nodes(fn, budget)
+            leaves: List[Any] = []
+            nodes = _graph_nodes(fn, budget, leaves)
             path, pattern = _spell(parts)
             key = (root.kind, root.name, root.file, root.function, pattern)
             g = groups.get(key)
             if g is None:  # its storage was named by another path first
                 g = groups[key] = _group(root, pattern, path)
             g["graph_nodes"] = max(g["graph_nodes"], nodes)
+            graph_parts = parts + [GRAPH_SUFFIX]
+            for leaf in leaves:
+                # Parameters are the model's, named through it (or by the
+                # optimizer that steps them), whatever graph reaches them.
+                if isinstance(leaf, parameter_type):
+                    continue
+                add(leaf, graph_parts, root)
+                grad = _grad(leaf)
+                if grad is not None:
+                    add(grad, graph_parts, root)
     out = sorted(groups.values(), key=lambda g: -g["bytes"])
     return {
         "holders": out,
@@ -479,9 +501,11 @@ def _spell(parts: List[str]) -> Tuple[str, str]:
     return "".join(path), "".join(pattern)
 
 
-def _graph_nodes(fn: Any, budget: List[int]) -> int:
+def _graph_nodes(fn: Any, budget: List[int], leaves: Optional[List[Any]] = None) -> int:
     """Nodes of the autograd graph from ``fn`` down, while the budget of
-    nodes lasts (shared by all graphs)."""
+    nodes lasts (shared by all graphs); the leaf tensors its
+    ``AccumulateGrad`` nodes hold are appended to ``leaves`` (reading a
+    node's ``variable`` runs no hook: the leaf is held, not saved)."""
     seen: Set[int] = set()
     stack = [fn]
     while stack and budget[0] > 0:
@@ -490,6 +514,11 @@ def _graph_nodes(fn: Any, budget: List[int]) -> int:
             continue
         seen.add(id(node))
         budget[0] -= 1
+        if leaves is not None and type(node).__name__ == "AccumulateGrad":
+            try:
+                leaves.append(node.variable)
+            except Exception:  # noqa: BLE001 - a node whose leaf is gone
+                pass
         try:
             nxt = node.next_functions
         except Exception:  # noqa: BLE001 - a node without edges

@@ -46,6 +46,8 @@ pub(super) struct Context<'a> {
     pub evaluation: &'a Evaluation,
     /// Each block's category.
     pub categories: &'a [crate::categories::Category],
+    /// Where each block's category came from.
+    pub sources: &'a [Option<crate::categories::Source>],
     /// The recorder's holders, by address.
     pub holders: &'a super::holders::HolderIndex<'a>,
     /// Which block's backward made what (the recorder's spans).
@@ -169,6 +171,27 @@ impl Roles<'_> {
             }
         }
         self.of_stack(l.stack[b])
+    }
+}
+
+impl Context<'_> {
+    /// The gradients an optimizer steps on, where the recorder named them:
+    /// per block, whether it is one of them (`None`: the recording names
+    /// none, and a gradient is what its stack or category says). The
+    /// recorder names each parameter's gradient at every step; a block the
+    /// backward made and kept that it never named is no parameter's: the
+    /// gradient of an input made with `requires_grad_()` (a WGAN-GP's
+    /// interpolated images, kept by a list of critic costs), which no
+    /// `zero_grad()` frees.
+    pub(super) fn named_gradients(&self) -> Option<Vec<bool>> {
+        use crate::categories::{Category, Source};
+        let named: Vec<bool> = self
+            .categories
+            .iter()
+            .zip(self.sources)
+            .map(|(c, s)| *c == Category::Gradient && *s == Some(Source::Recorder))
+            .collect();
+        named.contains(&true).then_some(named)
     }
 }
 

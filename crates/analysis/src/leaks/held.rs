@@ -156,10 +156,14 @@ pub(super) fn scan_held_gradients(ctx: &Context, roles: &mut Roles) -> Option<He
     let mut diff = vec![0i64; its.len() + 1];
     let mut grads = Vec::new();
     let mut every_grad = Vec::new();
+    let named = ctx.named_gradients();
     for b in 0..l.len() {
         // Blocks from before the window or from setup are not a previous
         // iteration's gradients.
-        if bi.born[b] == 0 || roles.of_block(l, b) != Role::Gradient {
+        if bi.born[b] == 0
+            || roles.of_block(l, b) != Role::Gradient
+            || named.as_ref().is_some_and(|n| !n[b])
+        {
             continue;
         }
         every_grad.push(b);
@@ -291,8 +295,12 @@ pub(super) fn scan_gradients_in_evaluation(
     let l = ctx.lifetimes;
     let mut by_site: HashMap<u32, (u64, u64)> = HashMap::default();
     let mut bytes = 0u64;
+    let named = ctx.named_gradients();
     for b in 0..l.len() {
-        if l.alive_after(b, peak as u32) && roles.of_block(l, b) == Role::Gradient {
+        if l.alive_after(b, peak as u32)
+            && roles.of_block(l, b) == Role::Gradient
+            && named.as_ref().is_none_or(|n| n[b])
+        {
             bytes += l.size[b];
             let e = by_site.entry(ctx.sites.of_block[b]).or_default();
             e.0 += l.size[b];

@@ -12,6 +12,11 @@ use super::source::Sources;
 use crate::lifetimes::{Lifetimes, BEFORE_WINDOW, STILL_ALIVE};
 use vramscope_text::units::bytes;
 
+/// The end of a holder's path to what an autograd graph keeps: the
+/// recorder's, for the leaves a kept graph holds (`disc_costs[*] (autograd
+/// graph)`), and the analysis', for a graph that grew.
+pub const GRAPH_SUFFIX: &str = " (autograd graph)";
+
 /// A holder of some of one site's tensors.
 #[derive(Clone, Debug, Serialize)]
 pub struct HeldBy {
@@ -29,9 +34,10 @@ pub struct HeldBy {
     /// Of a local: the function.
     pub function: String,
     /// Whether the tensors are kept by the autograd graph of the held
-    /// tensor (a graph that grew between looks) rather than held
-    /// themselves; `tensors` and `bytes` are then 0 (a graph's saved
-    /// tensors are not read).
+    /// tensor rather than held themselves (`path` ends in
+    /// [`GRAPH_SUFFIX`]): the leaves it accumulates into, counted, or a
+    /// graph that grew between looks, whose saved tensors are not read
+    /// (`tensors` and `bytes` are then 0).
     pub through_graph: bool,
     /// Of this site's tensors, those the holder held when the recorder
     /// looked (at the end, or while the program ran): how many, and their
@@ -234,7 +240,9 @@ impl<'a> HolderIndex<'a> {
             owner(&h.kind, &h.file, &h.function, h.line),
             via(h),
         );
-        Some(HeldBy::new(h, true, (0, 0), what, stack_files, src))
+        let mut held = HeldBy::new(h, true, (0, 0), what, stack_files, src);
+        held.path.push_str(GRAPH_SUFFIX);
+        Some(held)
     }
 
     /// The holder of most of the bytes of `blocks` (the site's blocks), if
@@ -293,17 +301,31 @@ impl<'a> HolderIndex<'a> {
         src: &mut Sources,
     ) -> HeldBy {
         let h = &self.holders[h as usize];
-        let what = format!(
-            "held by `{}` ({}, {}){}: {} tensor{} ({})",
-            h.name,
-            h.type_name,
-            owner(&h.kind, &h.file, &h.function, h.line),
-            via(h),
-            tensors,
-            if tensors == 1 { "" } else { "s" },
-            bytes(bytes_held)
-        );
-        HeldBy::new(h, false, (tensors, bytes_held), what, stack_files, src)
+        let plural = if tensors == 1 { "" } else { "s" };
+        // Leaves a kept graph accumulates into (the recorder's path ends in
+        // GRAPH_SUFFIX): no Python object holds them but the graph's
+        // `AccumulateGrad` nodes.
+        let through_graph = h.path.ends_with(GRAPH_SUFFIX);
+        let what = if through_graph {
+            format!(
+                "held by the autograd graph of `{}` (`{}`: {}, {}), which keeps the tensors it would accumulate gradients into (made with `requires_grad`, not parameters) and their `.grad`: {tensors} tensor{plural} ({})",
+                h.path.trim_end_matches(GRAPH_SUFFIX),
+                h.name,
+                h.type_name,
+                owner(&h.kind, &h.file, &h.function, h.line),
+                bytes(bytes_held)
+            )
+        } else {
+            format!(
+                "held by `{}` ({}, {}){}: {tensors} tensor{plural} ({})",
+                h.name,
+                h.type_name,
+                owner(&h.kind, &h.file, &h.function, h.line),
+                via(h),
+                bytes(bytes_held)
+            )
+        };
+        HeldBy::new(h, through_graph, (tensors, bytes_held), what, stack_files, src)
     }
 }
 
@@ -377,7 +399,7 @@ fn stored_at(
     stack_files: &[String],
     src: &mut Sources,
 ) -> Option<(String, u32, String)> {
-    let path = h.path.as_str();
+    let path = h.path.trim_end_matches(GRAPH_SUFFIX);
     // The last attribute before an index (`model.cache[*]` -> `cache`),
     // when the path goes through one; else the variable itself.
     let attr = path

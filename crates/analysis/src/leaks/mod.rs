@@ -365,6 +365,7 @@ pub fn find_leaks_with(
         phases: &labelled.categories.phases,
         evaluation: &labelled.categories.evaluation,
         categories: &labelled.categories.category,
+        sources: &labelled.categories.source,
         holders: &holders::HolderIndex::new(snap, holder_iterations(t, &iterations)),
         has_gc_marks: snap
             .annotations

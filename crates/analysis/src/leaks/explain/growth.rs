@@ -297,6 +297,16 @@ fn without_comment(code: &str) -> &str {
 /// `t = t + (f(x)).item()`: the accumulation rewritten to keep a number.
 fn with_item(code: &str, name: &str) -> Option<String> {
     let code = without_comment(code);
+    // `costs.append(cost)` -> `costs.append(cost.item())`.
+    if let Some(arg) = code
+        .strip_prefix(name)
+        .and_then(|r| r.strip_prefix(".append("))
+        .and_then(|r| r.strip_suffix(')'))
+        .map(str::trim)
+        .filter(|a| !a.is_empty() && !a.contains(['(', ')', ',', '#']))
+    {
+        return Some(format!("{name}.append({})", item_of(arg)));
+    }
     let (lhs, op, rhs) = if let Some((l, r)) = code.split_once("+=") {
         (l.trim(), "+=", r.trim())
     } else {
@@ -308,19 +318,24 @@ fn with_item(code: &str, name: &str) -> Option<String> {
     if lhs != name || rhs.is_empty() || rhs.contains('#') {
         return None;
     }
-    let simple = rhs
-        .chars()
-        .all(|c| c.is_alphanumeric() || c == '_' || c == '.');
-    let item = if simple {
-        format!("{rhs}.item()")
-    } else {
-        format!("({rhs}).item()")
-    };
+    let item = item_of(rhs);
     Some(if op == "+=" {
         format!("{name} += {item}")
     } else {
         format!("{name} = {name} + {item}")
     })
+}
+
+/// `x.item()`, or `(a + b).item()` for an expression.
+fn item_of(expr: &str) -> String {
+    let simple = expr
+        .chars()
+        .all(|c| c.is_alphanumeric() || c == '_' || c == '.');
+    if simple {
+        format!("{expr}.item()")
+    } else {
+        format!("({expr}).item()")
+    }
 }
 
 /// Activations made by a module called from outside any `forward` (an
@@ -355,5 +370,17 @@ mod tests {
         );
         assert_eq!(with_item("other += loss", "total"), None);
         assert_eq!(with_item("total = loss", "total"), None);
+        // A list of kept tensors with their graphs (a WGAN-GP's critic
+        // costs): the number appended instead.
+        assert_eq!(
+            with_item("disc_costs.append(D_cost)", "disc_costs").as_deref(),
+            Some("disc_costs.append(D_cost.item())")
+        );
+        assert_eq!(
+            with_item("costs.append(a - b)", "costs").as_deref(),
+            Some("costs.append((a - b).item())")
+        );
+        assert_eq!(with_item("costs.append(f(x))", "costs"), None);
+        assert_eq!(with_item("other.append(x)", "costs"), None);
     }
 }
