@@ -58,9 +58,13 @@ fn the_kept_costs_graphs_are_one_leak_held_by_the_list_with_its_fix() {
     let (interpolates, penalty_grad, cost) = (site(73), site(101), site(102));
     for s in [interpolates, penalty_grad] {
         let h = s.held_by.as_ref().expect("named holder");
-        assert!(h.through_graph && h.path == "disc_costs[*] (autograd graph)", "{h:?}");
         assert!(
-            h.text.starts_with("held by the autograd graph of `disc_costs[*]`")
+            h.through_graph && h.path == "disc_costs[*] (autograd graph)",
+            "{h:?}"
+        );
+        assert!(
+            h.text
+                .starts_with("held by the autograd graph of `disc_costs[*]`")
                 && h.text.contains("disc_costs.append(D_cost)"),
             "{}",
             h.text

@@ -325,7 +325,14 @@ impl<'a> HolderIndex<'a> {
                 bytes(bytes_held)
             )
         };
-        HeldBy::new(h, through_graph, (tensors, bytes_held), what, stack_files, src)
+        HeldBy::new(
+            h,
+            through_graph,
+            (tensors, bytes_held),
+            what,
+            stack_files,
+            src,
+        )
     }
 }
 
