@@ -18,7 +18,9 @@ use std::collections::{HashMap, HashSet};
 use vramscope_analysis::categories::Category;
 use vramscope_analysis::categories::Labelled;
 use vramscope_analysis::iterations::Iterations;
-use vramscope_analysis::leaks::{find_leaks_with, Finding, FindingKind, LeakOptions, Severity};
+use vramscope_analysis::leaks::{
+    find_leaks_with, Finding, FindingKind, HeldFix, LeakOptions, Severity,
+};
 use vramscope_analysis::lifetimes::{BEFORE_WINDOW, STILL_ALIVE};
 use vramscope_analysis::sites::{frame_label, site_frame};
 use vramscope_simulate::edits::{for_blocks, ChangeKind, Edits};
@@ -86,13 +88,13 @@ pub(super) fn leak_candidates(
             out.extend(free_before_evaluation(snap, device, labelled, f, recorded));
             continue;
         }
-        if f.kind == FindingKind::HeldGradients && !report.zero_grad_first.is_empty() {
+        if f.kind == FindingKind::HeldGradients && !report.held_fix.moves().is_empty() {
             out.extend(zero_grad_first(
                 snap,
                 device,
                 labelled,
                 f,
-                &report.zero_grad_first,
+                &report.held_fix,
                 recorded,
             ));
             continue;
@@ -308,21 +310,44 @@ fn free_before_evaluation(
 /// ImageNet script does): each gradient the finding holds into a forward
 /// freed just before that forward's first allocation, as
 /// `optimizer.zero_grad(set_to_none=True)` at the top of the loop frees
-/// it. The next backward makes them again, as recorded.
+/// it. Where several optimizers step (a GAN's), each gradient freed as the
+/// step that used it ends, as each `opt.zero_grad(set_to_none=True)` right
+/// after its own `opt.step()` frees it. The next backward makes them again,
+/// as recorded.
 fn zero_grad_first(
     snap: &Snapshot,
     device: u32,
     labelled: &Labelled,
     f: &Finding,
-    moved: &[(usize, usize)],
+    fix: &HeldFix,
     recorded: &Settings,
 ) -> Option<Candidate> {
     let l = &labelled.lifetimes;
+    let moved = fix.moves();
     let v: Vec<(usize, ChangeKind)> = moved
         .iter()
         .map(|&(b, at)| (b, ChangeKind::FreeAfter(at)))
         .collect();
     let total: u64 = moved.iter().map(|&(b, _)| l.size[b]).sum();
+    if let HeldFix::AfterOwnStep(_) = fix {
+        return Some(Candidate {
+            class: ChangeClass::ZeroGradFirst,
+            change: "each optimizer's gradients freed right after its own step".into(),
+            code: "opt_d.step()\nopt_d.zero_grad(set_to_none=True)  # each optimizer's, right after its own step\n\
+                   ...\nopt_g.step()\nopt_g.zero_grad(set_to_none=True)"
+                .into(),
+            settings: recorded.clone(),
+            method: Method::Replayed,
+            edits: Some(for_blocks(snap, device, l, &v, "the gradients kept past their optimizer's step")),
+            how: format!(
+                "replayed with the {} gradient blocks ({} over the trace) that outlived the optimizer step that \
+                 used them each freed as that step ends, where `opt.zero_grad(set_to_none=True)` after each \
+                 `opt.step()` frees them; each backward makes them again, as recorded",
+                v.len(),
+                bytes(total)
+            ),
+        });
+    }
     // Lightning zeroes inside its optimizer closure, after training_step:
     // its hooks move it (the finding's fix says which).
     let code = if f.fix.contains("optimizer_zero_grad") {

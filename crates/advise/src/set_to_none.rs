@@ -82,11 +82,15 @@ pub(super) fn kept_gradients(
     if ends.len() < 2 {
         return None;
     }
-    // Alive across two iteration ends: kept through a whole step.
+    // Alive across two iteration ends: kept through a whole step. Where the
+    // recorder named the optimizers' gradients, only those (an input's
+    // gradient kept by a leak is the leak's, freed with it).
+    let named = labelled.categories.named_gradients();
     let kept: Vec<usize> = (0..l.len())
         .filter(|&b| {
             let (birth, death) = l.span(b);
             labelled.categories.category.get(b) == Some(&Category::Gradient)
+                && named.as_ref().is_none_or(|n| n[b])
                 && ends.iter().filter(|&&e| birth < e && e < death).count() >= 2
         })
         .collect();

@@ -289,6 +289,23 @@ pub struct Categories {
     pre_window: HashMap<u64, u32>,
 }
 
+/// The gradients an optimizer steps on, where vramscope's recorder named
+/// them: per block, whether it is one (`None`: the recording names none,
+/// and a gradient is what its category says). The recorder names each
+/// parameter's gradient at every optimizer step; a block the backward made
+/// and kept that it never named is no parameter's: the gradient of an input
+/// made with `requires_grad_()` (a WGAN-GP's interpolated points, kept by
+/// a list of critic costs), which no `zero_grad()` frees and no
+/// `set_to_none` changes.
+pub fn named_gradients(category: &[Category], source: &[Option<Source>]) -> Option<Vec<bool>> {
+    let named: Vec<bool> = category
+        .iter()
+        .zip(source)
+        .map(|(c, s)| *c == Category::Gradient && *s == Some(Source::Recorder))
+        .collect();
+    named.contains(&true).then_some(named)
+}
+
 /// Options of [`categorize_with`]. `Default` gives the documented defaults.
 #[derive(Clone, Debug)]
 pub struct CategoryOptions {
@@ -412,6 +429,11 @@ pub struct CategoryTotal {
 }
 
 impl Categories {
+    /// [`named_gradients`] of these blocks.
+    pub fn named_gradients(&self) -> Option<Vec<bool>> {
+        named_gradients(&self.category, &self.source)
+    }
+
     /// The block a live block of the liveness walk is (by its `alloc` event, or by
     /// address for blocks from before the window).
     pub fn block_of(&self, l: &Lifetimes, b: &LiveBlock) -> Option<usize> {

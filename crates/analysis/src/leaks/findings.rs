@@ -12,7 +12,7 @@ use super::held::{scan_gradients_in_evaluation, scan_held_gradients};
 pub(super) use super::held::{EvaluationHeld, HeldScan};
 use super::series::{shape, site_series, BlockIterations, Shape, SiteTable};
 use super::source::Sources;
-use super::{Finding, IterationStats, LeakOptions, Severity};
+use super::{Finding, HeldFix, IterationStats, LeakOptions, Severity};
 use crate::categories::evaluation::Evaluation;
 use crate::categories::Phases;
 use crate::lifetimes::Lifetimes;
@@ -175,28 +175,14 @@ impl Roles<'_> {
 }
 
 impl Context<'_> {
-    /// The gradients an optimizer steps on, where the recorder named them:
-    /// per block, whether it is one of them (`None`: the recording names
-    /// none, and a gradient is what its stack or category says). The
-    /// recorder names each parameter's gradient at every step; a block the
-    /// backward made and kept that it never named is no parameter's: the
-    /// gradient of an input made with `requires_grad_()` (a WGAN-GP's
-    /// interpolated images, kept by a list of critic costs), which no
-    /// `zero_grad()` frees.
+    /// [`crate::categories::named_gradients`] of the trace's blocks.
     pub(super) fn named_gradients(&self) -> Option<Vec<bool>> {
-        use crate::categories::{Category, Source};
-        let named: Vec<bool> = self
-            .categories
-            .iter()
-            .zip(self.sources)
-            .map(|(c, s)| *c == Category::Gradient && *s == Some(Source::Recorder))
-            .collect();
-        named.contains(&true).then_some(named)
+        crate::categories::named_gradients(self.categories, self.sources)
     }
 }
 
 /// All findings of one device.
-pub(super) fn analyze(ctx: &Context, src: &mut Sources) -> (Vec<Finding>, Vec<(usize, usize)>) {
+pub(super) fn analyze(ctx: &Context, src: &mut Sources) -> (Vec<Finding>, HeldFix) {
     let mut roles = Roles::new(ctx.snap, ctx.trace);
     let held = scan_held_gradients(ctx, &mut roles);
     let in_evaluation = scan_gradients_in_evaluation(ctx, &mut roles);
@@ -349,8 +335,10 @@ pub(super) fn analyze(ctx: &Context, src: &mut Sources) -> (Vec<Finding>, Vec<(u
     // discriminator's step of the next loop (DCGAN zeroes them after it),
     // where the run peaks; where they are freed before the iteration peaks,
     // nothing is lost.
+    let mut after_own_step = false;
     if let Some(h) = &held {
-        let mut f = held_finding(ctx, h, series, src);
+        let (mut f, several) = held_finding(ctx, h, series, src);
+        after_own_step = several;
         if !h.costs_at_peak() {
             f.severity = Severity::Benign; // shown, not warned
         }
@@ -428,9 +416,17 @@ pub(super) fn analyze(ctx: &Context, src: &mut Sources) -> (Vec<Finding>, Vec<(u
         let role = [Role::Gradient, Role::Optimizer, Role::Other][role as usize];
         out.push(one_time_finding(ctx, role, &sites, series, src));
     }
+    // The fix `advise` replays: `zero_grad()` before the forward, or, where
+    // several optimizers step, each one's right after its own step.
     let moved = held
         .filter(|h| h.costs_at_peak())
-        .map(|h| h.moved)
+        .map(|h| {
+            if after_own_step {
+                HeldFix::AfterOwnStep(h.after_step)
+            } else {
+                HeldFix::BeforeForward(h.moved)
+            }
+        })
         .unwrap_or_default();
     (out, moved)
 }

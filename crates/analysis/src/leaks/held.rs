@@ -32,6 +32,11 @@ pub(super) struct HeldScan {
     /// with the event before that forward's first allocation, where it is
     /// freed instead.
     pub moved: Vec<(usize, usize)>,
+    /// The fix replayed where the program steps several optimizers (each
+    /// `opt.zero_grad(set_to_none=True)` right after its own `opt.step()`):
+    /// each gradient the recorder named at a step freed right after that
+    /// step ended (the event given), where it was freed later.
+    pub after_step: Vec<(usize, usize)>,
     /// Whether they cost memory at the worst iteration's peak: a 1% share
     /// of the run's peak or more comes off it without them
     /// ([`HeldScan::lowers_by`]), or, never freed, they are allocated there.
@@ -246,6 +251,10 @@ pub(super) fn scan_held_gradients(ctx: &Context, roles: &mut Roles) -> Option<He
     }
     let iteration_peak = (start..end).map(|i| a[i]).max().unwrap_or(0);
     let lowers = iteration_peak.saturating_sub(without).min(held[worst]);
+    let after_step = match &named {
+        Some(n) if !never_freed => freed_after_own_step(ctx, n),
+        _ => Vec::new(),
+    };
     let mut scan = HeldScan {
         worst,
         at_peak,
@@ -254,6 +263,7 @@ pub(super) fn scan_held_gradients(ctx: &Context, roles: &mut Roles) -> Option<He
         by_site,
         never_freed,
         moved,
+        after_step,
         costly: false,
         lowers,
     };
@@ -266,6 +276,54 @@ pub(super) fn scan_held_gradients(ctx: &Context, roles: &mut Roles) -> Option<He
         ctx.significant(scan.lowers_by())
     };
     Some(scan)
+}
+
+/// Each gradient the recorder named (`named`, per block) freed right after
+/// the optimizer step that used it, where the program freed it later: the
+/// first step to end after the gradient was made is the step of the
+/// optimizer it belongs to (a backward makes only the gradients of the
+/// model it runs through, and its optimizer's step comes next; gradient
+/// accumulation's backward passes keep adding into the same blocks up to
+/// that step). A GAN's generator gradients, kept from its step through the
+/// discriminator's in the next loop until `netG.zero_grad()`, go right
+/// after the generator's step, as `optimizerG.zero_grad(set_to_none=True)`
+/// there frees them; the next backward makes them again, as recorded.
+/// Blocks never freed from the first iteration on (`set_to_none=False`)
+/// stay: no backward makes them again.
+fn freed_after_own_step(ctx: &Context, named: &[bool]) -> Vec<(usize, usize)> {
+    use vramscope_snapshot::AnnotationStage;
+    let t = ctx.trace;
+    if !t.has_time() {
+        return Vec::new();
+    }
+    // Per step that ended: the first event after its end.
+    let mut ends: Vec<usize> = ctx
+        .snap
+        .annotations
+        .iter()
+        .filter(|a| {
+            a.stage == AnnotationStage::End && ctx.snap.str(a.name).starts_with("Optimizer.step#")
+        })
+        .map(|a| t.time_us.partition_point(|&e| e < a.time_us))
+        .filter(|&e| e > 0 && e < t.len())
+        .collect();
+    ends.sort_unstable();
+    ends.dedup();
+    let (l, bi) = (ctx.lifetimes, ctx.block_iterations);
+    let mut out = Vec::new();
+    for (b, _) in named.iter().enumerate().take(l.len()).filter(|(_, &n)| n) {
+        if l.death[b] == STILL_ALIVE && bi.born[b] <= 1 {
+            continue;
+        }
+        let (birth, death) = l.span(b);
+        let k = ends.partition_point(|&e| e <= birth);
+        if let Some(&after) = ends.get(k) {
+            if death > after {
+                out.push((b, after - 1));
+            }
+        }
+    }
+    out
 }
 
 /// Gradients alive at the run's peak where it is in an evaluation pass.

@@ -226,12 +226,37 @@ pub struct LeakReport {
     /// The one-line answer: how many leaks, or why none could be judged
     /// ("no iterations found: ...", "the file is cut short: ...").
     pub verdict: String,
-    /// The `held_gradients` warning's fix, for `advise`'s replay:
-    /// `zero_grad()` before the forward, each gradient block held into a
-    /// forward freed right after the event given (just before that
-    /// forward's first allocation) instead of where the program freed it.
+    /// The `held_gradients` warning's fix, for `advise`'s replay.
     #[serde(skip)]
-    pub zero_grad_first: Vec<(usize, usize)>,
+    pub held_fix: HeldFix,
+}
+
+/// The `held_gradients` warning's fix, for `advise`'s replay: gradient
+/// blocks each freed right after the event given instead of where the
+/// program freed them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum HeldFix {
+    /// No warning, or nothing to move.
+    #[default]
+    None,
+    /// `zero_grad()` before the forward: each gradient block held into a
+    /// forward and freed before its backward, freed just before that
+    /// forward's first allocation.
+    BeforeForward(Vec<(usize, usize)>),
+    /// Several optimizers (a GAN's): each `opt.zero_grad(set_to_none=True)`
+    /// right after its own `opt.step()`, every gradient freed as the step
+    /// that used it ends.
+    AfterOwnStep(Vec<(usize, usize)>),
+}
+
+impl HeldFix {
+    /// (block, the event after which it is freed) of either fix.
+    pub fn moves(&self) -> &[(usize, usize)] {
+        match self {
+            HeldFix::None => &[],
+            HeldFix::BeforeForward(m) | HeldFix::AfterOwnStep(m) => m,
+        }
+    }
 }
 
 /// Allocated bytes at iteration ends, per iteration: the least-squares
@@ -372,7 +397,7 @@ pub fn find_leaks_with(
             .iter()
             .any(|a| snap.str(a.name).starts_with("gc.collect")),
     };
-    let (mut found, zero_grad_first) = findings::analyze(&ctx, &mut sources);
+    let (mut found, held_fix) = findings::analyze(&ctx, &mut sources);
     found.sort_by(|a, b| {
         a.severity
             .cmp(&b.severity)
@@ -410,7 +435,7 @@ pub fn find_leaks_with(
         leaks_found: found.iter().any(|f| f.severity == Severity::Leak),
         findings: found,
         notes,
-        zero_grad_first,
+        held_fix,
     }
 }
 

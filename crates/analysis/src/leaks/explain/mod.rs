@@ -276,7 +276,7 @@ pub(super) fn held_finding(
     h: &HeldScan,
     series: &SiteSeries,
     src: &mut Sources,
-) -> Finding {
+) -> (Finding, bool) {
     let worst = &ctx.iterations[h.worst];
     let (_, fwd_peak, rest) = h.forward[h.worst];
     let held = h.held[h.worst];
@@ -354,7 +354,7 @@ pub(super) fn held_finding(
     } else {
         "Call `optimizer.zero_grad(set_to_none=True)` before the forward pass (at the top of the loop, or right after `optimizer.step()`), so gradients are freed before activations are allocated."
     };
-    Finding {
+    let f = Finding {
         kind: FindingKind::HeldGradients,
         severity: Severity::Warning,
         title: if several {
@@ -373,7 +373,8 @@ pub(super) fn held_finding(
         bytes: held,
         iterations: (worst.range.number, worst.range.number),
         sites: ev,
-    }
+    };
+    (f, several)
 }
 
 pub(super) fn evaluation_held_finding(
