@@ -126,7 +126,7 @@ def subprocess_env(**extra: str) -> Dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("VRAMSCOPE_")}
     env["PYTHONPATH"] = os.pathsep.join([str(PYTHON_SRC), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["PYTHONUNBUFFERED"] = "1"
-    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) >= (os.cpu_count() or 1):
+    if oversubscribed():
         # One thread per program where every core already has a test
         # worker: torch's default (a thread per core) in each of them
         # oversubscribes the cores, and OpenMP's threads spin waiting for
@@ -198,8 +198,27 @@ SLOW_MODULES = {
 }
 
 
+def oversubscribed() -> bool:
+    """Whether every core already runs a test worker (pytest-xdist with as
+    many workers as cores, as ``scripts/test.sh`` runs the suite)."""
+    return int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) >= (os.cpu_count() or 1)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: records or compiles whole training programs, or builds the wheel (left out by scripts/test.sh --quick)")
+    if os.environ.get("PYTEST_XDIST_WORKER") and oversubscribed():
+        # One intra-op thread in each worker too, as in the programs it
+        # starts (`subprocess_env`): the tests that train in the worker's
+        # own process (the zoo's real peaks, the estimates) beside the other
+        # worker, with torch's default of a thread per core, spent their
+        # time in OpenMP's threads spinning against each other (five zoo
+        # cells beside a busy core: 26.5 s with two threads, 15.8 with one;
+        # the figures the same).
+        try:
+            import torch
+        except ImportError:
+            return
+        torch.set_num_threads(1)
 
 
 # The longest modules first (seconds on two cores beside the other worker,

@@ -13,6 +13,7 @@ tokens), widths off the multiples of 16 and 64, a batched product
 
 from __future__ import annotations
 
+import os
 import pickle
 from collections import Counter
 from typing import Any, Tuple
@@ -62,8 +63,9 @@ CASES = [
 def test_the_scratchpads_are_the_real_ones(case: Tuple[Any, ...], tmp_path: Any) -> None:
     b, t, d_in, hidden, d_out, threads = case
     before = torch.get_num_threads()
-    if threads:
-        torch.set_num_threads(threads)
+    # None: a thread per core, torch's default (the test workers run on one
+    # thread each, conftest.py), whose scratchpads are one per thread.
+    torch.set_num_threads(threads or os.cpu_count() or 1)
     try:
         torch.manual_seed(0)
         model = Mixer(d_in, hidden, d_out)
