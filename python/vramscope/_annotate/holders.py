@@ -11,7 +11,9 @@ attribute set in ``Model.forward``), ``outputs[*]`` (a local of
 kept autograd graph saved for backward (``total = total + loss``) cannot be
 read without running the graph's unpack hooks, so for each named tensor with
 a graph the pass counts the graph's nodes (``graph_nodes``): a graph that
-grows from one look to the next is kept across iterations.
+grows from one look to the next is kept across iterations. The leaves a
+graph accumulates into are held, not saved: those that are not parameters,
+and their gradients, are named through it (``costs[*] (autograd graph)``).
 
 Tensors are grouped by the pattern of their path (list indices and dict keys
 become ``[*]``) and each group lists the storages' addresses, which are the

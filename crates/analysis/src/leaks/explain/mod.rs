@@ -271,6 +271,9 @@ fn gradient_evidence(
     (ev, by_site.values().map(|v| v.1).sum())
 }
 
+/// The `held_gradients` finding, and whether it is told as several
+/// optimizers' (a GAN's: the fix is each one's `zero_grad` right after its
+/// own step, which `advise` replays instead of `zero_grad` first).
 pub(super) fn held_finding(
     ctx: &Context,
     h: &HeldScan,
