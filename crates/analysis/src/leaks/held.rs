@@ -279,12 +279,13 @@ pub(super) fn scan_held_gradients(ctx: &Context, roles: &mut Roles) -> Option<He
 }
 
 /// Each gradient the recorder named (`named`, per block) freed right after
-/// the optimizer step that used it, where the program freed it later: the
-/// first step to end after the gradient was made is the step of the
-/// optimizer it belongs to (a backward makes only the gradients of the
-/// model it runs through, and its optimizer's step comes next; gradient
-/// accumulation's backward passes keep adding into the same blocks up to
-/// that step). A GAN's generator gradients, kept from its step through the
+/// the optimizer step that used it, where the program freed it later. The
+/// recorder names a gradient inside the step of the optimizer that holds
+/// its parameter (its tag's time), so the first `Optimizer.step#` to end
+/// at or after that time is that step, whatever other optimizers stepped
+/// since the backward that made it (two optimizers over one model stepping
+/// one after the other: the second one's gradients stay through the first
+/// one's step). A GAN's generator gradients, kept from its step through the
 /// discriminator's in the next loop until `netG.zero_grad()`, go right
 /// after the generator's step, as `optimizerG.zero_grad(set_to_none=True)`
 /// there frees them; the next backward makes them again, as recorded.
@@ -292,35 +293,53 @@ pub(super) fn scan_held_gradients(ctx: &Context, roles: &mut Roles) -> Option<He
 /// stay: no backward makes them again.
 fn freed_after_own_step(ctx: &Context, named: &[bool]) -> Vec<(usize, usize)> {
     use vramscope_snapshot::AnnotationStage;
-    let t = ctx.trace;
+    let (t, snap) = (ctx.trace, ctx.snap);
     if !t.has_time() {
         return Vec::new();
     }
-    // Per step that ended: the first event after its end.
-    let mut ends: Vec<usize> = ctx
-        .snap
+    // When each step ended.
+    let mut ends: Vec<i64> = snap
         .annotations
         .iter()
         .filter(|a| {
-            a.stage == AnnotationStage::End && ctx.snap.str(a.name).starts_with("Optimizer.step#")
+            a.stage == AnnotationStage::End && snap.str(a.name).starts_with("Optimizer.step#")
         })
-        .map(|a| t.time_us.partition_point(|&e| e < a.time_us))
-        .filter(|&e| e > 0 && e < t.len())
+        .map(|a| a.time_us)
         .collect();
     ends.sort_unstable();
-    ends.dedup();
+    // When the recorder named a gradient at each address.
+    let mut tagged: HashMap<u64, Vec<i64>> = HashMap::default();
+    for g in &snap.tags {
+        if snap.str(g.category) == "gradient" {
+            tagged.entry(g.addr).or_default().push(g.time_us);
+        }
+    }
     let (l, bi) = (ctx.lifetimes, ctx.block_iterations);
+    let time = |e: usize| t.time_us.get(e).copied();
     let mut out = Vec::new();
     for (b, _) in named.iter().enumerate().take(l.len()).filter(|(_, &n)| n) {
         if l.death[b] == STILL_ALIVE && bi.born[b] <= 1 {
             continue;
         }
         let (birth, death) = l.span(b);
-        let k = ends.partition_point(|&e| e <= birth);
-        if let Some(&after) = ends.get(k) {
-            if death > after {
-                out.push((b, after - 1));
-            }
+        let (from, to) = (
+            time(birth).unwrap_or(i64::MIN),
+            time(death).unwrap_or(i64::MAX),
+        );
+        // The first time it was named while alive: inside its step.
+        let Some(named_at) = tagged
+            .get(&l.addr[b])
+            .and_then(|ts| ts.iter().copied().filter(|&x| from <= x && x < to).min())
+        else {
+            continue;
+        };
+        let Some(&end) = ends.get(ends.partition_point(|&e| e < named_at)) else {
+            continue;
+        };
+        // The first event after the step ended.
+        let after = t.time_us.partition_point(|&e| e < end);
+        if after > 0 && after < t.len() && death > after {
+            out.push((b, after - 1));
         }
     }
     out
