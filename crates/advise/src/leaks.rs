@@ -329,49 +329,54 @@ fn zero_grad_first(
         .map(|&(b, at)| (b, ChangeKind::FreeAfter(at)))
         .collect();
     let total: u64 = moved.iter().map(|&(b, _)| l.size[b]).sum();
-    if let HeldFix::AfterOwnStep(_) = fix {
-        return Some(Candidate {
-            class: ChangeClass::ZeroGradFirst,
-            change: "each optimizer's gradients freed right after its own step".into(),
-            code: "opt_d.step()\nopt_d.zero_grad(set_to_none=True)  # each optimizer's, right after its own step\n\
-                   ...\nopt_g.step()\nopt_g.zero_grad(set_to_none=True)"
-                .into(),
-            settings: recorded.clone(),
-            method: Method::Replayed,
-            edits: Some(for_blocks(snap, device, l, &v, "the gradients kept past their optimizer's step")),
-            how: format!(
-                "replayed with the {} gradient blocks ({} over the trace) that outlived the optimizer step that \
-                 used them each freed as that step ends, where `opt.zero_grad(set_to_none=True)` after each \
-                 `opt.step()` frees them; each backward makes them again, as recorded",
-                v.len(),
-                bytes(total)
-            ),
-        });
-    }
-    // Lightning zeroes inside its optimizer closure, after training_step:
-    // its hooks move it (the finding's fix says which).
-    let code = if f.fix.contains("optimizer_zero_grad") {
-        "class Model(L.LightningModule):\n    def optimizer_zero_grad(self, epoch, batch_idx, optimizer):\n        \
-         pass  # zeroed before training_step instead\n\n    def on_train_batch_start(self, batch, batch_idx):\n        \
-         self.optimizers().zero_grad(set_to_none=True)"
+    // (the change, its code, what the edits free, how they were made)
+    let (change, code, what, how) = if let HeldFix::AfterOwnStep(_) = fix {
+        (
+            "each optimizer's gradients freed right after its own step".to_owned(),
+            "opt_d.step()\nopt_d.zero_grad(set_to_none=True)  # each optimizer's, right after its own step\n\
+             ...\nopt_g.step()\nopt_g.zero_grad(set_to_none=True)",
+            "the gradients kept past their optimizer's step",
+            "that outlived the optimizer step that used them each freed as that step ends, where \
+             `opt.zero_grad(set_to_none=True)` after each `opt.step()` frees them; each backward makes them again",
+        )
+    } else if f.fix.contains("optimizer_zero_grad") {
+        // Lightning zeroes inside its optimizer closure, after
+        // training_step: its hooks move it (the finding's fix says which).
+        (
+            f.title.clone(),
+            "class Model(L.LightningModule):\n    def optimizer_zero_grad(self, epoch, batch_idx, optimizer):\n        \
+             pass  # zeroed before training_step instead\n\n    def on_train_batch_start(self, batch, batch_idx):\n        \
+             self.optimizers().zero_grad(set_to_none=True)",
+            "the gradients held into the next forward",
+            BEFORE_FORWARD,
+        )
     } else {
-        "for data, target in loader:\n    optimizer.zero_grad(set_to_none=True)  # first: the last step's \
-         gradients go before the forward\n    loss = loss_fn(model(data), target)\n    loss.backward()\n    \
-         optimizer.step()"
+        (
+            f.title.clone(),
+            "for data, target in loader:\n    optimizer.zero_grad(set_to_none=True)  # first: the last step's \
+             gradients go before the forward\n    loss = loss_fn(model(data), target)\n    loss.backward()\n    \
+             optimizer.step()",
+            "the gradients held into the next forward",
+            BEFORE_FORWARD,
+        )
     };
     Some(Candidate {
         class: ChangeClass::ZeroGradFirst,
-        change: f.title.clone(),
+        change,
         code: code.into(),
         settings: recorded.clone(),
         method: Method::Replayed,
-        edits: Some(for_blocks(snap, device, l, &v, "the gradients held into the next forward")),
+        edits: Some(for_blocks(snap, device, l, &v, what)),
         how: format!(
-            "replayed with the {} gradient blocks ({} over the trace) each step's forward began with freed just \
-             before it, where `zero_grad()` at the top of the loop frees them; the next backward makes them \
-             again, as recorded",
+            "replayed with the {} gradient blocks ({} over the trace) {how}, as recorded",
             v.len(),
             bytes(total)
         ),
     })
 }
+
+/// How `zero_grad()` moved before the forward is replayed (the middle of
+/// [`zero_grad_first`]'s sentence).
+const BEFORE_FORWARD: &str =
+    "each step's forward began with freed just before it, where `zero_grad()` at the top \
+                              of the loop frees them; the next backward makes them again";

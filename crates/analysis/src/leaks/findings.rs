@@ -8,7 +8,7 @@ use super::explain::{
     cycle_finding, evaluation_held_finding, growth_finding, held_finding, library_state,
     long_lived_finding, one_time_finding, regrown_finding,
 };
-use super::held::{scan_gradients_in_evaluation, scan_held_gradients};
+use super::held::{freed_after_own_step, scan_gradients_in_evaluation, scan_held_gradients};
 pub(super) use super::held::{EvaluationHeld, HeldScan};
 use super::series::{shape, site_series, BlockIterations, Shape, SiteTable};
 use super::source::Sources;
@@ -46,8 +46,8 @@ pub(super) struct Context<'a> {
     pub evaluation: &'a Evaluation,
     /// Each block's category.
     pub categories: &'a [crate::categories::Category],
-    /// Where each block's category came from.
-    pub sources: &'a [Option<crate::categories::Source>],
+    /// [`crate::categories::named_gradients`] of the trace's blocks, once.
+    pub named_gradients: Option<Vec<bool>>,
     /// The recorder's holders, by address.
     pub holders: &'a super::holders::HolderIndex<'a>,
     /// Which block's backward made what (the recorder's spans).
@@ -171,13 +171,6 @@ impl Roles<'_> {
             }
         }
         self.of_stack(l.stack[b])
-    }
-}
-
-impl Context<'_> {
-    /// [`crate::categories::named_gradients`] of the trace's blocks.
-    pub(super) fn named_gradients(&self) -> Option<Vec<bool>> {
-        crate::categories::named_gradients(self.categories, self.sources)
     }
 }
 
@@ -335,12 +328,17 @@ pub(super) fn analyze(ctx: &Context, src: &mut Sources) -> (Vec<Finding>, HeldFi
     // discriminator's step of the next loop (DCGAN zeroes them after it),
     // where the run peaks; where they are freed before the iteration peaks,
     // nothing is lost.
-    let mut after_own_step = false;
-    if let Some(h) = &held {
-        let (mut f, several) = held_finding(ctx, h, series, src);
-        after_own_step = several;
+    // The fix `advise` replays: `zero_grad()` before the forward, or, where
+    // several optimizers step, each one's right after its own step.
+    let mut held_fix = HeldFix::None;
+    if let Some(h) = held {
+        let (mut f, several) = held_finding(ctx, &h, series, src);
         if !h.costs_at_peak() {
             f.severity = Severity::Benign; // shown, not warned
+        } else if several {
+            held_fix = HeldFix::AfterOwnStep(freed_after_own_step(ctx));
+        } else {
+            held_fix = HeldFix::BeforeForward(h.moved);
         }
         out.push(f);
     }
@@ -416,19 +414,7 @@ pub(super) fn analyze(ctx: &Context, src: &mut Sources) -> (Vec<Finding>, HeldFi
         let role = [Role::Gradient, Role::Optimizer, Role::Other][role as usize];
         out.push(one_time_finding(ctx, role, &sites, series, src));
     }
-    // The fix `advise` replays: `zero_grad()` before the forward, or, where
-    // several optimizers step, each one's right after its own step.
-    let moved = held
-        .filter(|h| h.costs_at_peak())
-        .map(|h| {
-            if after_own_step {
-                HeldFix::AfterOwnStep(h.after_step)
-            } else {
-                HeldFix::BeforeForward(h.moved)
-            }
-        })
-        .unwrap_or_default();
-    (out, moved)
+    (out, held_fix)
 }
 
 /// Larger at the end of every iteration than at the end of the one before,

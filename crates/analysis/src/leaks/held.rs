@@ -32,11 +32,6 @@ pub(super) struct HeldScan {
     /// with the event before that forward's first allocation, where it is
     /// freed instead.
     pub moved: Vec<(usize, usize)>,
-    /// The fix replayed where the program steps several optimizers (each
-    /// `opt.zero_grad(set_to_none=True)` right after its own `opt.step()`):
-    /// each gradient the recorder named at a step freed right after that
-    /// step ended (the event given), where it was freed later.
-    pub after_step: Vec<(usize, usize)>,
     /// Whether they cost memory at the worst iteration's peak: a 1% share
     /// of the run's peak or more comes off it without them
     /// ([`HeldScan::lowers_by`]), or, never freed, they are allocated there.
@@ -161,13 +156,11 @@ pub(super) fn scan_held_gradients(ctx: &Context, roles: &mut Roles) -> Option<He
     let mut diff = vec![0i64; its.len() + 1];
     let mut grads = Vec::new();
     let mut every_grad = Vec::new();
-    let named = ctx.named_gradients();
+    let named = ctx.named_gradients.as_ref();
     for b in 0..l.len() {
         // Blocks from before the window or from setup are not a previous
         // iteration's gradients.
-        if bi.born[b] == 0
-            || roles.of_block(l, b) != Role::Gradient
-            || named.as_ref().is_some_and(|n| !n[b])
+        if bi.born[b] == 0 || roles.of_block(l, b) != Role::Gradient || named.is_some_and(|n| !n[b])
         {
             continue;
         }
@@ -251,10 +244,6 @@ pub(super) fn scan_held_gradients(ctx: &Context, roles: &mut Roles) -> Option<He
     }
     let iteration_peak = (start..end).map(|i| a[i]).max().unwrap_or(0);
     let lowers = iteration_peak.saturating_sub(without).min(held[worst]);
-    let after_step = match &named {
-        Some(n) if !never_freed => freed_after_own_step(ctx, n),
-        _ => Vec::new(),
-    };
     let mut scan = HeldScan {
         worst,
         at_peak,
@@ -263,7 +252,6 @@ pub(super) fn scan_held_gradients(ctx: &Context, roles: &mut Roles) -> Option<He
         by_site,
         never_freed,
         moved,
-        after_step,
         costly: false,
         lowers,
     };
@@ -278,7 +266,7 @@ pub(super) fn scan_held_gradients(ctx: &Context, roles: &mut Roles) -> Option<He
     Some(scan)
 }
 
-/// Each gradient the recorder named (`named`, per block) freed right after
+/// Each gradient the recorder named (`Context::named_gradients`) freed right after
 /// the optimizer step that used it, where the program freed it later. The
 /// recorder names a gradient inside the step of the optimizer that holds
 /// its parameter (its tag's time), so the first `Optimizer.step#` to end
@@ -290,13 +278,14 @@ pub(super) fn scan_held_gradients(ctx: &Context, roles: &mut Roles) -> Option<He
 /// after the generator's step, as `optimizerG.zero_grad(set_to_none=True)`
 /// there frees them; the next backward makes them again, as recorded.
 /// Blocks never freed from the first iteration on (`set_to_none=False`)
-/// stay: no backward makes them again.
-fn freed_after_own_step(ctx: &Context, named: &[bool]) -> Vec<(usize, usize)> {
+/// stay: no backward makes them again. Without the recorder's names,
+/// nothing: which step used a gradient cannot be told.
+pub(super) fn freed_after_own_step(ctx: &Context) -> Vec<(usize, usize)> {
     use vramscope_snapshot::AnnotationStage;
     let (t, snap) = (ctx.trace, ctx.snap);
-    if !t.has_time() {
+    let Some(named) = ctx.named_gradients.as_deref().filter(|_| t.has_time()) else {
         return Vec::new();
-    }
+    };
     // When each step ended.
     let mut ends: Vec<i64> = snap
         .annotations
@@ -372,11 +361,11 @@ pub(super) fn scan_gradients_in_evaluation(
     let l = ctx.lifetimes;
     let mut by_site: HashMap<u32, (u64, u64)> = HashMap::default();
     let mut bytes = 0u64;
-    let named = ctx.named_gradients();
+    let named = ctx.named_gradients.as_ref();
     for b in 0..l.len() {
         if l.alive_after(b, peak as u32)
             && roles.of_block(l, b) == Role::Gradient
-            && named.as_ref().is_none_or(|n| n[b])
+            && named.is_none_or(|n| n[b])
         {
             bytes += l.size[b];
             let e = by_site.entry(ctx.sites.of_block[b]).or_default();

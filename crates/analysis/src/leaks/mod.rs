@@ -390,7 +390,7 @@ pub fn find_leaks_with(
         phases: &labelled.categories.phases,
         evaluation: &labelled.categories.evaluation,
         categories: &labelled.categories.category,
-        sources: &labelled.categories.source,
+        named_gradients: labelled.categories.named_gradients(),
         holders: &holders::HolderIndex::new(snap, holder_iterations(t, &iterations)),
         has_gc_marks: snap
             .annotations
