@@ -10,8 +10,8 @@
 #
 # Steps:
 #   1. scripts/setup-venv.sh        (.venv with maturin, pytest, hypothesis, numpy, torch)
-#   2. cargo build --release --workspace, less the Python extension (the CLI,
-#      for the Python and browser tests; maturin reuses its crates)
+#   2. cargo build --release --workspace (the CLI, for the Python and browser
+#      tests; cargo test and maturin reuse its crates)
 #   3. cargo test --release --workspace --no-fail-fast (the release build's
 #      dependencies and crates serve it: one build of each; the release
 #      profile has no link-time optimisation, so the ~90 test binaries link
@@ -83,10 +83,14 @@ export PATH="$VIRTUAL_ENV/bin:$PATH"
 unset PYTHONHOME
 
 # 2. Build.
-# (Not the Python extension: maturin builds it below with its own features,
-# and building it here too would build it twice.)
-say "cargo build --release --workspace --exclude vramscope-python"
-if ! cargo build --release --workspace --exclude vramscope-python; then
+# The whole workspace, the Python extension's crate too: its proc macros
+# (pyo3's) turn on features of `syn` that every derive macro then shares, so
+# a build without it would leave `cargo test --workspace` below to rebuild
+# every crate and dependency a second time (about 110 s of compiling, 55 s
+# of two cores). maturin reuses these crates and rebuilds only pyo3 and the
+# extension, with its `extension-module` feature.
+say "cargo build --release --workspace"
+if ! cargo build --release --workspace; then
     fail_step "cargo build --release --workspace"
     exit 1
 fi
