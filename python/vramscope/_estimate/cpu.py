@@ -132,6 +132,21 @@ RNN_UNCHECKED = (
 )
 
 
+def _has_amx() -> bool:
+    """Whether oneDNN's bfloat16 kernels can use AMX here (its tiles and
+    their bf16 instructions): they choose other blockings and buffers."""
+    import torch
+
+    caps = getattr(torch.cpu, "get_capabilities", None)
+    if caps is None:
+        return False
+    try:
+        got = caps()
+    except Exception:  # an old or odd build: AMX is not what it reports
+        return False
+    return bool(got.get("amx_tile") and got.get("amx_bf16"))
+
+
 class Cpu(Kernels):
     """The CPU's kernel choices and scratch a trace adds."""
 
@@ -143,6 +158,7 @@ class Cpu(Kernels):
         self.sdp: Dict[str, int] = {}  # backend -> calls
         self.capability = str(torch.backends.cpu.get_cpu_capability())
         self.avx512 = self.capability.startswith("AVX512")
+        self.amx = _has_amx()
         self.lstm_calls = 0  # nn.LSTM calls that took oneDNN's path (cpu_rnn.rnns_as_on_cpu)
         self.lstm_raises = False  # one of them raises on this CPU (cpu_rnn.RAISES says so)
         self.conv_modelled = 0  # convolutions whose oneDNN reorders were traced
@@ -364,11 +380,11 @@ class Cpu(Kernels):
             rec.track(t)
         if layer is None:
             return output, hy, cy, workspace
-        self._lstm_unchecked(layer)
+        measured = self._lstm_measured(layer, func, "mkldnn_rnn_layer", args, kwargs)
         if layer.training:
             workspace = torch.empty(layer.workspace(), dtype=torch.uint8, device=output.device)
             rec.track(workspace)
-        self._scratch(forward_call(layer, bool(args[12])), rec)
+        self._scratch(forward_call(layer, bool(args[12]), measured), rec)
         return output, hy, cy, workspace
 
     def _lstm_backward(self, func: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], rec: Any) -> Any:
@@ -389,20 +405,44 @@ class Cpu(Kernels):
         for i in (0, 1, 2, 3, 5, 6):
             rec.track(out[i])
         contiguous = grad_out is not None and grad_out.is_contiguous()
-        self._scratch(backward_call(layer, contiguous, grad_hy is not None, grad_cy is not None), rec)
+        measured = self._lstm_measured(layer, func, "mkldnn_rnn_layer_backward", args, kwargs)
+        if measured is not None:
+            # The second bias's gradient is a clone made as the call
+            # returns, after the scratchpad is freed: the rise above what
+            # the call left counts it, though it was not there at the peak.
+            measured += out[3].numel() * out[3].element_size()
+        self._scratch(backward_call(layer, contiguous, grad_hy is not None, grad_cy is not None, measured), rec)
         out[4] = torch.empty_like(out[3])
         rec.track(out[4])
         return tuple(out)
 
-    def _lstm_unchecked(self, layer: Any) -> None:
-        """Say where oneDNN's choices on this CPU were not checked: its
-        16-bit kernels but on AVX-512 (where they run elsewhere, the
-        program raises and the note says that instead); float32
-        inference's packed weights but on AVX-512 and AVX2."""
-        if layer.size != 4 and not self.avx512 and not self.lstm_raises:
-            self.note("lstm", RNN_UNCHECKED.format(capability=self.capability, what="its 16-bit kernels' blocked weights and scratchpad"))
-        elif layer.size == 4 and not layer.training and not (self.avx512 or self.capability == "AVX2"):
-            self.note("lstm", RNN_UNCHECKED.format(capability=self.capability, what="inference's packed weights"))
+    def _lstm_measured(self, layer: Any, func: Any, name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Optional[int]:
+        """Where oneDNN's choices on this CPU were not checked (its 16-bit
+        kernels but on AVX-512 without AMX; float32 inference's packed
+        weights but on AVX-512 and AVX2), the call measured on this CPU:
+        how far it rose above its results (None where the rules were
+        checked). Where it cannot be measured, the note says what may
+        differ. (Where a 16-bit LSTM does not run at all, the program
+        raises and the note says that instead.)"""
+        if layer.size != 4:
+            if self.avx512 and not self.amx:
+                return None
+            what = "its 16-bit kernels' blocked weights and scratchpad"
+        elif not layer.training and not (self.avx512 or self.capability == "AVX2"):
+            what = "inference's packed weights"
+        else:
+            return None
+        if self.lstm_raises:
+            return None
+        try:
+            return scratch(func, name, args, kwargs, grad=name == "mkldnn_rnn_layer" and layer.training)
+        except (NotMeasured, RuntimeError) as e:  # RuntimeError: the real kernel refused the call
+            self.note("lstm", RNN_UNCHECKED.format(capability=self._isa(), what=what) + f" (not measured: {e})")
+            return None
+
+    def _isa(self) -> str:
+        """The CPU's capability as the notes name it (AMX beside AVX-512)."""
+        return f"{self.capability} with AMX" if self.amx else self.capability
 
     def after(self, func: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], rec: Any) -> None:
         name = op_name(func)
