@@ -17,7 +17,6 @@
 //! a call wrote to a Hugging Face KV cache is left out (transformers turns
 //! the cache off under checkpointing).
 
-use std::collections::BTreeMap;
 
 use vramscope_analysis::lifetimes::Lifetimes;
 use vramscope_simulate::edits::{Change, ChangeKind, ChangeMatch, Edits};
@@ -69,16 +68,25 @@ pub(super) fn shown(container: &str) -> String {
     }
 }
 
-/// A module's name as the Python that reaches it: `resnet.4` is
-/// `model.resnet[4]` (a `Sequential`'s or `ModuleList`'s index is not an
-/// attribute: `model.resnet.4` is a syntax error), a `ModuleDict`'s key
-/// that is no identifier `model.heads["a-b"]`.
+/// A module's name as the Python that reaches it: `transformer.h` is
+/// `model.transformer.h`, a `ModuleDict`'s key that is no identifier
+/// `model.heads["a-b"]`. A name with a number in it is
+/// `model.get_submodule("backbone.1.block")`: the number is a
+/// `Sequential`'s or `ModuleList`'s index (`model.backbone[1]`) or a
+/// `ModuleDict`'s key (`model.backbone["1"]`: torchvision's
+/// `IntermediateLayerGetter`, which segmentation and detection models use
+/// as their backbone, where `model.backbone[1]` raises `KeyError`), and
+/// the recording does not say which; `get_submodule` reaches both.
 fn python_path(name: &str) -> String {
+    if name
+        .split('.')
+        .any(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return format!("model.get_submodule({name:?})");
+    }
     let mut out = String::from("model");
     for part in name.split('.') {
-        if !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()) {
-            out.push_str(&format!("[{part}]"));
-        } else if is_identifier(part) {
+        if is_identifier(part) {
             out.push('.');
             out.push_str(part);
         } else {
@@ -146,7 +154,9 @@ struct Wrapped {
 
 fn edits_for(calls: &[&SavedCall], wrap: Option<&[&str]>, l: &Lifetimes) -> Wrapped {
     let mut edits = Edits::default();
-    let mut names: BTreeMap<String, ()> = BTreeMap::new();
+    // The containers in the order the forward first calls them (a string
+    // order put `backbone[10]` before `backbone[2]`).
+    let mut names: Vec<String> = Vec::new();
     let (mut blocks, mut freed_bytes, mut checkpointed, mut cache_bytes) =
         (0u64, 0u64, 0usize, 0u64);
     for c in calls {
@@ -177,9 +187,12 @@ fn edits_for(calls: &[&SavedCall], wrap: Option<&[&str]>, l: &Lifetimes) -> Wrap
                 .push(l.birth[b] as usize);
         }
         checkpointed += 1;
-        names.insert(container(&c.name).to_owned(), ());
+        let name = container(&c.name);
+        if !names.iter().any(|n| n == name) {
+            names.push(name.to_owned());
+        }
     }
-    let containers: Vec<String> = names.into_keys().collect();
+    let containers = names;
     let shown: Vec<String> = containers.iter().map(|c| shown(c)).collect();
     edits.matched.push(ChangeMatch {
         change: Change {
@@ -394,11 +407,11 @@ mod tests {
 
     #[test]
     fn a_module_name_is_written_as_the_python_that_reaches_it() {
-        assert_eq!(shown("resnet.4"), "model.resnet[4]");
+        assert_eq!(shown("resnet.4"), "model.get_submodule(\"resnet.4\")");
         assert_eq!(shown("transformer.h"), "model.transformer.h");
         assert_eq!(
             shown("encoder.layers.0.blocks"),
-            "model.encoder.layers[0].blocks"
+            "model.get_submodule(\"encoder.layers.0.blocks\")"
         );
         assert_eq!(shown("heads.a-b"), "model.heads[\"a-b\"]");
         assert_eq!(shown(""), "the model");
