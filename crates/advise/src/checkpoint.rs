@@ -17,7 +17,6 @@
 //! a call wrote to a Hugging Face KV cache is left out (transformers turns
 //! the cache off under checkpointing).
 
-
 use vramscope_analysis::lifetimes::Lifetimes;
 use vramscope_simulate::edits::{Change, ChangeKind, ChangeMatch, Edits};
 use vramscope_text::units::bytes;

@@ -229,7 +229,11 @@ fn blocks_under_a_module_dict_are_named_as_python_reaches_them() {
         "{}",
         every.change
     );
-    assert!(!every.change.contains("model.backbone["), "{}", every.change);
+    assert!(
+        !every.change.contains("model.backbone["),
+        "{}",
+        every.change
+    );
     assert!(
         every
             .code
