@@ -366,8 +366,8 @@ pub(super) fn half_batch_candidates(
         };
         out.push(Candidate {
             class: ChangeClass::HalfEvalBatch,
-            change: "half the evaluation batch (the batch size of the validation or test loop: forwards no \
-                     backward used)"
+            change: "half the evaluation batch (the batch of the passes that run forward only, no backward: a \
+                     validation or test loop, a reinforcement learner's rollouts, generation)"
                 .into(),
             code: format!(
                 "{highest}eval_loader = DataLoader(eval_set, batch_size=eval_batch_size // 2)\n\
