@@ -878,6 +878,38 @@ def test_the_taggers_reads_are_not_seen_by_a_torch_function_mode() -> None:
     assert tagged == alone, f"the mode saw {tagged - alone} more calls with the Tagger"
 
 
+def test_a_batch_given_by_keyword_is_named_input(tmp_path: Path, cpu_path: None) -> None:
+    """Hugging Face models are called with keywords (``model(input_ids=...,
+    labels=...)``), and a global forward pre-hook is given the positional
+    arguments only: the keywords are read from the call itself. (Before,
+    such a batch was named by the stacks at best: a Whisper fine-tune's
+    features were `inputs` at the peak and `unknown` at the end.)"""
+
+    class Keywords(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(32, 4)
+
+        def forward(self, features: Any = None, labels: Any = None) -> Any:
+            return torch.nn.functional.cross_entropy(self.lin(features), labels)
+
+    torch.manual_seed(0)
+    model = Keywords()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    features, labels = torch.randn(64, 32), torch.randint(0, 4, (64,))
+    out = tmp_path / "keywords.pickle"
+    with vr.record(out):
+        for _ in range(2):
+            model(features=features, labels=labels).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    tags = load_snapshot(out)["vramscope_tags"]
+    by_addr = {a: c for a, c in zip(tags["addr"], tags["category"])}
+    assert by_addr.get(features.untyped_storage().data_ptr()) == "input"
+    assert by_addr.get(labels.untyped_storage().data_ptr()) == "input"
+    assert by_addr.get(model.lin.weight.untyped_storage().data_ptr()) == "parameter"
+
+
 def test_tags_are_rows_where_annotations_are_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cpu_path: None) -> None:
     """The CPU recorder (and CUDA builds without ``_annotate_tensor``) write
     the tags as ``vramscope_tags`` columns, read by vramscope."""

@@ -11,7 +11,8 @@ running program knows which tensors are the model's parameters, their
 * every module call (``register_module_forward_pre_hook``), once per module:
   its parameters, so models that never step an optimizer (inference) are
   covered too; and the tensors given to the outermost call that need no
-  gradient: the batch;
+  gradient, by position or by keyword (``model(input_ids=..., labels=...)``,
+  read from the call's frame: the hook is given positions only): the batch;
 * each call of one of the model's repeated blocks (the layers of a
   ``ModuleList`` or ``Sequential`` of one composite class), as a
   ``vramscope.block#NAME`` range in the snapshot's annotations: which
@@ -40,6 +41,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import sys
 import threading
 import weakref
 from typing import Any, Callable, Dict, List, Optional
@@ -217,7 +219,8 @@ class Tagger(BackwardSpans, ForwardSpans):
             # The outermost module call: the tensors it is given (that need
             # no gradient) are the batch, unless an earlier outermost call
             # made them.
-            for a in args if isinstance(args, tuple) else (args,):
+            given = (*(args if isinstance(args, tuple) else (args,)), *_call_kwargs(module).values())
+            for a in given:
                 if isinstance(a, self._tensor) and not a.requires_grad and not self._was_output(a):
                     self.tag(a, "input")
             self._note_autocast()
@@ -599,6 +602,23 @@ class Tagger(BackwardSpans, ForwardSpans):
         if not self.rows["addr"]:
             return None
         return {k: list(v) for k, v in self.rows.items()}
+
+
+def _call_kwargs(module: Any) -> Dict[str, Any]:
+    """The keyword arguments of the module call under way. A global
+    forward pre-hook gets the positional ones only, but Hugging Face models
+    are called with keywords (``model(input_ids=..., labels=...)``): they
+    are read from ``Module._call_impl``'s frame, a few frames above the
+    hook (its ``self`` the module). Nothing where it is not found."""
+    f = sys._getframe(1)
+    for _ in range(6):
+        if f is None:
+            break
+        if f.f_code.co_name == "_call_impl" and f.f_locals.get("self") is module:
+            kwargs = f.f_locals.get("kwargs")
+            return kwargs if isinstance(kwargs, dict) else {}
+        f = f.f_back
+    return {}
 
 
 def _local(t: Any) -> Any:
