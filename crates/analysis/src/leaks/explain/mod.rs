@@ -450,6 +450,27 @@ pub(super) fn long_lived_finding(
     }
 }
 
+/// Whether the sites' gradients were made in more than one iteration:
+/// each backward makes them again (set to None in between), rather than
+/// the first one's kept.
+fn remade(ctx: &Context, sites: &[(u32, f64)]) -> bool {
+    let mut first: Option<u32> = None;
+    for (b, &site) in ctx.sites.of_block.iter().enumerate() {
+        if ctx.categories.get(b) != Some(&crate::categories::Category::Gradient)
+            || !sites.iter().any(|s| s.0 == site)
+        {
+            continue;
+        }
+        let born = ctx.block_iterations.born[b];
+        match first {
+            None => first = Some(born),
+            Some(f) if f != born => return true,
+            Some(_) => {}
+        }
+    }
+    false
+}
+
 pub(super) fn one_time_finding(
     ctx: &Context,
     role: Role,
@@ -486,6 +507,13 @@ pub(super) fn one_time_finding(
                 format!("{} were allocated by the optimizer during iteration {by} and stayed constant afterwards: its state. {rule} This is expected and happens once.", bytes(total as u64)),
             )
         }
+        // Gradients kept (`zero_grad(set_to_none=False)`, or never zeroed)
+        // are the tensors the first backward made; set to None, each
+        // backward makes them again.
+        Role::Gradient if remade(ctx, sites) => (
+            format!("gradients: {} made by each backward pass, the same size every iteration (expected)", bytes(total as u64)),
+            format!("{} of gradients are alive at each iteration's end from iteration {by} on: each backward pass makes them again (`zero_grad(set_to_none=True)` frees them in between), at a constant size.", bytes(total as u64)),
+        ),
         Role::Gradient => (
             format!("gradients: {} allocated once and kept (expected)", bytes(total as u64)),
             format!("{} of gradients were allocated by the backward pass of iteration {by} and stay allocated between iterations, at a constant size.", bytes(total as u64)),
