@@ -1073,8 +1073,8 @@ async function main() {
   // The longest first (the 400,000-entry page), so that no page is left
   // to run alone at the end.
   const tasks = [];
-  if (!opt.only || 'level of detail'.includes(opt.only)) tasks.push((browser) => testLevelOfDetail(browser));
-  if (!opt.only || 'ranks'.includes(opt.only)) tasks.push((browser) => testRanks(browser));
+  if (!opt.only || 'level of detail'.includes(opt.only)) tasks.push(testLevelOfDetail);
+  if (!opt.only || 'ranks'.includes(opt.only)) tasks.push(testRanks);
   for (const s of chosen) {
     tasks.push(async (browser) => {
       if (s.make) {

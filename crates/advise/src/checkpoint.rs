@@ -155,7 +155,7 @@ fn edits_for(calls: &[&SavedCall], wrap: Option<&[&str]>, l: &Lifetimes) -> Wrap
     let mut edits = Edits::default();
     // The containers in the order the forward first calls them (a string
     // order put `backbone[10]` before `backbone[2]`).
-    let mut names: Vec<String> = Vec::new();
+    let mut containers: Vec<String> = Vec::new();
     let (mut blocks, mut freed_bytes, mut checkpointed, mut cache_bytes) =
         (0u64, 0u64, 0usize, 0u64);
     for c in calls {
@@ -187,11 +187,10 @@ fn edits_for(calls: &[&SavedCall], wrap: Option<&[&str]>, l: &Lifetimes) -> Wrap
         }
         checkpointed += 1;
         let name = container(&c.name);
-        if !names.iter().any(|n| n == name) {
-            names.push(name.to_owned());
+        if !containers.iter().any(|n| n == name) {
+            containers.push(name.to_owned());
         }
     }
-    let containers = names;
     let shown: Vec<String> = containers.iter().map(|c| shown(c)).collect();
     edits.matched.push(ChangeMatch {
         change: Change {

@@ -28,8 +28,8 @@ a moment (operands over :data:`MAX_BYTES` or :data:`MAX_FLOPS`).
 It serves oneDNN's LSTM too where its rules (vramscope._estimate.cpu_rnn)
 were not checked on this kind of CPU: a 16-bit LSTM on a CPU with AMX,
 whose brgemm kernels book scratchpads of their own (a bfloat16 layer of 64
-steps, batch 8, 256 units: 65,016 B in forward and 122,320 in backward,
-where AVX-512's kernels book 55,736 and 62,456).
+steps, batch 8, 256 units, one thread: 65,016 B in forward and 122,320 in
+backward, where AVX-512's kernels book 55,736 and 62,456).
 
 The same measurement serves the convolutions the model of oneDNN's
 reorders does not cover (``Cpu._conv_forward``/``_conv_backward``: float32

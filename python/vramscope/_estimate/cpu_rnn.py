@@ -35,7 +35,7 @@ from oneDNN 3's rules (src/cpu/rnn/rnn_utils.cpp and .hpp):
   gradients, and the second bias's gradient cloned.
 
 Checked allocation by allocation against oneDNN 3.13 in PyTorch 2.15 on
-x86 with AVX-512 (without AMX) (``python/tests/test_cpu_rnn.py``: sequence lengths,
+x86 with AVX-512 and no AMX (``python/tests/test_cpu_rnn.py``: sequence lengths,
 batches, input and hidden sizes that are and are not multiples of 16 and
 256, float32 and bfloat16, training and inference) and, float32, on AVX2.
 Where oneDNN has no 16-bit LSTM (AVX2 without AVX-512's bf16), PyTorch
